@@ -1,0 +1,72 @@
+package decide
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Entry is one key/value pair of a descriptor, as in Envoy's
+// RateLimitDescriptor.Entry.
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// Descriptor is an ordered list of entries that the rules match, with the
+// hits this request adds to the matched limits.
+type Descriptor struct {
+	Entries []Entry
+	// Cost is the hits the request adds: 0 checks without counting. The
+	// transport resolves Envoy's defaults (an unset hits_addend is 1).
+	Cost int64
+}
+
+// Request asks for a decision on the descriptors of one request in Domain.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+}
+
+// Code is a verdict, with Envoy's meaning.
+type Code uint8
+
+const (
+	Unknown Code = iota
+	OK
+	OverLimit
+)
+
+// Status is the verdict on one descriptor.
+type Status struct {
+	Code Code
+	// Limit is the limit that decided: the one with the least remaining of
+	// the descriptor's limits. Nil when no rule matched or the limit is
+	// unlimited.
+	Limit *rules.Limit
+	// Decision is that limit's decision.
+	Decision sluice.Decision
+	// Shadow reports that the descriptor is in shadow mode: Code is OK, and
+	// ShadowOverLimit says whether it would have been OVER_LIMIT.
+	Shadow          bool
+	ShadowOverLimit bool
+}
+
+// Response is the verdict on a Request: OverLimit if any descriptor is.
+type Response struct {
+	Overall  Code
+	Statuses []Status // one per descriptor, in order
+}
+
+// RetryAfter returns the longest RetryAfter of the descriptors over their
+// limit, or 0.
+func (r *Response) RetryAfter() time.Duration {
+	var d time.Duration
+	for i := range r.Statuses {
+		if r.Statuses[i].Code == OverLimit {
+			d = max(d, r.Statuses[i].Decision.RetryAfter)
+		}
+	}
+	return d
+}

@@ -1,0 +1,125 @@
+package sluice
+
+import (
+	"context"
+	"math"
+	"time"
+)
+
+// Never is the RetryAfter of a request that no amount of waiting lets pass:
+// its cost is more than the limit admits at once.
+const Never = time.Duration(math.MaxInt64)
+
+// Decision is what a limit decides on one request.
+type Decision struct {
+	// Allowed reports whether the request passes. A denied request consumes
+	// nothing.
+	Allowed bool
+	// Limit is how many hits the limit admits at once: the rate for the
+	// window algorithms, the burst for the bucket algorithms.
+	Limit int64
+	// Remaining is how many hits would pass right now, after this request.
+	Remaining int64
+	// ResetAfter is how long until the limit is whole again, as if the key
+	// had never been seen. Zero when it already is.
+	ResetAfter time.Duration
+	// RetryAfter is how long until a request of the same cost would pass:
+	// zero when allowed, Never when the cost exceeds Limit.
+	RetryAfter time.Duration
+	// Wait is, for leaky_bucket, how long an admitted request waits in the
+	// queue before its turn; a caller that shapes traffic delays it that long
+	// instead of rejecting. Zero for the other algorithms.
+	Wait time.Duration
+}
+
+// Request asks a Store to apply Cost hits of Limit to the state under Key.
+type Request struct {
+	Key   string
+	Limit Limit
+	Cost  int64
+}
+
+// Store keeps the states of many keys and applies limits to them. Every
+// implementation is safe for concurrent use and decides exactly as the
+// Limit transitions do for the same sequence of times and costs (the
+// conformance suite in store/storetest checks this).
+//
+// A key names one state: callers give different limits different keys. A
+// store that finds a key under another algorithm than before starts it
+// afresh.
+type Store interface {
+	// Take applies cost hits of l to key: cost 0 only reports.
+	Take(ctx context.Context, key string, l Limit, cost int64) (Decision, error)
+	// TakeAll applies every request if all of them are allowed and none of
+	// them otherwise, atomically, writing request i's decision to ds[i]
+	// (len(ds) >= len(reqs)). When one is denied, the others report what
+	// they would have decided. A key given twice sees its first request's
+	// hits when deciding the second.
+	TakeAll(ctx context.Context, reqs []Request, ds []Decision) error
+}
+
+// State is the state of one key under one limit. The zero value is a key
+// never seen. A State is not safe for concurrent use; stores guard it.
+type State struct {
+	t   int64 // µs since the Unix epoch: window start, last update, or TAT
+	n   int64 // count in the window, or the bucket level in hit·µs
+	p   int64 // count in the previous window (sliding_window)
+	log *hitLog
+}
+
+// Take applies cost hits of l at now to s and returns the decision. Cost 0
+// only reports; a negative cost, or an invalid limit, is denied with Never.
+// A clock that goes backwards never makes the limit admit more.
+func (l Limit) Take(s *State, now time.Time, cost int64) Decision {
+	return l.TakeMicros(s, now.UnixMicro(), cost)
+}
+
+// TakeMicros is Take with now in microseconds since the Unix epoch.
+func (l Limit) TakeMicros(s *State, now int64, cost int64) Decision {
+	p := int64(l.Period / time.Microsecond)
+	if cost < 0 || l.Rate <= 0 || p <= 0 || l.Burst < 0 {
+		return Decision{Limit: l.capacity(), RetryAfter: Never}
+	}
+	switch l.Algorithm {
+	case FixedWindow:
+		return fixedWindow(l.Rate, p, s, now, cost)
+	case SlidingWindow:
+		return slidingWindow(l.Rate, p, s, now, cost)
+	case SlidingLog:
+		return slidingLog(l.Rate, p, s, now, cost)
+	case TokenBucket:
+		return tokenBucket(l.Rate, p, l.capacity(), s, now, cost)
+	case LeakyBucket:
+		return leakyBucket(l.Rate, p, l.capacity(), s, now, cost)
+	case GCRA:
+		return gcra(l.Rate, p, l.capacity(), s, now, cost)
+	}
+	return Decision{RetryAfter: Never}
+}
+
+// micros converts microseconds to a Duration, saturating.
+func micros(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return Never
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// ceilDiv returns ⌈a/b⌉ for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if q*b != a {
+		q++
+	}
+	return q
+}
+
+// windowStart returns the start of the period-long window, aligned to the
+// Unix epoch, that holds now.
+func windowStart(now, period int64) int64 {
+	m := now % period
+	if m < 0 {
+		m += period
+	}
+	return now - m
+}

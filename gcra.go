@@ -1,0 +1,29 @@
+package sluice
+
+// gcra is the generic cell rate algorithm: one timestamp per key, the
+// theoretical arrival time (TAT) at which the key would be idle again. Each
+// hit moves it one emission interval T = period / rate later; a request
+// passes when the new TAT is at most capacity × T ahead of now. It decides
+// as a token bucket of the same rate and capacity does, in one number.
+//
+// T is rounded up to whole microseconds, so a rate that does not divide the
+// period is enforced a little below its nominal value, never above it.
+//
+// State: t is the TAT.
+func gcra(rate, period, capacity int64, s *State, now, cost int64) Decision {
+	T := ceilDiv(period, rate)
+	tolerance := capacity * T
+	tat := max(s.t, now)
+	d := Decision{Limit: capacity}
+	if cost > capacity {
+		d.RetryAfter = Never
+	} else if next := tat + cost*T; next-now <= tolerance {
+		tat, s.t = next, next
+		d.Allowed = true
+	} else {
+		d.RetryAfter = micros(next - now - tolerance)
+	}
+	d.Remaining = max((tolerance-(tat-now))/T, 0)
+	d.ResetAfter = micros(tat - now)
+	return d
+}

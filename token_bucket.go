@@ -1,0 +1,49 @@
+package sluice
+
+// tokenBucket is a bucket of capacity tokens, refilled continuously at rate
+// tokens per period; a request takes cost tokens and passes when the bucket
+// holds them. A full bucket lets a client burst capacity hits at once, then
+// sustain the rate: never more than capacity + rate × elapsed / period over
+// any interval.
+//
+// The arithmetic is exact: the state counts the tokens taken out, scaled by
+// the period, in hit·µs, so a refill of elapsed µs is elapsed × rate with
+// nothing rounded.
+func tokenBucket(rate, period, capacity int64, s *State, now, cost int64) Decision {
+	d, _ := bucket(rate, period, capacity, s, now, cost)
+	return d
+}
+
+// bucket is the transition shared by token_bucket and leaky_bucket, which
+// are one algorithm seen from two sides: tokens left in a bucket, or water
+// queued in one. It returns the decision and the level before the request,
+// in hit·µs.
+//
+// State: t is the time of the last update, n the level (tokens taken, water
+// queued) in hit·µs, at most capacity × period.
+func bucket(rate, period, capacity int64, s *State, now, cost int64) (Decision, int64) {
+	level := s.n
+	if now > s.t { // a clock that went back drains nothing
+		if elapsed := now - s.t; elapsed >= ceilDiv(level, rate) {
+			level = 0
+		} else {
+			level -= elapsed * rate
+		}
+		s.t = now
+	}
+	s.n = level
+	full := capacity * period
+	d := Decision{Limit: capacity}
+	switch {
+	case cost > capacity:
+		d.RetryAfter = Never
+	case level+cost*period <= full:
+		s.n += cost * period
+		d.Allowed = true
+	default:
+		d.RetryAfter = micros(ceilDiv(level+cost*period-full, rate))
+	}
+	d.Remaining = max((full-s.n)/period, 0)
+	d.ResetAfter = micros(ceilDiv(s.n, rate))
+	return d, level
+}
