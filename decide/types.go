@@ -9,10 +9,7 @@ import (
 
 // Entry is one key/value pair of a descriptor, as in Envoy's
 // RateLimitDescriptor.Entry.
-type Entry struct {
-	Key   string
-	Value string
-}
+type Entry = rules.Entry
 
 // Descriptor is an ordered list of entries that the rules match, with the
 // hits this request adds to the matched limits.
