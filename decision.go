@@ -115,8 +115,12 @@ func ceilDiv(a, b int64) int64 {
 }
 
 // windowStart returns the start of the period-long window, aligned to the
-// Unix epoch, that holds now.
-func windowStart(now, period int64) int64 {
+// Unix epoch, that holds now; known is the start of a window seen before,
+// which spares the division while now is still in it.
+func windowStart(now, period, known int64) int64 {
+	if now >= known && now-known < period {
+		return known
+	}
 	m := now % period
 	if m < 0 {
 		m += period

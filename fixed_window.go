@@ -8,7 +8,7 @@ package sluice
 //
 // State: t is the window start, n the hits admitted in it.
 func fixedWindow(rate, period int64, s *State, now, cost int64) Decision {
-	ws := windowStart(now, period)
+	ws := windowStart(now, period, s.t)
 	if ws < s.t { // the clock went back: stay in the window we know
 		ws = s.t
 	}

@@ -17,7 +17,7 @@ import "math/bits"
 // State: t is the current window's start, n its count, p the previous
 // window's count.
 func slidingWindow(rate, period int64, s *State, now, cost int64) Decision {
-	ws := windowStart(now, period)
+	ws := windowStart(now, period, s.t)
 	if ws < s.t { // the clock went back: stay in the window we know
 		ws, now = s.t, s.t
 	}
@@ -59,7 +59,12 @@ func weigh(count, left, period int64) int64 {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(count), uint64(left))
-	q, r := bits.Div64(hi, lo, uint64(period)) // q <= count: no overflow
+	var q, r uint64
+	if hi == 0 { // the common case, and a plain division is cheaper
+		q, r = lo/uint64(period), lo%uint64(period)
+	} else {
+		q, r = bits.Div64(hi, lo, uint64(period)) // q <= count: no overflow
+	}
 	if r != 0 {
 		q++
 	}

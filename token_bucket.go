@@ -1,5 +1,7 @@
 package sluice
 
+import "math/bits"
+
 // tokenBucket is a bucket of capacity tokens, refilled continuously at rate
 // tokens per period; a request takes cost tokens and passes when the bucket
 // holds them. A full bucket lets a client burst capacity hits at once, then
@@ -24,10 +26,11 @@ func tokenBucket(rate, period, capacity int64, s *State, now, cost int64) Decisi
 func bucket(rate, period, capacity int64, s *State, now, cost int64) (Decision, int64) {
 	level := s.n
 	if now > s.t { // a clock that went back drains nothing
-		if elapsed := now - s.t; elapsed >= ceilDiv(level, rate) {
+		elapsed := now - s.t
+		if hi, drained := bits.Mul64(uint64(elapsed), uint64(rate)); hi != 0 || drained >= uint64(level) {
 			level = 0
 		} else {
-			level -= elapsed * rate
+			level -= int64(drained)
 		}
 		s.t = now
 	}
