@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -16,34 +18,94 @@ const (
 	Soft
 )
 
-// Limit is one rate limit of a descriptor, as the rules file states it.
+// String returns "hard" or "soft", as in rules files.
+func (t Throttling) String() string {
+	if t == Soft {
+		return "soft"
+	}
+	return "hard"
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (t Throttling) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// Limit is one rate limit of a descriptor, as the rules file states it. A
+// Limit belongs to an immutable Set and is never modified; it is safe for
+// concurrent use.
 type Limit struct {
 	// Name is Envoy's optional `name` of the limit, which `replaces` refers to.
 	Name string
 	// Limit is the algorithm, rate, period and burst. Period is Unit ×
-	// UnitMultiplier.
+	// UnitMultiplier. The zero Limit when Unlimited; otherwise it passes
+	// sluice.Limit.Validate.
 	Limit sluice.Limit
-	// Unit is the rules file's unit: second, minute, hour, day, week, month
-	// or year. Month is 30 days and year 365 days.
+	// Unit is the rules file's unit, in lower case: second, minute, hour,
+	// day, week, month or year. Month is 30 days and year 365 days, as in
+	// Envoy's ratelimit. Empty when Unlimited.
 	Unit string
 	// UnitMultiplier is sluice's `unit_multiplier`: 5 with unit minute is a
-	// 5-minute window. At least 1.
+	// 5-minute window. At least 1 (0 when Unlimited).
 	UnitMultiplier int64
 	// Unlimited is Envoy's `unlimited: true`: the descriptor matches and is
 	// never limited.
 	Unlimited bool
 	// Throttling and ExceedPercent are sluice's `throttling` and
-	// `exceed_percent`.
+	// `exceed_percent`. ExceedPercent is at least 1 with Soft and 0 with
+	// Hard; Limit scaled by (100 + ExceedPercent)/100 still validates.
 	Throttling    Throttling
 	ExceedPercent int64
 	// Replaces lists the names of limits this one replaces (Envoy's
-	// `replaces`).
+	// `replaces`). Every name is the Name of a limit of the same domain.
 	Replaces []string
 	// ID identifies the limit within its rules for store keys and metrics:
 	// stable across reloads while the limit's place and parameters do not
-	// change.
+	// change. It is derived from the domain, the keys and values of the
+	// descriptors down to the limit, and the limit's algorithm, rate,
+	// period and burst (16 hex digits): change any of them and the limit
+	// gets a fresh counter; reorder the file, rename, or change shadow mode
+	// or throttling, and it keeps its counter.
 	ID string
+	// File and Line locate the limit in its rules file.
+	File string
+	Line int
 }
 
 // Period returns the limit's window: Unit × UnitMultiplier.
 func (l *Limit) Period() time.Duration { return l.Limit.Period }
+
+// limitJSON is how a Limit shows in the rules in force (GET /v1/rules).
+type limitJSON struct {
+	ID              string     `json:"id"`
+	Name            string     `json:"name,omitempty"`
+	Unlimited       bool       `json:"unlimited,omitempty"`
+	Unit            string     `json:"unit,omitempty"`
+	UnitMultiplier  int64      `json:"unit_multiplier,omitempty"`
+	RequestsPerUnit int64      `json:"requests_per_unit,omitempty"`
+	Algorithm       string     `json:"algorithm,omitempty"`
+	Burst           int64      `json:"burst,omitempty"`
+	Period          string     `json:"period,omitempty"`
+	Throttling      Throttling `json:"throttling"`
+	ExceedPercent   int64      `json:"exceed_percent,omitempty"`
+	Replaces        []string   `json:"replaces,omitempty"`
+	Line            int        `json:"line"`
+}
+
+// MarshalJSON renders l with the rules file's field names, plus its ID and
+// its period as a Go duration ("5m0s").
+func (l *Limit) MarshalJSON() ([]byte, error) {
+	v := limitJSON{
+		ID: l.ID, Name: l.Name, Unlimited: l.Unlimited, Throttling: l.Throttling,
+		ExceedPercent: l.ExceedPercent, Replaces: l.Replaces, Line: l.Line,
+	}
+	if !l.Unlimited {
+		v.Unit, v.UnitMultiplier = l.Unit, l.UnitMultiplier
+		v.RequestsPerUnit, v.Burst = l.Limit.Rate, l.Limit.Burst
+		v.Algorithm = l.Limit.Algorithm.String()
+		v.Period = l.Limit.Period.String()
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("limit %s: %w", l.ID, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,334 @@
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Set is every domain of a set of rules files. A Set is immutable once
+// loaded and safe for concurrent use; a reload builds a new one. The zero
+// Set, like a nil *Set, has no domains.
+type Set struct {
+	domains map[string]*domain
+	names   []string // sorted
+	version string
+}
+
+// domain is one domain of a Set with the lookup tables of its top level.
+type domain struct {
+	name  string
+	file  string
+	line  int
+	rules []*Rule
+	root  level
+}
+
+// level holds the lookup tables of one list of descriptors, so that Match
+// finds a rule with a few map lookups.
+type level struct {
+	exact map[Entry]*Rule    // descriptors with a plain value
+	globs map[string][]*Rule // descriptors with a wildcard value, by key, in file order
+	key   map[string]*Rule   // descriptors with a key and no value
+}
+
+// index builds lv's tables for rules and, recursively, theirs.
+func (lv *level) index(rules []*Rule) {
+	for _, r := range rules {
+		switch {
+		case r.Wildcard():
+			if lv.globs == nil {
+				lv.globs = map[string][]*Rule{}
+			}
+			lv.globs[r.Key] = append(lv.globs[r.Key], r)
+		case r.Value != "":
+			if lv.exact == nil {
+				lv.exact = map[Entry]*Rule{}
+			}
+			lv.exact[Entry{r.Key, r.Value}] = r
+		default:
+			if lv.key == nil {
+				lv.key = map[string]*Rule{}
+			}
+			lv.key[r.Key] = r
+		}
+		r.sub.index(r.Descriptors)
+	}
+}
+
+// lookup returns the rule of lv that e lands on, Envoy's way: the exact key
+// and value first, then the first wildcard value, in file order, that
+// matches, then the key alone.
+func (lv *level) lookup(e Entry) *Rule {
+	if r, ok := lv.exact[e]; ok {
+		return r
+	}
+	for _, r := range lv.globs[e.Key] {
+		if r.glob.match(e.Value) {
+			return r
+		}
+	}
+	return lv.key[e.Key]
+}
+
+// Match returns the rule whose limits apply to a request's descriptor in
+// domain, with the semantics of Envoy's ratelimit: the entries are matched
+// level by level, each one to the exact key and value if the rules have it,
+// else to the first wildcard value that matches, else to the key alone; the
+// descriptor is limited when its last entry lands on a rule with limits.
+// Match returns nil when no rule applies (the descriptor is not limited) and
+// ErrUnknownDomain, unwrapped, when no rules file defines domain. Match
+// allocates nothing.
+func (s *Set) Match(domain string, entries []Entry) (*Rule, error) {
+	if s == nil {
+		return nil, ErrUnknownDomain
+	}
+	d := s.domains[domain]
+	if d == nil {
+		return nil, ErrUnknownDomain
+	}
+	lv := &d.root
+	for i := range entries {
+		r := lv.lookup(entries[i])
+		switch {
+		case r == nil:
+			return nil, nil
+		case i == len(entries)-1:
+			if len(r.Limits) == 0 {
+				return nil, nil
+			}
+			return r, nil
+		case len(r.Descriptors) == 0:
+			return nil, nil // the descriptor is deeper than the rules
+		}
+		lv = &r.sub
+	}
+	return nil, nil
+}
+
+// Domains returns the names of the Set's domains, sorted.
+func (s *Set) Domains() []string {
+	if s == nil {
+		return nil
+	}
+	return slices.Clone(s.names)
+}
+
+// Rules returns the top-level descriptors of domain in file order, or nil
+// for an unknown domain. The rules must not be modified.
+func (s *Set) Rules(domain string) []*Rule {
+	if s == nil || s.domains[domain] == nil {
+		return nil
+	}
+	return s.domains[domain].rules
+}
+
+// Version identifies the contents of the rules files the Set was loaded
+// from (a digest of their names and bytes): equal versions, equal rules.
+func (s *Set) Version() string {
+	if s == nil {
+		return ""
+	}
+	return s.version
+}
+
+// ruleJSON is how a Rule shows in the rules in force.
+type ruleJSON struct {
+	Key            string     `json:"key"`
+	Value          string     `json:"value,omitempty"`
+	Path           string     `json:"path"`
+	Line           int        `json:"line"`
+	Limits         []*Limit   `json:"limits,omitempty"`
+	ShadowMode     bool       `json:"shadow_mode,omitempty"`
+	DetailedMetric bool       `json:"detailed_metric,omitempty"`
+	ValueToMetric  bool       `json:"value_to_metric,omitempty"`
+	ShareThreshold bool       `json:"share_threshold,omitempty"`
+	Descriptors    []ruleJSON `json:"descriptors,omitempty"`
+}
+
+type domainJSON struct {
+	Domain      string     `json:"domain"`
+	File        string     `json:"file"`
+	Line        int        `json:"line"`
+	Descriptors []ruleJSON `json:"descriptors"`
+}
+
+func rulesJSON(rules []*Rule) []ruleJSON {
+	out := make([]ruleJSON, len(rules))
+	for i, r := range rules {
+		out[i] = ruleJSON{
+			Key: r.Key, Value: r.Value, Path: r.Path, Line: r.Line, Limits: r.Limits,
+			ShadowMode: r.ShadowMode, DetailedMetric: r.DetailedMetric,
+			ValueToMetric: r.ValueToMetric, ShareThreshold: r.ShareThreshold,
+			Descriptors: rulesJSON(r.Descriptors),
+		}
+	}
+	return out
+}
+
+// MarshalJSON renders the rules in force, for GET /v1/rules:
+// {"version": ..., "domains": [{"domain", "file", "line", "descriptors"}]},
+// domains sorted by name, descriptors in file order with the rules file's
+// field names, each limit with its ID and period.
+func (s *Set) MarshalJSON() ([]byte, error) {
+	v := struct {
+		Version string       `json:"version"`
+		Domains []domainJSON `json:"domains"`
+	}{Version: s.Version(), Domains: []domainJSON{}}
+	if s != nil {
+		for _, name := range s.names {
+			d := s.domains[name]
+			v.Domains = append(v.Domains, domainJSON{
+				Domain: d.name, File: d.file, Line: d.line, Descriptors: rulesJSON(d.rules),
+			})
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("rules %s: %w", s.Version(), err)
+	}
+	return b, nil
+}
+
+// Load reads the rules at path: a file, or a directory whose *.yaml and
+// *.yml files are read (not its subdirectories, and not hidden entries such
+// as Kubernetes' ..data, though the symlinks a ConfigMap mount makes to
+// ..data/NAME are followed). A file may hold several domains as YAML
+// documents separated by ---; a domain must not appear twice.
+//
+// Mistakes in the rules are returned all at once as Errors, each
+// "file:line: what is wrong"; a file that cannot be read is an error
+// wrapping the os error.
+func Load(path string) (*Set, error) {
+	srcs, err := readSources(path)
+	if err != nil {
+		return nil, fmt.Errorf("load rules %s: %w", path, err)
+	}
+	if len(srcs) == 0 {
+		return nil, Errors{{File: path, Msg: "no rules: the directory has no *.yaml or *.yml files"}}
+	}
+	return build(srcs)
+}
+
+// Parse reads one rules file's contents; name stands for the file in
+// errors. It is Load for rules that do not come from a file.
+func Parse(name string, data []byte) (*Set, error) {
+	return build([]source{{name, data}})
+}
+
+// readSources reads the rules file at path, or the rules files in the
+// directory at path, sorted by name.
+func readSources(path string) ([]source, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		return []source{{path, data}}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var srcs []source
+	for _, e := range entries {
+		if !isRulesFile(e.Name()) {
+			continue
+		}
+		name := filepath.Join(path, e.Name())
+		fi, err := os.Stat(name) // follows symlinks, as into ..data
+		if err != nil {
+			return nil, err
+		}
+		if fi.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		srcs = append(srcs, source{name, data})
+	}
+	return srcs, nil
+}
+
+// isRulesFile reports whether a directory entry's name is one Load reads:
+// not hidden, ending in .yaml or .yml.
+func isRulesFile(name string) bool {
+	if strings.HasPrefix(name, ".") {
+		return false
+	}
+	ext := strings.ToLower(filepath.Ext(name))
+	return ext == ".yaml" || ext == ".yml"
+}
+
+// build decodes and validates srcs into a Set.
+func build(srcs []source) (*Set, error) {
+	var errs Errors
+	s := &Set{domains: map[string]*domain{}}
+	h := sha256.New()
+	for _, src := range srcs {
+		fmt.Fprintf(h, "%d:%s%d:", len(src.name), src.name, len(src.data))
+		h.Write(src.data)
+		for _, p := range decodeFile(src, &errs) {
+			if first, dup := s.domains[p.name]; dup {
+				errs = append(errs, &Error{File: p.file, Line: p.line,
+					Msg: fmt.Sprintf("duplicate domain %q (first at %s:%d)", p.name, first.file, first.line)})
+				continue
+			}
+			d := &domain{name: p.name, file: p.file, line: p.line, rules: p.rules}
+			d.root.index(d.rules)
+			s.domains[p.name] = d
+			s.names = append(s.names, p.name)
+		}
+	}
+	if len(errs) > 0 {
+		errs.sort()
+		return nil, errs
+	}
+	slices.Sort(s.names)
+	s.version = hex.EncodeToString(h.Sum(nil)[:8])
+	return s, nil
+}
+
+// glob is a value pattern whose * stand for any run of characters,
+// possibly empty; parts are the text between the stars. The zero glob is
+// not a pattern.
+type glob struct {
+	parts []string
+}
+
+func compileGlob(pattern string) glob {
+	if !strings.Contains(pattern, "*") {
+		return glob{}
+	}
+	return glob{parts: strings.Split(pattern, "*")}
+}
+
+// match reports whether s matches the pattern. Taking each middle part at
+// its leftmost place is enough for patterns of * alone. It allocates
+// nothing.
+func (g glob) match(s string) bool {
+	first, last := g.parts[0], g.parts[len(g.parts)-1]
+	if !strings.HasPrefix(s, first) {
+		return false
+	}
+	s = s[len(first):]
+	for _, p := range g.parts[1 : len(g.parts)-1] {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return strings.HasSuffix(s, last)
+}
