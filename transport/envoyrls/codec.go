@@ -1,0 +1,181 @@
+package envoyrls
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// RequestError is a request that sluice cannot decide on: no domain, no
+// descriptors, a descriptor without entries, an entry without a key, or a
+// field sluice does not support. The gRPC service answers it with
+// InvalidArgument, the HTTP API with 400.
+type RequestError struct {
+	Field  string // the offending field, such as "descriptors[1].entries[0].key"
+	Reason string
+}
+
+func (e *RequestError) Error() string { return e.Field + ": " + e.Reason }
+
+// Decode converts Envoy's RateLimitRequest into a decide.Request, resolving
+// the hits to add the way Envoy's ratelimit service does: a descriptor's
+// hits_addend, when present, wins (an explicit 0 checks without counting);
+// otherwise the request's hits_addend applies, where 0 means unset and
+// therefore 1. A request that cannot be decided is reported as a
+// *RequestError.
+//
+// Descriptor limit overrides (RateLimitDescriptor.limit) are ignored: the
+// rules file decides. is_negative_hits (returning hits) is rejected, as no
+// store can give hits back. A descriptor's hits_addend above 2^32-1, the
+// range of the request's, is rejected too.
+func Decode(req *rlsv3.RateLimitRequest) (*decide.Request, error) {
+	if req.GetDomain() == "" {
+		return nil, &RequestError{"domain", "is required"}
+	}
+	descs := req.GetDescriptors()
+	if len(descs) == 0 {
+		return nil, &RequestError{"descriptors", "at least one descriptor is required"}
+	}
+	cost := int64(req.GetHitsAddend())
+	if cost == 0 {
+		cost = 1
+	}
+	n := 0
+	for _, d := range descs {
+		n += len(d.GetEntries())
+	}
+	// One backing array for all entries: two allocations per request.
+	entries := make([]decide.Entry, 0, n)
+	out := &decide.Request{Domain: req.GetDomain(), Descriptors: make([]decide.Descriptor, len(descs))}
+	for i, d := range descs {
+		es := d.GetEntries()
+		if len(es) == 0 {
+			return nil, &RequestError{fmt.Sprintf("descriptors[%d].entries", i), "at least one entry is required"}
+		}
+		if d.GetIsNegativeHits() {
+			return nil, &RequestError{fmt.Sprintf("descriptors[%d].is_negative_hits", i), "is not supported"}
+		}
+		start := len(entries)
+		for j, e := range es {
+			if e.GetKey() == "" {
+				return nil, &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "is empty"}
+			}
+			entries = append(entries, decide.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		c := cost
+		if h := d.GetHitsAddend(); h != nil {
+			if h.GetValue() > math.MaxUint32 {
+				return nil, &RequestError{fmt.Sprintf("descriptors[%d].hits_addend", i), fmt.Sprintf("%d is too large", h.GetValue())}
+			}
+			c = int64(h.GetValue())
+		}
+		out.Descriptors[i] = decide.Descriptor{Entries: entries[start:len(entries):len(entries)], Cost: c}
+	}
+	return out, nil
+}
+
+// Encode converts a decision into Envoy's RateLimitResponse with one status
+// per descriptor and, as selected by cfg.Headers, the rate limit headers
+// Envoy adds to the client's response (response_headers_to_add).
+//
+// A status's current_limit carries the rules file's name, rate and unit. A
+// window Envoy's unit enum cannot express alone, such as 5 minutes, is sent
+// as unit MINUTE with unit_multiplier 5 (a field of Envoy's API that older
+// Envoys ignore); a limit whose unit is unknown is expressed in the largest
+// of second, minute, hour and day that divides its period. For the bucket
+// algorithms requests_per_unit is the sustained rate, not the burst.
+// limit_remaining saturates at 2^32-1, and duration_until_reset is the time
+// until the limit is whole again.
+func Encode(resp *decide.Response, cfg Config) *rlsv3.RateLimitResponse {
+	out := &rlsv3.RateLimitResponse{
+		OverallCode: code(resp.Overall),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses)),
+	}
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: code(st.Code)}
+		if st.Limit != nil {
+			ds.CurrentLimit = currentLimit(st.Limit)
+			ds.LimitRemaining = saturate32(st.Decision.Remaining)
+			ds.DurationUntilReset = durationpb.New(st.Decision.ResetAfter)
+		}
+		out.Statuses[i] = ds
+	}
+	out.ResponseHeadersToAdd = appendHeaders(nil, resp, cfg)
+	return out
+}
+
+func code(c decide.Code) rlsv3.RateLimitResponse_Code {
+	switch c {
+	case decide.OK:
+		return rlsv3.RateLimitResponse_OK
+	case decide.OverLimit:
+		return rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return rlsv3.RateLimitResponse_UNKNOWN
+}
+
+func saturate32(n int64) uint32 {
+	switch {
+	case n <= 0:
+		return 0
+	case n > math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint32(n)
+}
+
+// units are Envoy's units with their lengths; month is 30 days and year 365
+// days, as in the rules package.
+var units = []struct {
+	name string
+	unit rlsv3.RateLimitResponse_RateLimit_Unit
+	d    time.Duration
+}{
+	{"second", rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+	{"minute", rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	{"hour", rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	{"day", rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	{"week", rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+	{"month", rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
+	{"year", rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+}
+
+// unitOf returns Envoy's unit and multiplier for l: the rules file's unit
+// when it names one of Envoy's, else the largest of second..day dividing the
+// period. Sub-second periods have no Envoy unit: UNKNOWN, multiplier 0.
+func unitOf(l *rules.Limit) (rlsv3.RateLimitResponse_RateLimit_Unit, int64) {
+	for _, u := range units {
+		if strings.EqualFold(l.Unit, u.name) {
+			return u.unit, max(l.UnitMultiplier, 1)
+		}
+	}
+	p := l.Period()
+	for i := 3; i >= 0; i-- {
+		if u := units[i]; p >= u.d && p%u.d == 0 {
+			return u.unit, int64(p / u.d)
+		}
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN, 0
+}
+
+func currentLimit(l *rules.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	unit, mult := unitOf(l)
+	rl := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            l.Name,
+		RequestsPerUnit: saturate32(l.Limit.Rate),
+		Unit:            unit,
+	}
+	if mult > 1 {
+		rl.UnitMultiplier = wrapperspb.UInt32(saturate32(mult))
+	}
+	return rl
+}
