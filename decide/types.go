@@ -48,12 +48,22 @@ type Status struct {
 	// ShadowOverLimit says whether it would have been OVER_LIMIT.
 	Shadow          bool
 	ShadowOverLimit bool
+	// Rule is the rule the descriptor matched, nil if none: metrics read
+	// its detailed_metric and value_to_metric.
+	Rule *rules.Rule
 }
 
 // Response is the verdict on a Request: OverLimit if any descriptor is.
 type Response struct {
 	Overall  Code
 	Statuses []Status // one per descriptor, in order
+	// Mode is ModeStore when the store decided (or nothing needed it), and
+	// the fail mode's Mode when the store failed, timed out or was left
+	// alone by the circuit breaker for this request.
+	Mode Mode
+	// UnknownDomain reports that no rules define the request's domain:
+	// every status is OK with no limit.
+	UnknownDomain bool
 }
 
 // RetryAfter returns the longest RetryAfter of the descriptors over their

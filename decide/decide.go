@@ -1,0 +1,443 @@
+// Package decide is sluice's decision service, the one place that combines
+// rules and a store: it matches each descriptor of a request to its limits,
+// takes from the store for all of them at once, and answers per descriptor
+// and overall, with Envoy's shadow mode, soft throttling, unlimited and
+// share_threshold, and a fail mode with a circuit breaker for when the store
+// is slow or down.
+package decide
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// ErrInvalidRequest is wrapped by every error of Decide: the request has no
+// domain, no descriptors, a descriptor without entries, an entry with an
+// empty key, or a negative cost. Transports answer it with InvalidArgument
+// or 400 and the error's text.
+var ErrInvalidRequest = errors.New("invalid request")
+
+// Service decides requests against the rules in force and a store. It is
+// safe for concurrent use and starts no goroutines.
+type Service struct {
+	rules        func() *rules.Set
+	store        sluice.Store
+	local        sluice.Store
+	timeout      time.Duration
+	fail         Fail
+	coolDown     time.Duration
+	log          *slog.Logger
+	br           breaker
+	batches      sync.Pool // *batch
+	fallbackMode Mode
+}
+
+// New returns a Service for cfg. Zero fields of cfg take the defaults of
+// DefaultConfig, except StoreTimeout and BreakerFailures, whose zero
+// disables them; Store is required, and Local with FailLocal.
+func New(cfg Config) (*Service, error) {
+	def := DefaultConfig()
+	if cfg.Store == nil {
+		return nil, errors.New("decide: no store")
+	}
+	if cfg.Fail > FailLocal {
+		return nil, fmt.Errorf("decide: unknown fail mode %d", cfg.Fail)
+	}
+	if cfg.Fail == FailLocal && cfg.Local == nil {
+		return nil, errors.New("decide: fail mode local needs a local store")
+	}
+	if cfg.Rules == nil {
+		cfg.Rules = func() *rules.Set { return nil }
+	}
+	if cfg.BreakerCoolDown <= 0 {
+		cfg.BreakerCoolDown = def.BreakerCoolDown
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = def.Logger
+	}
+	if cfg.Now == nil {
+		cfg.Now = def.Now
+	}
+	s := &Service{
+		rules:        cfg.Rules,
+		store:        cfg.Store,
+		local:        cfg.Local,
+		timeout:      cfg.StoreTimeout,
+		fail:         cfg.Fail,
+		coolDown:     cfg.BreakerCoolDown,
+		log:          cfg.Logger,
+		fallbackMode: cfg.Fail.fallback(),
+		br: breaker{
+			failures: int64(max(cfg.BreakerFailures, 0)),
+			coolDown: cfg.BreakerCoolDown,
+			now:      cfg.Now,
+			log:      cfg.Logger,
+		},
+	}
+	s.batches.New = func() any { return new(batch) }
+	return s, nil
+}
+
+// Mode returns where decisions come from now: ModeStore, or the fail mode's
+// Mode while the circuit breaker keeps decisions away from the store.
+func (s *Service) Mode() Mode {
+	if s.br.open() {
+		return s.fallbackMode
+	}
+	return ModeStore
+}
+
+// ref ties one store request of a batch to its descriptor and limit.
+type ref struct {
+	desc  int
+	limit *rules.Limit
+}
+
+// batch holds the store requests of one decision; batches are pooled so
+// that a decision allocates only its keys and its Response.
+type batch struct {
+	reqs []sluice.Request // enforcing descriptors first, in one TakeAll
+	refs []ref
+	ds   []sluice.Decision
+	// span[i] is the range of descriptor i in reqs.
+	span []span
+	key  []byte
+}
+
+type span struct {
+	lo, hi int
+	shadow bool
+}
+
+func (b *batch) reset(n int) {
+	clear(b.reqs) // drop the keys
+	b.reqs, b.refs, b.ds = b.reqs[:0], b.refs[:0], b.ds[:0]
+	if cap(b.span) < n {
+		b.span = make([]span, n)
+	}
+	b.span = b.span[:n]
+	clear(b.span)
+}
+
+// responseOne holds a Response and the Status of a request with one
+// descriptor, the common case, in one allocation.
+type responseOne struct {
+	r Response
+	s [1]Status
+}
+
+// Decide decides r: each descriptor is matched to its rule, and the limits
+// of all descriptors not in shadow mode are taken from the store in one
+// atomic TakeAll, so a request denied by one limit consumes none of the
+// others. Shadow-mode descriptors are taken on their own and never deny.
+// An unknown domain or a descriptor without a rule is OK with no limit.
+//
+// The only errors are invalid requests (wrapping ErrInvalidRequest). A store
+// that fails or takes longer than the store timeout never makes Decide fail
+// or wait longer: the fail mode decides, and Response.Mode says which.
+func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
+	if err := validate(r); err != nil {
+		return nil, err
+	}
+	n := len(r.Descriptors)
+	var resp *Response
+	if n == 1 {
+		ro := new(responseOne)
+		resp, resp.Statuses = &ro.r, ro.s[:]
+	} else {
+		resp = &Response{Statuses: make([]Status, n)}
+	}
+	resp.Overall = OK
+	for i := range resp.Statuses {
+		resp.Statuses[i].Code = OK
+	}
+
+	set := s.rules()
+	if set == nil {
+		resp.UnknownDomain = true
+		return resp, nil
+	}
+	replaces := false
+	for i := range r.Descriptors {
+		rule, err := set.Match(r.Domain, r.Descriptors[i].Entries)
+		if errors.Is(err, rules.ErrUnknownDomain) {
+			resp.UnknownDomain = true
+			return resp, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: descriptor %d: %w", ErrInvalidRequest, i, err)
+		}
+		resp.Statuses[i].Rule = rule
+		if rule != nil {
+			resp.Statuses[i].Shadow = rule.ShadowMode
+			for _, l := range rule.Limits {
+				replaces = replaces || len(l.Replaces) > 0
+			}
+		}
+	}
+
+	b := s.batches.Get().(*batch)
+	defer s.batches.Put(b)
+	b.reset(n)
+	s.collect(b, r, resp, replaces)
+	if len(b.reqs) == 0 {
+		return resp, nil
+	}
+	if cap(b.ds) < len(b.reqs) {
+		b.ds = make([]sluice.Decision, len(b.reqs))
+	}
+	b.ds = b.ds[:len(b.reqs)]
+
+	var tctx context.Context = ctx
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		tctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	// The enforcing descriptors come first in b.reqs, the shadow ones after.
+	main := 0
+	for main < len(b.refs) && !b.span[b.refs[main].desc].shadow {
+		main++
+	}
+	if main > 0 {
+		s.take(ctx, tctx, resp, b, 0, main, false)
+	}
+	for lo := main; lo < len(b.reqs); {
+		hi := b.span[b.refs[lo].desc].hi
+		s.take(ctx, tctx, resp, b, lo, hi, true)
+		lo = hi
+	}
+	for i := range resp.Statuses {
+		if resp.Statuses[i].Code == OverLimit {
+			resp.Overall = OverLimit
+		}
+	}
+	return resp, nil
+}
+
+// validate checks what Decide needs of a request.
+func validate(r *Request) error {
+	switch {
+	case r == nil:
+		return fmt.Errorf("%w: no request", ErrInvalidRequest)
+	case r.Domain == "":
+		return fmt.Errorf("%w: no domain", ErrInvalidRequest)
+	case len(r.Descriptors) == 0:
+		return fmt.Errorf("%w: no descriptors", ErrInvalidRequest)
+	}
+	for i := range r.Descriptors {
+		d := &r.Descriptors[i]
+		if len(d.Entries) == 0 {
+			return fmt.Errorf("%w: descriptor %d: no entries", ErrInvalidRequest, i)
+		}
+		if d.Cost < 0 {
+			return fmt.Errorf("%w: descriptor %d: negative cost %d", ErrInvalidRequest, i, d.Cost)
+		}
+		for j := range d.Entries {
+			if d.Entries[j].Key == "" {
+				return fmt.Errorf("%w: descriptor %d: entry %d: empty key", ErrInvalidRequest, i, j)
+			}
+		}
+	}
+	return nil
+}
+
+// collect appends the store requests of every limited descriptor to b:
+// those that enforce first, then the shadow ones, each descriptor's limits
+// together. A limit that another limit of the request replaces (Envoy's
+// `replaces`) is left out, as are unlimited ones.
+func (s *Service) collect(b *batch, r *Request, resp *Response, replaces bool) {
+	for pass := range 2 {
+		shadow := pass == 1
+		for i := range r.Descriptors {
+			rule := resp.Statuses[i].Rule
+			if rule == nil || rule.ShadowMode != shadow || len(rule.Limits) == 0 {
+				continue
+			}
+			d := &r.Descriptors[i]
+			lo := len(b.reqs)
+			client := -1 // end of the client part in b.key
+			for _, l := range rule.Limits {
+				if l.Unlimited || (replaces && replaced(l, resp)) {
+					continue
+				}
+				if client < 0 {
+					b.key = appendClient(b.key[:0], rule, l, d.Entries)
+					client = len(b.key)
+				}
+				b.key = appendKey(b.key[:client], l, b.key[:client])
+				b.reqs = append(b.reqs, sluice.Request{Key: string(b.key[client:]), Limit: enforced(l), Cost: d.Cost})
+				b.refs = append(b.refs, ref{desc: i, limit: l})
+			}
+			b.span[i] = span{lo: lo, hi: len(b.reqs), shadow: shadow}
+		}
+	}
+}
+
+// replaced reports whether a limit of the request's matched rules replaces
+// l by name.
+func replaced(l *rules.Limit, resp *Response) bool {
+	if l.Name == "" {
+		return false
+	}
+	for i := range resp.Statuses {
+		rule := resp.Statuses[i].Rule
+		if rule == nil {
+			continue
+		}
+		for _, o := range rule.Limits {
+			for _, name := range o.Replaces {
+				if name == l.Name {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// take decides b.reqs[lo:hi] in one TakeAll on the store, or by the fail
+// mode when the breaker is open or the store fails, and writes the
+// statuses of their descriptors. ctx is the caller's context, tctx the
+// one bounded by the store timeout.
+func (s *Service) take(ctx, tctx context.Context, resp *Response, b *batch, lo, hi int, shadow bool) {
+	reqs, ds := b.reqs[lo:hi], b.ds[lo:hi]
+	ok, probe := s.br.allow()
+	if ok {
+		err := s.store.TakeAll(tctx, reqs, ds)
+		switch {
+		case err == nil:
+			s.br.success(probe)
+			s.settle(resp, b, lo, hi)
+			return
+		case ctx.Err() != nil: // the caller gave up: not the store's fault
+			s.br.cancel(probe)
+		default:
+			s.br.failure(probe, err)
+			s.log.Debug("store failed", "err", err, "fail", s.fail)
+		}
+	}
+	resp.Mode = s.fallbackMode
+	switch s.fail {
+	case FailLocal:
+		err := s.local.TakeAll(ctx, reqs, ds)
+		if err == nil {
+			s.settle(resp, b, lo, hi)
+			return
+		}
+		s.log.Debug("local store failed", "err", err)
+	case FailClosed:
+		if !shadow {
+			s.deny(resp, b, lo, hi)
+		}
+	}
+	// FailOpen, and a shadow descriptor that cannot be decided: OK with no
+	// limit, as the statuses already say.
+}
+
+// settle writes the statuses of the descriptors of b.reqs[lo:hi] from
+// their decisions: the binding limit of each descriptor is one that denies
+// (the longest wait) or else the one with the least remaining.
+func (s *Service) settle(resp *Response, b *batch, lo, hi int) {
+	for k := lo; k < hi; {
+		i := b.refs[k].desc
+		st := &resp.Statuses[i]
+		end := b.span[i].hi
+		var best sluice.Decision
+		var bestLimit *rules.Limit
+		for ; k < end; k++ {
+			l := b.refs[k].limit
+			d := nominal(l, b.ds[k])
+			if bestLimit == nil || binds(d, best) {
+				best, bestLimit = d, l
+			}
+		}
+		st.Limit, st.Decision = bestLimit, best
+		switch {
+		case best.Allowed:
+			st.Code = OK
+		case st.Shadow:
+			st.Code, st.ShadowOverLimit = OK, true
+		default:
+			st.Code = OverLimit
+		}
+	}
+}
+
+// deny writes OverLimit statuses for the descriptors of b.reqs[lo:hi], as
+// fail mode closed decides: each reports its first limit, nothing
+// remaining, and the breaker's cool-down as the time to retry.
+func (s *Service) deny(resp *Response, b *batch, lo, hi int) {
+	for k := lo; k < hi; k = b.span[b.refs[k].desc].hi {
+		st := &resp.Statuses[b.refs[k].desc]
+		l := b.refs[k].limit
+		st.Code, st.Limit = OverLimit, l
+		st.Decision = sluice.Decision{Limit: capacity(l.Limit), ResetAfter: s.coolDown, RetryAfter: s.coolDown}
+	}
+}
+
+// binds reports whether decision a binds tighter than b: a denies and b
+// does not, both deny and a waits longer, or both allow and a has less
+// remaining.
+func binds(a, b sluice.Decision) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	if !a.Allowed {
+		return a.RetryAfter > b.RetryAfter
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return a.ResetAfter > b.ResetAfter
+}
+
+// enforced returns the limit the store enforces for l: l itself, or with
+// soft throttling the rate and burst raised by ExceedPercent.
+func enforced(l *rules.Limit) sluice.Limit {
+	if l.Throttling != rules.Soft || l.ExceedPercent <= 0 {
+		return l.Limit
+	}
+	e := l.Limit
+	e.Rate = raise(e.Rate, l.ExceedPercent)
+	if e.Burst > 0 {
+		e.Burst = raise(e.Burst, l.ExceedPercent)
+	}
+	return e
+}
+
+// raise returns ⌊n × (100 + pct) / 100⌋ without overflowing for the sizes
+// that sluice.Limit.Validate allows.
+func raise(n, pct int64) int64 {
+	return n + n/100*pct + n%100*pct/100
+}
+
+// nominal restates a decision the store took under enforced(l) in terms of
+// l as the rules state it: with soft throttling, Limit is the nominal
+// capacity and Remaining what is left of it (zero once the request eats
+// into the excess).
+func nominal(l *rules.Limit, d sluice.Decision) sluice.Decision {
+	if l.Throttling != rules.Soft || l.ExceedPercent <= 0 {
+		return d
+	}
+	c := capacity(l.Limit)
+	d.Remaining = max(d.Remaining-(d.Limit-c), 0)
+	d.Limit = c
+	return d
+}
+
+// capacity returns how many hits l admits at once: the burst of the bucket
+// algorithms, otherwise the rate.
+func capacity(l sluice.Limit) int64 {
+	if l.Burst > 0 && l.Algorithm.HasBurst() {
+		return l.Burst
+	}
+	return l.Rate
+}

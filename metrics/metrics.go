@@ -1,0 +1,208 @@
+// Package metrics exports sluice's Prometheus metrics: decisions by domain,
+// descriptor and result, the store's latency and errors, decisions made by
+// a fail mode, the mode in force, and rules reloads. The collectors are
+// registered on a registry the caller passes in, never the global one; a
+// Decider decorates the decision service and a Store decorates the store.
+package metrics
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/decide"
+)
+
+// Results, as the result label of sluice_decisions_total writes them.
+const (
+	ResultOK              = "ok"
+	ResultOverLimit       = "over_limit"
+	ResultShadowOverLimit = "shadow_over_limit"
+)
+
+// maxCached bounds the per-descriptor counters Metrics keeps at hand; past
+// it the cache starts over (the counters stay registered).
+const maxCached = 10000
+
+// Metrics holds sluice's collectors. It is safe for concurrent use.
+type Metrics struct {
+	decisions     *prometheus.CounterVec
+	unknownDomain prometheus.Counter
+	invalid       prometheus.Counter
+	failDecisions *prometheus.CounterVec
+	storeDuration *prometheus.HistogramVec
+	storeErrors   *prometheus.CounterVec
+	reloads       *prometheus.CounterVec
+	reloadOK      prometheus.Gauge
+	mode          *modeCollector
+
+	mu     sync.RWMutex
+	series map[string]*[3]prometheus.Counter // by metric key: ok, over_limit, shadow_over_limit
+	bufs   sync.Pool                         // *[]byte
+}
+
+// New returns Metrics whose collectors are registered on reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Descriptors decided, by domain, descriptor (Envoy's stat name of the matched rule, with the request's values only for detailed_metric and value_to_metric; empty when no rule matched) and result (ok, over_limit, shadow_over_limit).",
+		}, []string{"domain", "descriptor", "result"}),
+		unknownDomain: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_unknown_domain_requests_total",
+			Help: "Requests for a domain no rules define, answered OK with no limit.",
+		}),
+		invalid: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_invalid_requests_total",
+			Help: "Requests rejected as invalid: no domain, no descriptors, an entry without a key.",
+		}),
+		failDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_fail_mode_decisions_total",
+			Help: "Requests decided by the fail mode (fail_open, fail_closed, local) because the store failed, timed out or was left alone by the circuit breaker.",
+		}, []string{"mode"}),
+		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_store_duration_seconds",
+			Help:    "Latency of store calls, failed ones included, by operation (take, take_all).",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"op"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total",
+			Help: "Store calls that failed, by reason (timeout, canceled, error).",
+		}, []string{"reason"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rules_reloads_total",
+			Help: "Rules loads and reloads, by result (success, failure). A failed reload keeps the rules in force.",
+		}, []string{"result"}),
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_rules_last_reload_successful",
+			Help: "Whether the last rules load or reload succeeded (1) or failed (0).",
+		}),
+		mode:   newModeCollector(),
+		series: make(map[string]*[3]prometheus.Counter),
+	}
+	m.bufs.New = func() any { b := make([]byte, 0, 128); return &b }
+	for _, c := range []prometheus.Collector{
+		m.decisions, m.unknownDomain, m.invalid, m.failDecisions,
+		m.storeDuration, m.storeErrors, m.reloads, m.reloadOK, m.mode,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	for mo := decide.ModeOpen; mo <= decide.MaxMode; mo++ {
+		m.failDecisions.WithLabelValues(mo.String())
+	}
+	m.storeErrors.WithLabelValues(reasonTimeout)
+	m.storeErrors.WithLabelValues(reasonError)
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
+	return m, nil
+}
+
+// Reload records a load or reload of the rules that failed with err, or
+// succeeded when err is nil. The server calls it after each attempt.
+func (m *Metrics) Reload(err error) {
+	if err != nil {
+		m.reloads.WithLabelValues("failure").Inc()
+		m.reloadOK.Set(0)
+		return
+	}
+	m.reloads.WithLabelValues("success").Inc()
+	m.reloadOK.Set(1)
+}
+
+// observe counts the statuses of a decided request.
+func (m *Metrics) observe(r *decide.Request, resp *decide.Response) {
+	if resp.UnknownDomain {
+		m.unknownDomain.Inc()
+		return
+	}
+	if resp.Mode != decide.ModeStore {
+		m.failDecisions.WithLabelValues(resp.Mode.String()).Inc()
+	}
+	bp := m.bufs.Get().(*[]byte)
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		res := 0
+		switch {
+		case st.Code == decide.OverLimit:
+			res = 1
+		case st.ShadowOverLimit:
+			res = 2
+		}
+		if i >= len(r.Descriptors) {
+			break
+		}
+		b := (*bp)[:0]
+		if st.Rule == nil {
+			b = append(b, 0) // no rule: one series per domain
+			b = append(b, r.Domain...)
+		} else {
+			b = st.Rule.AppendMetricKey(b, r.Descriptors[i].Entries)
+		}
+		*bp = b
+		m.counters(b, r.Domain, st.Rule != nil)[res].Inc()
+	}
+	m.bufs.Put(bp)
+}
+
+// counters returns the counters of the descriptor whose metric key is key
+// (or, without a rule, of the domain), creating them on first use.
+func (m *Metrics) counters(key []byte, domain string, matched bool) *[3]prometheus.Counter {
+	m.mu.RLock()
+	c := m.series[string(key)]
+	m.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	desc := ""
+	if matched {
+		desc = string(key)
+	}
+	c = &[3]prometheus.Counter{
+		m.decisions.WithLabelValues(domain, desc, ResultOK),
+		m.decisions.WithLabelValues(domain, desc, ResultOverLimit),
+		m.decisions.WithLabelValues(domain, desc, ResultShadowOverLimit),
+	}
+	m.mu.Lock()
+	if len(m.series) >= maxCached {
+		clear(m.series)
+	}
+	m.series[string(key)] = c
+	m.mu.Unlock()
+	return c
+}
+
+// modeCollector exports sluice_mode: 1 for the mode in force, 0 for the
+// others, read from the decision service at scrape time.
+type modeCollector struct {
+	desc *prometheus.Desc
+	src  atomic.Pointer[func() decide.Mode]
+}
+
+func newModeCollector() *modeCollector {
+	return &modeCollector{desc: prometheus.NewDesc("sluice_mode",
+		"Where decisions come from: 1 for the mode in force (store, fail_open, fail_closed, local), 0 for the others.",
+		[]string{"mode"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *modeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *modeCollector) Collect(ch chan<- prometheus.Metric) {
+	f := c.src.Load()
+	if f == nil {
+		return
+	}
+	cur := (*f)()
+	for mo := decide.ModeStore; mo <= decide.MaxMode; mo++ {
+		v := 0.0
+		if mo == cur {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, mo.String())
+	}
+}

@@ -1,0 +1,70 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Reasons, as the reason label of sluice_store_errors_total writes them.
+const (
+	reasonTimeout  = "timeout"  // the context's deadline passed
+	reasonCanceled = "canceled" // the caller gave up
+	reasonError    = "error"    // anything else: refused, reset, a script error
+)
+
+// Store decorates a sluice.Store with sluice_store_duration_seconds and
+// sluice_store_errors_total. It is safe for concurrent use as its store is.
+type Store struct {
+	next    sluice.Store
+	m       *Metrics
+	take    prometheus.Observer
+	takeAll prometheus.Observer
+}
+
+var _ sluice.Store = (*Store)(nil)
+
+// Store returns next measured: give the result to decide.Config.Store.
+func (m *Metrics) Store(next sluice.Store) *Store {
+	return &Store{
+		next:    next,
+		m:       m,
+		take:    m.storeDuration.WithLabelValues("take"),
+		takeAll: m.storeDuration.WithLabelValues("take_all"),
+	}
+}
+
+// Take implements sluice.Store.
+func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
+	t := time.Now()
+	d, err := s.next.Take(ctx, key, l, cost)
+	s.take.Observe(time.Since(t).Seconds())
+	s.m.storeError(err)
+	return d, err
+}
+
+// TakeAll implements sluice.Store.
+func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	t := time.Now()
+	err := s.next.TakeAll(ctx, reqs, ds)
+	s.takeAll.Observe(time.Since(t).Seconds())
+	s.m.storeError(err)
+	return err
+}
+
+// storeError counts err, if any, by its reason.
+func (m *Metrics) storeError(err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, context.DeadlineExceeded):
+		m.storeErrors.WithLabelValues(reasonTimeout).Inc()
+	case errors.Is(err, context.Canceled):
+		m.storeErrors.WithLabelValues(reasonCanceled).Inc()
+	default:
+		m.storeErrors.WithLabelValues(reasonError).Inc()
+	}
+}
