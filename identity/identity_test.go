@@ -1,0 +1,457 @@
+package identity
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/sluicehq/sluice/rules"
+)
+
+var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func fixedNow() time.Time { return t0 }
+
+func mustParse(t *testing.T, doc string) *Identity {
+	t.Helper()
+	c, err := Parse("test.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := New(c, fixedNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func request(remote string, headers ...string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "http://api.example/v1/messages?x=1", nil)
+	r.RemoteAddr = remote
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Add(headers[i], headers[i+1])
+	}
+	return r
+}
+
+func TestClientAddr(t *testing.T) {
+	t.Parallel()
+	id := mustParse(t, `
+domain: api
+trusted_proxies: [10.0.0.0/8, "127.0.0.1", "fd00::/8"]
+rate_limits: [{actions: [{remote_address: {}}]}]
+`)
+	tests := []struct {
+		name    string
+		remote  string
+		headers []string
+		want    string
+	}{
+		{"peer without headers", "203.0.113.7:5555", nil, "203.0.113.7"},
+		{"spoofed XFF from an untrusted peer is ignored", "203.0.113.7:5555", []string{"X-Forwarded-For", "198.51.100.1"}, "203.0.113.7"},
+		{"spoofed Forwarded from an untrusted peer is ignored", "203.0.113.7:5555", []string{"Forwarded", "for=198.51.100.1"}, "203.0.113.7"},
+		{"trusted proxy: the hop it saw", "10.1.2.3:80", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+		{"trusted proxy: a client's own XFF entry is left of the real one", "10.1.2.3:80", []string{"X-Forwarded-For", "1.1.1.1, 198.51.100.1"}, "198.51.100.1"},
+		{"two trusted hops are skipped from the right", "127.0.0.1:80", []string{"X-Forwarded-For", "198.51.100.1, 10.9.9.9"}, "198.51.100.1"},
+		{"several XFF header lines read as one list", "127.0.0.1:80", []string{"X-Forwarded-For", "6.6.6.6, 198.51.100.1", "X-Forwarded-For", "10.0.0.1"}, "198.51.100.1"},
+		{"all hops trusted: the leftmost", "127.0.0.1:80", []string{"X-Forwarded-For", "10.0.0.2, 10.0.0.1"}, "10.0.0.2"},
+		{"garbage hop: the last trusted one read", "127.0.0.1:80", []string{"X-Forwarded-For", "nonsense, 10.0.0.1"}, "10.0.0.1"},
+		{"garbage left of a real client is never reached", "127.0.0.1:80", []string{"X-Forwarded-For", "nonsense, 198.51.100.1"}, "198.51.100.1"},
+		{"trusted proxy, no header: the peer", "10.1.2.3:80", nil, "10.1.2.3"},
+		{"XFF with ports", "127.0.0.1:80", []string{"X-Forwarded-For", "198.51.100.1:4000"}, "198.51.100.1"},
+		{"Forwarded from a trusted proxy", "10.1.2.3:80", []string{"Forwarded", `for=192.0.2.60;proto=http, for="[2001:db8:cafe::17]:4711"`}, "2001:db8:cafe::/64"},
+		{"Forwarded obfuscated identifier stops at the trusted hop", "10.1.2.3:80", []string{"Forwarded", "for=_hidden"}, "10.1.2.3"},
+		{"IPv6 peer grouped by /64", "[2001:db8:1:2:aaaa::1]:443", nil, "2001:db8:1:2::/64"},
+		{"IPv6 neighbours share the /64", "[2001:db8:1:2:ffff::9]:443", nil, "2001:db8:1:2::/64"},
+		{"IPv4-mapped IPv6 is IPv4", "[::ffff:203.0.113.7]:443", nil, "203.0.113.7"},
+		{"trusted IPv6 proxy", "[fd00::1]:80", []string{"X-Forwarded-For", "2001:db8::5"}, "2001:db8::/64"},
+		{"no address (unix socket): no descriptor", "@", nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := request(tt.remote, tt.headers...)
+			if got := id.ClientKey(r); got != tt.want {
+				t.Fatalf("ClientKey = %q, want %q", got, tt.want)
+			}
+			ds := id.Descriptors(r)
+			if tt.want == "" {
+				if len(ds) != 0 {
+					t.Fatalf("descriptors %+v, want none", ds)
+				}
+				return
+			}
+			want := []Descriptor{{Entries: []rules.Entry{{Key: "remote_address", Value: tt.want}}, Cost: 1}}
+			if !reflect.DeepEqual(ds, want) {
+				t.Fatalf("descriptors %+v, want %+v", ds, want)
+			}
+		})
+	}
+}
+
+func TestPrefixes(t *testing.T) {
+	t.Parallel()
+	id := mustParse(t, `
+domain: api
+ipv4_prefix: 24
+ipv6_prefix: 48
+rate_limits: [{actions: [{remote_address: {descriptor_key: net}}]}]
+`)
+	tests := []struct{ name, remote, want string }{
+		{"ipv4 /24", "203.0.113.77:1", "203.0.113.0/24"},
+		{"ipv6 /48", "[2001:db8:1:2::1]:1", "2001:db8:1::/48"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ds := id.Descriptors(request(tt.remote))
+			if len(ds) != 1 || ds[0].Entries[0] != (rules.Entry{Key: "net", Value: tt.want}) {
+				t.Fatalf("got %+v, want net=%s", ds, tt.want)
+			}
+		})
+	}
+}
+
+const hsKey = "0123456789abcdef0123456789abcdef"
+
+func sign(t *testing.T, m jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(m, claims).SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "Bearer " + s
+}
+
+func pemPublic(t *testing.T, pub any) string {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
+
+// hybrid is the per-IP and per-user scheme: two descriptors at once.
+const hybrid = `
+domain: api
+trusted_proxies: [10.0.0.0/8]
+jwt: {algorithm: HS256, key: "` + hsKey + `", issuer: sluice-test}
+rate_limits:
+  - actions:
+      - remote_address: {}
+  - actions:
+      - jwt_claim: {claim: sub, descriptor_key: user, default_value: anonymous}
+      - path: {prefix: /v1/}
+`
+
+func TestJWTAndHybrid(t *testing.T) {
+	t.Parallel()
+	id := mustParse(t, hybrid)
+	valid := jwt.MapClaims{"sub": "alice", "iss": "sluice-test", "exp": t0.Add(time.Hour).Unix()}
+	other := rsaKey(t)
+	tests := []struct {
+		name string
+		auth string
+		want string // the user entry
+	}{
+		{"valid token", sign(t, jwt.SigningMethodHS256, []byte(hsKey), valid), "alice"},
+		{"no token", "", "anonymous"},
+		{"not a bearer", "Basic YWxpY2U6cHc=", "anonymous"},
+		{"garbage", "Bearer not.a.jwt", "anonymous"},
+		{"forged: another secret", sign(t, jwt.SigningMethodHS256, []byte("another secret of 32 bytes......"), valid), "anonymous"},
+		{"expired", sign(t, jwt.SigningMethodHS256, []byte(hsKey), jwt.MapClaims{"sub": "alice", "iss": "sluice-test", "exp": t0.Add(-time.Second).Unix()}), "anonymous"},
+		{"not yet valid", sign(t, jwt.SigningMethodHS256, []byte(hsKey), jwt.MapClaims{"sub": "alice", "iss": "sluice-test", "nbf": t0.Add(time.Minute).Unix()}), "anonymous"},
+		{"wrong issuer", sign(t, jwt.SigningMethodHS256, []byte(hsKey), jwt.MapClaims{"sub": "alice", "iss": "evil"}), "anonymous"},
+		{"alg none", sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, valid), "anonymous"},
+		{"another algorithm (RS256)", sign(t, jwt.SigningMethodRS256, other, valid), "anonymous"},
+		{"tampered payload", tamper(sign(t, jwt.SigningMethodHS256, []byte(hsKey), valid)), "anonymous"},
+		{"numeric subject", sign(t, jwt.SigningMethodHS256, []byte(hsKey), jwt.MapClaims{"sub": 12345678901, "iss": "sluice-test"}), "12345678901"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// Behind a shared gateway: every user has the same IP, but
+			// each is limited on its own as well.
+			r := request("10.0.0.1:1", "X-Forwarded-For", "198.51.100.9")
+			if tt.auth != "" {
+				r.Header.Set("Authorization", tt.auth)
+			}
+			want := []Descriptor{
+				{Entries: []rules.Entry{{Key: "remote_address", Value: "198.51.100.9"}}, Cost: 1},
+				{Entries: []rules.Entry{{Key: "user", Value: tt.want}, {Key: "path", Value: "/v1/messages"}}, Cost: 1},
+			}
+			if got := id.Descriptors(r); !reflect.DeepEqual(got, want) {
+				t.Fatalf("got  %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+// tamper changes the subject in a token's payload, keeping its signature.
+func tamper(auth string) string {
+	parts := strings.Split(strings.TrimPrefix(auth, "Bearer "), ".")
+	parts[1] = "eyJzdWIiOiJtYWxsb3J5IiwiaXNzIjoic2x1aWNlLXRlc3QifQ" // {"sub":"mallory","iss":"sluice-test"}
+	return "Bearer " + strings.Join(parts, ".")
+}
+
+func rsaKey(t *testing.T) *rsa.PrivateKey {
+	t.Helper()
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestPublicKeyAlgorithms(t *testing.T) {
+	t.Parallel()
+	rk := rsaKey(t)
+	ek, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ek2, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := jwt.MapClaims{"sub": "bob"}
+	tests := []struct {
+		name string
+		alg  string
+		pub  any
+		auth string
+		want string
+	}{
+		{"RS256 valid", "RS256", &rk.PublicKey, sign(t, jwt.SigningMethodRS256, rk, claims), "bob"},
+		{"ES256 valid", "ES256", &ek.PublicKey, sign(t, jwt.SigningMethodES256, ek, claims), "bob"},
+		{"ES256 signed by another key", "ES256", &ek.PublicKey, sign(t, jwt.SigningMethodES256, ek2, claims), ""},
+		{"RS256 key, HS256 token signed with the public key (algorithm confusion)", "RS256", &rk.PublicKey,
+			sign(t, jwt.SigningMethodHS256, []byte(pemPublic(t, &rk.PublicKey)), claims), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := Config{
+				Domain:     "api",
+				JWT:        &JWTConfig{Algorithm: tt.alg, Key: pemPublic(t, tt.pub)},
+				RateLimits: []RateLimit{{Actions: []Action{{JWTClaim: &JWTClaim{DescriptorKey: "user"}}}}},
+			}
+			id, err := New(c, fixedNow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := id.Descriptors(request("203.0.113.1:1", "Authorization", tt.auth))
+			var got string
+			if len(ds) == 1 {
+				got = ds[0].Entries[0].Value
+			}
+			if got != tt.want {
+				t.Fatalf("user = %q (descriptors %+v), want %q", got, ds, tt.want)
+			}
+		})
+	}
+}
+
+func TestActions(t *testing.T) {
+	t.Parallel()
+	id := mustParse(t, `
+domain: api
+rate_limits:
+  - actions:                               # 0: dropped without the header
+      - request_headers: {header_name: X-API-Key, descriptor_key: api_key}
+  - actions:                               # 1: entry skipped without the header
+      - generic_key: {descriptor_value: all}
+      - request_headers: {header_name: X-Tenant, descriptor_key: tenant, skip_if_absent: true}
+  - actions:                               # 2: default value
+      - request_headers: {header_name: X-Tenant, descriptor_key: tenant, default_value: none}
+  - actions:                               # 3: exact path and method
+      - path: {exact: /login}
+      - method: {}
+  - actions:                               # 4: regex path, named group value
+      - path: {regex: "^/users/[0-9]+$", descriptor_value: user-by-id}
+  - actions:                               # 5: header match
+      - header_value_match: {descriptor_value: mobile, headers: [{name: User-Agent, prefix_match: "App/"}]}
+  - actions:                               # 6: inverted header match, cost
+      - header_value_match: {descriptor_key: anon, descriptor_value: "yes", expect_match: false, headers: [{name: Authorization}]}
+    cost: 3
+  - actions:                               # 7: pseudo-header
+      - request_headers: {header_name: ":authority", descriptor_key: host}
+`)
+	e := func(kv ...string) []rules.Entry {
+		var es []rules.Entry
+		for i := 0; i < len(kv); i += 2 {
+			es = append(es, rules.Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		return es
+	}
+	tests := []struct {
+		name    string
+		method  string
+		target  string
+		headers []string
+		want    []Descriptor
+	}{
+		{"bare GET", "GET", "/", nil, []Descriptor{
+			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("anon", "yes"), 3}, {e("host", "api.example"), 1}}},
+		{"headers present", "GET", "/", []string{"X-API-Key", "k1", "X-Tenant", "acme", "Authorization", "Bearer x", "User-Agent", "App/1.2"}, []Descriptor{
+			{e("api_key", "k1"), 1}, {e("generic_key", "all", "tenant", "acme"), 1}, {e("tenant", "acme"), 1}, {e("header_match", "mobile"), 1}, {e("host", "api.example"), 1}}},
+		{"empty header is absent", "GET", "/", []string{"X-API-Key", "", "Authorization", "Bearer x"}, []Descriptor{
+			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("host", "api.example"), 1}}},
+		{"exact path with method", "POST", "/login", []string{"Authorization", "Bearer x"}, []Descriptor{
+			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("path", "/login", "method", "POST"), 1}, {e("host", "api.example"), 1}}},
+		{"dot segments cannot dodge a path limit", "POST", "/static/..//login", []string{"Authorization", "Bearer x"}, []Descriptor{
+			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("path", "/login", "method", "POST"), 1}, {e("host", "api.example"), 1}}},
+		{"regex path", "GET", "/users/42", []string{"Authorization", "Bearer x"}, []Descriptor{
+			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("path", "user-by-id"), 1}, {e("host", "api.example"), 1}}},
+		{"regex path not matching", "GET", "/users/me", []string{"Authorization", "Bearer x"}, []Descriptor{
+			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("host", "api.example"), 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := httptest.NewRequest(tt.method, "http://api.example"+tt.target, nil)
+			for i := 0; i+1 < len(tt.headers); i += 2 {
+				r.Header.Add(tt.headers[i], tt.headers[i+1])
+			}
+			if got := id.Descriptors(r); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got  %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		doc  string
+		want string
+	}{
+		{"unknown field", "domain: api\nrate_limits:\n  - actions:\n      - remote_adress: {}\n", "test.yaml:4: field remote_adress not found"},
+		{"missing domain", "rate_limits: []\n", "domain: required"},
+		{"bad CIDR", "domain: api\ntrusted_proxies:\n  - 10.0.0.0/8\n  - 10.0.0/33\n", "test.yaml:4: trusted_proxies[1]: \"10.0.0/33\" is neither"},
+		{"bad regex", "domain: api\nrate_limits:\n  - actions:\n      - path: {regex: \"([a-z\"}\n", "test.yaml:4: rate_limits[0].actions[0].path.regex: bad regex"},
+		{"no action kind", "domain: api\nrate_limits:\n  - actions:\n      - {}\n", "test.yaml:4: rate_limits[0].actions[0]: want exactly one of"},
+		{"two action kinds", "domain: api\nrate_limits:\n  - actions:\n      - {method: {}, remote_address: {}}\n", "want exactly one of remote_address"},
+		{"header without name", "domain: api\nrate_limits:\n  - actions:\n      - request_headers: {descriptor_key: k}\n", "rate_limits[0].actions[0].request_headers.header_name: required"},
+		{"bad jwt algorithm", "domain: api\njwt:\n  algorithm: none\n  key: x\n", "test.yaml:3: jwt.algorithm: want HS256, RS256 or ES256"},
+		{"bad RS256 key", "domain: api\njwt:\n  algorithm: RS256\n  key: not a pem\n", "test.yaml:4: jwt.key: RS256 public key"},
+		{"bad prefix", "domain: api\nipv6_prefix: 129\n", "test.yaml:2: ipv6_prefix: must be 1 to 128"},
+		{"wrong type", "domain: api\nipv6_prefix: wide\n", "test.yaml:2: cannot unmarshal"},
+		{"negative cost", "domain: api\nrate_limits:\n  - actions: [{method: {}}]\n    cost: -1\n", "test.yaml:4: rate_limits[0].cost: must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse("test.yaml", []byte(tt.doc))
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %v (%T), want a *ConfigError", err, err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %q, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	c, err := Load("testdata/hybrid.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(c, nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.Domain != "api" || len(c.RateLimits) != 2 {
+		t.Fatalf("loaded %+v", c)
+	}
+	if _, err := Load("testdata/missing.yaml"); err == nil {
+		t.Fatal("loading a missing file succeeded")
+	}
+}
+
+// FuzzClientIP feeds arbitrary peers and forwarding headers: the result is
+// always either the peer or an address that appears in the headers, and
+// never one when the peer is not trusted.
+func FuzzClientIP(f *testing.F) {
+	f.Add("10.0.0.1:80", "198.51.100.1, 10.0.0.2", "")
+	f.Add("203.0.113.1:80", "1.1.1.1", "for=2.2.2.2")
+	f.Add("[fd00::1]:80", "", `for="[2001:db8::1]:80";proto=https, for=unknown`)
+	f.Add("127.0.0.1:1", ",,,", "for=;for=\"")
+	f.Add("@", "[::1]", "")
+	id, err := New(Config{Domain: "d", TrustedProxies: []string{"10.0.0.0/8", "fd00::/8", "127.0.0.1"}}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, remote, xff, fwd string) {
+		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		if fwd != "" {
+			r.Header.Set("Forwarded", fwd)
+		}
+		got := id.ClientAddr(r)
+		peer := parseHost(remote)
+		if !peer.IsValid() || !id.isTrusted(peer) {
+			if got != peer {
+				t.Fatalf("untrusted peer %q: got %v", remote, got)
+			}
+			return
+		}
+		if got != peer && !strings.Contains(strings.ToLower(xff+fwd), strings.ToLower(strings.SplitN(got.String(), ":", 2)[0])) {
+			t.Fatalf("got %v, which is neither the peer nor in the headers", got)
+		}
+		_ = id.group(got)
+	})
+}
+
+// FuzzForwarded checks that parsing Forwarded values never panics and
+// yields one hop per element.
+func FuzzForwarded(f *testing.F) {
+	f.Add(`for=192.0.2.60;proto=http;by=203.0.113.43`)
+	f.Add(`For="[2001:db8:cafe::17]:4711", for=unknown`)
+	f.Add(`;;,=,for`)
+	f.Fuzz(func(t *testing.T, v string) {
+		hops := forwardedHops(v)
+		if len(hops) != strings.Count(v, ",")+1 {
+			t.Fatalf("%d hops for %d elements", len(hops), strings.Count(v, ",")+1)
+		}
+		for _, h := range hops {
+			_ = parseHost(h)
+		}
+	})
+}
+
+// FuzzBearer checks the Authorization parser and that a garbage token is
+// never trusted.
+func FuzzBearer(f *testing.F) {
+	f.Add("Bearer abc.def.ghi")
+	f.Add("bearer ")
+	f.Add("Basic xyz")
+	id, err := New(Config{Domain: "d", JWT: &JWTConfig{Algorithm: "HS256", Key: hsKey},
+		RateLimits: []RateLimit{{Actions: []Action{{JWTClaim: &JWTClaim{DescriptorKey: "user", DefaultValue: "anon"}}}}}}, fixedNow)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		r := &http.Request{RemoteAddr: "203.0.113.1:1", Header: http.Header{"Authorization": {h}}}
+		ds := id.Descriptors(r)
+		if len(ds) != 1 || ds[0].Entries[0].Value != "anon" {
+			t.Fatalf("unsigned header %q gave %+v", h, ds)
+		}
+	})
+}
