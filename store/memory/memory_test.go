@@ -1,0 +1,420 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// t0 is the fake clocks' start.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// fakeClock is a clock tests set by hand.
+type fakeClock struct{ us atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.us.Store(t0.UnixMicro())
+	return c
+}
+
+func (c *fakeClock) now() time.Time          { return time.UnixMicro(c.us.Load()) }
+func (c *fakeClock) advance(d time.Duration) { c.us.Add(d.Microseconds()) }
+
+// newStore returns a store that decides by now and is closed when t ends.
+func newStore(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"default", Config{MaxEntries: 1 << 16, Shards: 16}},
+		{"one shard", Config{MaxEntries: 1 << 10, Shards: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T, now func() time.Time) sluice.Store {
+				cfg := tc.cfg
+				cfg.Now = now
+				return newStore(t, cfg)
+			})
+		})
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	ok := DefaultConfig()
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+	}{
+		{"no entries", func(c *Config) { c.MaxEntries = 0 }},
+		{"shards not a power of two", func(c *Config) { c.Shards = 12 }},
+		{"no shards", func(c *Config) { c.Shards = 0 }},
+		{"more shards than entries", func(c *Config) { c.MaxEntries, c.Shards = 4, 8 }},
+		{"no clock resolution", func(c *Config) { c.ClockResolution = 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ok
+			tc.change(&cfg)
+			if s, err := New(cfg); err == nil {
+				s.Close()
+				t.Fatalf("New(%+v): no error", cfg)
+			}
+		})
+	}
+}
+
+func TestDefaultConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	s := newStore(t, cfg)
+	if n := len(s.shards); n&(n-1) != 0 || n < 16 {
+		t.Fatalf("%d shards by default: want a power of two, at least 16", n)
+	}
+	d, err := s.Take(context.Background(), "k", sluice.Limit{Rate: 2, Period: time.Minute}, 1)
+	if err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("Take on the default store: %+v, %v", d, err)
+	}
+}
+
+func TestClosed(t *testing.T) {
+	s, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	l := sluice.Limit{Rate: 1, Period: time.Second}
+	if _, err := s.Take(context.Background(), "k", l, 1); err == nil {
+		t.Fatal("Take after Close: no error")
+	}
+	if err := s.TakeAll(context.Background(), []sluice.Request{{Key: "k", Limit: l, Cost: 1}}, make([]sluice.Decision, 1)); err == nil {
+		t.Fatal("TakeAll after Close: no error")
+	}
+}
+
+// randomIPv6 returns a random IPv6 address, as a flood of clients sends.
+func randomIPv6(rng *rand.Rand) string {
+	var a [16]byte
+	for i := range a {
+		a[i] = byte(rng.Uint32())
+	}
+	return netip.AddrFrom16(a).String()
+}
+
+// entries returns the number of live entries and checks the shards'
+// bookkeeping: every index slot holds its key, every other slot is free.
+func entries(t *testing.T, s *Store) int {
+	t.Helper()
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		if uint32(len(sh.index)) > sh.budget {
+			t.Errorf("shard %d holds %d entries, budget %d", i, len(sh.index), sh.budget)
+		}
+		if got, want := len(sh.index)+len(sh.free), int(sh.used); got != want {
+			t.Errorf("shard %d: %d live + %d free slots, %d used", i, len(sh.index), len(sh.free), sh.used)
+		}
+		for k, j := range sh.index {
+			if e := sh.at(j); e.key != k {
+				t.Errorf("shard %d: slot %d holds %q, the index says %q", i, j, e.key, k)
+			}
+		}
+		n += len(sh.index)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func TestFloodStaysWithinBudget(t *testing.T) {
+	const maxEntries = 1 << 12
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	c := newFakeClock()
+	s := newStore(t, Config{MaxEntries: maxEntries, Shards: 8, Now: c.now})
+	l := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 10, Period: time.Hour}
+	ctx := context.Background()
+	// A client in steady use while the flood goes on.
+	hot := "2001:db8::1"
+	var hotAdmitted int64
+	for i := range 20 * maxEntries {
+		if _, err := s.Take(ctx, randomIPv6(rng), l, 1); err != nil {
+			t.Fatal(err)
+		}
+		if i%256 == 0 {
+			d, err := s.Take(ctx, hot, l, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i > 0 && d.Remaining != l.Rate-1 {
+				t.Fatalf("after %d flood keys, the client in use has %d remaining, want %d: it was forgotten", i, d.Remaining, l.Rate-1)
+			}
+			if i == 0 {
+				if d, _ := s.Take(ctx, hot, l, 1); d.Allowed {
+					hotAdmitted++
+				}
+			}
+		}
+		if i%1024 == 0 {
+			c.advance(time.Millisecond)
+		}
+	}
+	if hotAdmitted != 1 {
+		t.Fatalf("the client in use was admitted %d times, want 1", hotAdmitted)
+	}
+	n := entries(t, s)
+	if n > maxEntries {
+		t.Fatalf("%d entries after the flood, budget %d", n, maxEntries)
+	}
+	if n < maxEntries/2 {
+		t.Fatalf("%d entries after the flood of %d keys, budget %d: evicting far too much", n, 20*maxEntries, maxEntries)
+	}
+}
+
+func TestExpiredEvictedBeforeLive(t *testing.T) {
+	const budget = 64
+	c := newFakeClock()
+	s := newStore(t, Config{MaxEntries: budget, Shards: 1, Now: c.now})
+	ctx := context.Background()
+	short := sluice.Limit{Rate: 5, Period: time.Second}
+	long := sluice.Limit{Rate: 5, Period: time.Hour}
+	c.us.Store(t0.Truncate(time.Hour).Add(time.Hour).UnixMicro()) // start of an hour
+	var live, expired []string
+	for i := range budget {
+		k := fmt.Sprintf("key:%d", i)
+		l := long
+		if i%2 == 0 {
+			l, expired = short, append(expired, k)
+		} else {
+			live = append(live, k)
+		}
+		if _, err := s.Take(ctx, k, l, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.advance(5 * time.Second) // the short limits' states are fresh again
+	for i := range budget / 4 {
+		if _, err := s.Take(ctx, fmt.Sprintf("new:%d", i), long, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh := &s.shards[0]
+	for _, k := range live {
+		if _, ok := sh.index[k]; !ok {
+			t.Errorf("live key %s evicted while expired keys were there", k)
+		}
+	}
+	gone := 0
+	for _, k := range expired {
+		if _, ok := sh.index[k]; !ok {
+			gone++
+		}
+	}
+	if gone < budget/4 {
+		t.Errorf("%d expired keys evicted for %d new ones", gone, budget/4)
+	}
+	if n := entries(t, s); n > budget {
+		t.Fatalf("%d entries, budget %d", n, budget)
+	}
+}
+
+// TestEvictionOnlyForgets runs random traffic through a store much smaller
+// than its keys, and checks every decision: on a key the store holds, it is
+// the decision of an unbounded store (a local state that saw every request
+// the store applied); on a key the store has forgotten, it is a fresh key's
+// decision, and at least as lenient as the unbounded store's.
+func TestEvictionOnlyForgets(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
+		t.Run(a.String(), func(t *testing.T) {
+			c := newFakeClock()
+			s := newStore(t, Config{MaxEntries: 32, Shards: 2, Now: c.now})
+			l := sluice.Limit{Algorithm: a, Rate: 3, Period: 500 * time.Millisecond}
+			unbounded := map[string]*sluice.State{}
+			forgotten := 0
+			for range 3000 {
+				c.advance(time.Duration(rng.Int64N(int64(20 * time.Millisecond))).Truncate(time.Microsecond))
+				k := fmt.Sprintf("key:%d", rng.IntN(64))
+				cost := rng.Int64N(3)
+				ref := unbounded[k]
+				if ref == nil {
+					ref = &sluice.State{}
+					unbounded[k] = ref
+				}
+				sh := &s.shards[s.shardIndex(k)]
+				_, held := sh.index[k]
+				got, err := s.Take(context.Background(), k, l, cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := l.Take(ref, c.now(), cost)
+				if held {
+					if got != want {
+						t.Fatalf("key %s, held: %+v, want %+v", k, got, want)
+					}
+					continue
+				}
+				var fresh sluice.State
+				if f := l.Take(&fresh, c.now(), cost); got != f {
+					t.Fatalf("key %s, forgotten: %+v, want a fresh key's %+v", k, got, f)
+				}
+				if want.Allowed && !got.Allowed || got.Remaining < want.Remaining {
+					t.Fatalf("key %s, forgotten: %+v is stricter than %+v", k, got, want)
+				}
+				if got != want {
+					forgotten++
+				}
+				*ref = fresh // the store's state from now on
+			}
+			if forgotten == 0 {
+				t.Fatal("no decision on a forgotten key differed: the test does not test eviction")
+			}
+		})
+	}
+}
+
+// TestCoarseClock checks the store's clock against time.Now: never ahead,
+// never going back, and usually within a few resolutions behind.
+func TestCoarseClock(t *testing.T) {
+	const resolution = time.Millisecond
+	c := newCoarseClock(resolution)
+	defer c.close()
+	prev := c.now()
+	var lags []int64
+	changes := 0
+	deadline := time.Now().Add(10 * time.Second) // only reached on a machine far too loaded
+	for changes < 50 && time.Now().Before(deadline) {
+		before := time.Now().UnixMicro()
+		got := c.now()
+		after := time.Now().UnixMicro()
+		if got < prev {
+			t.Fatalf("the clock went back from %d to %d", prev, got)
+		}
+		if got > after {
+			t.Fatalf("the clock reads %dµs ahead of time.Now", got-after)
+		}
+		if got != prev {
+			changes++
+		}
+		lags = append(lags, before-got)
+		prev = got
+		time.Sleep(resolution / 4)
+	}
+	if changes < 50 {
+		t.Fatalf("the clock changed %d times in 10s, resolution %v", changes, resolution)
+	}
+	slices.Sort(lags)
+	median := time.Duration(lags[len(lags)/2]) * time.Microsecond
+	t.Logf("lag behind time.Now: median %v, max %v", median, time.Duration(lags[len(lags)-1])*time.Microsecond)
+	if median > 5*resolution {
+		t.Fatalf("the clock lags time.Now by %v (median), resolution %v", median, resolution)
+	}
+}
+
+func TestAdvanceNeverGoesBack(t *testing.T) {
+	c := &coarseClock{}
+	for _, tc := range []struct {
+		name string
+		set  int64
+		want int64
+	}{
+		{"forward", 100, 100},
+		{"back", 50, 100},
+		{"same", 100, 100},
+		{"forward again", 101, 101},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.advance(tc.set)
+			if got := c.now(); got != tc.want {
+				t.Fatalf("after advance(%d): %d, want %d", tc.set, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	unit := int64(1) << expiryShift
+	for _, tc := range []struct {
+		name string
+		now  int64
+		d    time.Duration
+		want uint32
+	}{
+		{"zero", 0, 0, 0},
+		{"rounded up", unit*5 + 1, 0, 6},
+		{"exact", unit * 5, time.Duration(unit) * time.Microsecond, 6},
+		{"never", unit, sluice.Never, 1<<32 - 1},
+		{"far future", (1<<32 - 1) * unit, time.Second, 1<<32 - 1},
+		{"before the epoch", -unit, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := expiry(tc.now, tc.d); got != tc.want {
+				t.Fatalf("expiry(%d, %v) = %d, want %d", tc.now, tc.d, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestZeroAllocations(t *testing.T) {
+	c := newFakeClock()
+	s := newStore(t, Config{MaxEntries: 1 << 10, Shards: 4, Now: c.now})
+	ctx := context.Background()
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
+		t.Run(a.String(), func(t *testing.T) {
+			l := sluice.Limit{Algorithm: a, Rate: 1000, Period: time.Second}
+			reqs := []sluice.Request{{Key: "a:" + a.String(), Limit: l, Cost: 1}, {Key: "b:" + a.String(), Limit: l, Cost: 1}}
+			ds := make([]sluice.Decision, 2)
+			if err := s.TakeAll(ctx, reqs, ds); err != nil {
+				t.Fatal(err)
+			}
+			if n := testing.AllocsPerRun(100, func() {
+				if _, err := s.Take(ctx, reqs[0].Key, l, 1); err != nil {
+					t.Fatal(err)
+				}
+			}); n != 0 {
+				t.Errorf("Take on a held key: %v allocations", n)
+			}
+			if n := testing.AllocsPerRun(100, func() {
+				if err := s.TakeAll(ctx, reqs, ds); err != nil {
+					t.Fatal(err)
+				}
+			}); n != 0 {
+				t.Errorf("TakeAll on held keys: %v allocations", n)
+			}
+		})
+	}
+}
