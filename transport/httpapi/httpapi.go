@@ -1,0 +1,240 @@
+// Package httpapi serves sluice over HTTP: the JSON decision API, whose
+// bodies are Envoy's RateLimitRequest and RateLimitResponse in protobuf's
+// canonical JSON (so HTTP and gRPC callers see the same answers), Envoy
+// ratelimit's own /json endpoint, health and readiness, the rules in force,
+// and Prometheus metrics. More handlers (forward-auth, say) are mounted with
+// Handle.
+//
+// Routes:
+//
+//	POST /v1/decide  decide; 200 with the verdict in the body
+//	POST /json       decide as Envoy's ratelimit does: 429 when over the limit
+//	GET  /healthz    200 while the process serves
+//	GET  /readyz     200 once rules are loaded, 503 before and while draining
+//	GET  /v1/rules   the rules in force, as JSON
+//	GET  /metrics    Prometheus metrics of the registry given
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluicehq/sluice/rules"
+)
+
+// RateLimiter answers Envoy's rate limit requests; *envoyrls.Server is one.
+// Errors are gRPC status errors: InvalidArgument for a bad request.
+type RateLimiter interface {
+	ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error)
+}
+
+// Config configures the HTTP API.
+type Config struct {
+	// RateLimiter decides. Required.
+	RateLimiter RateLimiter
+	// Rules returns the rules in force, or nil until they are loaded.
+	// Required.
+	Rules func() *rules.Set
+	// Mode says how decisions are made (store, failure mode), for /readyz.
+	Mode string
+	// Gatherer is the registry /metrics serves; nil leaves /metrics out.
+	Gatherer prometheus.Gatherer
+	// MaxBodyBytes bounds request bodies; larger ones get 413.
+	MaxBodyBytes int64
+}
+
+// DefaultConfig returns a Config with the defaults; RateLimiter and Rules
+// remain to be set.
+func DefaultConfig() Config {
+	return Config{
+		MaxBodyBytes: 1 << 20, // 1 MiB: Envoy's requests are a few hundred bytes
+	}
+}
+
+// Handler is the HTTP API. It is safe for concurrent use, including Handle
+// while serving.
+type Handler struct {
+	cfg      Config
+	mux      *http.ServeMux
+	draining atomic.Bool
+}
+
+// New returns the API's handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.RateLimiter == nil || cfg.Rules == nil {
+		return nil, errors.New("httpapi: RateLimiter and Rules are required")
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultConfig().MaxBodyBytes
+	}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux()}
+	h.mux.HandleFunc("POST /v1/decide", func(w http.ResponseWriter, r *http.Request) { h.decide(w, r, false) })
+	h.mux.HandleFunc("POST /json", func(w http.ResponseWriter, r *http.Request) { h.decide(w, r, true) })
+	h.mux.HandleFunc("GET /healthz", h.healthz)
+	h.mux.HandleFunc("GET /readyz", h.readyz)
+	h.mux.HandleFunc("GET /v1/rules", h.rules)
+	if cfg.Gatherer != nil {
+		h.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	return h, nil
+}
+
+// Handle mounts handler at pattern, in http.ServeMux's syntax ("GET
+// /v1/auth"). It returns an error for a pattern that is invalid or
+// conflicts with a route already mounted.
+func (h *Handler) Handle(pattern string, handler http.Handler) (err error) {
+	if handler == nil {
+		return fmt.Errorf("mount %q: nil handler", pattern)
+	}
+	// ServeMux reports bad patterns by panicking; turn that into an error.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("mount %q: %v", pattern, r)
+		}
+	}()
+	h.mux.Handle(pattern, handler)
+	return nil
+}
+
+// Drain makes /readyz answer 503 so that load balancers stop sending
+// requests before the server shuts down. Other routes keep answering.
+func (h *Handler) Drain() { h.draining.Store(true) }
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// decodeRequest reads Envoy's RateLimitRequest in protobuf's JSON from
+// body. Unknown fields are errors.
+func decodeRequest(body []byte) (*rlsv3.RateLimitRequest, error) {
+	req := &rlsv3.RateLimitRequest{}
+	if err := protojson.Unmarshal(body, req); err != nil {
+		return nil, fmt.Errorf("decode RateLimitRequest: %w", err)
+	}
+	return req, nil
+}
+
+// decide answers POST /v1/decide and, with envoyStatus, POST /json: 429
+// when over the limit, as Envoy's ratelimit service answers on /json.
+func (h *Handler) decide(w http.ResponseWriter, r *http.Request, envoyStatus bool) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	body, err := readAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes), (*bp)[:0])
+	*bp = body[:0]
+	if err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
+		return
+	}
+	req, err := decodeRequest(body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	resp, err := h.cfg.RateLimiter.ShouldRateLimit(r.Context(), req)
+	if err != nil {
+		st := status.Convert(err)
+		code := http.StatusInternalServerError
+		switch st.Code() {
+		case codes.InvalidArgument:
+			code = http.StatusBadRequest
+		case codes.DeadlineExceeded, codes.Canceled, codes.Unavailable:
+			code = http.StatusServiceUnavailable
+		}
+		writeError(w, code, st.Message())
+		return
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "encode RateLimitResponse: "+err.Error())
+		return
+	}
+	hdr := w.Header()
+	for _, hv := range resp.GetResponseHeadersToAdd() {
+		hdr.Add(hv.GetKey(), hv.GetValue())
+	}
+	hdr.Set("Content-Type", "application/json")
+	if envoyStatus && resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(out) //nolint:errcheck // the client went away; nothing to do
+}
+
+// readAll appends all of r to b, as io.ReadAll does, reusing b's capacity.
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
+	set := h.cfg.Rules()
+	switch {
+	case h.draining.Load():
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "mode": h.cfg.Mode})
+	case set == nil:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "rules not loaded", "mode": h.cfg.Mode})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "mode": h.cfg.Mode, "rules": set.Version()})
+	}
+}
+
+func (h *Handler) rules(w http.ResponseWriter, _ *http.Request) {
+	set := h.cfg.Rules()
+	if set == nil {
+		writeError(w, http.StatusServiceUnavailable, "rules not loaded")
+		return
+	}
+	writeJSON(w, http.StatusOK, set)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "encode: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n')) //nolint:errcheck // the client went away; nothing to do
+}
+
+// writeError answers {"error": msg} with code.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	b, _ := json.Marshal(map[string]string{"error": msg}) // a map of strings always encodes
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n')) //nolint:errcheck // the client went away; nothing to do
+}
