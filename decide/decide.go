@@ -150,7 +150,8 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	var resp *Response
 	if n == 1 {
 		ro := new(responseOne)
-		resp, resp.Statuses = &ro.r, ro.s[:]
+		resp = &ro.r
+		resp.Statuses = ro.s[:]
 	} else {
 		resp = &Response{Statuses: make([]Status, n)}
 	}

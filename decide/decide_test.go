@@ -1,0 +1,356 @@
+package decide_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+)
+
+// want is the expected status of one descriptor. unit names the binding
+// limit by its unit ("" for no limit); retry is checked when not zero.
+type want struct {
+	code       decide.Code
+	unit       string
+	remaining  int64
+	shadowOver bool
+	retry      time.Duration
+}
+
+var (
+	ok = func(unit string, remaining int64) want {
+		return want{code: decide.OK, unit: unit, remaining: remaining}
+	}
+	over = func(unit string, retry time.Duration) want {
+		return want{code: decide.OverLimit, unit: unit, retry: retry}
+	}
+	nolimit = want{code: decide.OK}
+)
+
+// step is one decision of a scenario, after moving the clock by advance.
+type step struct {
+	advance time.Duration
+	req     *decide.Request
+	overall decide.Code
+	want    []want
+}
+
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		rules string
+		steps []step
+	}{
+		{
+			name: "one counter per value, fixed window",
+			rules: `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`,
+			steps: []step{
+				{req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("minute", 2)}},
+				{req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("minute", 1)}},
+				{req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("minute", 0)}},
+				{advance: 15 * time.Second, req: req("api", []string{"user", "alice"}), overall: decide.OverLimit, want: []want{over("minute", 45*time.Second)}},
+				{req: req("api", []string{"user", "bob"}), overall: decide.OK, want: []want{ok("minute", 2)}},
+				{advance: 45 * time.Second, req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("minute", 2)}},
+			},
+		},
+		{
+			name: "several limits on one descriptor: the one with the least remaining binds",
+			rules: `
+domain: api
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: second, requests_per_unit: 2}
+      - {unit: minute, requests_per_unit: 5}
+`,
+			steps: []step{
+				{req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("second", 1)}},
+				{req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("second", 0)}},
+				{req: req("api", []string{"user", "alice"}), overall: decide.OverLimit, want: []want{over("second", time.Second)}},
+				{advance: time.Second, req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("second", 1)}},
+				{req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("second", 0)}}, // second 0, minute 1
+				{advance: time.Second, req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("minute", 0)}},
+				{req: req("api", []string{"user", "alice"}), overall: decide.OverLimit, want: []want{over("minute", 58*time.Second)}},
+			},
+		},
+		{
+			name: "a request denied by one descriptor consumes nothing of the others",
+			rules: `
+domain: api
+descriptors:
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`,
+			steps: []step{
+				{req: req("api", []string{"ip", "10.0.0.1"}, []string{"user", "alice"}), overall: decide.OK, want: []want{ok("minute", 0), ok("minute", 9)}},
+				// ip denies: user reports what it would have decided (8 left) but consumes nothing.
+				{req: req("api", []string{"ip", "10.0.0.1"}, []string{"user", "alice"}), overall: decide.OverLimit, want: []want{over("minute", time.Minute), ok("minute", 8)}},
+				{req: req("api", []string{"ip", "10.0.0.1"}, []string{"user", "alice"}), overall: decide.OverLimit, want: []want{over("minute", time.Minute), ok("minute", 8)}},
+				{req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("minute", 8)}},
+			},
+		},
+		{
+			name: "shadow mode reports over limit and answers OK, and never blocks the others",
+			rules: `
+domain: api
+descriptors:
+  - key: export
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`,
+			steps: []step{
+				{req: req("api", []string{"export", "x"}, []string{"user", "alice"}), overall: decide.OK, want: []want{ok("minute", 0), ok("minute", 4)}},
+				{req: req("api", []string{"export", "x"}, []string{"user", "alice"}), overall: decide.OK, want: []want{{code: decide.OK, unit: "minute", shadowOver: true, retry: time.Minute}, ok("minute", 3)}},
+				{req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("minute", 2)}},
+			},
+		},
+		{
+			name: "soft throttling admits exceed_percent more and reports the nominal limit",
+			rules: `
+domain: api
+descriptors:
+  - key: path
+    value: /search
+    rate_limit: {unit: minute, requests_per_unit: 5, throttling: soft, exceed_percent: 40}
+`,
+			steps: []step{
+				{req: req("api", []string{"path", "/search"}), overall: decide.OK, want: []want{ok("minute", 4)}},
+				{req: withCost(req("api", []string{"path", "/search"}), 4), overall: decide.OK, want: []want{ok("minute", 0)}},
+				// 5 × 1.4 = 7: two more pass, reporting nothing remaining.
+				{req: req("api", []string{"path", "/search"}), overall: decide.OK, want: []want{ok("minute", 0)}},
+				{req: req("api", []string{"path", "/search"}), overall: decide.OK, want: []want{ok("minute", 0)}},
+				{req: req("api", []string{"path", "/search"}), overall: decide.OverLimit, want: []want{over("minute", time.Minute)}},
+			},
+		},
+		{
+			name: "unlimited and unmatched descriptors are OK with no limit",
+			rules: `
+domain: api
+descriptors:
+  - key: user
+    value: admin
+    rate_limit: {unlimited: true}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`,
+			steps: []step{
+				{req: req("api", []string{"user", "admin"}, []string{"plan", "gold"}), overall: decide.OK, want: []want{nolimit, nolimit}},
+				{req: req("api", []string{"user", "admin"}, []string{"user", "bob"}), overall: decide.OK, want: []want{nolimit, ok("minute", 0)}},
+				{req: req("api", []string{"user", "admin"}, []string{"user", "bob"}), overall: decide.OverLimit, want: []want{nolimit, over("minute", time.Minute)}},
+			},
+		},
+		{
+			name: "share_threshold: every value the wildcard matches shares one counter",
+			rules: `
+domain: api
+descriptors:
+  - key: path
+    value: /shared/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /own/*
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`,
+			steps: []step{
+				{req: req("api", []string{"path", "/shared/a"}), overall: decide.OK, want: []want{ok("minute", 1)}},
+				{req: req("api", []string{"path", "/shared/b"}), overall: decide.OK, want: []want{ok("minute", 0)}},
+				{req: req("api", []string{"path", "/shared/c"}), overall: decide.OverLimit, want: []want{over("minute", time.Minute)}},
+				{req: req("api", []string{"path", "/own/a"}), overall: decide.OK, want: []want{ok("minute", 1)}},
+				{req: req("api", []string{"path", "/own/b"}), overall: decide.OK, want: []want{ok("minute", 1)}},
+			},
+		},
+		{
+			name: "cost 0 checks without counting; a cost above the limit never passes",
+			rules: `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`,
+			steps: []step{
+				{req: withCost(req("api", []string{"user", "alice"}), 0), overall: decide.OK, want: []want{ok("minute", 3)}},
+				{req: withCost(req("api", []string{"user", "alice"}), 2), overall: decide.OK, want: []want{ok("minute", 1)}},
+				{req: withCost(req("api", []string{"user", "alice"}), 0), overall: decide.OK, want: []want{ok("minute", 1)}},
+				{req: withCost(req("api", []string{"user", "bob"}), 4), overall: decide.OverLimit, want: []want{over("minute", sluice.Never)}},
+			},
+		},
+		{
+			name: "replaces: a limit named by another matched limit is left out",
+			rules: `
+domain: api
+descriptors:
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 1, name: per_ip}
+  - key: partner
+    rate_limit:
+      unit: minute
+      requests_per_unit: 5
+      replaces: [{name: per_ip}]
+`,
+			steps: []step{
+				{req: req("api", []string{"ip", "1.2.3.4"}, []string{"partner", "acme"}), overall: decide.OK, want: []want{nolimit, ok("minute", 4)}},
+				{req: req("api", []string{"ip", "1.2.3.4"}, []string{"partner", "acme"}), overall: decide.OK, want: []want{nolimit, ok("minute", 3)}},
+				{req: req("api", []string{"ip", "1.2.3.4"}), overall: decide.OK, want: []want{ok("minute", 0)}},
+				{req: req("api", []string{"ip", "1.2.3.4"}), overall: decide.OverLimit, want: []want{over("minute", time.Minute)}},
+			},
+		},
+		{
+			name: "an unknown domain is OK with no limit",
+			rules: `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`,
+			steps: []step{
+				{req: req("other", []string{"user", "alice"}), overall: decide.OK, want: []want{nolimit}},
+				{req: req("other", []string{"user", "alice"}), overall: decide.OK, want: []want{nolimit}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			s := newService(t, loadRules(t, tt.rules), clk, decide.DefaultConfig())
+			for i, st := range tt.steps {
+				clk.Advance(st.advance)
+				resp := decideOK(t, s, st.req)
+				if resp.Overall != st.overall {
+					t.Errorf("step %d: overall %v, want %v", i, resp.Overall, st.overall)
+				}
+				if resp.Mode != decide.ModeStore {
+					t.Errorf("step %d: mode %v, want store", i, resp.Mode)
+				}
+				for j, w := range st.want {
+					checkStatus(t, i, j, resp.Statuses[j], w)
+				}
+			}
+		})
+	}
+}
+
+func checkStatus(t *testing.T, step, desc int, got decide.Status, w want) {
+	t.Helper()
+	unit := ""
+	if got.Limit != nil {
+		unit = got.Limit.Unit
+	}
+	if got.Code != w.code || unit != w.unit || got.ShadowOverLimit != w.shadowOver {
+		t.Errorf("step %d descriptor %d: code %v limit %q shadow over %v, want %v %q %v",
+			step, desc, got.Code, unit, got.ShadowOverLimit, w.code, w.unit, w.shadowOver)
+	}
+	if w.unit == "" {
+		return
+	}
+	if got.Decision.Remaining != w.remaining && w.code == decide.OK {
+		t.Errorf("step %d descriptor %d: remaining %d, want %d", step, desc, got.Decision.Remaining, w.remaining)
+	}
+	if got.Decision.Limit != got.Limit.Limit.Rate && got.Decision.Limit != got.Limit.Limit.Burst {
+		t.Errorf("step %d descriptor %d: decision limit %d, want the rules' %v", step, desc, got.Decision.Limit, got.Limit.Limit)
+	}
+	if w.retry != 0 && got.Decision.RetryAfter != w.retry {
+		t.Errorf("step %d descriptor %d: retry after %v, want %v", step, desc, got.Decision.RetryAfter, w.retry)
+	}
+}
+
+func TestDecideInvalid(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	s := newService(t, loadRules(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"), clk, decide.DefaultConfig())
+	tests := []struct {
+		name string
+		req  *decide.Request
+		msg  string
+	}{
+		{name: "nil", req: nil, msg: "no request"},
+		{name: "no domain", req: req("", []string{"user", "a"}), msg: "no domain"},
+		{name: "no descriptors", req: &decide.Request{Domain: "api"}, msg: "no descriptors"},
+		{name: "descriptor without entries", req: &decide.Request{Domain: "api", Descriptors: []decide.Descriptor{{Cost: 1}}}, msg: "descriptor 0: no entries"},
+		{name: "empty key", req: req("api", []string{"user", "a"}, []string{"user", "a", "", "x"}), msg: "descriptor 1: entry 1: empty key"},
+		{name: "negative cost", req: withCost(req("api", []string{"user", "a"}), -1), msg: "negative cost"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			resp, err := s.Decide(context.Background(), tt.req)
+			if !errors.Is(err, decide.ErrInvalidRequest) || resp != nil {
+				t.Fatalf("Decide = %v, %v; want ErrInvalidRequest", resp, err)
+			}
+			if !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("error %q does not say %q", err, tt.msg)
+			}
+		})
+	}
+}
+
+// TestDecideKeys checks the store keys: all limits of a descriptor carry
+// the same hash tag, and different descriptors, domains or values never
+// share a key.
+func TestDecideKeys(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	rec := &recorder{Store: newMemory(t, clk)}
+	set := loadRules(t, `
+domain: api
+descriptors:
+  - key: user
+    descriptors:
+      - key: api
+        rate_limits:
+          - {unit: second, requests_per_unit: 10}
+          - {unit: minute, requests_per_unit: 100}
+---
+domain: web
+descriptors:
+  - key: user
+    descriptors:
+      - key: api
+        rate_limit: {unit: second, requests_per_unit: 10}
+`)
+	s := newService(t, set, clk, decide.Config{Store: rec})
+	decideOK(t, s, req("api", []string{"user", "alice", "api", "send"}))
+	decideOK(t, s, req("api", []string{"user", "alice", "api", "read"}))
+	decideOK(t, s, req("api", []string{"user", "al", "api", "icesend"}))
+	decideOK(t, s, req("web", []string{"user", "alice", "api", "send"}))
+	keys := rec.keys()
+	if len(keys) != 7 {
+		t.Fatalf("got %d keys %q, want 7", len(keys), keys)
+	}
+	tag := func(k string) string {
+		i := strings.IndexByte(k, '{')
+		j := strings.IndexByte(k[i+1:], '}')
+		if i < 0 || j <= 0 {
+			t.Fatalf("key %q has no hash tag", k)
+		}
+		return k[i+1 : i+1+j]
+	}
+	if tag(keys[0]) != tag(keys[1]) {
+		t.Errorf("limits of one descriptor on different hash tags: %q, %q", keys[0], keys[1])
+	}
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if seen[k] {
+			t.Errorf("key %q used twice in %q", k, keys)
+		}
+		seen[k] = true
+	}
+	if tag(keys[0]) == tag(keys[2]) || tag(keys[0]) == tag(keys[4]) {
+		t.Errorf("different values share a hash tag: %q", keys)
+	}
+}

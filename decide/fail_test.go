@@ -1,0 +1,278 @@
+package decide_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+)
+
+const oneLimit = `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: export
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+// hang is a store that blocks until the call's context is done, as a
+// store behind a dead network does; it checks the call has a deadline.
+func hang(t *testing.T) func(ctx context.Context, _ []sluice.Request, _ []sluice.Decision) error {
+	return func(ctx context.Context, _ []sluice.Request, _ []sluice.Decision) error {
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("store called without a deadline")
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+}
+
+var errRefused = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+
+func refuse(context.Context, []sluice.Request, []sluice.Decision) error { return errRefused }
+
+func TestFailModes(t *testing.T) {
+	t.Parallel()
+	set := loadRules(t, oneLimit)
+	tests := []struct {
+		name  string
+		fail  decide.Fail
+		store func(t *testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error
+		// want: the overall codes of two requests in a row, and the mode.
+		want [2]decide.Code
+		mode decide.Mode
+	}{
+		{name: "open, timeout", fail: decide.FailOpen, store: hang, want: [2]decide.Code{decide.OK, decide.OK}, mode: decide.ModeOpen},
+		{name: "open, error", fail: decide.FailOpen, store: func(*testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error { return refuse }, want: [2]decide.Code{decide.OK, decide.OK}, mode: decide.ModeOpen},
+		{name: "closed, timeout", fail: decide.FailClosed, store: hang, want: [2]decide.Code{decide.OverLimit, decide.OverLimit}, mode: decide.ModeClosed},
+		{name: "closed, error", fail: decide.FailClosed, store: func(*testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error { return refuse }, want: [2]decide.Code{decide.OverLimit, decide.OverLimit}, mode: decide.ModeClosed},
+		{name: "local, timeout", fail: decide.FailLocal, store: hang, want: [2]decide.Code{decide.OK, decide.OverLimit}, mode: decide.ModeLocal},
+		{name: "local, error", fail: decide.FailLocal, store: func(*testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error { return refuse }, want: [2]decide.Code{decide.OK, decide.OverLimit}, mode: decide.ModeLocal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			fake := &fakeStore{takeAll: tt.store(t)}
+			cfg := decide.DefaultConfig()
+			cfg.Store, cfg.Fail, cfg.StoreTimeout = fake, tt.fail, 10*time.Millisecond
+			cfg.BreakerFailures = 0 // every decision goes to the store
+			if tt.fail == decide.FailLocal {
+				cfg.Local = newMemory(t, clk)
+			}
+			s := newService(t, set, clk, cfg)
+			for i, code := range tt.want {
+				resp := decideOK(t, s, req("api", []string{"user", "alice"}, []string{"export", "x"}))
+				if resp.Overall != code || resp.Mode != tt.mode {
+					t.Errorf("request %d: %v in mode %v, want %v in mode %v", i, resp.Overall, resp.Mode, code, tt.mode)
+				}
+				if sh := resp.Statuses[1]; sh.Code != decide.OK {
+					t.Errorf("request %d: shadow descriptor %v, want OK", i, sh.Code)
+				}
+				st := resp.Statuses[0]
+				switch tt.fail {
+				case decide.FailOpen:
+					if st.Limit != nil {
+						t.Errorf("request %d: fail open reports limit %v, want none", i, st.Limit)
+					}
+				case decide.FailClosed:
+					if st.Limit == nil || st.Decision.RetryAfter != cfg.BreakerCoolDown || st.Decision.Remaining != 0 {
+						t.Errorf("request %d: fail closed status %+v, want the limit, nothing remaining, retry after the cool-down", i, st)
+					}
+				case decide.FailLocal:
+					if st.Limit == nil || st.Decision.Limit != 1 {
+						t.Errorf("request %d: local status %+v, want the limit of 1", i, st)
+					}
+				}
+			}
+			// Two descriptors: one enforcing TakeAll and one for the shadow one.
+			if got := fake.calls.Load(); got != 4 {
+				t.Errorf("store called %d times, want 4", got)
+			}
+			if s.Mode() != decide.ModeStore {
+				t.Errorf("Mode() = %v without a breaker, want store", s.Mode())
+			}
+		})
+	}
+}
+
+// switchable is a store that fails while down is set and otherwise passes
+// calls on to a real store.
+type switchable struct {
+	sluice.Store
+	down  atomic.Bool
+	calls atomic.Int64
+}
+
+func (s *switchable) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	s.calls.Add(1)
+	if s.down.Load() {
+		return errRefused
+	}
+	return s.Store.TakeAll(ctx, reqs, ds)
+}
+
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		fail decide.Fail
+		mode decide.Mode
+	}{
+		{name: "open", fail: decide.FailOpen, mode: decide.ModeOpen},
+		{name: "closed", fail: decide.FailClosed, mode: decide.ModeClosed},
+		{name: "local", fail: decide.FailLocal, mode: decide.ModeLocal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			st := &switchable{Store: newMemory(t, clk)}
+			cfg := decide.DefaultConfig()
+			cfg.Store, cfg.Fail = st, tt.fail
+			cfg.BreakerFailures, cfg.BreakerCoolDown = 3, 10*time.Second
+			if tt.fail == decide.FailLocal {
+				cfg.Local = newMemory(t, clk)
+			}
+			s := newService(t, loadRules(t, oneLimit), clk, cfg)
+			r := func() *decide.Request { return withCost(req("api", []string{"user", "alice"}), 0) }
+
+			check := func(step string, calls int64, mode decide.Mode) {
+				t.Helper()
+				resp := decideOK(t, s, r())
+				if resp.Mode != mode {
+					t.Errorf("%s: decided in mode %v, want %v", step, resp.Mode, mode)
+				}
+				if got := st.calls.Load(); got != calls {
+					t.Errorf("%s: %d store calls, want %d", step, got, calls)
+				}
+			}
+			check("healthy", 1, decide.ModeStore)
+			st.down.Store(true)
+			check("first failure", 2, tt.mode)
+			check("second failure", 3, tt.mode)
+			if s.Mode() != decide.ModeStore {
+				t.Errorf("Mode() = %v before the breaker opens, want store", s.Mode())
+			}
+			check("third failure opens the breaker", 4, tt.mode)
+			if s.Mode() != tt.mode {
+				t.Errorf("Mode() = %v with the breaker open, want %v", s.Mode(), tt.mode)
+			}
+			check("open: the store is left alone", 4, tt.mode)
+			clk.Advance(10 * time.Second)
+			check("the probe fails and reopens", 5, tt.mode)
+			check("reopened", 5, tt.mode)
+			st.down.Store(false)
+			clk.Advance(9 * time.Second)
+			check("still cooling down", 5, tt.mode)
+			clk.Advance(time.Second)
+			check("the probe succeeds", 6, decide.ModeStore)
+			if s.Mode() != decide.ModeStore {
+				t.Errorf("Mode() = %v after recovery, want store", s.Mode())
+			}
+			check("back on the store", 7, decide.ModeStore)
+		})
+	}
+}
+
+// TestBreakerIgnoresCallerCancel checks that calls the caller gave up on do
+// not count against the store.
+func TestBreakerIgnoresCallerCancel(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	fake := &fakeStore{takeAll: func(ctx context.Context, _ []sluice.Request, _ []sluice.Decision) error { return ctx.Err() }}
+	cfg := decide.DefaultConfig()
+	cfg.Store, cfg.BreakerFailures = fake, 1
+	s := newService(t, loadRules(t, oneLimit), clk, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 3 {
+		resp, err := s.Decide(ctx, req("api", []string{"user", "alice"}))
+		if err != nil || resp.Overall != decide.OK || resp.Mode != decide.ModeOpen {
+			t.Fatalf("Decide with a canceled context = %+v, %v; want OK in fail_open", resp, err)
+		}
+	}
+	if fake.calls.Load() != 3 || s.Mode() != decide.ModeStore {
+		t.Errorf("%d store calls and mode %v, want 3 calls and the breaker closed", fake.calls.Load(), s.Mode())
+	}
+}
+
+// TestDecideConcurrentOutage decides from many goroutines while the store
+// hangs: every decision returns, in the fail mode, and the breaker opens.
+func TestDecideConcurrentOutage(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	fake := &fakeStore{takeAll: hang(t)}
+	cfg := decide.DefaultConfig()
+	cfg.Store, cfg.StoreTimeout, cfg.BreakerFailures = fake, 5*time.Millisecond, 4
+	s := newService(t, loadRules(t, oneLimit), clk, cfg)
+	const workers, each = 8, 10
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for range each {
+				resp, err := s.Decide(context.Background(), req("api", []string{"user", string(rune('a' + w))}))
+				if err == nil && (resp.Overall != decide.OK || resp.Mode != decide.ModeOpen) {
+					err = errors.New("decision not made in fail_open")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if s.Mode() != decide.ModeOpen {
+		t.Errorf("Mode() = %v, want fail_open", s.Mode())
+	}
+	if n := fake.calls.Load(); n >= workers*each {
+		t.Errorf("the store saw all %d calls: the breaker never opened", n)
+	}
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	mem := newMemory(t, clk)
+	tests := []struct {
+		name string
+		cfg  decide.Config
+	}{
+		{name: "no store", cfg: decide.Config{}},
+		{name: "local without a local store", cfg: decide.Config{Store: mem, Fail: decide.FailLocal}},
+		{name: "unknown fail mode", cfg: decide.Config{Store: mem, Fail: decide.Fail(9)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if s, err := decide.New(tt.cfg); err == nil {
+				t.Errorf("New = %v, want an error", s)
+			}
+		})
+	}
+}
+
+func TestParseFail(t *testing.T) {
+	t.Parallel()
+	for _, f := range []decide.Fail{decide.FailOpen, decide.FailClosed, decide.FailLocal} {
+		var g decide.Fail
+		if err := g.UnmarshalText([]byte(f.String())); err != nil || g != f {
+			t.Errorf("round trip of %v gave %v, %v", f, g, err)
+		}
+	}
+	if _, err := decide.ParseFail("maybe"); err == nil {
+		t.Error("ParseFail(maybe) succeeded")
+	}
+}

@@ -1,0 +1,165 @@
+package decide_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// t0 is the fixed start of every test's clock: the start of a day, so
+// that minute and second windows begin at t0.
+var t0 = time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+
+// clock is a fake clock that tests move by hand. It is safe for concurrent
+// use.
+type clock struct{ us atomic.Int64 }
+
+func newClock() *clock {
+	c := new(clock)
+	c.us.Store(t0.UnixMicro())
+	return c
+}
+
+func (c *clock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
+func (c *clock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
+
+// loadRules writes yaml to a rules file in a fresh temporary directory and
+// loads the directory, as the server does.
+func loadRules(t testing.TB, yaml string) *rules.Set {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.Load(dir)
+	if err != nil {
+		t.Fatalf("load rules: %v", err)
+	}
+	return set
+}
+
+// newMemory returns a memory store on clk.
+func newMemory(t testing.TB, clk *clock) *memory.Store {
+	t.Helper()
+	cfg := memory.DefaultConfig()
+	cfg.Now = clk.Now
+	s, err := memory.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// newService returns a Service over set with cfg's other fields, the
+// clock clk, a logger that discards and, when cfg has none, a memory store
+// on clk.
+func newService(t testing.TB, set *rules.Set, clk *clock, cfg decide.Config) *decide.Service {
+	t.Helper()
+	cfg.Rules = func() *rules.Set { return set }
+	if cfg.Store == nil {
+		cfg.Store = newMemory(t, clk)
+	}
+	cfg.Now = clk.Now
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	s, err := decide.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// req builds a request in domain with one descriptor per list of
+// alternating keys and values, each of cost 1.
+func req(domain string, descriptors ...[]string) *decide.Request {
+	r := &decide.Request{Domain: domain}
+	for _, kv := range descriptors {
+		var d decide.Descriptor
+		for i := 0; i+1 < len(kv); i += 2 {
+			d.Entries = append(d.Entries, decide.Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		d.Cost = 1
+		r.Descriptors = append(r.Descriptors, d)
+	}
+	return r
+}
+
+// withCost sets the cost of every descriptor of r.
+func withCost(r *decide.Request, cost int64) *decide.Request {
+	for i := range r.Descriptors {
+		r.Descriptors[i].Cost = cost
+	}
+	return r
+}
+
+// fakeStore is a sluice.Store whose TakeAll calls a function, for faults
+// a real store cannot be made to show on demand. It counts the calls.
+type fakeStore struct {
+	takeAll func(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error
+	calls   atomic.Int64
+}
+
+func (f *fakeStore) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
+	ds := make([]sluice.Decision, 1)
+	err := f.TakeAll(ctx, []sluice.Request{{Key: key, Limit: l, Cost: cost}}, ds)
+	return ds[0], err
+}
+
+func (f *fakeStore) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	f.calls.Add(1)
+	return f.takeAll(ctx, reqs, ds)
+}
+
+// recorder is a sluice.Store that records the requests it passes on to a
+// real store.
+type recorder struct {
+	sluice.Store
+	mu    sync.Mutex
+	calls [][]sluice.Request
+}
+
+func (r *recorder) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	r.mu.Lock()
+	r.calls = append(r.calls, append([]sluice.Request(nil), reqs...))
+	r.mu.Unlock()
+	return r.Store.TakeAll(ctx, reqs, ds)
+}
+
+func (r *recorder) keys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ks []string
+	for _, c := range r.calls {
+		for _, q := range c {
+			ks = append(ks, q.Key)
+		}
+	}
+	return ks
+}
+
+// decide calls s.Decide and fails the test on an error.
+func decideOK(t testing.TB, s *decide.Service, r *decide.Request) *decide.Response {
+	t.Helper()
+	resp, err := s.Decide(context.Background(), r)
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	if len(resp.Statuses) != len(r.Descriptors) {
+		t.Fatalf("got %d statuses for %d descriptors", len(resp.Statuses), len(r.Descriptors))
+	}
+	return resp
+}
