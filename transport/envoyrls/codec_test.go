@@ -242,6 +242,10 @@ func TestHeaderFields(t *testing.T) {
 	never := &decide.Response{Overall: decide.OverLimit, Statuses: []decide.Status{
 		{Code: decide.OverLimit, Limit: perUser, Decision: sluice.Decision{Limit: 100, Remaining: 0, ResetAfter: 12 * time.Second, RetryAfter: sluice.Never}},
 	}}
+	overBeatsFewer := &decide.Response{Overall: decide.OverLimit, Statuses: []decide.Status{
+		{Code: decide.OK, Limit: perIP, Decision: sluice.Decision{Allowed: true, Limit: 10, Remaining: 0, ResetAfter: time.Second}},
+		{Code: decide.OverLimit, Limit: perUser, Decision: sluice.Decision{Limit: 100, Remaining: 5, ResetAfter: 20 * time.Second, RetryAfter: 20 * time.Second}},
+	}}
 	tests := []struct {
 		name    string
 		resp    *decide.Response
@@ -272,6 +276,14 @@ func TestHeaderFields(t *testing.T) {
 				{"X-RateLimit-Remaining", "0"},
 				{"X-RateLimit-Reset", "12"},
 				{"Retry-After", "3"},
+			},
+		},
+		{
+			name: "the denying limit binds before the one with fewer remaining", resp: overBeatsFewer, headers: XRateLimitHeaders,
+			want: [][2]string{
+				{"X-RateLimit-Limit", "100"},
+				{"X-RateLimit-Remaining", "5"},
+				{"X-RateLimit-Reset", "20"},
 			},
 		},
 		{

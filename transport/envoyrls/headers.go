@@ -24,8 +24,8 @@ const (
 	// `RateLimit: "per-user";r=0;t=12`, one item per limit.
 	RateLimitHeaders Headers = 1 << iota
 	// XRateLimitHeaders are X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset (seconds), of the limit with the least remaining, as
-	// Envoy's ratelimit service and Kong send them.
+	// X-RateLimit-Reset (seconds), of the limit that binds, as Envoy's
+	// ratelimit service and Kong send them.
 	XRateLimitHeaders
 	// RetryAfterHeader is Retry-After, in whole seconds, on OVER_LIMIT.
 	RetryAfterHeader
@@ -111,8 +111,10 @@ func DefaultConfig() Config {
 // Every enforced limit is one item of RateLimit-Policy and RateLimit, named
 // by the rules file's `name` or else the limit's ID, with q its rate, w its
 // period in seconds, r the remaining hits and t the seconds until the limit
-// is whole again (rounded up). X-RateLimit-* describe the limit with the
-// least remaining.
+// is whole again (rounded up). X-RateLimit-* describe the limit that binds:
+// on a denial the one with the longest retry, else the one with the least
+// remaining. These are the fields package transport/respond writes for the
+// other HTTP ways in.
 func HeaderFields(resp *decide.Response, cfg Config) [][2]string {
 	var out [][2]string
 	if cfg.Headers == 0 {
@@ -125,7 +127,7 @@ func HeaderFields(resp *decide.Response, cfg Config) [][2]string {
 		if st.Limit == nil || st.Shadow {
 			continue
 		}
-		if tightest < 0 || st.Decision.Remaining < resp.Statuses[tightest].Decision.Remaining {
+		if tightest < 0 || binds(st, &resp.Statuses[tightest]) {
 			tightest = i
 		}
 		if cfg.Headers&RateLimitHeaders == 0 {
@@ -173,6 +175,19 @@ func HeaderFields(resp *decide.Response, cfg Config) [][2]string {
 		}
 	}
 	return out
+}
+
+// binds reports whether a describes a tighter limit than b: over the limit
+// before allowed, then a longer retry, then fewer remaining.
+func binds(a, b *decide.Status) bool {
+	ao, bo := a.Code == decide.OverLimit, b.Code == decide.OverLimit
+	if ao != bo {
+		return ao
+	}
+	if ao && a.Decision.RetryAfter != b.Decision.RetryAfter {
+		return a.Decision.RetryAfter > b.Decision.RetryAfter
+	}
+	return a.Decision.Remaining < b.Decision.Remaining
 }
 
 func appendHeaders(dst []*corev3.HeaderValue, resp *decide.Response, cfg Config) []*corev3.HeaderValue {
