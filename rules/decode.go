@@ -22,6 +22,9 @@ import (
 // memory or time.
 const maxNodes = 1 << 20
 
+// maxErrors bounds the mistakes reported for one file.
+const maxErrors = 100
+
 // Keys allowed in each kind of mapping.
 var (
 	domainKeys     = []string{"domain", "descriptors"}
@@ -42,8 +45,9 @@ type source struct {
 type decoder struct {
 	file   string
 	errs   *Errors
-	budget int // nodes left to visit before the file counts as too large
-	over   bool
+	budget int  // nodes left to visit before the file counts as too large
+	nerr   int  // mistakes found in the file
+	over   bool // too large or too many mistakes: stop
 }
 
 // parsedDomain is one document of a rules file: a domain and its rules.
@@ -63,8 +67,16 @@ type replaceRef struct {
 	line int
 }
 
+// errorf reports a mistake at line of the file, up to maxErrors of them.
 func (d *decoder) errorf(line int, format string, args ...any) {
-	*d.errs = append(*d.errs, &Error{File: d.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+	d.nerr++
+	switch {
+	case d.nerr < maxErrors:
+		*d.errs = append(*d.errs, &Error{File: d.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+	case d.nerr == maxErrors:
+		*d.errs = append(*d.errs, &Error{File: d.file, Msg: fmt.Sprintf("more than %d mistakes; the rest are not shown", maxErrors-1)})
+		d.over = true
+	}
 }
 
 // decodeFile decodes every YAML document of src, one domain each.
@@ -90,7 +102,7 @@ func decodeFile(src source, errs *Errors) []*parsedDomain {
 			out = append(out, p)
 		}
 	}
-	if len(out) == 0 && len(*errs) == 0 {
+	if len(out) == 0 && d.nerr == 0 {
 		d.errorf(0, "no domain: the file is empty")
 	}
 	return out
@@ -234,11 +246,21 @@ func (d *decoder) str(f field) (string, bool) {
 	return f.val.Value, true
 }
 
-// boolean reads true or false.
+// boolean reads true or false, and, unquoted, YAML 1.1's yes, no, on
+// and off, which Envoy's YAML decoder reads as booleans too.
 func (d *decoder) boolean(f field) bool {
+	n := f.val
+	if n.Kind == yaml.ScalarNode && n.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0 {
+		switch n.Value {
+		case "yes", "Yes", "YES", "on", "On", "ON":
+			return true
+		case "no", "No", "NO", "off", "Off", "OFF":
+			return false
+		}
+	}
 	var b bool
-	if f.val.Kind != yaml.ScalarNode || f.val.ShortTag() != "!!bool" || f.val.Decode(&b) != nil {
-		d.errorf(f.val.Line, "%s: want true or false, got %s", f.key.Value, describe(f.val))
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
+		d.errorf(n.Line, "%s: want true or false, got %s", f.key.Value, describe(n))
 		return false
 	}
 	return b
@@ -246,6 +268,10 @@ func (d *decoder) boolean(f field) bool {
 
 // integer reads a whole number.
 func (d *decoder) integer(f field) (int64, bool) {
+	if f.val.Kind == yaml.ScalarNode && f.val.ShortTag() != "!!int" && isDigits(strings.TrimLeft(f.val.Value, "+-")) {
+		d.errorf(f.val.Line, "%s: %s is out of range", f.key.Value, f.val.Value)
+		return 0, false
+	}
 	if f.val.Kind != yaml.ScalarNode || f.val.ShortTag() != "!!int" {
 		d.errorf(f.val.Line, "%s: want a whole number, got %s", f.key.Value, describe(f.val))
 		return 0, false
@@ -256,6 +282,15 @@ func (d *decoder) integer(f field) (int64, bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // domain decodes one document: domain and descriptors.
@@ -401,8 +436,12 @@ func (d *decoder) descriptor(n *yaml.Node, p *parsedDomain, parent *Rule) *Rule 
 // rateLimits decodes a list of limits that all apply to one descriptor.
 func (d *decoder) rateLimits(f field, p *parsedDomain) []*Limit {
 	n := f.val
-	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		d.errorf(n.Line, "rate_limits: want a list of one or more limits, got %s", describe(n))
+	if n.Kind != yaml.SequenceNode {
+		d.errorf(n.Line, "rate_limits: want a list of limits, got %s", describe(n))
+		return nil
+	}
+	if len(n.Content) == 0 {
+		d.errorf(n.Line, "rate_limits: empty; want one or more limits")
 		return nil
 	}
 	var out []*Limit

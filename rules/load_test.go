@@ -1,0 +1,333 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// golden compares got with the golden file at path, or rewrites it with
+// -update.
+func golden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("output differs from %s (run go test -update if the change is right)\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+// cases lists the rules files and directories under dir, skipping golden
+// files, as the names of test cases.
+func cases(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() || isRulesFile(e.Name()) {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("no test cases in %s", dir)
+	}
+	return names
+}
+
+// TestLoadErrors loads every broken rules file (or directory) under
+// testdata/invalid and compares all of its file:line errors with its golden
+// file.
+func TestLoadErrors(t *testing.T) {
+	t.Parallel()
+	for _, name := range cases(t, "testdata/invalid") {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join("testdata/invalid", name)
+			s, err := Load(path)
+			if err == nil {
+				t.Fatalf("Load(%s) = %v, want errors", path, s.Domains())
+			}
+			var errs Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("Load(%s) error %T %v, want Errors", path, err, err)
+			}
+			for _, e := range errs {
+				if !strings.HasPrefix(e.File, "testdata/invalid/"+name) {
+					t.Errorf("error %q names file %q, outside the case", e, e.File)
+				}
+			}
+			var one *Error
+			if !errors.As(err, &one) || one != errs[0] {
+				t.Errorf("errors.As(*Error) = %v, want the first error %v", one, errs[0])
+			}
+			golden(t, strings.TrimSuffix(path, filepath.Ext(path))+".golden", []byte(err.Error()+"\n"))
+		})
+	}
+}
+
+// TestLoadValid loads every rules file under testdata/valid and compares
+// the rules in force, as GET /v1/rules renders them, with its golden file.
+func TestLoadValid(t *testing.T) {
+	t.Parallel()
+	for _, name := range cases(t, "testdata/valid") {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join("testdata/valid", name)
+			s, err := Load(path)
+			if err != nil {
+				t.Fatalf("Load(%s): %v", path, err)
+			}
+			checkValid(t, s)
+			b, err := json.MarshalIndent(s, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, strings.TrimSuffix(path, filepath.Ext(path))+".json", append(b, '\n'))
+		})
+	}
+}
+
+// checkValid checks what every Set must hold: limits that validate (but
+// for unlimited ones), IDs that are unique, and rules that Match finds.
+func checkValid(t *testing.T, s *Set) {
+	t.Helper()
+	ids := map[string]string{}
+	var walk func(rules []*Rule, entries []Entry)
+	walk = func(rules []*Rule, entries []Entry) {
+		for _, r := range rules {
+			if r.Depth() != len(entries)+1 {
+				t.Errorf("%s: Depth() = %d, want %d", r.Path, r.Depth(), len(entries)+1)
+			}
+			for _, l := range r.Limits {
+				if l.Unlimited {
+					continue
+				}
+				if err := l.Limit.Validate(); err != nil {
+					t.Errorf("%s: limit %v does not validate: %v", r.Path, l.Limit, err)
+				}
+				if l.Period() != l.Limit.Period {
+					t.Errorf("%s: Period() = %v, want %v", r.Path, l.Period(), l.Limit.Period)
+				}
+				if prev, dup := ids[l.ID]; dup {
+					t.Errorf("limit ID %s of %s also belongs to %s", l.ID, r.Path, prev)
+				}
+				ids[l.ID] = r.Path
+			}
+			// A descriptor made of the rule's own key and value (the
+			// pattern itself, for a wildcard) lands on it, unless an
+			// earlier wildcard of the same key catches the value first.
+			e := append(append([]Entry(nil), entries...), Entry{r.Key, r.Value})
+			got, err := s.Match(r.Domain, e)
+			if err != nil {
+				t.Fatalf("Match(%s, %v): %v", r.Domain, e, err)
+			}
+			if len(r.Limits) > 0 && got != r && !r.Wildcard() {
+				t.Errorf("Match(%s, %v) = %v, want the rule at %s:%d", r.Domain, e, got, r.File, r.Line)
+			}
+			walk(r.Descriptors, e)
+		}
+	}
+	for _, d := range s.Domains() {
+		walk(s.Rules(d), nil)
+	}
+}
+
+// TestLoadDirectory loads a directory as a ConfigMap mount presents it:
+// rules files as symlinks into ..data, a symlink to a timestamped
+// directory, beside hidden files, other files and subdirectories, which
+// are all skipped.
+func TestLoadDirectory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "..2026_11_21_23_00_00.000000001", "api.yaml"), "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	write(t, filepath.Join(dir, "..2026_11_21_23_00_00.000000001", "edge.yml"), "domain: edge\n")
+	symlink(t, "..2026_11_21_23_00_00.000000001", filepath.Join(dir, "..data"))
+	symlink(t, "..data/api.yaml", filepath.Join(dir, "api.yaml"))
+	symlink(t, "..data/edge.yml", filepath.Join(dir, "edge.yml"))
+	write(t, filepath.Join(dir, ".hidden.yaml"), "domain: hidden\n")
+	write(t, filepath.Join(dir, "README.md"), "not rules\n")
+	write(t, filepath.Join(dir, "nested.yaml", "x.yaml"), "domain: nested\n") // a directory named like a file
+	write(t, filepath.Join(dir, "sub", "sub.yaml"), "domain: sub\n")
+
+	s, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(s.Domains(), ","), "api,edge"; got != want {
+		t.Errorf("Domains() = %s, want %s", got, want)
+	}
+	r, err := s.Match("api", []Entry{{"user", "alice"}})
+	if err != nil || r == nil || r.Limits[0].Limit.Rate != 5 {
+		t.Errorf("Match(api, user=alice) = %v, %v; want the 5/s rule", r, err)
+	}
+	if r != nil && r.File != filepath.Join(dir, "api.yaml") {
+		t.Errorf("rule file = %s, want the name in the directory", r.File)
+	}
+
+	empty := t.TempDir()
+	write(t, filepath.Join(empty, "notes.txt"), "nothing\n")
+	_, err = Load(empty)
+	var errs Errors
+	if !errors.As(err, &errs) || !strings.Contains(err.Error(), "no *.yaml or *.yml files") {
+		t.Errorf("Load(empty dir) = %v, want an Error about no rules files", err)
+	}
+
+	_, err = Load(filepath.Join(dir, "missing.yaml"))
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want os.ErrNotExist", err)
+	}
+}
+
+func write(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func symlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLimitIDStable checks that a limit keeps its ID, and so its counter,
+// across edits that do not change its place or parameters, and gets a new
+// one when they change.
+func TestLimitIDStable(t *testing.T) {
+	t.Parallel()
+	const base = `
+domain: api
+descriptors:
+  - key: user
+    descriptors:
+      - key: path
+        value: /login
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 10}
+`
+	tests := []struct {
+		name string
+		yaml string
+		same bool
+	}{
+		{"unchanged", base, true},
+		{"reordered, commented, renamed, shadowed", `
+domain: api
+descriptors:
+  - key: ip   # first now
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: user
+    descriptors:
+      - key: path
+        value: /login
+        shadow_mode: true
+        rate_limit: {name: login, requests_per_unit: 5, unit: minute, throttling: soft, exceed_percent: 5}
+`, true},
+		{"in a list of limits", `
+domain: api
+descriptors:
+  - key: user
+    descriptors:
+      - key: path
+        value: /login
+        rate_limits:
+          - {unit: minute, requests_per_unit: 5}
+          - {unit: hour, requests_per_unit: 50}
+`, true},
+		{"explicit defaults", `
+domain: api
+descriptors:
+  - key: user
+    descriptors:
+      - key: path
+        value: /login
+        rate_limit: {unit: minute, unit_multiplier: 1, requests_per_unit: 5, algorithm: fixed_window}
+`, true},
+		{"new rate", strings.Replace(base, "requests_per_unit: 5}", "requests_per_unit: 6}", 1), false},
+		{"new unit", strings.Replace(base, "{unit: minute", "{unit: hour", 1), false},
+		{"new algorithm", strings.Replace(base, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: sliding_window}", 1), false},
+		{"new place", strings.Replace(base, "value: /login", "value: /signin", 1), false},
+		{"new domain", strings.Replace(base, "domain: api", "domain: web", 1), false},
+	}
+	login := func(s *Set, domain string) string {
+		t.Helper()
+		r, err := s.Match(domain, []Entry{{"user", "alice"}, {"path", "/login"}})
+		if err != nil || r == nil {
+			r, err = s.Match(domain, []Entry{{"user", "alice"}, {"path", "/signin"}})
+		}
+		if err != nil || r == nil {
+			t.Fatalf("no login rule: %v %v", r, err)
+		}
+		return r.Limits[0].ID
+	}
+	s0, err := Parse("base.yaml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id0 := login(s0, "api")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, err := Parse(tt.name+".yaml", []byte(tt.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := login(s, s.Domains()[0])
+			if (id == id0) != tt.same {
+				t.Errorf("ID %s, base ID %s: same = %v, want %v", id, id0, id == id0, tt.same)
+			}
+		})
+	}
+}
+
+// TestParseVersion checks that Version follows the contents.
+func TestParseVersion(t *testing.T) {
+	t.Parallel()
+	const a = "domain: api\n"
+	s1, err1 := Parse("a.yaml", []byte(a))
+	s2, err2 := Parse("a.yaml", []byte(a))
+	s3, err3 := Parse("a.yaml", []byte(a+"# edited\n"))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatal(err)
+	}
+	if s1.Version() != s2.Version() || s1.Version() == s3.Version() || s1.Version() == "" {
+		t.Errorf("versions %q %q %q: want the first two equal, the third different", s1.Version(), s2.Version(), s3.Version())
+	}
+	var nilSet *Set
+	if _, err := nilSet.Match("api", nil); !errors.Is(err, ErrUnknownDomain) {
+		t.Errorf("nil Set: Match error %v, want ErrUnknownDomain", err)
+	}
+	if b, err := nilSet.MarshalJSON(); err != nil || string(b) != `{"version":"","domains":[]}` {
+		t.Errorf("nil Set JSON = %s, %v", b, err)
+	}
+}

@@ -1,0 +1,166 @@
+package rules
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// debounce is how long a Watcher waits after the last change it sees before
+// it reloads, so that a burst of events (an editor's write and rename, a
+// ConfigMap's new directory, symlink swap and removal) makes one reload.
+const debounce = 100 * time.Millisecond
+
+// Watcher keeps the rules at a path loaded: it watches the directory that
+// holds them with fsnotify and, after each burst of changes, loads them
+// again and swaps the new Set in. A reload that fails keeps the Set in
+// force. Current never blocks, even during a reload. A Watcher is safe for
+// concurrent use.
+//
+// The directory is watched rather than the files, so that editors that
+// write a new file and rename it over the old one, and Kubernetes, which
+// updates a mounted ConfigMap by pointing the ..data symlink at a new
+// directory, are seen. If path is itself a symlink to a directory, swapping
+// that symlink is not seen.
+type Watcher struct {
+	path     string
+	dir      string // the watched directory
+	file     string // the rules file's name when path is a file, else ""
+	onReload func(*Set, error)
+	fw       *fsnotify.Watcher
+	cur      atomic.Pointer[Set]
+
+	closeOnce sync.Once
+	done      chan struct{} // closed by Close
+	stopped   chan struct{} // closed when the loop returns
+}
+
+// NewWatcher loads the rules at path (a file or a directory, as Load reads
+// them) and watches them. It returns the error of the first load, and
+// starts nothing, if that fails.
+//
+// After each reload, onReload (if not nil) receives the new Set and a nil
+// error, or a nil Set and the error (the rules' Errors, or why the files
+// could not be read or watched) while the previous Set stays in force. It
+// is called from the Watcher's goroutine, one call at a time, and must not
+// call Close. A reload whose files are unchanged since the last good one
+// is not reported, unless the reload before it failed.
+func NewWatcher(path string, onReload func(*Set, error)) (*Watcher, error) {
+	s, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watcher{path: path, dir: path, onReload: onReload,
+		done: make(chan struct{}), stopped: make(chan struct{})}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("watch rules %s: %w", path, err)
+	}
+	if !fi.IsDir() {
+		w.dir, w.file = filepath.Dir(path), filepath.Base(path)
+	}
+	w.fw, err = fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("watch rules %s: %w", path, err)
+	}
+	if err := w.fw.Add(w.dir); err != nil {
+		w.fw.Close()
+		return nil, fmt.Errorf("watch rules %s: %w", path, err)
+	}
+	w.cur.Store(s)
+	go w.loop()
+	return w, nil
+}
+
+// Current returns the Set in force: the last one that loaded without
+// error. It never blocks and never returns nil.
+func (w *Watcher) Current() *Set { return w.cur.Load() }
+
+// Close stops watching and waits for the Watcher's goroutine to return;
+// no onReload call runs after Close returns. Current keeps answering.
+// Close is safe to call more than once.
+func (w *Watcher) Close() error {
+	var err error
+	w.closeOnce.Do(func() {
+		close(w.done)
+		<-w.stopped
+		if cerr := w.fw.Close(); cerr != nil {
+			err = fmt.Errorf("watch rules %s: %w", w.path, cerr)
+		}
+	})
+	return err
+}
+
+// loop waits for changes, debounces them and reloads, until Close.
+func (w *Watcher) loop() {
+	defer close(w.stopped)
+	timer := time.NewTimer(debounce)
+	timer.Stop()
+	defer timer.Stop()
+	failed := false
+	for {
+		select {
+		case <-w.done:
+			return
+		case ev, ok := <-w.fw.Events:
+			if !ok {
+				return
+			}
+			if w.relevant(ev.Name) {
+				timer.Reset(debounce)
+			}
+		case err, ok := <-w.fw.Errors:
+			if !ok {
+				return
+			}
+			// An overflow loses events: reload to be sure, and say why.
+			w.report(nil, fmt.Errorf("watch rules %s: %w", w.path, err))
+			failed = true
+			timer.Reset(debounce)
+		case <-timer.C:
+			s, err := Load(w.path)
+			switch {
+			case err != nil:
+				failed = true
+				w.report(nil, err)
+			case s.Version() != w.cur.Load().Version() || failed:
+				failed = false
+				w.cur.Store(s)
+				w.report(s, nil)
+			}
+		}
+	}
+}
+
+func (w *Watcher) report(s *Set, err error) {
+	if w.onReload == nil {
+		return
+	}
+	select {
+	case <-w.done:
+		return // closing: no more calls
+	default:
+	}
+	w.onReload(s, err)
+}
+
+// relevant reports whether a change to the named entry of the watched
+// directory may change the rules: the rules file itself, a *.yaml or *.yml
+// file of a watched directory, or Kubernetes' ..data symlink and
+// ..timestamped directories.
+func (w *Watcher) relevant(name string) bool {
+	base := filepath.Base(name)
+	if strings.HasPrefix(base, "..") {
+		return true
+	}
+	if w.file != "" {
+		return base == w.file
+	}
+	return isRulesFile(base)
+}
