@@ -48,8 +48,10 @@ type Config struct {
 	// Rules returns the rules in force, or nil until they are loaded.
 	// Required.
 	Rules func() *rules.Set
-	// Mode says how decisions are made (store, failure mode), for /readyz.
-	Mode string
+	// Mode says where decisions come from now (decide.Service's Mode:
+	// "store", or a fail mode while the store is down), for /readyz. Nil
+	// leaves it out.
+	Mode func() string
 	// Gatherer is the registry /metrics serves; nil leaves /metrics out.
 	Gatherer prometheus.Gatherer
 	// MaxBodyBytes bounds request bodies; larger ones get 413.
@@ -198,16 +200,25 @@ func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// readyz answers {"status": "ready", "mode": ..., "rules": version} once
+// rules are loaded, and 503 with the status "not ready" or "draining"
+// otherwise.
 func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
+	body := map[string]string{"status": "ready"}
+	if h.cfg.Mode != nil {
+		body["mode"] = h.cfg.Mode()
+	}
+	code := http.StatusOK
 	set := h.cfg.Rules()
 	switch {
 	case h.draining.Load():
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "mode": h.cfg.Mode})
+		code, body["status"] = http.StatusServiceUnavailable, "draining"
 	case set == nil:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": "rules not loaded", "mode": h.cfg.Mode})
+		code, body["status"], body["reason"] = http.StatusServiceUnavailable, "not ready", "rules not loaded"
 	default:
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "mode": h.cfg.Mode, "rules": set.Version()})
+		body["rules"] = set.Version()
 	}
+	writeJSON(w, code, body)
 }
 
 func (h *Handler) rules(w http.ResponseWriter, _ *http.Request) {

@@ -72,7 +72,7 @@ func newServer(t *testing.T, loaded bool) (*httptest.Server, *Handler, *promethe
 		}
 		return set
 	}
-	cfg.Mode = "memory"
+	cfg.Mode = func() string { return "store" }
 	cfg.Gatherer = reg
 	cfg.MaxBodyBytes = 4096
 	h, err := New(cfg)
@@ -202,7 +202,7 @@ func TestRoutes(t *testing.T) {
 		contains string
 	}{
 		{"healthz", "GET", srv.URL + "/healthz", 200, `"status":"ok"`},
-		{"readyz", "GET", srv.URL + "/readyz", 200, `"mode":"memory"`},
+		{"readyz", "GET", srv.URL + "/readyz", 200, `"mode":"store"`},
 		{"readyz before rules", "GET", idle.URL + "/readyz", 503, `rules not loaded`},
 		{"rules", "GET", srv.URL + "/v1/rules", 200, `"per-user"`},
 		{"rules before rules", "GET", idle.URL + "/v1/rules", 503, `rules not loaded`},
