@@ -1,0 +1,139 @@
+package testenv
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// NginxBinary returns the path of Debian's nginx, found on PATH or in
+// /usr/sbin. When there is none it fails the test under CI=true (the test
+// command installs nginx, so a missing one is a broken environment) and
+// skips it otherwise.
+func NginxBinary(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nginx"); serr == nil {
+			p, err = "/usr/sbin/nginx", nil
+		}
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("nginx not found (scripts/test.sh installs it): %v", err)
+		}
+		t.Skipf("nginx not found; install it (apt-get install nginx) or run scripts/test.sh: %v", err)
+	}
+	return p
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Nginx starts a real nginx with the configuration conf (a whole
+// nginx.conf: events and http blocks; no daemon, pid or error_log
+// directives, which Nginx sets) and waits until it accepts connections on
+// 127.0.0.1:port. It runs in the foreground in one process, writes its pid
+// and error log to a temporary directory, and is stopped when the test
+// ends; the error log is shown if the test failed.
+func Nginx(t testing.TB, conf string, port int) {
+	t.Helper()
+	bin := NginxBinary(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatalf("write nginx config: %v", err)
+	}
+	errLog := filepath.Join(dir, "error.log")
+	global := "daemon off; master_process off; pid " + filepath.Join(dir, "nginx.pid") + "; error_log " + errLog + " info;"
+	var out syncBuffer
+	cmd := exec.Command(bin, "-e", errLog, "-p", dir, "-c", path, "-g", global)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start nginx: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }() // owned by the cleanup below, which waits for it
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt) // nginx stops at once on SIGINT
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			logged, _ := os.ReadFile(errLog)
+			t.Logf("nginx output:\n%s\nnginx error log:\n%s", out.String(), logged)
+		}
+	})
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			done <- err // for the cleanup
+			logged, _ := os.ReadFile(errLog)
+			t.Fatalf("nginx exited: %v\n%s\n%s", err, out.String(), logged)
+		default:
+		}
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nginx does not listen on %s after 10s: %v\n%s", addr, err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling for a server to start, not for a window
+	}
+}
+
+// Replace returns s with each old string of pairs replaced by the new one
+// that follows it, failing the test when an old string is not in s: a
+// guard that an example configuration still has the addresses a test
+// rewrites.
+func Replace(t testing.TB, s string, pairs ...string) string {
+	t.Helper()
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if !strings.Contains(s, pairs[i]) {
+			t.Fatalf("configuration has no %q to replace", pairs[i])
+		}
+		s = strings.ReplaceAll(s, pairs[i], pairs[i+1])
+	}
+	return s
+}
+
+// syncBuffer is a bytes.Buffer safe for the writes of a process's output
+// and a concurrent read.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

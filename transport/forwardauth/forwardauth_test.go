@@ -1,0 +1,278 @@
+package forwardauth_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/transport/forwardauth"
+	"github.com/sluicehq/sluice/transport/respond"
+)
+
+const perIP = `
+domain: api
+descriptors:
+  - key: remote_address
+    rate_limit: {name: per-ip, unit: minute, requests_per_unit: 3}
+  - key: path
+    value: /login
+    rate_limit: {name: login, unit: minute, requests_per_unit: 1}
+`
+
+func newIdentity(t testing.TB) *identity.Identity {
+	t.Helper()
+	id, err := identity.New(identity.Config{
+		Domain:         "api",
+		TrustedProxies: []string{"127.0.0.1/32"},
+		RateLimits: []identity.RateLimit{
+			{Actions: []identity.Action{{RemoteAddress: &identity.RemoteAddress{}}}},
+			{Actions: []identity.Action{{Path: &identity.PathAction{Exact: "/login"}}}},
+		},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func TestOriginal(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		headers []string
+		method  string
+		uri     string
+		host    string
+		path    string
+	}{
+		{"nginx", []string{"X-Original-Method", "POST", "X-Original-URI", "/login?next=%2F", "X-Forwarded-Host", "app.example"}, "POST", "http://app.example/login?next=%2F", "app.example", "/login"},
+		{"traefik", []string{"X-Forwarded-Method", "DELETE", "X-Forwarded-Uri", "/v1/items/7", "X-Forwarded-Host", "api.example", "X-Forwarded-Proto", "https"}, "DELETE", "https://api.example/v1/items/7", "api.example", "/v1/items/7"},
+		{"nginx headers win over traefik's", []string{"X-Original-URI", "/a", "X-Forwarded-Uri", "/b"}, "GET", "http://sluice.local/a", "sluice.local", "/a"},
+		{"no headers", nil, "GET", "http://sluice.local/", "sluice.local", "/"},
+		{"unreadable URI keeps its path", []string{"X-Original-URI", "/a b/%zz?q=1"}, "GET", "", "sluice.local", "/a b/%zz"},
+		{"relative URI", []string{"X-Forwarded-Uri", "login"}, "GET", "", "sluice.local", "/login"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := httptest.NewRequest(http.MethodGet, "http://sluice.local/v1/auth", nil)
+			for i := 0; i+1 < len(tt.headers); i += 2 {
+				r.Header.Set(tt.headers[i], tt.headers[i+1])
+			}
+			o := forwardauth.Original(r)
+			if o.Method != tt.method || o.Host != tt.host || o.URL.Path != tt.path {
+				t.Fatalf("got %s %s host %s path %q", o.Method, o.URL, o.Host, o.URL.Path)
+			}
+			if tt.uri != "" && o.URL.String() != tt.uri {
+				t.Fatalf("URL %s, want %s", o.URL, tt.uri)
+			}
+			if r.URL.Path != "/v1/auth" || r.Method != http.MethodGet {
+				t.Fatalf("the auth request was modified: %s %s", r.Method, r.URL)
+			}
+		})
+	}
+}
+
+// TestTraefik calls the handler as Traefik's ForwardAuth does: the original
+// method and URI in X-Forwarded-*, the client in X-Forwarded-For.
+func TestTraefik(t *testing.T) {
+	t.Parallel()
+	h, err := forwardauth.New(forwardauth.Config{
+		Identity: newIdentity(t),
+		Decider:  service(t, perIP),
+		Respond:  respond.New(respond.Config{Rand: func(int64) int64 { return 0 }, RetryJitter: time.Second}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(peer, xff, uri string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "http://sluice/v1/auth", nil)
+		r.RemoteAddr = peer
+		r.Header.Set("X-Forwarded-For", xff)
+		r.Header.Set("X-Forwarded-Method", "POST")
+		r.Header.Set("X-Forwarded-Uri", uri)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec
+	}
+	tests := []struct {
+		name   string
+		peer   string
+		xff    string
+		uri    string
+		status int
+		state  string
+	}{
+		{"first of a client behind the proxy", "127.0.0.1:3000", "198.51.100.1", "/", 200, `"per-ip";r=2;t=50`},
+		{"second", "127.0.0.1:3000", "198.51.100.1", "/", 200, `"per-ip";r=1;t=50`},
+		{"login: both limits", "127.0.0.1:3000", "198.51.100.1", "/login", 200, `"per-ip";r=0;t=50, "login";r=0;t=50`},
+		{"fourth is denied", "127.0.0.1:3000", "198.51.100.1", "/", 429, `"per-ip";r=0;t=50`},
+		{"another client behind the proxy passes", "127.0.0.1:3000", "198.51.100.2", "/", 200, `"per-ip";r=2;t=50`},
+		{"an untrusted caller cannot pose as a fresh client", "203.0.113.9:1", "198.51.100.3", "/", 200, `"per-ip";r=2;t=50`},
+		{"and is counted as itself", "203.0.113.9:1", "198.51.100.4", "/", 200, `"per-ip";r=1;t=50`},
+	}
+	for _, tt := range tests { // in order: each step sees the previous ones
+		rec := call(tt.peer, tt.xff, tt.uri)
+		if rec.Code != tt.status || rec.Header().Get("RateLimit") != tt.state {
+			t.Fatalf("%s: %d %q, want %d %q", tt.name, rec.Code, rec.Header().Get("RateLimit"), tt.status, tt.state)
+		}
+		if tt.status == 429 {
+			if ra := rec.Header().Get("Retry-After"); ra != "50" {
+				t.Fatalf("%s: Retry-After %q, want 50", tt.name, ra)
+			}
+		}
+	}
+}
+
+// decider is a hand-written fake Decider.
+type decider struct {
+	decide func(context.Context, *decide.Request) (*decide.Response, error)
+}
+
+func (d decider) Decide(ctx context.Context, r *decide.Request) (*decide.Response, error) {
+	return d.decide(ctx, r)
+}
+
+func TestDeciderErrors(t *testing.T) {
+	t.Parallel()
+	failing := decider{func(context.Context, *decide.Request) (*decide.Response, error) {
+		return nil, errors.New("unknown domain")
+	}}
+	tests := []struct {
+		name       string
+		failClosed bool
+		want       int
+	}{
+		{"fail open by default", false, 200},
+		{"fail closed", true, 503},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h, err := forwardauth.New(forwardauth.Config{Identity: newIdentity(t), Decider: failing, FailClosed: tt.failClosed,
+				Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/auth", nil))
+			if rec.Code != tt.want {
+				t.Fatalf("status %d, want %d", rec.Code, tt.want)
+			}
+		})
+	}
+	if _, err := forwardauth.New(forwardauth.Config{}); err == nil {
+		t.Fatal("New without Identity and Decider succeeded")
+	}
+}
+
+// clientFrom returns an HTTP client whose connections come from the
+// loopback address local, so that nginx sees a client other than itself.
+func clientFrom(local string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 5 * time.Second}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
+}
+
+// TestNginx runs the shipped examples/nginx/nginx.conf in a real nginx,
+// between clients and an upstream, with auth_request to the forward-auth
+// handler: requests pass until the limit, then get 429 with Retry-After,
+// and a spoofed X-Forwarded-For does not help.
+func TestNginx(t *testing.T) {
+	t.Parallel()
+	var upstreamHits atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamHits.Add(1)
+		fmt.Fprintf(w, "hello %s", r.URL.Path)
+	}))
+	t.Cleanup(upstream.Close)
+	h, err := forwardauth.New(forwardauth.Config{Identity: newIdentity(t), Decider: service(t, perIP)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sluice := httptest.NewServer(h)
+	t.Cleanup(sluice.Close)
+
+	conf, err := os.ReadFile("../../examples/nginx/nginx.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := testenv.FreePort(t)
+	cfg := testenv.Replace(t, string(conf),
+		"server 127.0.0.1:8081;", "server "+strings.TrimPrefix(sluice.URL, "http://")+";",
+		"server 127.0.0.1:9000;", "server "+strings.TrimPrefix(upstream.URL, "http://")+";",
+		"listen 8080;", "listen 127.0.0.1:"+strconv.Itoa(port)+"; access_log off;",
+	)
+	testenv.Nginx(t, cfg, port)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+
+	get := func(c *http.Client, path, spoof string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spoof != "" {
+			req.Header.Set("X-Forwarded-For", spoof)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+	alice, bob := clientFrom("127.0.0.2"), clientFrom("127.0.0.3")
+	for i, spoof := range []string{"", "10.0.0.1", "10.0.0.2"} {
+		resp, body := get(alice, "/page", spoof)
+		if resp.StatusCode != 200 || body != "hello /page" {
+			t.Fatalf("request %d: %d %q, want 200 from the upstream", i+1, resp.StatusCode, body)
+		}
+		if want := fmt.Sprintf(`"per-ip";r=%d;t=50`, 2-i); resp.Header.Get("RateLimit") != want {
+			t.Fatalf("request %d: RateLimit %q, want %q", i+1, resp.Header.Get("RateLimit"), want)
+		}
+		if resp.Header.Get("RateLimit-Policy") != `"per-ip";q=3;w=60` || resp.Header.Get("X-RateLimit-Remaining") != strconv.Itoa(2-i) {
+			t.Fatalf("request %d: headers %v", i+1, resp.Header)
+		}
+	}
+	resp, body := get(alice, "/page", "10.0.0.3")
+	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if resp.StatusCode != http.StatusTooManyRequests || ra < 50 || ra > 51 {
+		t.Fatalf("over the limit: %d, Retry-After %q; want 429 and 50 or 51", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if want := `{"error":"rate limited","retry_after":` + strconv.Itoa(ra) + "}\n"; body != want {
+		t.Fatalf("429 body %q, want %q", body, want)
+	}
+	if resp.Header.Get("Content-Type") != "application/json" || resp.Header.Get("RateLimit") != `"per-ip";r=0;t=50` {
+		t.Fatalf("429 headers %v", resp.Header)
+	}
+	if n := upstreamHits.Load(); n != 3 {
+		t.Fatalf("upstream saw %d requests, want 3", n)
+	}
+	if resp, body := get(bob, "/page", ""); resp.StatusCode != 200 || body != "hello /page" {
+		t.Fatalf("another client: %d %q, want 200", resp.StatusCode, body)
+	}
+
+	// sluice unreachable: the example fails open.
+	sluice.Close()
+	if resp, body := get(bob, "/other", ""); resp.StatusCode != 200 || body != "hello /other" {
+		t.Fatalf("sluice down: %d %q, want 200 from the upstream (fail open)", resp.StatusCode, body)
+	}
+}
