@@ -1,0 +1,64 @@
+package rules
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzLoad parses arbitrary bytes as a rules file: it never panics, and it
+// either returns Errors that each name the file, or a Set whose limits all
+// validate, whose rules Match finds, and which renders as JSON.
+func FuzzLoad(f *testing.F) {
+	for _, pattern := range []string{"testdata/valid/*.yaml", "testdata/envoy/*.yaml", "testdata/invalid/*.yaml", "testdata/invalid/*/*.y*ml"} {
+		files, err := filepath.Glob(pattern)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, file := range files {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(data)
+		}
+	}
+	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    value: '*x*'\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1, throttling: soft, exceed_percent: 50}\n"))
+	f.Add([]byte("domain: a\n---\ndomain: b\n---\n"))
+	f.Add([]byte("{domain: a, descriptors: [{key: k, rate_limits: [{unlimited: true}]}]}"))
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Parse("fuzz.yaml", data)
+		if err != nil {
+			var errs Errors
+			if !errors.As(err, &errs) || len(errs) == 0 {
+				t.Fatalf("error %T %v, want Errors", err, err)
+			}
+			for _, e := range errs {
+				if e.File != "fuzz.yaml" || e.Line < 0 || e.Msg == "" {
+					t.Fatalf("malformed error %+v", e)
+				}
+			}
+			if s != nil {
+				t.Fatal("a Set beside errors")
+			}
+			return
+		}
+		checkValid(t, s)
+		if len(s.Domains()) == 0 {
+			t.Fatal("a Set without domains")
+		}
+		for _, d := range s.Domains() {
+			if _, err := s.Match(d, []Entry{{"k", "v"}, {"", ""}}); err != nil {
+				t.Fatalf("Match(%s): %v", d, err)
+			}
+		}
+		b, err := json.Marshal(s)
+		if err != nil || !json.Valid(b) || !strings.Contains(string(b), `"domains"`) {
+			t.Fatalf("JSON %s, %v", b, err)
+		}
+	})
+}

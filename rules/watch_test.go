@@ -1,0 +1,254 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// reload is one call of a Watcher's onReload.
+type reload struct {
+	set *Set
+	err error
+}
+
+// watch starts a Watcher on path whose reloads arrive on the returned
+// channel, and closes it when the test ends.
+func watch(t *testing.T, path string) (*Watcher, <-chan reload) {
+	t.Helper()
+	ch := make(chan reload, 64)
+	w, err := NewWatcher(path, func(s *Set, err error) { ch <- reload{s, err} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return w, ch
+}
+
+// next waits for the next reload, up to a bound that only a lost event
+// reaches.
+func next(t *testing.T, ch <-chan reload) reload {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reload within 10s")
+		return reload{}
+	}
+}
+
+// rate returns the rate of the rule that user=alice matches in domain api.
+func rate(t *testing.T, s *Set) int64 {
+	t.Helper()
+	r, err := s.Match("api", []Entry{{"user", "alice"}})
+	if err != nil || r == nil {
+		t.Fatalf("Match(api, user=alice) = %v, %v", r, err)
+	}
+	return r.Limits[0].Limit.Rate
+}
+
+func rulesWithRate(n int) string {
+	return fmt.Sprintf("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: %d}\n", n)
+}
+
+const broken = "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 0}\n"
+
+// TestWatcherEdits edits a rules file in place and by rename, as editors
+// do, watching the file and its directory: a good edit takes effect, a
+// broken one is reported with its errors while the old rules stay in force.
+func TestWatcherEdits(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		watch func(dir string) string
+	}{
+		{"file", func(dir string) string { return filepath.Join(dir, "rules.yaml") }},
+		{"directory", func(dir string) string { return dir }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			file := filepath.Join(dir, "rules.yaml")
+			write(t, file, rulesWithRate(1))
+			w, ch := watch(t, tt.watch(dir))
+			if got := rate(t, w.Current()); got != 1 {
+				t.Fatalf("initial rate %d, want 1", got)
+			}
+
+			// A good edit in place.
+			write(t, file, rulesWithRate(2))
+			r := next(t, ch)
+			if r.err != nil {
+				t.Fatalf("good edit: %v", r.err)
+			}
+			if rate(t, r.set) != 2 || w.Current() != r.set {
+				t.Fatalf("after a good edit: rate %d, Current is the new Set: %v", rate(t, w.Current()), w.Current() == r.set)
+			}
+
+			// A broken edit: reported, and the old rules stay.
+			write(t, file, broken)
+			r = next(t, ch)
+			var errs Errors
+			if !errors.As(r.err, &errs) || r.set != nil {
+				t.Fatalf("broken edit: reload %v, %v; want Errors", r.set, r.err)
+			}
+			if !strings.Contains(r.err.Error(), "rules.yaml:4: unit: unknown unit") {
+				t.Errorf("broken edit errors %q, want the file:line of the unit", r.err)
+			}
+			if got := rate(t, w.Current()); got != 2 {
+				t.Fatalf("after a broken edit: rate %d, want the old 2", got)
+			}
+
+			// An editor's write to a temporary file renamed over the old.
+			tmp := filepath.Join(dir, ".rules.yaml.swp")
+			write(t, tmp, rulesWithRate(3))
+			if err := os.Rename(tmp, file); err != nil {
+				t.Fatal(err)
+			}
+			r = next(t, ch)
+			if r.err != nil || rate(t, r.set) != 3 || rate(t, w.Current()) != 3 {
+				t.Fatalf("rename-write: reload %v, %v; want rate 3", r.set, r.err)
+			}
+		})
+	}
+}
+
+// TestWatcherConfigMap updates rules the way the kubelet updates a mounted
+// ConfigMap: the files are symlinks through ..data to a timestamped
+// directory, and an update writes a new directory, points ..data at it by
+// renaming a new symlink over it, and removes the old directory.
+func TestWatcherConfigMap(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		watch func(dir string) string
+	}{
+		{"mounted file", func(dir string) string { return filepath.Join(dir, "rules.yaml") }},
+		{"mounted directory", func(dir string) string { return dir }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			version := func(n int, data string) string {
+				ts := fmt.Sprintf("..2026_11_21_23_00_%02d.%09d", n, n)
+				write(t, filepath.Join(dir, ts, "rules.yaml"), data)
+				return ts
+			}
+			swap := func(ts string) {
+				tmp := filepath.Join(dir, "..data_tmp")
+				symlink(t, ts, tmp)
+				if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old := version(1, rulesWithRate(1))
+			symlink(t, old, filepath.Join(dir, "..data"))
+			symlink(t, "..data/rules.yaml", filepath.Join(dir, "rules.yaml"))
+			w, ch := watch(t, tt.watch(dir))
+			if got := rate(t, w.Current()); got != 1 {
+				t.Fatalf("initial rate %d, want 1", got)
+			}
+
+			// Readers keep matching, without blocking, during the updates.
+			stop := make(chan struct{})
+			var readers sync.WaitGroup
+			for range 2 {
+				readers.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if r, err := w.Current().Match("api", []Entry{{"user", "bob"}}); err != nil || r == nil {
+							t.Errorf("a reader saw no rule: %v, %v", r, err)
+							return
+						}
+					}
+				})
+			}
+			defer func() { close(stop); readers.Wait() }()
+
+			next2 := version(2, rulesWithRate(20))
+			swap(next2)
+			if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
+				t.Fatal(err)
+			}
+			r := next(t, ch)
+			if r.err != nil || rate(t, r.set) != 20 || rate(t, w.Current()) != 20 {
+				t.Fatalf("ConfigMap update: reload %v, %v; want rate 20", r.set, r.err)
+			}
+
+			// A broken ConfigMap: reported, the old rules stay.
+			bad := version(3, broken)
+			swap(bad)
+			r = next(t, ch)
+			if r.err == nil || rate(t, w.Current()) != 20 {
+				t.Fatalf("broken ConfigMap: reload %v, %v, rate %d; want errors and rate 20", r.set, r.err, rate(t, w.Current()))
+			}
+
+			// Fixed again.
+			swap(version(4, rulesWithRate(40)))
+			r = next(t, ch)
+			if r.err != nil || rate(t, w.Current()) != 40 {
+				t.Fatalf("fixed ConfigMap: reload %v, %v; want rate 40", r.set, r.err)
+			}
+		})
+	}
+}
+
+// TestWatcherClose checks that a Watcher whose first load fails starts
+// nothing, that Close may be called twice, and that no reload is reported
+// after Close returns.
+func TestWatcherClose(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yaml")
+	write(t, file, broken)
+	if w, err := NewWatcher(file, nil); err == nil {
+		w.Close()
+		t.Fatal("NewWatcher on broken rules: no error")
+	}
+	if _, err := NewWatcher(filepath.Join(dir, "missing.yaml"), nil); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("NewWatcher on a missing file: %v, want os.ErrNotExist", err)
+	}
+
+	write(t, file, rulesWithRate(1))
+	var mu sync.Mutex
+	closed := false
+	w, err := NewWatcher(file, func(*Set, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			t.Error("onReload called after Close returned")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, file, rulesWithRate(2)) // a reload may be under way while closing
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	closed = true
+	mu.Unlock()
+	if err := w.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if w.Current() == nil {
+		t.Fatal("Current after Close is nil")
+	}
+}
