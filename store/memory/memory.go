@@ -100,7 +100,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	budget := uint32(cfg.MaxEntries / cfg.Shards)
 	for i := range s.shards {
-		s.shards[i].index = make(map[string]uint32)
+		s.shards[i].seed = s.seed
 		s.shards[i].budget = budget
 	}
 	if cfg.Now == nil {
@@ -127,9 +127,9 @@ func (s *Store) now() int64 {
 	return s.nowFn().UnixMicro()
 }
 
-func (s *Store) shardIndex(key string) uint32 {
-	return uint32(maphash.String(s.seed, key) & s.mask)
-}
+// hash returns key's hash: its lower bits choose the shard, its upper half
+// is the key's tag in the shard's index.
+func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
 // check returns the error that keeps a call from running, if any.
 func (s *Store) check(ctx context.Context) error {
@@ -149,9 +149,10 @@ func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64
 		return sluice.Decision{}, fmt.Errorf("memory take %q: %w", key, err)
 	}
 	now := s.now()
-	sh := &s.shards[s.shardIndex(key)]
+	h := s.hash(key)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	d := sh.take(key, l, cost, now)
+	d := sh.take(h, key, l, cost, now)
 	sh.mu.Unlock()
 	return d, nil
 }

@@ -133,28 +133,54 @@ func randomIPv6(rng *rand.Rand) string {
 }
 
 // entries returns the number of live entries and checks the shards'
-// bookkeeping: every index slot holds its key, every other slot is free.
-func entries(t *testing.T, s *Store) int {
+// bookkeeping: the index finds every live entry, and only those, and every
+// other slot is free.
+func entries(t testing.TB, s *Store) int {
 	t.Helper()
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		if uint32(len(sh.index)) > sh.budget {
-			t.Errorf("shard %d holds %d entries, budget %d", i, len(sh.index), sh.budget)
+		if sh.count > sh.budget {
+			t.Errorf("shard %d holds %d entries, budget %d", i, sh.count, sh.budget)
 		}
-		if got, want := len(sh.index)+len(sh.free), int(sh.used); got != want {
-			t.Errorf("shard %d: %d live + %d free slots, %d used", i, len(sh.index), len(sh.free), sh.used)
+		if got, want := int(sh.count)+len(sh.free), int(sh.used); got != want {
+			t.Errorf("shard %d: %d live + %d free slots, %d used", i, sh.count, len(sh.free), sh.used)
 		}
-		for k, j := range sh.index {
-			if e := sh.at(j); e.key != k {
-				t.Errorf("shard %d: slot %d holds %q, the index says %q", i, j, e.key, k)
+		linked := 0
+		for _, w := range sh.index {
+			if w != 0 {
+				linked++
 			}
 		}
-		n += len(sh.index)
+		live := 0
+		for j := range sh.used {
+			e := sh.at(j)
+			if !e.live {
+				continue
+			}
+			live++
+			if k, ok := sh.lookup(s.hash(e.key), e.key); !ok || k != j {
+				t.Errorf("shard %d: slot %d holds %q, the index finds %d, %v", i, j, e.key, k, ok)
+			}
+		}
+		if linked != live || live != int(sh.count) {
+			t.Errorf("shard %d: %d in the index, %d live entries, count %d", i, linked, live, sh.count)
+		}
+		n += live
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// holds reports whether the store holds key.
+func (s *Store) holds(key string) bool {
+	h := s.hash(key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	_, ok := sh.lookup(h, key)
+	return ok
 }
 
 func TestFloodStaysWithinBudget(t *testing.T) {
@@ -189,6 +215,9 @@ func TestFloodStaysWithinBudget(t *testing.T) {
 		}
 		if i%1024 == 0 {
 			c.advance(time.Millisecond)
+		}
+		if i%(maxEntries+maxEntries/3) == 0 {
+			entries(t, s) // the index and the slab agree
 		}
 	}
 	if hotAdmitted != 1 {
@@ -230,15 +259,14 @@ func TestExpiredEvictedBeforeLive(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sh := &s.shards[0]
 	for _, k := range live {
-		if _, ok := sh.index[k]; !ok {
+		if !s.holds(k) {
 			t.Errorf("live key %s evicted while expired keys were there", k)
 		}
 	}
 	gone := 0
 	for _, k := range expired {
-		if _, ok := sh.index[k]; !ok {
+		if !s.holds(k) {
 			gone++
 		}
 	}
@@ -275,8 +303,7 @@ func TestEvictionOnlyForgets(t *testing.T) {
 					ref = &sluice.State{}
 					unbounded[k] = ref
 				}
-				sh := &s.shards[s.shardIndex(k)]
-				_, held := sh.index[k]
+				held := s.holds(k)
 				got, err := s.Take(context.Background(), k, l, cost)
 				if err != nil {
 					t.Fatal(err)

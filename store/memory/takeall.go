@@ -11,6 +11,7 @@ import (
 // slot is one distinct key of a TakeAll batch while the batch is decided.
 type slot struct {
 	key string
+	h   uint64 // the key's hash
 	sh  *shard
 	e   *entry // the key's entry when the batch began, or nil
 	// st is the copy of the key's state that the batch decides on, unless
@@ -49,20 +50,21 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	now := s.now()
 
 	var (
-		shardBuf, lockBuf [batchInline]uint32
-		slotOfBuf         [batchInline]int
-		slotBuf           [batchInline]slot
+		hashBuf   [batchInline]uint64
+		lockBuf   [batchInline]uint32
+		slotOfBuf [batchInline]int
+		slotBuf   [batchInline]slot
 	)
-	shardOf, locks, slotOf, slots := shardBuf[:0], lockBuf[:0], slotOfBuf[:0], slotBuf[:0]
+	hashes, locks, slotOf, slots := hashBuf[:0], lockBuf[:0], slotOfBuf[:0], slotBuf[:0]
 	var byKey map[string]int // slots by key, for large batches
 	if n := len(reqs); n > batchInline {
-		shardOf, locks, slotOf, slots = make([]uint32, 0, n), make([]uint32, 0, n), make([]int, 0, n), make([]slot, 0, n)
+		hashes, locks, slotOf, slots = make([]uint64, 0, n), make([]uint32, 0, n), make([]int, 0, n), make([]slot, 0, n)
 		byKey = make(map[string]int, n)
 	}
 	for _, r := range reqs {
-		i := s.shardIndex(r.Key)
-		shardOf = append(shardOf, i)
-		locks = append(locks, i)
+		h := s.hash(r.Key)
+		hashes = append(hashes, h)
+		locks = append(locks, uint32(h&s.mask))
 	}
 	slices.Sort(locks)
 	locks = slices.Compact(locks)
@@ -74,9 +76,10 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	for i, r := range reqs {
 		k := findSlot(slots, byKey, r.Key)
 		if k < 0 {
-			sh := &s.shards[shardOf[i]]
-			sl := slot{key: r.Key, sh: sh, alg: r.Limit.Algorithm}
-			if j, ok := sh.index[r.Key]; ok {
+			h := hashes[i]
+			sh := &s.shards[h&s.mask]
+			sl := slot{key: r.Key, h: h, sh: sh, alg: r.Limit.Algorithm}
+			if j, ok := sh.lookup(h, r.Key); ok {
 				sl.e = sh.at(j)
 				sl.alg = sl.e.alg
 				sl.st = sl.e.state
@@ -153,7 +156,7 @@ func commit(reqs []sluice.Request, ds []sluice.Decision, slotOf []int, slots []s
 	for k := range slots {
 		sl := &slots[k]
 		if sl.e == nil && sl.last.ResetAfter > 0 {
-			sl.sh.insert(sl.key, sl.alg, sl.st, expiry(now, sl.last.ResetAfter), now)
+			sl.sh.insert(sl.h, sl.key, sl.alg, sl.st, expiry(now, sl.last.ResetAfter), now)
 		}
 	}
 }

@@ -1,0 +1,169 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice"
+)
+
+// benchLimit is a valid limit of algorithm a that admits everything the
+// benchmarks send, so that every decision updates the state.
+func benchLimit(b *testing.B, a sluice.Algorithm) sluice.Limit {
+	l := sluice.Limit{Algorithm: a, Rate: 1 << 30, Period: time.Second}
+	if a.HasBurst() {
+		l.Burst = 1 << 30
+	}
+	if a == sluice.GCRA {
+		l.Rate = 1_000_000 // gcra: at most one hit per µs
+	}
+	if err := l.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+// BenchmarkOneKey measures one decision on one key from one goroutine,
+// the store's clock read included, and golang.org/x/time/rate's
+// Limiter.Allow, which reads the system clock, as the reference.
+func BenchmarkOneKey(b *testing.B) {
+	b.Run("x-time-rate", func(b *testing.B) {
+		b.ReportAllocs()
+		lim := rate.NewLimiter(rate.Inf, 1)
+		for b.Loop() {
+			lim.Allow()
+		}
+	})
+	b.Run("x-time-rate-finite", func(b *testing.B) {
+		b.ReportAllocs()
+		lim := rate.NewLimiter(rate.Limit(1e12), 1<<30)
+		for b.Loop() {
+			lim.Allow()
+		}
+	})
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
+		b.Run(a.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			s := newStore(b, DefaultConfig())
+			ctx := context.Background()
+			l := benchLimit(b, a)
+			const key = "user:123456"
+			for b.Loop() {
+				if d, err := s.Take(ctx, key, l, 1); err != nil || !d.Allowed {
+					b.Fatal(d, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkTakeAll measures a batch of two limits of one client, as
+// decide sends for a descriptor with two rate limits.
+func BenchmarkTakeAll(b *testing.B) {
+	b.ReportAllocs()
+	s := newStore(b, DefaultConfig())
+	ctx := context.Background()
+	reqs := []sluice.Request{
+		{Key: "user:123456:second", Limit: benchLimit(b, sluice.TokenBucket), Cost: 1},
+		{Key: "user:123456:hour", Limit: benchLimit(b, sluice.FixedWindow), Cost: 1},
+	}
+	ds := make([]sluice.Decision, len(reqs))
+	for b.Loop() {
+		if err := s.TakeAll(ctx, reqs, ds); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchKeys returns n keys like "user:123456".
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%06d", i)
+	}
+	return keys
+}
+
+// BenchmarkParallel10kKeys measures decisions on 10,000 keys from
+// GOMAXPROCS goroutines; compare -cpu 1 and -cpu 2 for how it scales.
+func BenchmarkParallel10kKeys(b *testing.B) {
+	keys := benchKeys(10_000)
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.TokenBucket, sluice.GCRA} {
+		b.Run(a.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			s := newStore(b, DefaultConfig())
+			ctx := context.Background()
+			l := benchLimit(b, a)
+			for _, k := range keys {
+				if _, err := s.Take(ctx, k, l, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var worker atomic.Uint64
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				// Each goroutine walks the keys with its own stride and start.
+				w := worker.Add(1)
+				i, stride := w*7919, 2*w+1
+				for pb.Next() {
+					i += stride
+					if _, err := s.Take(ctx, keys[i%uint64(len(keys))], l, 1); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkMillionKeys fills a store with 1,000,000 keys like
+// "user:123456" and reports the heap it holds per key (B/key, after a
+// garbage collection), then measures decisions on random keys of it.
+func BenchmarkMillionKeys(b *testing.B) {
+	const n = 1_000_000
+	keys := benchKeys(n)
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.TokenBucket, sluice.GCRA, sluice.SlidingWindow} {
+		b.Run(a.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			ctx := context.Background()
+			l := benchLimit(b, a)
+			now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+			cfg := DefaultConfig()
+			cfg.MaxEntries = 2 * n // room for all: measure keys, not eviction
+			cfg.Now = func() time.Time { return now }
+
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			s := newStore(b, cfg)
+			for _, k := range keys {
+				if _, err := s.Take(ctx, k, l, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			if got := entries(b, s); got != n {
+				b.Fatalf("%d entries, want %d", got, n)
+			}
+			perKey := float64(after.HeapAlloc-before.HeapAlloc) / n
+
+			i := uint64(0)
+			b.ResetTimer()
+			for b.Loop() {
+				i += 7919
+				if d, err := s.Take(ctx, keys[i%n], l, 1); err != nil || !d.Allowed {
+					b.Fatal(d, err)
+				}
+			}
+			b.ReportMetric(perKey, "B/key") // after the loop, which resets metrics
+		})
+	}
+}
