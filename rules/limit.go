@@ -73,6 +73,18 @@ type Limit struct {
 // Period returns the limit's window: Unit × UnitMultiplier.
 func (l *Limit) Period() time.Duration { return l.Limit.Period }
 
+// Enforced returns the limit that decides whether a request passes: Limit
+// with hard throttling, and with soft throttling Limit with its rate (and
+// burst, if set) scaled by (100 + ExceedPercent)/100, rounded down, so that
+// it admits up to the limit × (1 + ExceedPercent/100). Loading checked that
+// it validates. The zero sluice.Limit when Unlimited.
+func (l *Limit) Enforced() sluice.Limit {
+	if l.Throttling != Soft {
+		return l.Limit
+	}
+	return softLimit(l.Limit, l.ExceedPercent)
+}
+
 // limitJSON is how a Limit shows in the rules in force (GET /v1/rules).
 type limitJSON struct {
 	ID              string     `json:"id"`
