@@ -1,0 +1,80 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+	"go.uber.org/goleak"
+)
+
+// TestMain checks that no goroutine outlives the tests. rueidis's cluster
+// client closes the connections a topology refresh replaced five seconds
+// later, in a goroutine of its own that then ends: it is not ours.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
+}
+
+// t0 is a fixed instant in the middle of a minute, an hour and a day.
+var t0 = time.Date(2026, 3, 14, 12, 30, 30, 0, time.UTC)
+
+// fakeClock is a clock that tests set by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+// backend is one kind of Redis deployment the tests run against.
+type backend struct {
+	name string
+	url  func(t *testing.T) string
+}
+
+func backends() []backend {
+	return []backend{
+		{"single", func(t *testing.T) string { return "redis://" + testenv.RedisAddr(t) + "/0" }},
+		{"cluster", func(t *testing.T) string {
+			return "redis+cluster://" + strings.Join(testenv.RedisClusterAddrs(t), ",")
+		}},
+	}
+}
+
+// testConfig returns a configuration whose keys are the test's own (a
+// random prefix), with a margin long enough for fake clocks.
+func testConfig(now func() time.Time) Config {
+	cfg := DefaultConfig()
+	cfg.KeyPrefix = fmt.Sprintf("sluicetest:%x:", rand.Uint64())
+	cfg.Now = now
+	cfg.ExpiryMargin = 10 * time.Minute
+	return cfg
+}
+
+// open opens a store closed when the test ends.
+func open(t testing.TB, url string, cfg Config) *Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := Open(ctx, url, cfg)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", url, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

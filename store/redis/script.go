@@ -1,0 +1,138 @@
+package redis
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/bits"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+//go:embed take.lua
+var takeScript string
+
+// maxExact bounds the integers the Lua script computes with: Lua's numbers
+// are doubles, exact for integers up to 2^53, and the script keeps every
+// intermediate value within twice this bound.
+const maxExact = 1 << 52
+
+// ErrInexact is wrapped by the errors of limits whose arithmetic the Lua
+// script cannot do exactly in doubles. See the package documentation for
+// the bounds; limits that sluice.Limit.Validate accepts but that break them
+// are rare (a token bucket of 1,000,003 per day, a period of 100 years).
+var ErrInexact = errors.New("limit too large for exact arithmetic in Redis's Lua")
+
+// Algorithm numbers of the script, which match sluice.Algorithm.
+const (
+	algFixedWindow   = 0
+	algSlidingWindow = 1
+	algSlidingLog    = 2
+	algTokenBucket   = 3
+	algLeakyBucket   = 4
+	algGCRA          = 5
+)
+
+// Script modes.
+const (
+	modeWrite  = "w" // apply and write each request (Take)
+	modeAll    = "a" // write all requests only if all are allowed (TakeAll)
+	modeDryRun = "d" // decide, write nothing
+)
+
+// valuesPerRequest and resultsPerRequest are the script's ARGV values per
+// request and its integers per decision.
+const (
+	valuesPerRequest  = 6
+	resultsPerRequest = 5
+)
+
+// capacity returns how many hits l admits at once, as sluice does.
+func capacity(l sluice.Limit) int64 {
+	if l.Burst > 0 && l.Algorithm.HasBurst() {
+		return l.Burst
+	}
+	return l.Rate
+}
+
+// local returns the decision sluice.Limit.TakeMicros makes without looking
+// at the state: for a negative cost, a limit that makes no sense, or an
+// unknown algorithm. ok is false for every request the script must decide.
+func local(l sluice.Limit, cost int64) (d sluice.Decision, ok bool) {
+	p := int64(l.Period / time.Microsecond)
+	if cost < 0 || l.Rate <= 0 || p <= 0 || l.Burst < 0 {
+		return sluice.Decision{Limit: capacity(l), RetryAfter: sluice.Never}, true
+	}
+	if l.Algorithm > sluice.GCRA {
+		return sluice.Decision{RetryAfter: sluice.Never}, true
+	}
+	return sluice.Decision{}, false
+}
+
+// appendRequest appends the script's six values for cost hits of l, which
+// local has let through, to args.
+func appendRequest(args []string, l sluice.Limit, cost int64) ([]string, error) {
+	rate, p, c := l.Rate, int64(l.Period/time.Microsecond), capacity(l)
+	if p > maxExact/2 || rate > maxExact || c > maxExact {
+		return args, fmt.Errorf("%v: period or rate above 2^51µs or 2^52: %w", l, ErrInexact)
+	}
+	var a, b, cc, d int64
+	switch l.Algorithm {
+	case sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog:
+		a, b = rate, p
+	case sluice.TokenBucket, sluice.LeakyBucket:
+		g := gcd(rate, p)
+		a, b, cc, d = rate/g, p/g, c, g
+		if hi, lo := bits.Mul64(uint64(c), uint64(b)); hi != 0 || lo > maxExact {
+			return args, fmt.Errorf("%v: capacity × period / gcd(rate, period) above 2^52: %w", l, ErrInexact)
+		}
+	case sluice.GCRA:
+		T := (p + rate - 1) / rate
+		if hi, lo := bits.Mul64(uint64(c), uint64(T)); hi != 0 || lo > maxExact/2 {
+			return args, fmt.Errorf("%v: capacity × emission interval above 2^51µs: %w", l, ErrInexact)
+		}
+		a, b, cc = T, c*T, c
+	}
+	return append(args,
+		strconv.Itoa(int(l.Algorithm)),
+		strconv.FormatInt(a, 10),
+		strconv.FormatInt(b, 10),
+		strconv.FormatInt(cc, 10),
+		strconv.FormatInt(d, 10),
+		strconv.FormatInt(cost, 10),
+	), nil
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// decision builds the Decision of l from the script's five integers.
+func decision(l sluice.Limit, v []int64) sluice.Decision {
+	d := sluice.Decision{
+		Allowed:    v[0] == 1,
+		Limit:      capacity(l),
+		Remaining:  v[1],
+		ResetAfter: micros(v[2]),
+		RetryAfter: micros(v[3]),
+		Wait:       micros(v[4]),
+	}
+	if v[3] < 0 {
+		d.RetryAfter = sluice.Never
+	}
+	return d
+}
+
+// micros converts µs to a Duration, saturating at sluice.Never as sluice
+// does.
+func micros(us int64) time.Duration {
+	if us > int64(sluice.Never/time.Microsecond) {
+		return sluice.Never
+	}
+	return time.Duration(us) * time.Microsecond
+}
