@@ -52,10 +52,6 @@ type Watcher struct {
 // call Close. A reload whose files are unchanged since the last good one
 // is not reported, unless the reload before it failed.
 func NewWatcher(path string, onReload func(*Set, error)) (*Watcher, error) {
-	s, err := Load(path)
-	if err != nil {
-		return nil, err
-	}
 	w := &Watcher{path: path, dir: path, onReload: onReload,
 		done: make(chan struct{}), stopped: make(chan struct{})}
 	fi, err := os.Stat(path)
@@ -69,9 +65,15 @@ func NewWatcher(path string, onReload func(*Set, error)) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watch rules %s: %w", path, err)
 	}
+	// Watch before the first load, so that no change falls between them.
 	if err := w.fw.Add(w.dir); err != nil {
 		w.fw.Close()
 		return nil, fmt.Errorf("watch rules %s: %w", path, err)
+	}
+	s, err := Load(path)
+	if err != nil {
+		w.fw.Close()
+		return nil, err
 	}
 	w.cur.Store(s)
 	go w.loop()
