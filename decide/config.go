@@ -113,7 +113,8 @@ type Config struct {
 	Store sluice.Store
 	// StoreTimeout bounds the store calls of one decision together; a call
 	// that takes longer fails and Fail decides. Zero or negative means no
-	// timeout beyond the caller's context. Default 50ms.
+	// timeout beyond the caller's context; a store that is NonBlocking is
+	// called without one. Default 50ms.
 	StoreTimeout time.Duration
 	// Fail says how to decide while the store fails. Default FailOpen.
 	Fail Fail

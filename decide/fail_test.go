@@ -276,3 +276,39 @@ func TestParseFail(t *testing.T) {
 		t.Error("ParseFail(maybe) succeeded")
 	}
 }
+
+// TestNonBlockingStore checks that a store that declares it never blocks
+// is called without a deadline, and others with one.
+func TestNonBlockingStore(t *testing.T) {
+	t.Parallel()
+	set := loadRules(t, oneLimit)
+	tests := []struct {
+		name     string
+		wrap     func(sluice.Store) sluice.Store
+		deadline bool
+	}{
+		{name: "plain store", wrap: func(s sluice.Store) sluice.Store { return s }, deadline: true},
+		{name: "non-blocking store", wrap: func(s sluice.Store) sluice.Store { return nonBlocking{s} }, deadline: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			mem := newMemory(t, clk)
+			var sawDeadline atomic.Bool
+			fake := &fakeStore{takeAll: func(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+				_, ok := ctx.Deadline()
+				sawDeadline.Store(ok)
+				return mem.TakeAll(ctx, reqs, ds)
+			}}
+			s := newService(t, set, clk, decide.Config{Store: tt.wrap(fake), StoreTimeout: time.Second})
+			resp := decideOK(t, s, req("api", []string{"user", "alice"}))
+			if resp.Overall != decide.OK || fake.calls.Load() != 1 {
+				t.Fatalf("decided %v with %d store calls, want OK from the store", resp.Overall, fake.calls.Load())
+			}
+			if sawDeadline.Load() != tt.deadline {
+				t.Errorf("store call had a deadline: %v, want %v", sawDeadline.Load(), tt.deadline)
+			}
+		})
+	}
+}

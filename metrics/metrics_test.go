@@ -306,3 +306,32 @@ func TestNewTwice(t *testing.T) {
 		t.Error("a second New on one registry succeeded, want a duplicate registration error")
 	}
 }
+
+// nonBlocking declares a store decide.NonBlocking.
+type nonBlocking struct{ sluice.Store }
+
+func (nonBlocking) NonBlocking() bool { return true }
+
+func TestStorePassesNonBlocking(t *testing.T) {
+	t.Parallel()
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		store sluice.Store
+		want  bool
+	}{
+		{name: "blocking", store: fakeStore{}, want: false},
+		{name: "non-blocking", store: nonBlocking{fakeStore{}}, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := m.Store(tt.store).NonBlocking(); got != tt.want {
+				t.Errorf("NonBlocking() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // Reasons, as the reason label of sluice_store_errors_total writes them.
@@ -55,6 +56,15 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	s.m.storeError(err)
 	return err
 }
+
+// NonBlocking reports whether the decorated store never blocks (see
+// decide.NonBlocking), so that decorating a store keeps that promise.
+func (s *Store) NonBlocking() bool {
+	nb, ok := s.next.(decide.NonBlocking)
+	return ok && nb.NonBlocking()
+}
+
+var _ decide.NonBlocking = (*Store)(nil)
 
 // storeError counts err, if any, by its reason.
 func (m *Metrics) storeError(err error) {
