@@ -1,0 +1,114 @@
+package proxy_test
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/transport/proxy"
+	"github.com/sluicehq/sluice/transport/respond"
+)
+
+// t0 is the start of a second.
+var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+// clock is a fake clock; its Sleep advances it instead of waiting, so that
+// the store sees the time the proxy waited.
+type clock struct {
+	mu     sync.Mutex
+	now    time.Time
+	slept  []time.Duration
+	before func(ctx context.Context) error // runs before each sleep returns, if set
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
+	if c.before != nil {
+		if err := c.before(ctx); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	c.slept = append(c.slept, d)
+	return nil
+}
+
+func (c *clock) Slept() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.slept...)
+}
+
+// service returns the real decision service over the memory store; a nil
+// clk means the store's real clock.
+func service(t testing.TB, rulesYAML string, clk *clock) *decide.Service {
+	t.Helper()
+	set, err := rules.Parse("rules.yaml", []byte(rulesYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := memory.DefaultConfig()
+	if clk != nil {
+		mc.Now = clk.Now
+	}
+	st, err := memory.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	dc := decide.DefaultConfig()
+	dc.Rules = func() *rules.Set { return set }
+	dc.Store = st
+	dc.Logger = slog.New(slog.DiscardHandler)
+	s, err := decide.New(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// everyone puts every request in one generic descriptor.
+func everyone(t testing.TB) *identity.Identity {
+	t.Helper()
+	id, err := identity.New(identity.Config{Domain: "api", RateLimits: []identity.RateLimit{
+		{Actions: []identity.Action{{GenericKey: &identity.GenericKey{DescriptorKey: "all", DescriptorValue: "yes"}}}},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func newProxy(t testing.TB, upstream string, cfg proxy.Config) *proxy.Proxy {
+	t.Helper()
+	u, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Upstream = u
+	if cfg.Identity == nil {
+		cfg.Identity = everyone(t)
+	}
+	if cfg.Respond == nil {
+		cfg.Respond = respond.New(respond.Config{RetryJitter: 0})
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	p, err := proxy.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}

@@ -1,0 +1,326 @@
+// Package proxy is sluice's reverse proxy: it decides each request before
+// forwarding it to one upstream, answers 429 with the rate limit fields when
+// it is over a limit, and in queue mode holds a request for its turn
+// instead (up to MaxDelay, at most MaxWaiting at once): a leaky_bucket
+// limit's admitted requests wait their turn, and a request over another
+// limit waits for its retry time when that comes soon enough. Bodies stream
+// through untouched; upstream failures give 502 and upstream timeouts 504.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/transport/respond"
+)
+
+// Decider decides a request; *decide.Service is one.
+type Decider interface {
+	Decide(ctx context.Context, r *decide.Request) (*decide.Response, error)
+}
+
+// Config configures a Proxy. Start from DefaultConfig.
+type Config struct {
+	// Upstream is where allowed requests go: scheme, host and an optional
+	// path prefix. Required.
+	Upstream *url.URL
+	// Identity turns requests into descriptors. Required.
+	Identity *identity.Identity
+	// Decider decides. Required.
+	Decider Decider
+	// Respond writes the rate limit fields and 429s. Nil:
+	// respond.New(respond.DefaultConfig()).
+	Respond *respond.Writer
+	// MaxDelay is the longest a request is held for its turn instead of
+	// being rejected; zero disables queueing (leaky_bucket waits are then
+	// not applied). Default 0.
+	MaxDelay time.Duration
+	// MaxWaiting bounds the requests held at once; past it, 429. Zero or
+	// negative means the default, 1024.
+	MaxWaiting int
+	// DialTimeout bounds connecting to the upstream (then 502). Default 5s.
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for the upstream's response
+	// headers once the request is sent (then 504). Bodies stream without a
+	// time limit. Default 30s.
+	ResponseHeaderTimeout time.Duration
+	// MaxIdleConns is how many idle connections to the upstream are kept
+	// for reuse. Default 512.
+	MaxIdleConns int
+	// PreserveHost sends the client's Host header upstream instead of the
+	// upstream's host.
+	PreserveHost bool
+	// Transport carries requests upstream. Nil: an http.Transport built
+	// from the timeouts above, which Close releases.
+	Transport http.RoundTripper
+	// FailClosed answers 503 when the Decider returns an error; by default
+	// the request is forwarded.
+	FailClosed bool
+	// Logger receives upstream and Decider errors. Default slog.Default().
+	Logger *slog.Logger
+	// Sleep waits d or until ctx is done, returning ctx's error then: the
+	// clock of queue mode. Default: a timer. Tests pass a fake.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// DefaultConfig returns a Config with every default filled in and no
+// Upstream, Identity or Decider.
+func DefaultConfig() Config {
+	return Config{
+		MaxDelay:              0,                // reject over-limit requests at once
+		MaxWaiting:            1024,             // requests held at once in queue mode
+		DialTimeout:           5 * time.Second,  // connect to the upstream, else 502
+		ResponseHeaderTimeout: 30 * time.Second, // upstream response headers, else 504
+		MaxIdleConns:          512,              // kept-alive upstream connections
+		Logger:                slog.Default(),
+		Sleep:                 sleep,
+	}
+}
+
+// Proxy is an http.Handler that limits and forwards requests. It is safe
+// for concurrent use and starts no goroutines of its own beyond those of
+// its http.Transport.
+type Proxy struct {
+	id         *identity.Identity
+	decider    Decider
+	w          *respond.Writer
+	maxDelay   time.Duration
+	maxWaiting int64
+	failClosed bool
+	log        *slog.Logger
+	sleep      func(context.Context, time.Duration) error
+	rp         *httputil.ReverseProxy
+	own        *http.Transport // nil when the Transport was given
+	waiting    atomic.Int64
+}
+
+var _ http.Handler = (*Proxy)(nil)
+
+// New returns a Proxy for cfg; zero fields take DefaultConfig's values.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Upstream == nil || cfg.Upstream.Host == "" || (cfg.Upstream.Scheme != "http" && cfg.Upstream.Scheme != "https") {
+		return nil, fmt.Errorf("proxy: upstream %v: want an http or https URL with a host", cfg.Upstream)
+	}
+	if cfg.Identity == nil || cfg.Decider == nil {
+		return nil, errors.New("proxy: Identity and Decider are required")
+	}
+	if cfg.MaxDelay < 0 {
+		return nil, fmt.Errorf("proxy: MaxDelay %v is negative", cfg.MaxDelay)
+	}
+	def := DefaultConfig()
+	if cfg.MaxWaiting <= 0 {
+		cfg.MaxWaiting = def.MaxWaiting
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = def.DialTimeout
+	}
+	if cfg.ResponseHeaderTimeout <= 0 {
+		cfg.ResponseHeaderTimeout = def.ResponseHeaderTimeout
+	}
+	if cfg.MaxIdleConns <= 0 {
+		cfg.MaxIdleConns = def.MaxIdleConns
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = def.Logger
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = def.Sleep
+	}
+	if cfg.Respond == nil {
+		cfg.Respond = respond.New(respond.DefaultConfig())
+	}
+	p := &Proxy{
+		id:         cfg.Identity,
+		decider:    cfg.Decider,
+		w:          cfg.Respond,
+		maxDelay:   cfg.MaxDelay,
+		maxWaiting: int64(cfg.MaxWaiting),
+		failClosed: cfg.FailClosed,
+		log:        cfg.Logger,
+		sleep:      cfg.Sleep,
+	}
+	rt := cfg.Transport
+	if rt == nil {
+		d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+		p.own = &http.Transport{
+			Proxy:                 nil, // the upstream is reached directly
+			DialContext:           d.DialContext,
+			MaxIdleConns:          cfg.MaxIdleConns,
+			MaxIdleConnsPerHost:   cfg.MaxIdleConns,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   cfg.DialTimeout,
+			ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+			ExpectContinueTimeout: time.Second,
+			DisableCompression:    true, // bodies pass as they are
+		}
+		rt = p.own
+	}
+	upstream, preserve := cfg.Upstream, cfg.PreserveHost
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+			if preserve {
+				pr.Out.Host = pr.In.Host
+			}
+		},
+		Transport:     rt,
+		FlushInterval: -1, // flush at once: streams and server-sent events pass as they come
+		BufferPool:    &bufferPool{},
+		ErrorHandler:  p.upstreamError,
+		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	return p, nil
+}
+
+// Close closes the idle upstream connections of the Proxy's own transport.
+// Requests in flight finish; the Proxy stays usable.
+func (p *Proxy) Close() error {
+	if p.own != nil {
+		p.own.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Waiting returns how many requests are held for their turn right now.
+func (p *Proxy) Waiting() int { return int(p.waiting.Load()) }
+
+// ServeHTTP decides r and forwards it, holds it for its turn, or answers
+// 429.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ds := p.id.Descriptors(r)
+	req := decide.Request{Domain: p.id.Domain(), Descriptors: make([]decide.Descriptor, len(ds))}
+	for i, d := range ds {
+		req.Descriptors[i] = decide.Descriptor(d)
+	}
+	var waited time.Duration
+	for {
+		resp, err := p.decider.Decide(r.Context(), &req)
+		if err != nil {
+			if r.Context().Err() != nil {
+				return // the client is gone
+			}
+			p.log.LogAttrs(r.Context(), slog.LevelWarn, "proxy decision failed", slog.String("error", err.Error()))
+			if p.failClosed {
+				http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+				return
+			}
+			p.rp.ServeHTTP(w, r)
+			return
+		}
+		over := respond.Denied(resp)
+		wait := resp.RetryAfter()
+		if !over {
+			wait = queueWait(resp)
+		}
+		if !over && (wait == 0 || p.maxDelay == 0) {
+			p.w.SetHeaders(w.Header(), resp)
+			p.rp.ServeHTTP(w, r)
+			return
+		}
+		if p.maxDelay == 0 || wait == sluice.Never || waited+wait > p.maxDelay {
+			p.deny(w, resp, wait)
+			return
+		}
+		if n := p.waiting.Add(1); n > p.maxWaiting {
+			p.waiting.Add(-1)
+			p.deny(w, resp, wait)
+			return
+		}
+		err = p.sleep(r.Context(), wait)
+		p.waiting.Add(-1)
+		if err != nil {
+			return // the client gave up waiting
+		}
+		waited += wait
+		if !over {
+			// Admitted by a leaky_bucket: this was its turn.
+			p.w.SetHeaders(w.Header(), resp)
+			p.rp.ServeHTTP(w, r)
+			return
+		}
+	}
+}
+
+// deny answers 429 for resp. An admitted request that would wait too long
+// (resp is OK) is told to retry after its wait.
+func (p *Proxy) deny(w http.ResponseWriter, resp *decide.Response, wait time.Duration) {
+	if !respond.Denied(resp) {
+		// The leaky bucket admitted it, but its turn is too far: report the
+		// wait as the retry time.
+		st := make([]decide.Status, len(resp.Statuses))
+		copy(st, resp.Statuses)
+		for i := range st {
+			if st[i].Decision.Wait > 0 {
+				st[i].Code = decide.OverLimit
+				st[i].Decision.RetryAfter = st[i].Decision.Wait
+			}
+		}
+		resp = &decide.Response{Overall: decide.OverLimit, Statuses: st}
+	}
+	p.w.Deny(w, resp)
+}
+
+// queueWait returns the longest Wait of resp's enforced limits: how long a
+// leaky_bucket asks an admitted request to wait for its turn.
+func queueWait(resp *decide.Response) time.Duration {
+	var d time.Duration
+	for i := range resp.Statuses {
+		if st := &resp.Statuses[i]; !st.Shadow {
+			d = max(d, st.Decision.Wait)
+		}
+	}
+	return d
+}
+
+// upstreamError answers for a request the upstream did not answer: 504
+// when it timed out, 502 otherwise.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the client is gone: nobody to answer
+	}
+	status := http.StatusBadGateway
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		status = http.StatusGatewayTimeout
+	}
+	p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed",
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status), slog.String("error", err.Error()))
+	http.Error(w, http.StatusText(status), status)
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// bufferPool recycles the 32 KiB copy buffers of the reverse proxy.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }

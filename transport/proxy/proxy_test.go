@@ -1,0 +1,438 @@
+package proxy_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/transport/proxy"
+)
+
+// echo is an upstream that records the order of the requests it sees.
+type echo struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (e *echo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.mu.Lock()
+	e.seen = append(e.seen, r.Header.Get("X-Seq"))
+	e.mu.Unlock()
+	fmt.Fprintf(w, "ok %s", r.Header.Get("X-Seq"))
+}
+
+func (e *echo) Seen() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.seen)
+}
+
+func get(t *testing.T, url, seq string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Error(err)
+		return nil, ""
+	}
+	req.Header.Set("X-Seq", seq)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return nil, ""
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Error(err)
+	}
+	return resp, string(b)
+}
+
+func TestLimitThen429(t *testing.T) {
+	t.Parallel()
+	up := &echo{}
+	upstream := httptest.NewServer(up)
+	t.Cleanup(upstream.Close)
+	clk := &clock{now: t0}
+	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, `
+domain: api
+descriptors:
+  - {key: all, rate_limit: {name: all, unit: second, requests_per_unit: 2}}
+`, clk)})
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	for i, want := range []int{200, 200, 429} {
+		resp, body := get(t, front.URL+"/x", strconv.Itoa(i))
+		if resp.StatusCode != want {
+			t.Fatalf("request %d: %d %q, want %d", i, resp.StatusCode, body, want)
+		}
+		if want == 429 && (resp.Header.Get("Retry-After") != "1" || body != `{"error":"rate limited","retry_after":1}`+"\n") {
+			t.Fatalf("429: Retry-After %q body %q", resp.Header.Get("Retry-After"), body)
+		}
+		if want == 200 && (body != "ok "+strconv.Itoa(i) || resp.Header.Get("RateLimit") != fmt.Sprintf(`"all";r=%d;t=1`, 1-i)) {
+			t.Fatalf("request %d: body %q RateLimit %q", i, body, resp.Header.Get("RateLimit"))
+		}
+	}
+	if got := up.Seen(); !slices.Equal(got, []string{"0", "1"}) {
+		t.Fatalf("upstream saw %v", got)
+	}
+}
+
+// TestQueueRetriesWithinMaxDelay: over a fixed window, a request whose
+// retry comes within MaxDelay waits for it and passes; one whose retry is
+// too far is rejected at once.
+func TestQueueRetriesWithinMaxDelay(t *testing.T) {
+	t.Parallel()
+	const rulesYAML = `
+domain: api
+descriptors:
+  - {key: all, rate_limit: {unit: second, requests_per_unit: 2}}
+`
+	tests := []struct {
+		name     string
+		maxDelay time.Duration
+		status   int
+		slept    []time.Duration
+	}{
+		{"retry within max delay", 500 * time.Millisecond, 200, []time.Duration{300 * time.Millisecond}},
+		{"retry beyond max delay", 299 * time.Millisecond, 429, nil},
+		{"queue mode off", 0, 429, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			upstream := httptest.NewServer(&echo{})
+			t.Cleanup(upstream.Close)
+			clk := &clock{now: t0.Add(700 * time.Millisecond)}
+			p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, rulesYAML, clk), MaxDelay: tt.maxDelay, Sleep: clk.Sleep})
+			for i := range 3 {
+				rec := httptest.NewRecorder()
+				p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+				want := 200
+				if i == 2 {
+					want = tt.status
+				}
+				if rec.Code != want {
+					t.Fatalf("request %d: %d, want %d", i, rec.Code, want)
+				}
+			}
+			if got := clk.Slept(); !slices.Equal(got, tt.slept) {
+				t.Fatalf("slept %v, want %v", got, tt.slept)
+			}
+		})
+	}
+}
+
+const leaky = `
+domain: api
+descriptors:
+  - key: all
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket, burst: 5}
+`
+
+// TestQueueLeakyBucket: the leaky bucket admits 5, each waiting 100 ms
+// after the one before; the proxy holds each for its turn, up to MaxDelay.
+func TestQueueLeakyBucket(t *testing.T) {
+	t.Parallel()
+	upstream := httptest.NewServer(&echo{})
+	t.Cleanup(upstream.Close)
+	clk := &clock{now: t0}
+	frozen := &clock{now: t0} // the store's time stands still: every decision at t0
+	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, leaky, frozen), MaxDelay: 350 * time.Millisecond, Sleep: clk.Sleep})
+	var codes []int
+	var retry string
+	for range 6 {
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		codes = append(codes, rec.Code)
+		if rec.Code == 429 {
+			retry = rec.Header().Get("Retry-After")
+		}
+	}
+	// Waits 0, 100, 200, 300 ms pass; 400 ms is beyond MaxDelay; the sixth
+	// is over the bucket, retries every 100 ms while the store's time
+	// stands still, and is rejected when the next retry would pass
+	// MaxDelay.
+	if want := []int{200, 200, 200, 200, 429, 429}; !slices.Equal(codes, want) {
+		t.Fatalf("statuses %v, want %v", codes, want)
+	}
+	if retry != "1" {
+		t.Fatalf("Retry-After %q, want 1", retry)
+	}
+	ms := time.Millisecond
+	if got, want := clk.Slept(), []time.Duration{100 * ms, 200 * ms, 300 * ms, 100 * ms, 100 * ms, 100 * ms}; !slices.Equal(got, want) {
+		t.Fatalf("slept %v, want %v", got, want)
+	}
+}
+
+// TestQueueKeepsOrder sends requests one after another into a real leaky
+// bucket with real timers: they reach the upstream in the order they came.
+func TestQueueKeepsOrder(t *testing.T) {
+	t.Parallel()
+	up := &echo{}
+	upstream := httptest.NewServer(up)
+	t.Cleanup(upstream.Close)
+	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, `
+domain: api
+descriptors:
+  - key: all
+    rate_limit: {unit: second, requests_per_unit: 50, algorithm: leaky_bucket, burst: 6}
+`, nil), MaxDelay: time.Second})
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	var wg sync.WaitGroup
+	var want []string
+	for i := range 6 {
+		want = append(want, strconv.Itoa(i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, body := get(t, front.URL, strconv.Itoa(i)); resp != nil && resp.StatusCode != 200 {
+				t.Errorf("request %d: %d %q", i, resp.StatusCode, body)
+			}
+		}()
+		// Send the next one only once this one holds its place in the queue
+		// or has passed: only request i can make the count reach i+1.
+		for p.Waiting()+len(up.Seen()) < i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	wg.Wait()
+	if got := up.Seen(); !slices.Equal(got, want) {
+		t.Fatalf("upstream order %v, want %v", got, want)
+	}
+}
+
+// TestQueueBound holds MaxWaiting requests in the queue; the next is
+// rejected at once, and the held ones pass when released.
+func TestQueueBound(t *testing.T) {
+	t.Parallel()
+	upstream := httptest.NewServer(&echo{})
+	t.Cleanup(upstream.Close)
+	release := make(chan struct{})
+	entered := make(chan struct{}, 10)
+	clk := &clock{now: t0, before: func(ctx context.Context) error {
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	frozen := &clock{now: t0}
+	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, leaky, frozen), MaxDelay: time.Second, MaxWaiting: 2, Sleep: clk.Sleep})
+	serve := func() int {
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		return rec.Code
+	}
+	if c := serve(); c != 200 { // no wait
+		t.Fatalf("first: %d", c)
+	}
+	results := make(chan int, 2)
+	for range 2 {
+		go func() { results <- serve() }()
+		<-entered
+	}
+	if p.Waiting() != 2 {
+		t.Fatalf("waiting %d, want 2", p.Waiting())
+	}
+	if c := serve(); c != 429 {
+		t.Fatalf("past the bound: %d, want 429", c)
+	}
+	close(release)
+	for range 2 {
+		if c := <-results; c != 200 {
+			t.Fatalf("held request: %d, want 200", c)
+		}
+	}
+	if p.Waiting() != 0 {
+		t.Fatalf("waiting %d after release", p.Waiting())
+	}
+}
+
+// TestQueueClientGivesUp: a client that leaves while held is not
+// forwarded, with the default (real timer) sleep.
+func TestQueueClientGivesUp(t *testing.T) {
+	t.Parallel()
+	up := &echo{}
+	upstream := httptest.NewServer(up)
+	t.Cleanup(upstream.Close)
+	frozen := &clock{now: t0}
+	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, `
+domain: api
+descriptors:
+  - key: all
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: leaky_bucket, burst: 2}
+`, frozen), MaxDelay: time.Hour})
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
+	}()
+	for p.Waiting() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a cancelled request is still held")
+	}
+	if n := len(up.Seen()); n != 1 || p.Waiting() != 0 {
+		t.Fatalf("upstream saw %d, waiting %d; want 1 and 0", n, p.Waiting())
+	}
+}
+
+func TestUpstreamFailures(t *testing.T) {
+	t.Parallel()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedURL := closed.URL
+	closed.Close()
+	stop := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-stop:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(stop) })
+	// A listener that accepts and never answers.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mute.Close() })
+	tests := []struct {
+		name     string
+		upstream string
+		want     int
+	}{
+		{"connection refused", closedURL, 502},
+		{"no response headers in time", slow.URL, 504},
+		{"a listener that never answers", "http://" + mute.Addr().String(), 504},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newProxy(t, tt.upstream, proxy.Config{Decider: service(t, "domain: api\n", nil), ResponseHeaderTimeout: 100 * time.Millisecond, DialTimeout: time.Second})
+			rec := httptest.NewRecorder()
+			start := time.Now()
+			p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+			if rec.Code != tt.want {
+				t.Fatalf("status %d, want %d", rec.Code, tt.want)
+			}
+			if el := time.Since(start); el > 3*time.Second {
+				t.Fatalf("took %v", el)
+			}
+		})
+	}
+}
+
+// TestStreaming: the response reaches the client chunk by chunk while the
+// upstream is still writing, and a request body arrives unchanged.
+func TestStreaming(t *testing.T) {
+	t.Parallel()
+	next := make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			h := sha256.New()
+			n, err := io.Copy(h, r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			fmt.Fprintf(w, "%d %x", n, h.Sum(nil))
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 3 {
+			fmt.Fprintf(w, "data: %d\n", i)
+			w.(http.Flusher).Flush()
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	t.Cleanup(upstream.Close)
+	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, "domain: api\n", nil)})
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+
+	resp, err := http.Get(front.URL + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for i := range 3 {
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("data: %d\n", i) {
+			t.Fatalf("chunk %d: %q %v", i, line, err)
+		}
+		next <- struct{}{} // the upstream writes the next chunk only now
+	}
+
+	body := make([]byte, 3<<20)
+	if _, err := rand.Read(body); err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	go func() { // owned here: ends when the body is written or the pipe closed
+		for off := 0; off < len(body); off += 64 << 10 {
+			if _, err := pw.Write(body[off:min(off+64<<10, len(body))]); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	post, err := http.Post(front.URL+"/upload", "application/octet-stream", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer post.Body.Close()
+	got, err := io.ReadAll(post.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%d %x", len(body), sha256.Sum256(body)); string(got) != want {
+		t.Fatalf("upstream got %q, want %q", got, want)
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		cfg  proxy.Config
+	}{
+		{"upstream without a host", proxy.Config{Upstream: &url.URL{Path: "/x"}, Identity: everyone(t), Decider: service(t, "domain: api\n", nil)}},
+		{"no upstream", proxy.Config{Identity: everyone(t), Decider: service(t, "domain: api\n", nil)}},
+		{"no identity", proxy.Config{Decider: service(t, "domain: api\n", nil)}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := proxy.New(tt.cfg); err == nil {
+				t.Fatal("New succeeded")
+			}
+		})
+	}
+}
