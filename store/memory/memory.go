@@ -152,7 +152,21 @@ func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64
 	h := s.hash(key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	d := sh.take(h, key, l, cost, now)
+	i, ok := sh.lookup(h, key)
+	if !ok {
+		d := sh.takeNew(h, key, l, cost, now)
+		sh.mu.Unlock()
+		return d, nil
+	}
+	// The path of a key the store holds, written out here: every call
+	// level costs a copy of the Decision.
+	e := sh.at(i)
+	if e.alg != l.Algorithm { // the key starts afresh
+		e.state, e.alg = sluice.State{}, l.Algorithm
+	}
+	d := l.TakeMicros(&e.state, now, cost)
+	e.expiry = expiry(now, d.ResetAfter)
+	e.ref = true
 	sh.mu.Unlock()
 	return d, nil
 }

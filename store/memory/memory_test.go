@@ -394,25 +394,47 @@ func TestAdvanceNeverGoesBack(t *testing.T) {
 }
 
 func TestExpiry(t *testing.T) {
-	unit := int64(1) << expiryShift
+	const unit = time.Duration(1) << expiryShift
 	for _, tc := range []struct {
 		name string
-		now  int64
+		now  int64 // µs
 		d    time.Duration
 		want uint32
 	}{
 		{"zero", 0, 0, 0},
-		{"rounded up", unit*5 + 1, 0, 6},
-		{"exact", unit * 5, time.Duration(unit) * time.Microsecond, 6},
-		{"never", unit, sluice.Never, 1<<32 - 1},
-		{"far future", (1<<32 - 1) * unit, time.Second, 1<<32 - 1},
-		{"before the epoch", -unit, 0, 0},
+		{"a nanosecond", 0, 1, 1},
+		{"one unit", 0, unit, 1},
+		{"one unit and a nanosecond", 0, unit + 1, 2},
+		{"now and reset add up to a unit", 1e6, unit - time.Second, 1},
+		{"never", 1e15, sluice.Never, 1<<32 - 1},
+		{"far future", 1 << 62 / 1000, time.Second, 1<<32 - 1},
+		{"before the epoch", -1000, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := expiry(tc.now, tc.d); got != tc.want {
 				t.Fatalf("expiry(%d, %v) = %d, want %d", tc.now, tc.d, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestExpiryNeverEarly checks that an entry is not expired before its
+// reset ends, and is soon after.
+func TestExpiryNeverEarly(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		now := t0.UnixMicro() + rng.Int64N(1e12)
+		d := time.Duration(rng.Int64N(int64(48 * time.Hour)))
+		exp := expiry(now, d)
+		endNs := now*1000 + int64(d)
+		before := (endNs - 1) / 1000 // the last µs before the end
+		if expiredBy(before) >= exp {
+			t.Fatalf("now %dµs, reset %v: expired at %dµs, before the reset ends", now, d, before)
+		}
+		after := endNs/1000 + int64(2*(1<<expiryShift))/1000
+		if expiredBy(after) < exp {
+			t.Fatalf("now %dµs, reset %v: not expired at %dµs, two units after the reset ends", now, d, after)
+		}
 	}
 }
 

@@ -11,16 +11,16 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// expiryShift sets the unit of an entry's expiry: 2^20 µs, about a second.
-// A uint32 of such units reaches from the Unix epoch to the year 2112.
-const expiryShift = 20
+// expiryShift sets the unit of an entry's expiry: 2^30 ns, about a second.
+// A uint32 of such units reaches from the Unix epoch to the year 2116.
+const expiryShift = 30
 
 // entry is the state of one key.
 type entry struct {
 	key   string
 	state sluice.State
 	// expiry is when state is as good as fresh (the decision's ResetAfter
-	// after its last update), in units of 2^expiryShift µs since the Unix
+	// after its last update), in units of 2^expiryShift ns since the Unix
 	// epoch, rounded up: an entry is never expired early.
 	expiry uint32
 	alg    sluice.Algorithm // the algorithm state belongs to
@@ -91,22 +91,13 @@ func (sh *shard) lookup(h uint64, key string) (uint32, bool) {
 	}
 }
 
-// take applies cost hits of l at now (µs) to key, whose hash is h. The
-// caller holds sh.mu.
-func (sh *shard) take(h uint64, key string, l sluice.Limit, cost, now int64) sluice.Decision {
-	if i, ok := sh.lookup(h, key); ok {
-		e := sh.at(i)
-		if e.alg != l.Algorithm {
-			e.state, e.alg = sluice.State{}, l.Algorithm
-		}
-		d := l.TakeMicros(&e.state, now, cost)
-		e.expiry = expiry(now, d.ResetAfter)
-		e.ref = true
-		return d
-	}
+// takeNew applies cost hits of l at now (µs) to key, whose hash is h and
+// which is not in the shard, and keeps its state unless it is as good as
+// fresh. The caller holds sh.mu.
+func (sh *shard) takeNew(h uint64, key string, l sluice.Limit, cost, now int64) sluice.Decision {
 	var st sluice.State
 	d := l.TakeMicros(&st, now, cost)
-	if d.ResetAfter > 0 { // a state as good as fresh need not be kept
+	if d.ResetAfter > 0 {
 		sh.insert(h, key, l.Algorithm, st, expiry(now, d.ResetAfter), now)
 	}
 	return d
@@ -197,10 +188,7 @@ func (sh *shard) unlink(tag, i uint32) {
 // time keeps the sweep's cost per insertion constant. The caller holds
 // sh.mu.
 func (sh *shard) evict(now int64) {
-	limit := uint32(0)
-	if now > 0 {
-		limit = uint32(min(now>>expiryShift, math.MaxUint32))
-	}
+	limit := expiredBy(now)
 	want := max(int(sh.budget/16), 1)
 	freed := 0
 	for i := range sh.used {
@@ -236,16 +224,25 @@ func (sh *shard) remove(i uint32, e *entry) {
 }
 
 // expiry returns when a state whose decision at now (µs) said reset after
-// d is as good as fresh, in units of 2^expiryShift µs rounded up.
+// d is as good as fresh, in units of 2^expiryShift ns (about a second)
+// since the Unix epoch, rounded up.
 func expiry(now int64, d time.Duration) uint32 {
-	const maxUs = math.MaxUint32 << expiryShift
-	us := int64(d / time.Microsecond)
-	if now >= maxUs || us >= maxUs-now {
+	const maxNs = math.MaxUint32 << expiryShift
+	if now <= 0 {
+		now = 0
+	}
+	if now >= maxNs/1000 || int64(d) >= maxNs-now*1000 {
 		return math.MaxUint32
 	}
-	us += now
-	if us <= 0 {
+	ns := now*1000 + int64(max(d, 0))
+	return uint32((ns + 1<<expiryShift - 1) >> expiryShift)
+}
+
+// expiredBy returns the expiry at or before which an entry is expired at
+// now (µs).
+func expiredBy(now int64) uint32 {
+	if now <= 0 {
 		return 0
 	}
-	return uint32((us + 1<<expiryShift - 1) >> expiryShift)
+	return uint32(min(now, math.MaxUint32<<expiryShift/1000) * 1000 >> expiryShift)
 }
