@@ -37,7 +37,9 @@ import (
 
 // Run runs the conformance suite, each scenario as a subtest with a new
 // store from newStore. A store that keeps state elsewhere (Redis) need not
-// start empty: the suite's keys carry a random prefix.
+// start empty: the suite's keys carry a random prefix. All keys of one
+// scenario share a Redis hash tag ("storetest:{...}:"), so that a Redis
+// Cluster store keeps each batch on one slot.
 //
 // What the suite requires of a store:
 //   - Take decides as sluice.Limit.Take does on a local sluice.State that
@@ -94,7 +96,8 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) sluice.
 				store:  s,
 				clock:  c,
 				rng:    rng,
-				prefix: fmt.Sprintf("storetest:%016x:%s:", rng.Uint64(), sc.name),
+				// A hash tag: a scenario's keys share a Redis Cluster slot.
+				prefix: fmt.Sprintf("storetest:{%016x:%s}:", rng.Uint64(), sc.name),
 				model:  model{},
 			})
 		})
