@@ -93,9 +93,9 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) sluice.
 				t.Fatal("newStore returned nil")
 			}
 			sc.run(t, &env{
-				store:  s,
-				clock:  c,
-				rng:    rng,
+				store: s,
+				clock: c,
+				rng:   rng,
 				// A hash tag: a scenario's keys share a Redis Cluster slot.
 				prefix: fmt.Sprintf("storetest:{%016x:%s}:", rng.Uint64(), sc.name),
 				model:  model{},
