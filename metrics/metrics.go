@@ -32,8 +32,12 @@ type Metrics struct {
 	unknownDomain prometheus.Counter
 	invalid       prometheus.Counter
 	failDecisions *prometheus.CounterVec
+	failByMode    [decide.MaxMode + 1]prometheus.Counter
 	storeDuration *prometheus.HistogramVec
 	storeErrors   *prometheus.CounterVec
+	timeouts      prometheus.Counter
+	cancels       prometheus.Counter
+	errs          prometheus.Counter
 	reloads       *prometheus.CounterVec
 	reloadOK      prometheus.Gauge
 	mode          *modeCollector
@@ -92,10 +96,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	for mo := decide.ModeOpen; mo <= decide.MaxMode; mo++ {
-		m.failDecisions.WithLabelValues(mo.String())
+		m.failByMode[mo] = m.failDecisions.WithLabelValues(mo.String())
 	}
-	m.storeErrors.WithLabelValues(reasonTimeout)
-	m.storeErrors.WithLabelValues(reasonError)
+	m.timeouts = m.storeErrors.WithLabelValues(reasonTimeout)
+	m.errs = m.storeErrors.WithLabelValues(reasonError)
+	m.cancels = m.storeErrors.WithLabelValues(reasonCanceled)
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
 	return m, nil
@@ -119,8 +124,8 @@ func (m *Metrics) observe(r *decide.Request, resp *decide.Response) {
 		m.unknownDomain.Inc()
 		return
 	}
-	if resp.Mode != decide.ModeStore {
-		m.failDecisions.WithLabelValues(resp.Mode.String()).Inc()
+	if resp.Mode != decide.ModeStore && resp.Mode <= decide.MaxMode {
+		m.failByMode[resp.Mode].Inc()
 	}
 	bp := m.bufs.Get().(*[]byte)
 	for i := range resp.Statuses {

@@ -71,10 +71,10 @@ func (m *Metrics) storeError(err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, context.DeadlineExceeded):
-		m.storeErrors.WithLabelValues(reasonTimeout).Inc()
+		m.timeouts.Inc()
 	case errors.Is(err, context.Canceled):
-		m.storeErrors.WithLabelValues(reasonCanceled).Inc()
+		m.cancels.Inc()
 	default:
-		m.storeErrors.WithLabelValues(reasonError).Inc()
+		m.errs.Inc()
 	}
 }
