@@ -23,11 +23,13 @@ die() { log "$*"; exit 1; }
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # free_port prints a free port whose cluster bus port (+10000) is free too.
+# Both lie below Linux's ephemeral range (32768-60999), where an outgoing
+# connection could take the bus port between the check and the bind.
 # Callers start a server on it before asking for the next one.
 free_port() {
   local p i
   for i in $(seq 1 200); do
-    p=$((20000 + RANDOM % 35000))
+    p=$((20000 + RANDOM % 2768))
     if port_free "$p" && port_free $((p + 10000)); then
       echo "$p"
       return 0
@@ -74,7 +76,8 @@ cmd_start() {
   fi
   dir=$(mktemp -d "${TMPDIR:-/tmp}/sluice-test-env.XXXXXX")
   : >"$dir/ports"
-  trap 'log "start failed; stopping what started"; cmd_stop "$dir" >/dev/null 2>&1 || true' ERR
+  started=0
+  trap '[ "$started" = 1 ] || { log "start failed; stopping what started"; [ -z "${dir:-}" ] || cmd_stop "$dir" >/dev/null 2>&1 || true; }' EXIT
 
   local single
   single=$(free_port)
@@ -85,10 +88,11 @@ cmd_start() {
     p=$(free_port)
     ports+=("$p")
     addrs+=("127.0.0.1:$p")
-    # A short node timeout makes failover tests fast: a dead master's
-    # replica takes over about two seconds after it stops answering.
+    # A short node timeout makes failover fast: a dead master's replica
+    # takes over about two seconds after it stops answering; replicas sync
+    # at once and may always take over.
     start_server "$p" --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" \
-      --cluster-node-timeout 1000
+      --cluster-node-timeout 1000 --repl-diskless-sync-delay 0 --cluster-replica-validity-factor 0
   done
   timeout 60 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes \
     >"$dir/cluster-create.log" 2>&1 || die "redis-cli --cluster create failed (see $dir/cluster-create.log)"
@@ -98,11 +102,12 @@ cmd_start() {
     ok=1
     for p in "${ports[@]}"; do
       timeout 2 redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || { ok=0; break; }
+      timeout 2 redis-cli -p "$p" info replication 2>/dev/null | grep -Eq '^(role:master|master_link_status:up)' || { ok=0; break; }
     done
     [ "$ok" = 1 ] && break
     sleep 0.1
   done
-  [ "$ok" = 1 ] || die "cluster did not reach cluster_state:ok in 30 s"
+  [ "$ok" = 1 ] || die "cluster did not reach cluster_state:ok with replicas in sync in 30 s"
 
   local cluster
   cluster=$(IFS=,; echo "${addrs[*]}")
@@ -111,7 +116,7 @@ cmd_start() {
     echo "export SLUICE_TEST_REDIS_CLUSTER_ADDRS=$cluster"
     echo "export SLUICE_TEST_ENV_DIR=$dir"
   } >"$dir/env"
-  trap - ERR
+  started=1
   cat "$dir/env"
 }
 

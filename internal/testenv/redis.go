@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -71,23 +72,25 @@ func RedisServerBinary(t testing.TB) string {
 }
 
 // redisFreePort returns a port on 127.0.0.1 that was free a moment ago,
-// and whose cluster bus port (+10000) was too.
+// and whose cluster bus port (+10000) was too. Both lie below Linux's
+// ephemeral range (32768-60999), where an outgoing connection could take
+// the port between this check and the server's bind: the port is in
+// 20000-22767, as scripts/test-env.sh's are (both check).
 func redisFreePort(t testing.TB) int {
 	t.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for range 500 {
+		port := 20000 + rand.IntN(2768)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
-			t.Fatalf("free port: %v", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port+10000 > 65535 {
 			continue
 		}
-		if bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000)); err == nil {
-			bus.Close()
-			return port
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		l.Close()
+		if err != nil {
+			continue
 		}
+		bus.Close()
+		return port
 	}
 	t.Fatal("no free port with a free cluster bus port")
 	return 0
@@ -267,8 +270,11 @@ func StartRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
 	c := &RedisCluster{t: t}
 	args := []string{"--cluster", "create"}
 	for range masters * (1 + replicas) {
+		// Replicas sync at once (no diskless delay) and may always take
+		// over, however long ago they last heard from their master.
 		n := StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "1000")
+			"--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0",
+			"--cluster-replica-validity-factor", "0")
 		c.Nodes = append(c.Nodes, n)
 		args = append(args, n.Addr)
 	}
@@ -277,7 +283,27 @@ func StartRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	c.WaitOK(30 * time.Second)
+	c.waitReplicas(30 * time.Second)
 	return c
+}
+
+// waitReplicas waits until every replica's link to its master is up, so
+// that a replica can take over as soon as the test kills its master.
+func (c *RedisCluster) waitReplicas(timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for _, n := range c.Nodes {
+		for {
+			out, err := n.cli("info", "replication")
+			if err == nil && (strings.Contains(out, "role:master") || strings.Contains(out, "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("replica %s not in sync after %v:\n%s", n.Addr, timeout, out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }
 
 // Addrs returns the nodes' addresses.

@@ -1,0 +1,260 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// TestExactAcrossStores runs 64 goroutines over three Stores (three
+// clients, as three sluice servers would have) against one key limited to
+// 1000 a minute, with 3000 requests in all: exactly 1000 pass, for every
+// algorithm, on a single Redis and on the Cluster. The stores share a
+// fixed clock (so no window or refill moves during the test), and then
+// Redis's own TIME with sliding_log, exact over any minute.
+func TestExactAcrossStores(t *testing.T) {
+	type tc struct {
+		name  string
+		limit sluice.Limit
+		fake  bool
+	}
+	var cases []tc
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog,
+		sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
+		cases = append(cases, tc{alg.String() + " fixed clock", sluice.Limit{Algorithm: alg, Rate: 1000, Period: time.Minute}, true})
+	}
+	cases = append(cases, tc{"sliding_log redis time", sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 1000, Period: time.Minute}, false})
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			url := b.url(t)
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					var now func() time.Time
+					if c.fake {
+						now = (&fakeClock{now: t0}).Now
+					}
+					cfg := testConfig(now)
+					stores := []*Store{open(t, url, cfg), open(t, url, cfg), open(t, url, cfg)}
+					const goroutines, total = 64, 3000
+					var next, allowed, failed atomic.Int64
+					var wg sync.WaitGroup
+					for g := range goroutines {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							s := stores[g%len(stores)]
+							for next.Add(1) <= total {
+								ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+								d, err := s.Take(ctx, "{exact}|one", c.limit, 1)
+								cancel()
+								switch {
+								case err != nil:
+									failed.Add(1)
+								case d.Allowed:
+									allowed.Add(1)
+								}
+							}
+						}()
+					}
+					wg.Wait()
+					if failed.Load() != 0 || allowed.Load() != 1000 {
+						t.Fatalf("%d allowed, %d failed of %d requests; want exactly 1000 allowed, none failed",
+							allowed.Load(), failed.Load(), total)
+					}
+				})
+			}
+		})
+	}
+}
+
+// loadGen runs goroutines that call Take with a deadline of timeout until
+// stop is closed, and records how each call ended.
+type loadGen struct {
+	calls, errs, slow atomic.Int64
+	worst             atomic.Int64 // ns
+	lastOK            atomic.Int64 // unix ns of the last successful decision
+}
+
+func (l *loadGen) run(s *Store, goroutines int, timeout time.Duration, stop <-chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	lim := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1 << 30, Period: time.Second}
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				start := time.Now()
+				_, err := s.Take(ctx, fmt.Sprintf("{k%d}", (g*7919+i)%500), lim, 1)
+				took := time.Since(start)
+				cancel()
+				l.calls.Add(1)
+				if err != nil {
+					l.errs.Add(1)
+					time.Sleep(time.Millisecond) // a failing store answers at once
+				} else {
+					l.lastOK.Store(time.Now().UnixNano())
+				}
+				if took > timeout+50*time.Millisecond {
+					l.slow.Add(1)
+				}
+				if int64(took) > l.worst.Load() {
+					l.worst.Store(int64(took))
+				}
+			}
+		}()
+	}
+	return &wg
+}
+
+// waitOK waits until a decision succeeded after since, failing after
+// limit.
+func (l *loadGen) waitOK(t *testing.T, since time.Time, limit time.Duration) time.Duration {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for l.lastOK.Load() <= since.UnixNano() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no successful decision %v after the event", limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Duration(l.lastOK.Load() - since.UnixNano())
+}
+
+// TestRedisKilledMidLoad kills a Redis that 32 goroutines are deciding on:
+// every call returns within its 100ms deadline (with an error while Redis
+// is down), none hangs, and decisions succeed again once Redis is back.
+// Then the same with a Redis that hangs (SIGSTOP) instead of dying.
+func TestRedisKilledMidLoad(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	cfg := DefaultConfig()
+	s := open(t, "redis://"+srv.Addr, cfg)
+	const timeout = 100 * time.Millisecond
+	var l loadGen
+	stop := make(chan struct{})
+	wg := l.run(s, 32, timeout, stop)
+	defer func() { close(stop); wg.Wait() }()
+
+	time.Sleep(300 * time.Millisecond)
+	if l.errs.Load() != 0 || l.calls.Load() == 0 {
+		t.Fatalf("before the kill: %d calls, %d errors", l.calls.Load(), l.errs.Load())
+	}
+
+	srv.Kill()
+	killed := time.Now()
+	before := l.errs.Load()
+	time.Sleep(500 * time.Millisecond)
+	if l.errs.Load() == before {
+		t.Fatal("no call failed while Redis was down")
+	}
+	srv.Restart()
+	back := l.waitOK(t, time.Now(), 10*time.Second)
+	t.Logf("killed: %d calls, %d errors, recovered %v after restart (down %v)", l.calls.Load(), l.errs.Load(), back, time.Since(killed))
+
+	srv.Pause()
+	paused := time.Now()
+	before = l.errs.Load()
+	time.Sleep(500 * time.Millisecond)
+	if l.errs.Load() == before {
+		t.Fatal("no call failed while Redis hung")
+	}
+	srv.Resume()
+	back = l.waitOK(t, time.Now(), 10*time.Second)
+	t.Logf("paused: %d calls, %d errors, recovered %v after resume (hung %v)", l.calls.Load(), l.errs.Load(), back, time.Since(paused))
+
+	if n := l.slow.Load(); n != 0 {
+		t.Fatalf("%d calls took longer than their %v deadline + 50ms (worst %v)", n, timeout, time.Duration(l.worst.Load()))
+	}
+	t.Logf("worst call %v", time.Duration(l.worst.Load()))
+}
+
+// TestClusterFailover kills the master that owns a key while 16
+// goroutines decide on keys across the cluster: once its replica has taken
+// over, decisions on every key succeed again, within seconds. Every call
+// returns within its deadline throughout.
+func TestClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of six servers")
+	}
+	c := testenv.StartRedisCluster(t, 3, 1)
+	cfg := DefaultConfig()
+	s := open(t, "redis+cluster://"+c.Nodes[0].Addr+","+c.Nodes[1].Addr, cfg)
+	const timeout = 200 * time.Millisecond
+	var l loadGen
+	stop := make(chan struct{})
+	wg := l.run(s, 16, timeout, stop)
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+	if l.errs.Load() != 0 {
+		t.Fatalf("before the failover: %d errors", l.errs.Load())
+	}
+
+	key := "{k1}"
+	slot := int(Slot(cfg.KeyPrefix + key))
+	master := c.MasterOf(slot)
+	if master == nil {
+		t.Fatalf("no master for slot %d", slot)
+	}
+	master.Kill()
+	killed := time.Now()
+
+	// Wait for a new master of the slot (the node timeout is 1s).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := c.MasterOf(slot); m != nil && m != master {
+			t.Logf("slot %d: %s took over from %s after %v", slot, m.Addr, master.Addr, time.Since(killed).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no replica took over in 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Decisions on the failed-over key succeed again.
+	deadline = time.Now().Add(20 * time.Second)
+	lim := sluice.Limit{Rate: 1 << 30, Period: time.Second}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		_, err := s.Take(ctx, key, lim, 1)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("decisions on %s still fail 20s after the failover: %v", key, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	since := time.Now()
+	l.waitOK(t, since, 5*time.Second)
+	t.Logf("decisions continue %v after the kill; %d calls, %d errors", time.Since(killed).Round(time.Millisecond), l.calls.Load(), l.errs.Load())
+	if n := l.slow.Load(); n != 0 {
+		t.Fatalf("%d calls took longer than their %v deadline + 50ms (worst %v)", n, timeout, time.Duration(l.worst.Load()))
+	}
+	// The old master comes back as a replica; the cluster is whole again.
+	master.Restart()
+	c.WaitOK(20 * time.Second)
+}
+
+// TestClosed checks that a closed store answers ErrClosed at once.
+func TestClosed(t *testing.T) {
+	s := open(t, "redis://"+testenv.RedisAddr(t), testConfig(nil))
+	s.Close()
+	_, err := s.Take(context.Background(), "k", sluice.Limit{Rate: 1, Period: time.Second}, 1)
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("Take after Close: %v, want ErrClosed", err)
+	}
+	s.Close() // twice is harmless
+}
