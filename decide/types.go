@@ -35,6 +35,18 @@ const (
 	OverLimit
 )
 
+// String returns the code's name in Envoy's RateLimitResponse: "UNKNOWN",
+// "OK" or "OVER_LIMIT".
+func (c Code) String() string {
+	switch c {
+	case OK:
+		return "OK"
+	case OverLimit:
+		return "OVER_LIMIT"
+	}
+	return "UNKNOWN"
+}
+
 // Status is the verdict on one descriptor.
 type Status struct {
 	Code Code
