@@ -1,5 +1,5 @@
 // Package memory is sluice's embedded store: the states of many keys in
-// sharded maps in this process, bounded by an entry budget.
+// sharded hash tables in this process, bounded by an entry budget.
 //
 // A Store decides exactly as the sluice.Limit transitions do. When it holds
 // as many keys as its budget allows, it forgets keys to make room: first
@@ -27,10 +27,12 @@ import (
 
 // Config configures a Store. Start from DefaultConfig.
 type Config struct {
-	// MaxEntries is the most keys the store holds. It is divided evenly
-	// among the shards, so a shard may start evicting a little before the
-	// store as a whole is full. Each key costs about 120 bytes, so the
-	// default of 1<<20 keys bounds the store at about 128 MiB.
+	// MaxEntries is the most keys the store holds (default 1<<20). It is
+	// divided evenly among the shards, so a shard may start evicting a
+	// little before the store as a whole is full. A key such as
+	// "user:123456" costs about 100 bytes of heap under every algorithm
+	// but sliding_log, whose log adds 16 bytes per admitted request still
+	// in the window: the default bounds the store at about 100 MiB.
 	MaxEntries int
 	// Shards is the number of independently locked parts the keys are
 	// spread over, a power of two. More shards let more cores decide at
