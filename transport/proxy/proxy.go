@@ -176,7 +176,7 @@ func New(cfg Config) (*Proxy, error) {
 				pr.Out.Host = pr.In.Host
 			}
 		},
-		Transport:     rt,
+		Transport: rt,
 		// FlushInterval 0: ReverseProxy itself flushes every write of a
 		// streamed response (no Content-Length, or text/event-stream) at
 		// once, and lets responses of known length go out whole; -1 would
