@@ -354,3 +354,49 @@ descriptors:
 		t.Errorf("different values share a hash tag: %q", keys)
 	}
 }
+
+// TestDecideWithoutStore checks that descriptors with nothing to count
+// never reach the store: unlimited, unmatched, replaced, or in an unknown
+// domain.
+func TestDecideWithoutStore(t *testing.T) {
+	t.Parallel()
+	set := loadRules(t, `
+domain: api
+descriptors:
+  - key: user
+    value: admin
+    rate_limit: {unlimited: true}
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 1, name: per_ip}
+  - key: partner
+    value: internal
+    rate_limit:
+      unlimited: true
+      replaces: [{name: per_ip}]
+`)
+	tests := []struct {
+		name string
+		req  *decide.Request
+	}{
+		{name: "unlimited", req: req("api", []string{"user", "admin"})},
+		{name: "unmatched", req: req("api", []string{"plan", "gold"}, []string{"user", "bob"})},
+		{name: "replaced", req: req("api", []string{"ip", "1.2.3.4"}, []string{"partner", "internal"})},
+		{name: "unknown domain", req: req("web", []string{"ip", "1.2.3.4"})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fake := &fakeStore{takeAll: refuse}
+			s := newService(t, set, newClock(), decide.Config{Store: fake})
+			resp := decideOK(t, s, tt.req)
+			if resp.Overall != decide.OK || resp.Mode != decide.ModeStore || fake.calls.Load() != 0 {
+				t.Errorf("decided %v in mode %v with %d store calls, want OK from no store call", resp.Overall, resp.Mode, fake.calls.Load())
+			}
+			for i, st := range resp.Statuses {
+				if st.Code != decide.OK || st.Limit != nil {
+					t.Errorf("descriptor %d: %v with limit %v, want OK with none", i, st.Code, st.Limit)
+				}
+			}
+		})
+	}
+}
