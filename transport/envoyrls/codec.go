@@ -14,12 +14,14 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// RequestError is a request that sluice cannot decide on: no domain, no
-// descriptors, a descriptor without entries, an entry without a key, or a
-// field sluice does not support. The gRPC service answers it with
-// InvalidArgument, the HTTP API with 400.
+// RequestError is a request that Envoy's API can express and sluice cannot
+// decide on: negative hits, or a hits_addend beyond 2^32-1. The gRPC
+// service answers it with InvalidArgument, the HTTP API with 400. Requests
+// without a domain, descriptors, entries or keys are the decision service's
+// to reject (decide.ErrInvalidRequest), so that every transport reports and
+// counts them alike.
 type RequestError struct {
-	Field  string // the offending field, such as "descriptors[1].entries[0].key"
+	Field  string // the offending field, such as "descriptors[1].hits_addend"
 	Reason string
 }
 
@@ -29,21 +31,15 @@ func (e *RequestError) Error() string { return e.Field + ": " + e.Reason }
 // the hits to add the way Envoy's ratelimit service does: a descriptor's
 // hits_addend, when present, wins (an explicit 0 checks without counting);
 // otherwise the request's hits_addend applies, where 0 means unset and
-// therefore 1. A request that cannot be decided is reported as a
-// *RequestError.
+// therefore 1. Descriptors and entries keep their order. What decide cannot
+// express is reported as a *RequestError: is_negative_hits (returning hits:
+// no store gives hits back) and a descriptor's hits_addend above 2^32-1,
+// the range of the request's.
 //
 // Descriptor limit overrides (RateLimitDescriptor.limit) are ignored: the
-// rules file decides. is_negative_hits (returning hits) is rejected, as no
-// store can give hits back. A descriptor's hits_addend above 2^32-1, the
-// range of the request's, is rejected too.
+// rules file decides.
 func Decode(req *rlsv3.RateLimitRequest) (*decide.Request, error) {
-	if req.GetDomain() == "" {
-		return nil, &RequestError{"domain", "is required"}
-	}
 	descs := req.GetDescriptors()
-	if len(descs) == 0 {
-		return nil, &RequestError{"descriptors", "at least one descriptor is required"}
-	}
 	cost := int64(req.GetHitsAddend())
 	if cost == 0 {
 		cost = 1
@@ -52,22 +48,15 @@ func Decode(req *rlsv3.RateLimitRequest) (*decide.Request, error) {
 	for _, d := range descs {
 		n += len(d.GetEntries())
 	}
-	// One backing array for all entries: two allocations per request.
+	// One backing array for all entries: three allocations per request.
 	entries := make([]decide.Entry, 0, n)
 	out := &decide.Request{Domain: req.GetDomain(), Descriptors: make([]decide.Descriptor, len(descs))}
 	for i, d := range descs {
-		es := d.GetEntries()
-		if len(es) == 0 {
-			return nil, &RequestError{fmt.Sprintf("descriptors[%d].entries", i), "at least one entry is required"}
-		}
 		if d.GetIsNegativeHits() {
 			return nil, &RequestError{fmt.Sprintf("descriptors[%d].is_negative_hits", i), "is not supported"}
 		}
 		start := len(entries)
-		for j, e := range es {
-			if e.GetKey() == "" {
-				return nil, &RequestError{fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), "is empty"}
-			}
+		for _, e := range d.GetEntries() {
 			entries = append(entries, decide.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 		c := cost

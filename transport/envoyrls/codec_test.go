@@ -109,13 +109,7 @@ func TestDecodeErrors(t *testing.T) {
 		req   *rlsv3.RateLimitRequest
 		field string
 	}{
-		{"nil request", nil, "domain"},
-		{"no domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}}, "domain"},
-		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "api"}, "descriptors"},
-		{"descriptor without entries", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b"), {}}}, "descriptors[1].entries"},
-		{"nil descriptor", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{nil}}, "descriptors[0].entries"},
-		{"empty key", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b", "", "c")}}, "descriptors[0].entries[1].key"},
-		{"negative hits", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{neg}}, "descriptors[0].is_negative_hits"},
+		{"negative hits", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b"), neg}}, "descriptors[1].is_negative_hits"},
 		{"hits_addend too large", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{withHits(desc("a", "b"), math.MaxUint32+1)}}, "descriptors[0].hits_addend"},
 	}
 	for _, tt := range tests {
@@ -128,6 +122,41 @@ func TestDecodeErrors(t *testing.T) {
 			}
 			if re.Field != tt.field {
 				t.Errorf("field %q, want %q (%v)", re.Field, tt.field, err)
+			}
+		})
+	}
+}
+
+// TestDecodeLeavesValidationToDecide checks that requests decide rejects
+// pass through Decode intact, for decide to reject and count.
+func TestDecodeLeavesValidationToDecide(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		req     *rlsv3.RateLimitRequest
+		descs   int
+		entries []int
+	}{
+		{"nil request", nil, 0, nil},
+		{"no domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}}, 1, []int{1}},
+		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "api"}, 0, nil},
+		{"nil descriptor", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{nil, desc("a", "b")}}, 2, []int{0, 1}},
+		{"empty key", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b", "", "c")}}, 1, []int{2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := Decode(tt.req)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if got.Domain != tt.req.GetDomain() || len(got.Descriptors) != tt.descs {
+				t.Fatalf("Decode = %+v, want domain %q and %d descriptors", got, tt.req.GetDomain(), tt.descs)
+			}
+			for i, n := range tt.entries {
+				if len(got.Descriptors[i].Entries) != n {
+					t.Errorf("descriptor %d: %d entries, want %d", i, len(got.Descriptors[i].Entries), n)
+				}
 			}
 		})
 	}

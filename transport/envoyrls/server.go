@@ -59,9 +59,10 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 // balancers stop sending calls; calls still arriving are answered.
 func (s *Server) Shutdown() { s.health.Shutdown() }
 
-// ShouldRateLimit decides on req. Invalid requests get InvalidArgument with
-// a message naming the field; a cancelled or expired call gets Canceled or
-// DeadlineExceeded.
+// ShouldRateLimit decides on req. Invalid requests (no domain, no
+// descriptors, a descriptor without entries, an entry without a key, and
+// what Decode rejects) get InvalidArgument with a message saying what is
+// wrong; a cancelled or expired call gets Canceled or DeadlineExceeded.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	dr, err := Decode(req)
 	if err != nil {

@@ -70,7 +70,10 @@ func TestShouldRateLimit(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, req)
-		if req.Domain == "broken" {
+		switch {
+		case req.Domain == "":
+			return nil, errors.New("invalid request: no domain")
+		case req.Domain == "broken":
 			return nil, errors.New("unknown descriptor shape")
 		}
 		resp := &decide.Response{Overall: decide.OK}
@@ -124,9 +127,8 @@ func TestShouldRateLimit(t *testing.T) {
 		code codes.Code
 		msg  string
 	}{
-		{"no domain", &rlsv3.RateLimitRequest{Descriptors: req.Descriptors}, codes.InvalidArgument, "domain: is required"},
-		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "api"}, codes.InvalidArgument, "descriptors"},
-		{"empty key", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("", "x")}}, codes.InvalidArgument, "descriptors[0].entries[0].key: is empty"},
+		{"no domain, as the decider says", &rlsv3.RateLimitRequest{Descriptors: req.Descriptors}, codes.InvalidArgument, "invalid request: no domain"},
+		{"hits_addend too large", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{withHits(desc("user", "x"), 1<<33)}}, codes.InvalidArgument, "descriptors[0].hits_addend: 8589934592 is too large"},
 		{"decider refuses", &rlsv3.RateLimitRequest{Domain: "broken", Descriptors: req.Descriptors}, codes.InvalidArgument, "unknown descriptor shape"},
 	}
 	for _, tt := range tests {

@@ -16,6 +16,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -168,6 +169,15 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, envoyStatus boo
 		writeError(w, http.StatusInternalServerError, "encode RateLimitResponse: "+err.Error())
 		return
 	}
+	// protojson varies its whitespace from build to build on purpose;
+	// callers get the same compact bytes from every build.
+	cb := bufPool.Get().(*[]byte)
+	defer bufPool.Put(cb)
+	compact := bytes.NewBuffer((*cb)[:0])
+	if err := json.Compact(compact, out); err == nil {
+		out = compact.Bytes()
+	}
+	*cb = compact.Bytes()[:0]
 	hdr := w.Header()
 	for _, hv := range resp.GetResponseHeadersToAdd() {
 		hdr.Add(hv.GetKey(), hv.GetValue())

@@ -3,6 +3,8 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -31,6 +33,16 @@ var perUser = &rules.Limit{
 }
 
 func (f *fakeDecider) Decide(_ context.Context, req *decide.Request) (*decide.Response, error) {
+	if len(req.Descriptors) == 0 {
+		return nil, errors.New("invalid request: no descriptors")
+	}
+	for i, d := range req.Descriptors {
+		for j, e := range d.Entries {
+			if e.Key == "" {
+				return nil, fmt.Errorf("invalid request: descriptor %d: entry %d: empty key", i, j)
+			}
+		}
+	}
 	resp := &decide.Response{Overall: decide.OK}
 	for _, d := range req.Descriptors {
 		st := decide.Status{Code: decide.OK, Limit: perUser}
@@ -150,11 +162,11 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name: "no descriptors", path: "/json", body: `{"domain":"api"}`, code: 400,
-			contains: []string{`"error":"descriptors: at least one descriptor is required"`},
+			contains: []string{`"error":"invalid request: no descriptors"`},
 		},
 		{
 			name: "empty key", path: "/v1/decide", body: `{"domain":"api","descriptors":[{"entries":[{"key":"","value":"x"}]}]}`, code: 400,
-			contains: []string{`descriptors[0].entries[0].key: is empty`},
+			contains: []string{`"error":"invalid request: descriptor 0: entry 0: empty key"`},
 		},
 		{
 			name: "body too large", path: "/v1/decide", body: `{"domain":"` + strings.Repeat("a", 5000) + `"}`, code: 413,
@@ -271,16 +283,16 @@ func FuzzDecodeJSON(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if dr.Domain == "" || len(dr.Descriptors) != len(req.Descriptors) {
+		if dr.Domain != req.Domain || len(dr.Descriptors) != len(req.Descriptors) {
 			t.Fatalf("Decode(%s) = %+v: lost the domain or descriptors", body, dr)
 		}
 		for i, d := range dr.Descriptors {
-			if len(d.Entries) == 0 || d.Cost < 0 {
+			if len(d.Entries) != len(req.Descriptors[i].GetEntries()) || d.Cost < 0 || d.Cost > 1<<32-1 {
 				t.Fatalf("descriptor %d of %s: %+v", i, body, d)
 			}
-			for _, e := range d.Entries {
-				if e.Key == "" {
-					t.Fatalf("descriptor %d of %s has an empty key", i, body)
+			for j, e := range d.Entries {
+				if want := req.Descriptors[i].Entries[j]; e.Key != want.GetKey() || e.Value != want.GetValue() {
+					t.Fatalf("descriptor %d entry %d of %s: %+v, want %v", i, j, body, e, want)
 				}
 			}
 		}
