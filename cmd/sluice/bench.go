@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/peterbourgon/ff/v4"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// benchConfig is what `sluice bench` is told.
+type benchConfig struct {
+	grpcAddr    string
+	httpURL     string
+	users       int
+	concurrency int
+	conns       int
+	duration    time.Duration
+	domain      string
+	key         string
+}
+
+func benchCommand(stdout io.Writer) *ff.Command {
+	var c benchConfig
+	fs := ff.NewFlagSet("bench")
+	fs.StringVar(&c.grpcAddr, 0, "grpc-addr", "", withEnv("grpc-addr", "load Envoy's gRPC API at this address"))
+	fs.StringVar(&c.httpURL, 0, "http-url", "", "load POST /v1/decide at this base URL instead, such as http://127.0.0.1:8080")
+	fs.IntVar(&c.users, 0, "users", 10000, "distinct users: each request is for one at random")
+	fs.IntVar(&c.concurrency, 0, "concurrency", 50, "concurrent callers, each waiting for its answer before the next call")
+	fs.IntVar(&c.conns, 0, "conns", 4, "gRPC connections the callers share")
+	fs.DurationVar(&c.duration, 0, "duration", 10*time.Second, "how long to load")
+	fs.StringVar(&c.domain, 0, "domain", "api", "the requests' domain")
+	fs.StringVar(&c.key, 0, "key", "user", "the descriptor key whose value is the user")
+	return &ff.Command{
+		Name:      "bench",
+		Usage:     "sluice bench --grpc-addr ADDR | --http-url URL [FLAGS]",
+		ShortHelp: "load a running sluice and report decisions/s and latency",
+		LongHelp: "Calls ShouldRateLimit (or POST /v1/decide) from --concurrency callers for --duration,\n" +
+			"each request one descriptor {key: user-N} for N at random below --users, and prints\n" +
+			"the rate of decisions, their verdicts and latency percentiles.",
+		Flags: fs,
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usageError("bench: unexpected arguments %q", args)
+			}
+			if (c.grpcAddr == "") == (c.httpURL == "") {
+				return usageError("bench: give one of --grpc-addr and --http-url")
+			}
+			if c.users < 1 || c.concurrency < 1 || c.conns < 1 || c.duration <= 0 {
+				return usageError("bench: --users, --concurrency, --conns and --duration must be positive")
+			}
+			res, err := bench(ctx, c)
+			if err != nil {
+				return err
+			}
+			res.print(stdout, c)
+			return nil
+		},
+	}
+}
+
+// benchResult is what the callers saw.
+type benchResult struct {
+	ok, over, failed int
+	firstErr         error
+	elapsed          time.Duration
+	latencies        []time.Duration // sorted
+}
+
+// caller makes one call for user u and reports whether it was over the
+// limit.
+type caller func(ctx context.Context, u int) (over bool, err error)
+
+// bench runs the load described by c.
+func bench(ctx context.Context, c benchConfig) (*benchResult, error) {
+	var (
+		call    caller
+		cleanup func()
+		err     error
+	)
+	if c.grpcAddr != "" {
+		call, cleanup, err = grpcCaller(c)
+	} else {
+		call, cleanup, err = httpCaller(c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	// One call first, so that a wrong address fails at once.
+	if _, err := call(ctx, 0); err != nil {
+		return nil, fmt.Errorf("first call: %w", err)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, c.duration)
+	defer cancel()
+	per := make([]benchResult, c.concurrency)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range per {
+		wg.Add(1)
+		go func(r *benchResult) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				over, err := call(ctx, rng.IntN(c.users))
+				d := time.Since(t0)
+				switch {
+				case err != nil && ctx.Err() != nil:
+					return // the run ended mid-call
+				case err != nil:
+					r.failed++
+					if r.firstErr == nil {
+						r.firstErr = err
+					}
+				case over:
+					r.over++
+				default:
+					r.ok++
+				}
+				r.latencies = append(r.latencies, d)
+			}
+		}(&per[w])
+	}
+	wg.Wait()
+	total := &benchResult{elapsed: time.Since(start)}
+	for i := range per {
+		total.ok += per[i].ok
+		total.over += per[i].over
+		total.failed += per[i].failed
+		if total.firstErr == nil {
+			total.firstErr = per[i].firstErr
+		}
+		total.latencies = append(total.latencies, per[i].latencies...)
+	}
+	slices.Sort(total.latencies)
+	return total, nil
+}
+
+func (r *benchResult) percentile(p float64) time.Duration {
+	if len(r.latencies) == 0 {
+		return 0
+	}
+	i := int(float64(len(r.latencies)-1) * p)
+	return r.latencies[i]
+}
+
+func (r *benchResult) print(w io.Writer, c benchConfig) {
+	target := "gRPC " + c.grpcAddr
+	if c.httpURL != "" {
+		target = "HTTP " + strings.TrimSuffix(c.httpURL, "/") + "/v1/decide"
+	}
+	n := r.ok + r.over + r.failed
+	fmt.Fprintf(w, "target:      %s, %d callers, %d users, %v\n", target, c.concurrency, c.users, c.duration)
+	fmt.Fprintf(w, "decisions:   %d (OK %d, OVER_LIMIT %d, errors %d)\n", n, r.ok, r.over, r.failed)
+	fmt.Fprintf(w, "rate:        %.0f decisions/s\n", float64(n)/r.elapsed.Seconds())
+	fmt.Fprintf(w, "latency:     p50 %v  p90 %v  p99 %v  p99.9 %v  max %v\n",
+		r.percentile(.5).Round(time.Microsecond), r.percentile(.9).Round(time.Microsecond),
+		r.percentile(.99).Round(time.Microsecond), r.percentile(.999).Round(time.Microsecond),
+		r.percentile(1).Round(time.Microsecond))
+	if r.firstErr != nil {
+		fmt.Fprintf(w, "first error: %v\n", r.firstErr)
+	}
+}
+
+// requests builds one request per user, so that the callers spend no time
+// building them.
+func requests(c benchConfig) []*rlsv3.RateLimitRequest {
+	reqs := make([]*rlsv3.RateLimitRequest, c.users)
+	for u := range reqs {
+		reqs[u] = &rlsv3.RateLimitRequest{
+			Domain: c.domain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: c.key, Value: fmt.Sprintf("user-%d", u)}},
+			}},
+		}
+	}
+	return reqs
+}
+
+func grpcCaller(c benchConfig) (caller, func(), error) {
+	conns := make([]*grpc.ClientConn, c.conns)
+	clients := make([]rlsv3.RateLimitServiceClient, c.conns)
+	cleanup := func() {
+		for _, cc := range conns {
+			if cc != nil {
+				cc.Close()
+			}
+		}
+	}
+	for i := range conns {
+		cc, err := grpc.NewClient(c.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			cleanup()
+			return nil, nil, fmt.Errorf("dial %s: %w", c.grpcAddr, err)
+		}
+		conns[i], clients[i] = cc, rlsv3.NewRateLimitServiceClient(cc)
+	}
+	reqs := requests(c)
+	return func(ctx context.Context, u int) (bool, error) {
+		resp, err := clients[u%len(clients)].ShouldRateLimit(ctx, reqs[u])
+		if err != nil {
+			return false, err
+		}
+		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+	}, cleanup, nil
+}
+
+func httpCaller(c benchConfig) (caller, func(), error) {
+	url := strings.TrimSuffix(c.httpURL, "/") + "/v1/decide"
+	bodies := make([][]byte, c.users)
+	for u, req := range requests(c) {
+		b, err := protojson.Marshal(req)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode request: %w", err)
+		}
+		bodies[u] = b
+	}
+	tr := &http.Transport{MaxIdleConns: c.concurrency, MaxIdleConnsPerHost: c.concurrency, DisableCompression: true}
+	client := &http.Client{Transport: tr}
+	overLimit := []byte(`"overallCode":"OVER_LIMIT"`)
+	return func(ctx context.Context, u int) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(bodies[u]))
+		if err != nil {
+			return false, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return false, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return false, errors.New(resp.Status + ": " + strings.TrimSpace(string(body)))
+		}
+		return bytes.Contains(body, overLimit), nil
+	}, tr.CloseIdleConnections, nil
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+
+	"github.com/peterbourgon/ff/v4"
+
+	"github.com/sluicehq/sluice/rules"
+)
+
+func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Command {
+	return &ff.Command{
+		Name:      "check",
+		Usage:     "sluice check FILE|DIR",
+		ShortHelp: "validate rules files",
+		LongHelp: "Loads the rules as serve would and prints every mistake as file:line: message,\n" +
+			"exiting with status 1 if there is any. Without an argument, checks $SLUICE_RULES.",
+		Flags: ff.NewFlagSet("check"),
+		Exec: func(_ context.Context, args []string) error {
+			path := getenv(envKey("rules"))
+			switch {
+			case len(args) == 1:
+				path = args[0]
+			case len(args) > 1:
+				return usageError("check: want one FILE or DIR, got %d arguments", len(args))
+			case path == "":
+				return usageError("check: want a FILE or DIR")
+			}
+			return check(path, stdout, stderr)
+		},
+	}
+}
+
+// check loads the rules at path and reports each mistake on its own line
+// of stderr as file:line: message, or a summary of the rules on stdout.
+func check(path string, stdout, stderr io.Writer) error {
+	set, err := rules.Load(path)
+	if err != nil {
+		var es rules.Errors
+		if !errors.As(err, &es) {
+			return err
+		}
+		for _, e := range es {
+			fmt.Fprintln(stderr, e.Error())
+		}
+		noun := "mistakes"
+		if len(es) == 1 {
+			noun = "mistake"
+		}
+		return &exitError{code: 1, msg: fmt.Sprintf("check %s: %d %s", path, len(es), noun)}
+	}
+	domains := set.Domains()
+	fmt.Fprintf(stdout, "%s: ok: %d domain(s): %s (version %s)\n", path, len(domains), strings.Join(domains, ", "), set.Version())
+	return nil
+}
+
+func versionCommand(stdout io.Writer) *ff.Command {
+	return &ff.Command{
+		Name:      "version",
+		Usage:     "sluice version",
+		ShortHelp: "print the version",
+		Flags:     ff.NewFlagSet("version"),
+		Exec: func(context.Context, []string) error {
+			fmt.Fprintln(stdout, versionString())
+			return nil
+		},
+	}
+}
+
+// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+// versionString returns "sluice VERSION (GOVERSION)", the version taken from
+// the build's -ldflags or else the module's build information.
+func versionString() string {
+	v, gover := version, "unknown Go"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		gover = bi.GoVersion
+		if v == "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += "+" + s.Value[:12]
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	return "sluice " + v + " (" + gover + ")"
+}

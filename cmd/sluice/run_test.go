@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "broken.yaml")
+	if err := os.WriteFile(broken, []byte(`domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: fortnight, requests_per_unit: 5}
+  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 0}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		env     func(string) string
+		code    int // 0: success
+		stdout  string
+		stderrs []string // lines of stderr, as prefixes
+	}{
+		{name: "example rules", args: []string{"check", exampleRules}, stdout: "ok: 1 domain(s): api"},
+		{name: "rules from the environment", args: []string{"check"}, env: env("SLUICE_RULES=" + exampleRules), stdout: "ok: 1 domain(s): api"},
+		{name: "broken file", args: []string{"check", broken}, code: 1, stderrs: []string{broken + ":4: ", broken + ":6: "}},
+		{name: "missing file", args: []string{"check", filepath.Join(dir, "nope.yaml")}, code: 1},
+		{name: "no path", args: []string{"check"}, code: 2},
+		{name: "two paths", args: []string{"check", "a", "b"}, code: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			getenv := tt.env
+			if getenv == nil {
+				getenv = env()
+			}
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), tt.args, getenv, &stdout, &stderr)
+			if got := exitCode(err); got != tt.code {
+				t.Fatalf("exit code %d (%v), want %d; stderr:\n%s", got, err, tt.code, &stderr)
+			}
+			if !strings.Contains(stdout.String(), tt.stdout) {
+				t.Errorf("stdout %q does not contain %q", &stdout, tt.stdout)
+			}
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			if len(tt.stderrs) > 0 && len(lines) != len(tt.stderrs) {
+				t.Fatalf("stderr has %d lines, want %d:\n%s", len(lines), len(tt.stderrs), &stderr)
+			}
+			for i, want := range tt.stderrs {
+				if !strings.HasPrefix(lines[i], want) {
+					t.Errorf("stderr line %d: %q, want it to start with %q", i, lines[i], want)
+				}
+			}
+		})
+	}
+}
+
+// exitCode returns the status sluice would exit with for run's error.
+func exitCode(err error) int {
+	var ee *exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	}
+	return 1
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+	}{
+		{name: "help", args: []string{"--help"}, stdout: "SUBCOMMANDS"},
+		{name: "serve help", args: []string{"serve", "-h"}, stdout: "$SLUICE_GRPC_ADDR"},
+		{name: "version", args: []string{"version"}, stdout: "sluice "},
+		{name: "no subcommand", args: nil, code: 2},
+		{name: "unknown subcommand", args: []string{"frobnicate"}, code: 2},
+		{name: "unknown flag", args: []string{"serve", "--bogus"}, code: 2},
+		{name: "serve without rules", args: []string{"serve"}, code: 2},
+		{name: "bad fail mode", args: []string{"serve", "--rules", exampleRules, "--fail", "sideways"}, code: 2},
+		{name: "bad headers", args: []string{"serve", "--rules", exampleRules, "--response-headers", "x-foo"}, code: 2},
+		{name: "bad log level", args: []string{"serve", "--rules", exampleRules, "--log-level", "loud"}, code: 2},
+		{name: "bench needs a target", args: []string{"bench"}, code: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), tt.args, env(), &stdout, &stderr)
+			if got := exitCode(err); got != tt.code {
+				t.Fatalf("exit code %d (%v), want %d; stderr:\n%s", got, err, tt.code, &stderr)
+			}
+			if !strings.Contains(stdout.String(), tt.stdout) {
+				t.Errorf("stdout %q does not contain %q", &stdout, tt.stdout)
+			}
+		})
+	}
+}
+
+func TestServeErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"redis not built in", []string{"--store", "redis://127.0.0.1:6379/0"}, "redis store is not built into this sluice yet"},
+		{"unknown store", []string{"--store", "etcd://x"}, "unknown store"},
+		{"empty store", []string{"--store", ""}, "--store is empty"},
+		{"broken rules", []string{"--rules", "testdata/does-not-exist.yaml"}, "load rules"},
+		{"address in use", []string{"--grpc-addr", "127.0.0.1:1", "--http-addr", "256.0.0.1:0"}, "listen"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"serve", "--rules", exampleRules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, tt.args...)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var stderr bytes.Buffer
+			err := run(ctx, args, env(), &stderr, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("error %v, want one containing %q", err, tt.msg)
+			}
+		})
+	}
+}
+
+// TestEnvironment starts serve with its rules and addresses from the
+// environment, one address overridden by a flag.
+func TestEnvironment(t *testing.T) {
+	getenv := env(
+		"SLUICE_RULES="+exampleRules,
+		"SLUICE_HTTP_ADDR=256.0.0.1:1", // the flag startServer passes wins
+		"SLUICE_GRPC_ADDR=127.0.0.1:0",
+		"SLUICE_SHUTDOWN_TIMEOUT=3s",
+	)
+	s := startServer(t, getenv)
+	if r := s.do(t, "GET", "/readyz", ""); r.code != 200 {
+		t.Errorf("readyz %d %s, want 200", r.code, r.body)
+	}
+	if rec := s.logs.find("shutting down"); rec != nil {
+		t.Errorf("shut down early: %v", rec)
+	}
+	if err := s.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if rec := s.logs.find("shutting down"); rec == nil || rec["timeout"] != float64(3*time.Second) {
+		t.Errorf("shutdown logged as %v, want the timeout of $SLUICE_SHUTDOWN_TIMEOUT", rec)
+	}
+}
+
+func TestApplyEnv(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  func(string) string
+		want string // the --store flag after parsing
+		err  bool
+	}{
+		{name: "default", want: "memory", env: env()},
+		{name: "environment", env: env("SLUICE_STORE=memory://env"), want: "memory://env"},
+		{name: "flag over environment", args: []string{"--store", "memory://flag"}, env: env("SLUICE_STORE=memory://env"), want: "memory://flag"},
+		{name: "bad value", env: env("SLUICE_STORE_TIMEOUT=soon"), want: "memory", err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := serveCommand(&bytes.Buffer{})
+			if err := cmd.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			err := applyEnv(cmd.Flags, tt.env)
+			if (err != nil) != tt.err {
+				t.Fatalf("applyEnv error %v, want error %v", err, tt.err)
+			}
+			f, _ := cmd.Flags.GetFlag("store")
+			if got := f.GetValue(); got != tt.want {
+				t.Errorf("--store %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

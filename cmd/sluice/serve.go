@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/peterbourgon/ff/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/transport/envoyrls"
+	"github.com/sluicehq/sluice/transport/httpapi"
+)
+
+// serveConfig is what `sluice serve` is told by flags and environment.
+type serveConfig struct {
+	rules           string
+	grpcAddr        string
+	httpAddr        string
+	store           string
+	storeTimeout    time.Duration
+	fail            string
+	maxEntries      int
+	headers         string
+	retryJitter     time.Duration
+	shutdownTimeout time.Duration
+	reflection      bool
+	logLevel        string
+	logFormat       string
+}
+
+func serveCommand(stderr io.Writer) *ff.Command {
+	var c serveConfig
+	fs := ff.NewFlagSet("serve")
+	fs.StringVar(&c.rules, 0, "rules", "", withEnv("rules", "rules file or directory of *.yaml files (required)"))
+	fs.StringVar(&c.grpcAddr, 0, "grpc-addr", "127.0.0.1:8081", withEnv("grpc-addr", "address of Envoy's gRPC rate limit API; port 0 picks a free port"))
+	fs.StringVar(&c.httpAddr, 0, "http-addr", "127.0.0.1:8080", withEnv("http-addr", "address of the HTTP API; port 0 picks a free port"))
+	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory"))
+	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", 50*time.Millisecond, withEnv("store-timeout", "longest wait for the store per decision before --fail decides"))
+	fs.StringVar(&c.fail, 0, "fail", "open", withEnv("fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)"))
+	fs.IntVar(&c.maxEntries, 0, "max-entries", 1<<20, withEnv("max-entries", "most keys the memory store holds (about 120 bytes each)"))
+	fs.StringVar(&c.headers, 0, "response-headers", "all", withEnv("response-headers", "rate limit headers sent: all, none, or a list of ratelimit, x-ratelimit, retry-after"))
+	fs.DurationVar(&c.retryJitter, 0, "retry-jitter", time.Second, withEnv("retry-jitter", "most random time added to Retry-After, in whole seconds"))
+	fs.DurationVar(&c.shutdownTimeout, 0, "shutdown-timeout", 10*time.Second, withEnv("shutdown-timeout", "how long a shutdown waits for calls in flight"))
+	fs.BoolVarDefault(&c.reflection, 0, "grpc-reflection", true, withEnv("grpc-reflection", "serve gRPC server reflection (for grpcurl and ghz)"))
+	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
+	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
+	return &ff.Command{
+		Name:      "serve",
+		Usage:     "sluice serve --rules FILE|DIR [FLAGS]",
+		ShortHelp: "answer Envoy's gRPC rate limit API and the HTTP API",
+		LongHelp: "Serves envoy.service.ratelimit.v3.RateLimitService on --grpc-addr and, on --http-addr,\n" +
+			"POST /v1/decide, POST /json, GET /healthz, /readyz, /v1/rules and /metrics.\n" +
+			"The rules are reloaded when their files change; a broken edit keeps the rules in force.\n" +
+			"SIGINT or SIGTERM stops accepting calls and finishes those in flight.",
+		Flags: fs,
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usageError("serve: unexpected arguments %q", args)
+			}
+			return serve(ctx, c, stderr)
+		},
+	}
+}
+
+// newLogger returns the logger for level and format ("text" or "json").
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usageError("--log-format %q: want text or json", format)
+}
+
+// serve runs the server until ctx is cancelled, then shuts it down
+// gracefully: the health services turn unhealthy, the listeners close,
+// calls in flight finish (for at most --shutdown-timeout), and the rules
+// watcher and store stop.
+func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
+	log, err := newLogger(stderr, c.logLevel, c.logFormat)
+	if err != nil {
+		return err
+	}
+	if c.rules == "" {
+		return usageError("serve: --rules (or $SLUICE_RULES) is required")
+	}
+	fail, err := decide.ParseFail(c.fail)
+	if err != nil {
+		return usageError("--fail: %v", err)
+	}
+	headers, err := envoyrls.ParseHeaders(c.headers)
+	if err != nil {
+		return usageError("--response-headers: %v", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	for _, col := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(col); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	m, err := metrics.New(reg)
+	if err != nil {
+		return err
+	}
+
+	st, err := openStore(c.store, storeOptions{maxEntries: c.maxEntries})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := st.close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+
+	watcher, err := rules.NewWatcher(c.rules, func(set *rules.Set, err error) {
+		m.Reload(err)
+		if err != nil {
+			log.Error("rules reload failed; the rules in force stay", "rules", c.rules, "err", err)
+			return
+		}
+		log.Info("rules reloaded", "rules", c.rules, "version", set.Version(), "domains", set.Domains())
+	})
+	if err != nil {
+		m.Reload(err)
+		return fmt.Errorf("load rules: %w", err)
+	}
+	defer func() {
+		if cerr := watcher.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	m.Reload(nil)
+	log.Info("rules loaded", "rules", c.rules, "version", watcher.Current().Version(), "domains", watcher.Current().Domains())
+
+	svc, err := decide.New(decide.Config{
+		Rules:           watcher.Current,
+		Store:           m.Store(st.store),
+		StoreTimeout:    c.storeTimeout,
+		Fail:            fail,
+		Local:           st.local,
+		BreakerFailures: decide.DefaultConfig().BreakerFailures,
+		BreakerCoolDown: decide.DefaultConfig().BreakerCoolDown,
+		Logger:          log,
+	})
+	if err != nil {
+		return fmt.Errorf("decision service: %w", err)
+	}
+	decider := m.Decider(svc)
+	rls := envoyrls.New(decider, envoyrls.Config{Headers: headers, RetryJitter: c.retryJitter})
+	api, err := httpapi.New(httpapi.Config{
+		RateLimiter:  rls,
+		Rules:        watcher.Current,
+		Mode:         func() string { return decider.Mode().String() },
+		Gatherer:     reg,
+		MaxBodyBytes: httpapi.DefaultConfig().MaxBodyBytes,
+	})
+	if err != nil {
+		return err
+	}
+
+	gsrv := grpc.NewServer(
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	rls.Register(gsrv)
+	if c.reflection {
+		reflection.Register(gsrv)
+	}
+	hsrv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	var lc net.ListenConfig
+	gln, err := lc.Listen(ctx, "tcp", c.grpcAddr)
+	if err != nil {
+		return fmt.Errorf("listen gRPC: %w", err)
+	}
+	hln, err := lc.Listen(ctx, "tcp", c.httpAddr)
+	if err != nil {
+		gln.Close()
+		return fmt.Errorf("listen HTTP: %w", err)
+	}
+	log.Info("listening", "grpc_addr", gln.Addr().String(), "http_addr", hln.Addr().String(),
+		"store", c.store, "fail", fail.String())
+
+	errc := make(chan error, 2)
+	go func() {
+		if err := gsrv.Serve(gln); err != nil {
+			errc <- fmt.Errorf("serve gRPC: %w", err)
+			return
+		}
+		errc <- nil
+	}()
+	go func() {
+		if err := hsrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serve HTTP: %w", err)
+			return
+		}
+		errc <- nil
+	}()
+
+	var serveErr error
+	running := 2
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", c.shutdownTimeout)
+	case serveErr = <-errc:
+		running--
+		log.Error("server failed; shutting down", "err", serveErr)
+	}
+
+	rls.Shutdown()
+	api.Drain()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.shutdownTimeout)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		gsrv.GracefulStop()
+		close(stopped)
+	}()
+	if err := hsrv.Shutdown(sctx); err != nil {
+		log.Warn("HTTP calls still in flight at the shutdown deadline; closing them", "err", err)
+		hsrv.Close()
+	}
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		log.Warn("gRPC calls still in flight at the shutdown deadline; closing them")
+		gsrv.Stop()
+		<-stopped
+	}
+	for ; running > 0; running-- {
+		if err := <-errc; err != nil && serveErr == nil {
+			serveErr = err
+		}
+	}
+	log.Info("stopped")
+	return serveErr
+}
