@@ -46,6 +46,18 @@ type Config struct {
 	RateLimits []RateLimit `yaml:"rate_limits"`
 }
 
+// DefaultConfig returns the configuration of a proxy or middleware given
+// no identity file: one descriptor per client address
+// (remote_address=<ip>), IPv4 addresses whole, IPv6 grouped by /64, no
+// trusted proxies. Domain is left for the caller to set.
+func DefaultConfig() Config {
+	return Config{
+		IPv4Prefix: 32, // each IPv4 address on its own
+		IPv6Prefix: 64, // one host often holds a whole /64
+		RateLimits: []RateLimit{{Actions: []Action{{RemoteAddress: &RemoteAddress{}}}}},
+	}
+}
+
 // JWTConfig is the key that bearer tokens must be signed with.
 type JWTConfig struct {
 	// Algorithm is HS256, RS256 or ES256; tokens signed otherwise are

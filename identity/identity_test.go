@@ -455,3 +455,20 @@ func FuzzBearer(f *testing.F) {
 		}
 	})
 }
+
+func TestDefaultConfig(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	if _, err := New(c, nil); err == nil {
+		t.Fatal("DefaultConfig without a domain is valid")
+	}
+	c.Domain = "api"
+	id, err := New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Descriptor{{Entries: []rules.Entry{{Key: "remote_address", Value: "2001:db8::/64"}}, Cost: 1}}
+	if got := id.Descriptors(request("[2001:db8::1]:1", "X-Forwarded-For", "1.2.3.4")); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
