@@ -128,8 +128,8 @@ type span struct {
 	shadow bool
 }
 
+// reset empties b for a request of n descriptors.
 func (b *batch) reset(n int) {
-	clear(b.reqs) // drop the keys
 	b.reqs, b.refs, b.ds = b.reqs[:0], b.refs[:0], b.ds[:0]
 	if cap(b.span) < n {
 		b.span = make([]span, n)
@@ -197,7 +197,7 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	}
 
 	b := s.batches.Get().(*batch)
-	defer s.batches.Put(b)
+	defer s.release(b)
 	b.reset(n)
 	s.collect(b, r, resp, replaces)
 	if len(b.reqs) == 0 {
@@ -233,6 +233,13 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 		}
 	}
 	return resp, nil
+}
+
+// release returns b to the pool without the keys and limits it refers to.
+func (s *Service) release(b *batch) {
+	clear(b.reqs)
+	clear(b.refs)
+	s.batches.Put(b)
 }
 
 // validate checks what Decide needs of a request.
