@@ -1,0 +1,301 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+func TestParseURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		url     string
+		addrs   []string
+		user    string
+		pass    string
+		db      int
+		master  string
+		cluster bool
+		tls     bool
+		err     string
+	}{
+		{name: "plain", url: "redis://localhost:6380", addrs: []string{"localhost:6380"}},
+		{name: "default port", url: "redis://cache", addrs: []string{"cache:6379"}},
+		{name: "user, password and db", url: "redis://u:p%40ss@h:1/3", addrs: []string{"h:1"}, user: "u", pass: "p@ss", db: 3},
+		{name: "password only", url: "redis://:secret@h:1", addrs: []string{"h:1"}, pass: "secret"},
+		{name: "ipv6", url: "redis://[::1]:7000", addrs: []string{"[::1]:7000"}},
+		{name: "tls", url: "rediss://h:6390/1", addrs: []string{"h:6390"}, db: 1, tls: true},
+		{name: "cluster", url: "redis+cluster://a:1,b:2,c:3", addrs: []string{"a:1", "b:2", "c:3"}, cluster: true},
+		{name: "cluster over tls", url: "rediss+cluster://u:p@a:1", addrs: []string{"a:1"}, user: "u", pass: "p", cluster: true, tls: true},
+		{name: "sentinel", url: "redis+sentinel://s1:26379,s2:26379/mymaster", addrs: []string{"s1:26379", "s2:26379"}, master: "mymaster"},
+		{name: "sentinel with db", url: "redis+sentinel://s1:26379/mymaster/2", addrs: []string{"s1:26379"}, master: "mymaster", db: 2},
+		{name: "no scheme", url: "localhost:6379", err: "want redis://"},
+		{name: "unknown scheme", url: "memcache://h:1", err: `unknown scheme "memcache"`},
+		{name: "no host", url: "redis:///0", err: "no host"},
+		{name: "bad db", url: "redis://h:1/x", err: `database "x"`},
+		{name: "db on a cluster", url: "redis+cluster://h:1/0", err: "no database"},
+		{name: "several hosts without cluster", url: "redis://a:1,b:2", err: "several hosts"},
+		{name: "sentinel without master", url: "redis+sentinel://s:1", err: "mastername"},
+		{name: "query", url: "redis://h:1?x=1", err: "query"},
+		{name: "password redacted", url: "redis://u:hunter2@h:1/x", err: "u:xxxxx@h"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opt, cluster, err := parseURL(tt.url, DefaultConfig())
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) || strings.Contains(err.Error(), "hunter2") {
+					t.Fatalf("parseURL(%q) error = %v, want one containing %q (and no password)", tt.url, err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseURL(%q): %v", tt.url, err)
+			}
+			if fmt.Sprint(opt.InitAddress) != fmt.Sprint(tt.addrs) || opt.Username != tt.user || opt.Password != tt.pass ||
+				opt.SelectDB != tt.db || opt.Sentinel.MasterSet != tt.master || cluster != tt.cluster || (opt.TLSConfig != nil) != tt.tls {
+				t.Fatalf("parseURL(%q) = addrs %v user %q pass %q db %d master %q cluster %v tls %v", tt.url,
+					opt.InitAddress, opt.Username, opt.Password, opt.SelectDB, opt.Sentinel.MasterSet, cluster, opt.TLSConfig != nil)
+			}
+			if !tt.cluster && tt.master == "" && !opt.ForceSingleClient {
+				t.Fatal("a single Redis should force the single client")
+			}
+		})
+	}
+}
+
+func TestOpenRejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		edit func(*Config)
+	}{
+		{"brace in prefix", func(c *Config) { c.KeyPrefix = "a{b}" }},
+		{"zero batch", func(c *Config) { c.MaxBatch = 0 }},
+		{"zero in flight", func(c *Config) { c.MaxInFlight = 0 }},
+		{"zero timeout", func(c *Config) { c.Timeout = 0 }},
+		{"negative window", func(c *Config) { c.BatchWindow = -1 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.edit(&cfg)
+			if s, err := Open(context.Background(), "redis://127.0.0.1:1", cfg); err == nil {
+				s.Close()
+				t.Fatal("Open accepted the config")
+			}
+		})
+	}
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	s, err := Open(ctx, "redis://127.0.0.1:1", DefaultConfig())
+	if err == nil {
+		s.Close()
+		t.Fatal("Open succeeded on a closed port")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("Open took %v", d)
+	}
+}
+
+// TestSlot compares Slot with the Cluster's own CLUSTER KEYSLOT.
+func TestSlot(t *testing.T) {
+	addr := testenv.RedisClusterAddrs(t)[0]
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	keys := []string{"", "foo", "{user1000}.following", "{user1000}.followers", "a{}b", "{}{x}", "x{y", "{a}{b}", "sluice:{api|user=42}|0"}
+	for range 200 {
+		b := make([]byte, rand.IntN(20))
+		for i := range b {
+			b[i] = "ab{}|:xyz"[rand.IntN(9)]
+		}
+		keys = append(keys, string(b))
+	}
+	for _, k := range keys {
+		want, err := c.Do(context.Background(), c.B().ClusterKeyslot().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Slot(k); int64(got) != want {
+			t.Fatalf("Slot(%q) = %d, CLUSTER KEYSLOT = %d", k, got, want)
+		}
+	}
+}
+
+// TestKeysExpire checks that keys get a TTL of their reset time plus the
+// margin, so Redis forgets idle keys.
+func TestKeysExpire(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	cfg := testConfig(nil)
+	cfg.ExpiryMargin = time.Second
+	s := open(t, "redis://"+addr, cfg)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	tests := []struct {
+		name  string
+		limit sluice.Limit
+		cost  int64
+		reset time.Duration // ResetAfter of the decision, at most
+	}{
+		{"fixed window", sluice.Limit{Rate: 10, Period: time.Hour}, 1, time.Hour},
+		{"sliding window", sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 10, Period: time.Minute}, 1, 2 * time.Minute},
+		{"sliding log", sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 10, Period: time.Minute}, 3, time.Minute},
+		{"token bucket", sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1, Period: time.Minute}, 1, time.Minute},
+		{"gcra", sluice.Limit{Algorithm: sluice.GCRA, Rate: 10, Period: time.Second}, 5, time.Second / 2},
+		{"report only", sluice.Limit{Rate: 10, Period: time.Hour}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := strings.ReplaceAll(tt.name, " ", "-")
+			d, err := s.Take(ctx, key, tt.limit, tt.cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.ResetAfter > tt.reset {
+				t.Fatalf("ResetAfter %v, want at most %v", d.ResetAfter, tt.reset)
+			}
+			pttl, err := c.Do(ctx, c.B().Pttl().Key(cfg.KeyPrefix+key).Build()).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := (d.ResetAfter + cfg.ExpiryMargin).Milliseconds()
+			if pttl <= 0 || pttl > want+1 || pttl < want-1000 {
+				t.Fatalf("PTTL %dms, want about %dms (reset %v + margin %v)", pttl, want, d.ResetAfter, cfg.ExpiryMargin)
+			}
+		})
+	}
+}
+
+// TestAlgorithmChangeKeyTypes switches one key between algorithms whose
+// states are strings and lists in Redis, and checks each starts afresh.
+func TestAlgorithmChangeKeyTypes(t *testing.T) {
+	clock := &fakeClock{now: t0}
+	s := open(t, "redis://"+testenv.RedisAddr(t), testConfig(clock.Now))
+	ctx := context.Background()
+	algs := []sluice.Algorithm{sluice.SlidingLog, sluice.TokenBucket, sluice.SlidingLog, sluice.GCRA, sluice.FixedWindow, sluice.SlidingLog, sluice.LeakyBucket}
+	for i, alg := range algs {
+		l := sluice.Limit{Algorithm: alg, Rate: 3, Period: time.Minute}
+		for j := range 4 {
+			var fresh sluice.State
+			want := l.Take(&fresh, clock.Now(), 3)
+			got, err := s.Take(ctx, "switch", l, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j == 0 && got != want {
+				t.Fatalf("switch %d to %v: got %+v, want a fresh key's %+v", i, alg, got, want)
+			}
+			if j > 0 && got.Allowed {
+				t.Fatalf("switch %d to %v: request %d allowed past the limit", i, alg, j)
+			}
+		}
+	}
+}
+
+func TestInexactLimits(t *testing.T) {
+	s := open(t, "redis://"+testenv.RedisAddr(t), testConfig(nil))
+	tests := []struct {
+		name  string
+		limit sluice.Limit
+	}{
+		{"period over 2^51 µs", sluice.Limit{Rate: 1, Period: (1<<51 + 1) * time.Microsecond}},
+		{"bucket level over 2^52", sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1_000_003, Period: 24 * time.Hour}},
+		{"gcra tolerance over 2^51", sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: 1 << 40 * time.Microsecond, Burst: 1 << 20}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.limit.Validate(); err != nil {
+				t.Skipf("Validate rejects it already: %v", err)
+			}
+			_, err := s.Take(context.Background(), "inexact", tt.limit, 1)
+			if !errors.Is(err, ErrInexact) {
+				t.Fatalf("Take = %v, want ErrInexact", err)
+			}
+		})
+	}
+}
+
+// TestDeadlineWithoutContextDeadline checks that a context without a
+// deadline still returns within Config.Timeout when Redis hangs.
+func TestDeadlineWithoutContextDeadline(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	cfg := DefaultConfig()
+	cfg.Timeout = 200 * time.Millisecond
+	s := open(t, "redis://"+srv.Addr, cfg)
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	_, err := s.Take(context.Background(), "k", sluice.Limit{Rate: 1, Period: time.Second}, 1)
+	if err == nil {
+		t.Fatal("a hung Redis decided")
+	}
+	if d := time.Since(start); d > cfg.Timeout+100*time.Millisecond {
+		t.Fatalf("returned after %v, want about %v", d, cfg.Timeout)
+	}
+}
+
+func TestBatchSizes(t *testing.T) {
+	// MaxBatch 1 and a batching window both decide exactly too.
+	for _, tt := range []struct {
+		name   string
+		batch  int
+		window time.Duration
+	}{{"one per call", 1, 0}, {"window", 128, 200 * time.Microsecond}} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig((&fakeClock{now: t0}).Now)
+			cfg.MaxBatch, cfg.BatchWindow = tt.batch, tt.window
+			s := open(t, "redis://"+testenv.RedisAddr(t), cfg)
+			l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 100, Period: time.Minute}
+			errs := make(chan error, 16)
+			allowed := make(chan int, 16)
+			for range 16 {
+				go func() {
+					n := 0
+					for range 20 {
+						d, err := s.Take(context.Background(), "b", l, 1)
+						if err != nil {
+							errs <- err
+							return
+						}
+						if d.Allowed {
+							n++
+						}
+					}
+					errs <- nil
+					allowed <- n
+				}()
+			}
+			total := 0
+			for range 16 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+				total += <-allowed
+			}
+			if total != 100 {
+				t.Fatalf("%d allowed of 320, want 100", total)
+			}
+		})
+	}
+}
+
