@@ -298,4 +298,3 @@ func TestBatchSizes(t *testing.T) {
 		})
 	}
 }
-
