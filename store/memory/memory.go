@@ -121,13 +121,17 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// now returns the store's time in µs since the Unix epoch.
+// now returns the store's time in µs since the Unix epoch. It is small
+// enough to be inlined.
 func (s *Store) now() int64 {
-	if s.clock != nil {
-		return s.clock.now()
+	if c := s.clock; c != nil {
+		return c.now()
 	}
-	return s.nowFn().UnixMicro()
+	return s.callNow()
 }
+
+// callNow returns the time of the clock from the configuration, in µs.
+func (s *Store) callNow() int64 { return s.nowFn().UnixMicro() }
 
 // hash returns key's hash: its lower bits choose the shard, its upper half
 // is the key's tag in the shard's index.
@@ -135,20 +139,18 @@ func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
 // check returns the error that keeps a call from running, if any.
 func (s *Store) check(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
+	err := ctx.Err()
+	if err == nil && s.closed.Load() {
+		err = ErrClosed
 	}
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	return nil
+	return err
 }
 
 // Take applies cost hits of l to key at the store's time; cost 0 only
 // reports. A key last used under another algorithm starts afresh.
 func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	if err := s.check(ctx); err != nil {
-		return sluice.Decision{}, fmt.Errorf("memory take %q: %w", key, err)
+	if err := ctx.Err(); err != nil || s.closed.Load() { // s.check, inlined
+		return sluice.Decision{}, fmt.Errorf("memory take %q: %w", key, s.check(ctx))
 	}
 	now := s.now()
 	h := s.hash(key)
