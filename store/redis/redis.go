@@ -41,7 +41,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,9 +65,12 @@ type Config struct {
 	// batches grow by themselves while earlier calls are in flight). A few
 	// tens of µs trade latency for fewer calls at moderate load.
 	BatchWindow time.Duration
-	// MaxInFlight is how many script calls may be in flight at once
-	// (default 4 × GOMAXPROCS). Decisions that arrive meanwhile wait for
-	// the next batch.
+	// MaxInFlight is how many script calls may be in flight at once.
+	// Decisions that arrive meanwhile wait for the next batch, so fewer
+	// calls in flight make larger batches. The default, 0, means 2 for a
+	// single Redis or Sentinel (Redis runs one script at a time: two keep
+	// it busy while the next batch gathers) and 8 per node for a cluster,
+	// where a batch holds one slot's decisions only.
 	MaxInFlight int
 	// Timeout bounds a decision whose context has no deadline (default 1s).
 	// A context's deadline always bounds its decision.
@@ -95,7 +97,7 @@ func DefaultConfig() Config {
 		KeyPrefix:    "sluice:",
 		MaxBatch:     128,
 		BatchWindow:  0,
-		MaxInFlight:  4 * runtime.GOMAXPROCS(0),
+		MaxInFlight:  0,
 		Timeout:      time.Second,
 		DialTimeout:  time.Second,
 		ExpiryMargin: time.Second,
@@ -121,6 +123,7 @@ type Store struct {
 	cfg     Config
 	cluster bool
 	margin  string // Config.ExpiryMargin in ms
+	limits  limitArgs
 
 	calls  chan *call
 	work   chan []*call
@@ -153,8 +156,8 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("redis store: KeyPrefix %q must not contain '{' or '}'", cfg.KeyPrefix)
 	case cfg.MaxBatch < 1:
 		return nil, fmt.Errorf("redis store: MaxBatch must be at least 1, got %d", cfg.MaxBatch)
-	case cfg.MaxInFlight < 1:
-		return nil, fmt.Errorf("redis store: MaxInFlight must be at least 1, got %d", cfg.MaxInFlight)
+	case cfg.MaxInFlight < 0:
+		return nil, fmt.Errorf("redis store: MaxInFlight must not be negative, got %d", cfg.MaxInFlight)
 	case cfg.Timeout <= 0:
 		return nil, fmt.Errorf("redis store: Timeout must be positive, got %v", cfg.Timeout)
 	case cfg.BatchWindow < 0 || cfg.ExpiryMargin < 0 || cfg.DialTimeout < 0:
@@ -168,6 +171,12 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
 	if err := load(ctx, client, script); err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis store %s: %w", redact(rawURL), err)
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = 2
+		if cluster {
+			cfg.MaxInFlight = 8 * len(client.Nodes())
+		}
 	}
 	base, cancel := context.WithCancel(context.Background())
 	s := &Store{
@@ -325,7 +334,7 @@ func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64
 	}
 	c := &call{ctx: ctx, slot: s.slot(key), n: 1, done: make(chan struct{}, 1)}
 	c.keys = append(c.keysBuf[:0], s.cfg.KeyPrefix+key)
-	args, err := appendRequest(append(c.argsBuf[:0], modeWrite, "1"), l, cost)
+	args, err := s.limits.appendRequest(append(c.argsBuf[:0], modeWrite, "1"), l, cost)
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis take %s: %w", key, err)
 	}
@@ -414,7 +423,7 @@ func (s *Store) takeGroups(ctx context.Context, reqs []sluice.Request, ds []slui
 		for _, i := range idx {
 			c.keys = append(c.keys, s.cfg.KeyPrefix+reqs[i].Key)
 			var err error
-			if c.args, err = appendRequest(c.args, reqs[i].Limit, reqs[i].Cost); err != nil {
+			if c.args, err = s.limits.appendRequest(c.args, reqs[i].Limit, reqs[i].Cost); err != nil {
 				return false, fmt.Errorf("redis take all %s: %w", reqs[i].Key, err)
 			}
 		}

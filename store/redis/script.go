@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -71,12 +72,47 @@ func local(l sluice.Limit, cost int64) (d sluice.Decision, ok bool) {
 	return sluice.Decision{}, false
 }
 
+// limitArgs caches the script's first five values of each limit a store
+// has seen: a service has few limits, and their conversion to strings
+// would otherwise cost allocations on every decision. It holds at most
+// limitArgsMax limits and then converts the rest each time. Safe for
+// concurrent use.
+type limitArgs struct {
+	mu sync.RWMutex
+	m  map[sluice.Limit]*[5]string
+}
+
+const limitArgsMax = 4096
+
 // appendRequest appends the script's six values for cost hits of l, which
 // local has let through, to args.
-func appendRequest(args []string, l sluice.Limit, cost int64) ([]string, error) {
+func (c *limitArgs) appendRequest(args []string, l sluice.Limit, cost int64) ([]string, error) {
+	c.mu.RLock()
+	v := c.m[l]
+	c.mu.RUnlock()
+	if v == nil {
+		var err error
+		if v, err = encodeLimit(l); err != nil {
+			return args, err
+		}
+		c.mu.Lock()
+		if c.m == nil {
+			c.m = make(map[sluice.Limit]*[5]string)
+		}
+		if len(c.m) < limitArgsMax {
+			c.m[l] = v
+		}
+		c.mu.Unlock()
+	}
+	return append(args, v[0], v[1], v[2], v[3], v[4], strconv.FormatInt(cost, 10)), nil
+}
+
+// encodeLimit returns the script's first five values for l: the algorithm
+// and its four parameters.
+func encodeLimit(l sluice.Limit) (*[5]string, error) {
 	rate, p, c := l.Rate, int64(l.Period/time.Microsecond), capacity(l)
 	if p > maxExact/2 || rate > maxExact || c > maxExact {
-		return args, fmt.Errorf("%v: period or rate above 2^51µs or 2^52: %w", l, ErrInexact)
+		return nil, fmt.Errorf("%v: period or rate above 2^51µs or 2^52: %w", l, ErrInexact)
 	}
 	var a, b, cc, d int64
 	switch l.Algorithm {
@@ -86,23 +122,22 @@ func appendRequest(args []string, l sluice.Limit, cost int64) ([]string, error) 
 		g := gcd(rate, p)
 		a, b, cc, d = rate/g, p/g, c, g
 		if hi, lo := bits.Mul64(uint64(c), uint64(b)); hi != 0 || lo > maxExact {
-			return args, fmt.Errorf("%v: capacity × period / gcd(rate, period) above 2^52: %w", l, ErrInexact)
+			return nil, fmt.Errorf("%v: capacity × period / gcd(rate, period) above 2^52: %w", l, ErrInexact)
 		}
 	case sluice.GCRA:
 		T := (p + rate - 1) / rate
 		if hi, lo := bits.Mul64(uint64(c), uint64(T)); hi != 0 || lo > maxExact/2 {
-			return args, fmt.Errorf("%v: capacity × emission interval above 2^51µs: %w", l, ErrInexact)
+			return nil, fmt.Errorf("%v: capacity × emission interval above 2^51µs: %w", l, ErrInexact)
 		}
 		a, b, cc = T, c*T, c
 	}
-	return append(args,
+	return &[5]string{
 		strconv.Itoa(int(l.Algorithm)),
 		strconv.FormatInt(a, 10),
 		strconv.FormatInt(b, 10),
 		strconv.FormatInt(cc, 10),
 		strconv.FormatInt(d, 10),
-		strconv.FormatInt(cost, 10),
-	), nil
+	}, nil
 }
 
 func gcd(a, b int64) int64 {

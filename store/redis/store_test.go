@@ -80,7 +80,7 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 	}{
 		{"brace in prefix", func(c *Config) { c.KeyPrefix = "a{b}" }},
 		{"zero batch", func(c *Config) { c.MaxBatch = 0 }},
-		{"zero in flight", func(c *Config) { c.MaxInFlight = 0 }},
+		{"negative in flight", func(c *Config) { c.MaxInFlight = -1 }},
 		{"zero timeout", func(c *Config) { c.Timeout = 0 }},
 		{"negative window", func(c *Config) { c.BatchWindow = -1 }},
 	}

@@ -1,0 +1,137 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// benchAddr returns the Redis the benchmarks run on: $SLUICE_BENCH_REDIS_ADDR
+// (a Redis of its own, for quiet figures), else the shared test Redis.
+func benchAddr(b *testing.B) string {
+	if a := os.Getenv("SLUICE_BENCH_REDIS_ADDR"); a != "" {
+		return a
+	}
+	return testenv.RedisAddr(b)
+}
+
+// commandStats returns the calls and total µs of the script commands
+// (EVALSHA and EVAL) from INFO commandstats.
+func commandStats(b *testing.B, c rueidis.Client) (calls, usec int64) {
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls += n
+			case "usec":
+				usec += n
+			}
+		}
+	}
+	return calls, usec
+}
+
+// BenchmarkTake drives the store with 64 goroutines over 10,000 keys
+// (GCRA, 1000/s, Redis's TIME) and reports decisions/s, the decisions one
+// script call carried, and the Redis CPU µs per decision from INFO
+// commandstats.
+func BenchmarkTake(b *testing.B) {
+	for _, inFlight := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("inflight=%d", inFlight), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.MaxInFlight = inFlight
+			benchmarkTake(b, cfg)
+		})
+	}
+}
+
+func benchmarkTake(b *testing.B, cfg Config) {
+	addr := benchAddr(b)
+	cfg.KeyPrefix = fmt.Sprintf("bench%d:", time.Now().UnixNano())
+	s := open(b, "redis://"+addr, cfg)
+	admin, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Close()
+	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1000, Period: time.Second}
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = "{user" + strconv.Itoa(i) + "}|0"
+	}
+	var failed atomic.Int64
+	var seq atomic.Uint64
+	calls0, usec0 := commandStats(b, admin)
+	b.ReportAllocs()
+	procs := runtime.GOMAXPROCS(0)
+	b.SetParallelism((64 + procs - 1) / procs) // 64 goroutines
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		i := seq.Add(7919)
+		ctx := context.Background()
+		for pb.Next() {
+			i += 7919
+			if _, err := s.Take(ctx, keys[i%uint64(len(keys))], l, 1); err != nil {
+				failed.Add(1)
+			}
+		}
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	calls1, usec1 := commandStats(b, admin)
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d decisions failed", n)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	if calls := calls1 - calls0; calls > 0 {
+		b.ReportMetric(float64(b.N)/float64(calls), "decisions/call")
+		b.ReportMetric(float64(usec1-usec0)/float64(b.N), "redis-µs/decision")
+	}
+}
+
+// BenchmarkLatency measures one decision at a time (light load): the
+// added latency of the store, p50 and p99.
+func BenchmarkLatency(b *testing.B) {
+	addr := benchAddr(b)
+	cfg := DefaultConfig()
+	cfg.KeyPrefix = fmt.Sprintf("lat%d:", time.Now().UnixNano())
+	s := open(b, "redis://"+addr, cfg)
+	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1000, Period: time.Second}
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		if _, err := s.Take(ctx, "{u"+strconv.Itoa(i%1000)+"}", l, 1); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
