@@ -105,11 +105,14 @@ func bench(ctx context.Context, c benchConfig) (*benchResult, error) {
 		return nil, fmt.Errorf("first call: %w", err)
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, c.duration)
+	// The callers stop starting calls at the deadline and finish the ones
+	// in flight, so that no call is cut short and counted as an error.
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	per := make([]benchResult, c.concurrency)
 	var wg sync.WaitGroup
 	start := time.Now()
+	end := start.Add(c.duration)
 	for w := range per {
 		wg.Add(1)
 		go func(r *benchResult) {
@@ -117,11 +120,14 @@ func bench(ctx context.Context, c benchConfig) (*benchResult, error) {
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
 			for ctx.Err() == nil {
 				t0 := time.Now()
+				if t0.After(end) {
+					return
+				}
 				over, err := call(ctx, rng.IntN(c.users))
 				d := time.Since(t0)
 				switch {
 				case err != nil && ctx.Err() != nil:
-					return // the run ended mid-call
+					return // interrupted
 				case err != nil:
 					r.failed++
 					if r.firstErr == nil {

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"runtime"
 	"strings"
 	"time"
 
@@ -38,6 +40,7 @@ type serveConfig struct {
 	retryJitter     time.Duration
 	shutdownTimeout time.Duration
 	reflection      bool
+	pprof           bool
 	logLevel        string
 	logFormat       string
 }
@@ -56,6 +59,7 @@ func serveCommand(stderr io.Writer) *ff.Command {
 	fs.DurationVar(&c.retryJitter, 0, "retry-jitter", time.Second, withEnv("retry-jitter", "most random time added to Retry-After, in whole seconds"))
 	fs.DurationVar(&c.shutdownTimeout, 0, "shutdown-timeout", 10*time.Second, withEnv("shutdown-timeout", "how long a shutdown waits for calls in flight"))
 	fs.BoolVarDefault(&c.reflection, 0, "grpc-reflection", true, withEnv("grpc-reflection", "serve gRPC server reflection (for grpcurl and ghz)"))
+	fs.BoolVarDefault(&c.pprof, 0, "pprof", false, withEnv("pprof", "serve Go's profiles under /debug/pprof/ on the HTTP address"))
 	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
 	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
 	return &ff.Command{
@@ -183,8 +187,25 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		return err
 	}
 
+	if c.pprof {
+		for pattern, h := range map[string]http.Handler{
+			"GET /debug/pprof/":        http.HandlerFunc(pprof.Index),
+			"GET /debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+			"GET /debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+			"GET /debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+			"GET /debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+		} {
+			if err := api.Handle(pattern, h); err != nil {
+				return err
+			}
+		}
+	}
+
 	gsrv := grpc.NewServer(
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// A fixed pool of workers serves the calls instead of a new
+		// goroutine per call, whose stack grows anew each time.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	)
 	rls.Register(gsrv)
 	if c.reflection {
