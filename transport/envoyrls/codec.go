@@ -88,9 +88,12 @@ func Encode(resp *decide.Response, cfg Config) *rlsv3.RateLimitResponse {
 		OverallCode: code(resp.Overall),
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses)),
 	}
+	// The statuses in one allocation rather than one each.
+	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses))
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
-		ds := &rlsv3.RateLimitResponse_DescriptorStatus{Code: code(st.Code)}
+		ds := &statuses[i]
+		ds.Code = code(st.Code)
 		if st.Limit != nil {
 			ds.CurrentLimit = currentLimit(st.Limit)
 			ds.LimitRemaining = saturate32(st.Decision.Remaining)

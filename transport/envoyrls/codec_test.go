@@ -418,3 +418,25 @@ func TestAppendSFString(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCodec decodes a one-descriptor request and encodes its answer
+// with every header, as ShouldRateLimit does around each decision.
+func BenchmarkCodec(b *testing.B) {
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "alice")}}
+	resp := &decide.Response{Overall: decide.OK, Statuses: []decide.Status{{
+		Code: decide.OK, Limit: limit("per-user", "l1", "second", 1, 30, time.Second),
+		Decision: sluice.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 33 * time.Millisecond},
+	}}}
+	cfg := DefaultConfig()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := Decode(req); err != nil {
+				b.Fatal(err)
+			}
+			if out := Encode(resp, cfg); len(out.Statuses) != 1 {
+				b.Fatal("no status")
+			}
+		}
+	})
+}

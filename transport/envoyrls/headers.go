@@ -116,12 +116,17 @@ func DefaultConfig() Config {
 // remaining. These are the fields package transport/respond writes for the
 // other HTTP ways in.
 func HeaderFields(resp *decide.Response, cfg Config) [][2]string {
-	var out [][2]string
+	return appendHeaderFields(nil, resp, cfg)
+}
+
+// appendHeaderFields appends the fields of HeaderFields to out.
+func appendHeaderFields(out [][2]string, resp *decide.Response, cfg Config) [][2]string {
 	if cfg.Headers == 0 {
 		return out
 	}
 	tightest := -1
-	var policy, state []byte
+	var pbuf, sbuf [128]byte
+	policy, state := pbuf[:0], sbuf[:0]
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
 		if st.Limit == nil || st.Shadow {
@@ -191,8 +196,16 @@ func binds(a, b *decide.Status) bool {
 }
 
 func appendHeaders(dst []*corev3.HeaderValue, resp *decide.Response, cfg Config) []*corev3.HeaderValue {
-	for _, f := range HeaderFields(resp, cfg) {
-		dst = append(dst, &corev3.HeaderValue{Key: f[0], Value: f[1]})
+	var buf [6][2]string // at most six fields
+	fields := appendHeaderFields(buf[:0], resp, cfg)
+	if len(fields) == 0 {
+		return dst
+	}
+	// The header values in one allocation rather than one each.
+	hvs := make([]corev3.HeaderValue, len(fields))
+	for i, f := range fields {
+		hvs[i].Key, hvs[i].Value = f[0], f[1]
+		dst = append(dst, &hvs[i])
 	}
 	return dst
 }
