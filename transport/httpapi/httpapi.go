@@ -164,20 +164,14 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, envoyStatus boo
 		writeError(w, code, st.Message())
 		return
 	}
-	out, err := protojson.Marshal(resp)
+	ob := bufPool.Get().(*[]byte)
+	defer bufPool.Put(ob)
+	out, err := encodeResponse((*ob)[:0], resp)
+	*ob = out[:0]
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "encode RateLimitResponse: "+err.Error())
+		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	// protojson varies its whitespace from build to build on purpose;
-	// callers get the same compact bytes from every build.
-	cb := bufPool.Get().(*[]byte)
-	defer bufPool.Put(cb)
-	compact := bytes.NewBuffer((*cb)[:0])
-	if err := json.Compact(compact, out); err == nil {
-		out = compact.Bytes()
-	}
-	*cb = compact.Bytes()[:0]
 	hdr := w.Header()
 	for _, hv := range resp.GetResponseHeadersToAdd() {
 		hdr.Add(hv.GetKey(), hv.GetValue())
@@ -187,6 +181,25 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, envoyStatus boo
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out) //nolint:errcheck // the client went away; nothing to do
+}
+
+// encodeResponse appends resp to b in protobuf's canonical JSON, compact.
+func encodeResponse(b []byte, resp *rlsv3.RateLimitResponse) ([]byte, error) {
+	if out, ok := appendResponse(b, resp); ok {
+		return out, nil
+	}
+	// A field the fast encoder does not know: protojson, whose whitespace
+	// varies from build to build on purpose, compacted so that callers get
+	// the same bytes from every build.
+	js, err := protojson.Marshal(resp)
+	if err != nil {
+		return b, fmt.Errorf("encode RateLimitResponse: %w", err)
+	}
+	buf := bytes.NewBuffer(b)
+	if err := json.Compact(buf, js); err != nil {
+		return b, fmt.Errorf("encode RateLimitResponse: %w", err)
+	}
+	return buf.Bytes(), nil
 }
 
 // readAll appends all of r to b, as io.ReadAll does, reusing b's capacity.
