@@ -125,3 +125,17 @@ func TestInvalidLimitNeverPanics(t *testing.T) {
 		}
 	}
 }
+
+func TestCloneSharesNothing(t *testing.T) {
+	t.Parallel()
+	l := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 3, Period: time.Second}
+	var s sluice.State
+	l.Take(&s, t0, 2)
+	c := s.Clone()
+	if d := l.Take(&c, t0, 1); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("the clone decided %+v, want the last hit allowed", d)
+	}
+	if d := l.Take(&s, t0, 0); d.Remaining != 1 {
+		t.Fatalf("the original has %d remaining after its clone took a hit, want 1", d.Remaining)
+	}
+}

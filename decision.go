@@ -67,6 +67,18 @@ type State struct {
 	log *hitLog
 }
 
+// Clone returns a copy of s that shares nothing with it: a plain copy of a
+// State shares the sliding_log's log. It allocates only for a non-empty log.
+func (s State) Clone() State {
+	if s.log != nil {
+		l := *s.log
+		l.hits = append([]hit(nil), s.log.hits[s.log.head:]...)
+		l.head = 0
+		s.log = &l
+	}
+	return s
+}
+
 // Take applies cost hits of l at now to s and returns the decision. Cost 0
 // only reports; a negative cost, or an invalid limit, is denied with Never.
 // A clock that goes backwards never makes the limit admit more.

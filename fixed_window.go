@@ -1,5 +1,7 @@
 package sluice
 
+import "time"
+
 // fixedWindow counts hits in windows of period µs aligned to multiples of
 // the period since the Unix epoch, as Envoy's ratelimit service does, and
 // admits rate hits per window. A client may send rate hits at the end of one
@@ -15,19 +17,22 @@ func fixedWindow(rate, period int64, s *State, now, cost int64) Decision {
 	if ws != s.t {
 		s.t, s.n = ws, 0
 	}
-	d := Decision{Limit: rate}
-	end := ws + period
-	if cost <= rate-s.n {
-		s.n += cost
-		d.Allowed = true
-	} else if cost > rate {
-		d.RetryAfter = Never
-	} else {
-		d.RetryAfter = micros(end - now)
+	// The decision is built once, from locals, at the return: cheaper than
+	// setting the fields of a Decision one by one.
+	n, end := s.n, ws+period
+	allowed := cost <= rate-n
+	var retry, reset time.Duration
+	switch {
+	case allowed:
+		n += cost
+		s.n = n
+	case cost > rate:
+		retry = Never
+	default:
+		retry = micros(end - now)
 	}
-	d.Remaining = max(rate-s.n, 0)
-	if s.n > 0 {
-		d.ResetAfter = micros(end - now)
+	if n > 0 {
+		reset = micros(end - now)
 	}
-	return d
+	return Decision{Allowed: allowed, Limit: rate, Remaining: max(rate-n, 0), ResetAfter: reset, RetryAfter: retry}
 }

@@ -1,5 +1,7 @@
 package sluice
 
+import "time"
+
 // gcra is the generic cell rate algorithm: one timestamp per key, the
 // theoretical arrival time (TAT) at which the key would be idle again. Each
 // hit moves it one emission interval T = period / rate later; a request
@@ -14,16 +16,15 @@ func gcra(rate, period, capacity int64, s *State, now, cost int64) Decision {
 	T := ceilDiv(period, rate)
 	tolerance := capacity * T
 	tat := max(s.t, now)
-	d := Decision{Limit: capacity}
+	allowed := false
+	var retry time.Duration
 	if cost > capacity {
-		d.RetryAfter = Never
+		retry = Never
 	} else if next := tat + cost*T; next-now <= tolerance {
 		tat, s.t = next, next
-		d.Allowed = true
+		allowed = true
 	} else {
-		d.RetryAfter = micros(next - now - tolerance)
+		retry = micros(next - now - tolerance)
 	}
-	d.Remaining = max((tolerance-(tat-now))/T, 0)
-	d.ResetAfter = micros(tat - now)
-	return d
+	return Decision{Allowed: allowed, Limit: capacity, Remaining: max((tolerance-(tat-now))/T, 0), ResetAfter: micros(tat - now), RetryAfter: retry}
 }

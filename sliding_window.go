@@ -1,6 +1,9 @@
 package sluice
 
-import "math/bits"
+import (
+	"math/bits"
+	"time"
+)
 
 // slidingWindow is the sliding window counter: it keeps the hit counts of
 // the current and the previous epoch-aligned window and estimates the hits
@@ -30,26 +33,25 @@ func slidingWindow(rate, period int64, s *State, now, cost int64) Decision {
 	}
 	elapsed := now - ws
 	weighted := weigh(s.p, period-elapsed, period)
-	d := Decision{Limit: rate}
 	free := rate - s.n - weighted
+	allowed := cost <= free
+	var retry, reset time.Duration
 	switch {
-	case cost <= free:
+	case allowed:
 		s.n += cost
 		free -= cost
-		d.Allowed = true
 	case cost > rate:
-		d.RetryAfter = Never
+		retry = Never
 	default:
-		d.RetryAfter = micros(slidingRetry(rate, period, s.p, s.n, elapsed, cost))
+		retry = micros(slidingRetry(rate, period, s.p, s.n, elapsed, cost))
 	}
-	d.Remaining = max(free, 0)
 	switch {
 	case s.n > 0:
-		d.ResetAfter = micros(ws + 2*period - now)
+		reset = micros(ws + 2*period - now)
 	case s.p > 0:
-		d.ResetAfter = micros(ws + period - now)
+		reset = micros(ws + period - now)
 	}
-	return d
+	return Decision{Allowed: allowed, Limit: rate, Remaining: max(free, 0), ResetAfter: reset, RetryAfter: retry}
 }
 
 // weigh returns ⌈count × left / period⌉ for 0 <= left <= period, without

@@ -1,6 +1,9 @@
 package sluice
 
-import "math/bits"
+import (
+	"math/bits"
+	"time"
+)
 
 // tokenBucket is a bucket of capacity tokens, refilled continuously at rate
 // tokens per period; a request takes cost tokens and passes when the bucket
@@ -12,18 +15,19 @@ import "math/bits"
 // the period, in hit·µs, so a refill of elapsed µs is elapsed × rate with
 // nothing rounded.
 func tokenBucket(rate, period, capacity int64, s *State, now, cost int64) Decision {
-	d, _ := bucket(rate, period, capacity, s, now, cost)
-	return d
+	allowed, retry, _ := bucket(rate, period, capacity, s, now, cost)
+	return Decision{Allowed: allowed, Limit: capacity, Remaining: max((capacity*period-s.n)/period, 0), ResetAfter: micros(ceilDiv(s.n, rate)), RetryAfter: retry}
 }
 
 // bucket is the transition shared by token_bucket and leaky_bucket, which
 // are one algorithm seen from two sides: tokens left in a bucket, or water
-// queued in one. It returns the decision and the level before the request,
-// in hit·µs.
+// queued in one. It returns whether the request passes, when a denied one
+// would, and the level before the request, in hit·µs; the level after is
+// s.n.
 //
 // State: t is the time of the last update, n the level (tokens taken, water
 // queued) in hit·µs, at most capacity × period.
-func bucket(rate, period, capacity int64, s *State, now, cost int64) (Decision, int64) {
+func bucket(rate, period, capacity int64, s *State, now, cost int64) (allowed bool, retry time.Duration, before int64) {
 	level := s.n
 	if now > s.t { // a clock that went back drains nothing
 		elapsed := now - s.t
@@ -36,17 +40,12 @@ func bucket(rate, period, capacity int64, s *State, now, cost int64) (Decision, 
 	}
 	s.n = level
 	full := capacity * period
-	d := Decision{Limit: capacity}
 	switch {
 	case cost > capacity:
-		d.RetryAfter = Never
+		return false, Never, level
 	case level+cost*period <= full:
 		s.n += cost * period
-		d.Allowed = true
-	default:
-		d.RetryAfter = micros(ceilDiv(level+cost*period-full, rate))
+		return true, 0, level
 	}
-	d.Remaining = max((full-s.n)/period, 0)
-	d.ResetAfter = micros(ceilDiv(s.n, rate))
-	return d, level
+	return false, micros(ceilDiv(level+cost*period-full, rate)), level
 }

@@ -14,16 +14,10 @@ type slot struct {
 	h   uint64 // the key's hash
 	sh  *shard
 	e   *entry // the key's entry when the batch began, or nil
-	// st is the copy of the key's state that the batch decides on, unless
-	// shared is set.
-	st  sluice.State
-	alg sluice.Algorithm
-	// shared is set while the key is a sliding log kept in e: a copy of a
-	// sluice.State shares its log, so the batch decides on e.state without
-	// changing it (see logTake) and pending counts the hits it admitted.
-	shared  bool
-	pending int64
-	last    sluice.Decision // the batch's last decision on the key
+	// st is the copy of the key's state that the batch decides on.
+	st   sluice.State
+	alg  sluice.Algorithm
+	last sluice.Decision // the batch's last decision on the key
 }
 
 // batchInline is the batch size up to which TakeAll allocates nothing.
@@ -50,15 +44,14 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	now := s.now()
 
 	var (
-		hashBuf   [batchInline]uint64
-		lockBuf   [batchInline]uint32
-		slotOfBuf [batchInline]int
-		slotBuf   [batchInline]slot
+		hashBuf [batchInline]uint64
+		lockBuf [batchInline]uint32
+		slotBuf [batchInline]slot
 	)
-	hashes, locks, slotOf, slots := hashBuf[:0], lockBuf[:0], slotOfBuf[:0], slotBuf[:0]
+	hashes, locks, slots := hashBuf[:0], lockBuf[:0], slotBuf[:0]
 	var byKey map[string]int // slots by key, for large batches
 	if n := len(reqs); n > batchInline {
-		hashes, locks, slotOf, slots = make([]uint64, 0, n), make([]uint32, 0, n), make([]int, 0, n), make([]slot, 0, n)
+		hashes, locks, slots = make([]uint64, 0, n), make([]uint32, 0, n), make([]slot, 0, n)
 		byKey = make(map[string]int, n)
 	}
 	for _, r := range reqs {
@@ -82,8 +75,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 			if j, ok := sh.lookup(h, r.Key); ok {
 				sl.e = sh.at(j)
 				sl.alg = sl.e.alg
-				sl.st = sl.e.state
-				sl.shared = sl.alg == sluice.SlidingLog
+				sl.st = sl.e.state.Clone()
 			}
 			k = len(slots)
 			slots = append(slots, sl)
@@ -91,21 +83,16 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 				byKey[r.Key] = k
 			}
 		}
-		slotOf = append(slotOf, k)
 		sl := &slots[k]
 		if r.Limit.Algorithm != sl.alg { // the key starts afresh
-			sl.st, sl.alg, sl.shared, sl.pending = sluice.State{}, r.Limit.Algorithm, false, 0
+			sl.st, sl.alg = sluice.State{}, r.Limit.Algorithm
 		}
-		if sl.shared {
-			ds[i] = sl.logTake(r.Limit, now, r.Cost)
-		} else {
-			ds[i] = r.Limit.TakeMicros(&sl.st, now, r.Cost)
-		}
+		ds[i] = r.Limit.TakeMicros(&sl.st, now, r.Cost)
 		sl.last = ds[i]
 		allowed = allowed && ds[i].Allowed
 	}
 	if allowed {
-		commit(reqs, ds, slotOf, slots, now)
+		commit(slots, now)
 	}
 	for _, i := range locks {
 		s.shards[i].mu.Unlock()
@@ -132,24 +119,14 @@ func findSlot(slots []slot, byKey map[string]int, key string) int {
 // commit writes an allowed batch's states to the store: first to the
 // entries that exist, then new entries, since inserting may evict and must
 // not evict an entry before it is written.
-func commit(reqs []sluice.Request, ds []sluice.Decision, slotOf []int, slots []slot, now int64) {
+func commit(slots []slot, now int64) {
 	for k := range slots {
 		sl := &slots[k]
 		e := sl.e
 		if e == nil {
 			continue
 		}
-		if sl.shared {
-			// Apply the requests for real now; the decisions are the same.
-			for i, r := range reqs {
-				if slotOf[i] == k {
-					ds[i] = r.Limit.TakeMicros(&e.state, now, r.Cost)
-					sl.last = ds[i]
-				}
-			}
-		} else {
-			e.state, e.alg = sl.st, sl.alg
-		}
+		e.state, e.alg = sl.st, sl.alg
 		e.expiry = expiry(now, sl.last.ResetAfter)
 		e.ref = true
 	}
@@ -159,46 +136,4 @@ func commit(reqs []sluice.Request, ds []sluice.Decision, slotOf []int, slots []s
 			sl.sh.insert(sl.h, sl.key, sl.alg, sl.st, expiry(now, sl.last.ResetAfter), now)
 		}
 	}
-}
-
-// logTake decides a request on a sliding log that the batch must not
-// change before it knows that every request passes: sluice.State offers no
-// deep copy, and a copy of the struct shares the log. A report (cost 0) on
-// the log changes nothing that matters at now or later; the rest follows
-// from the sliding log's rules with the batch's pending hits, all at now,
-// counted on top.
-func (sl *slot) logTake(l sluice.Limit, now, cost int64) sluice.Decision {
-	e := sl.e
-	if cost < 0 {
-		return l.TakeMicros(&e.state, now, cost) // denied, untouched
-	}
-	rep := l.TakeMicros(&e.state, now, 0)
-	if !rep.Allowed { // an invalid limit
-		return l.TakeMicros(&e.state, now, cost)
-	}
-	free := rep.Remaining - sl.pending
-	switch {
-	case cost <= free:
-		d := sluice.Decision{Allowed: true, Limit: rep.Limit, Remaining: free - cost, ResetAfter: rep.ResetAfter}
-		sl.pending += cost
-		if sl.pending > 0 { // the newest hit is at now
-			d.ResetAfter = l.Period
-		}
-		return d
-	case sl.pending == 0:
-		return l.TakeMicros(&e.state, now, cost) // denied, so unchanged
-	}
-	d := sluice.Decision{Limit: rep.Limit, Remaining: max(free, 0), ResetAfter: l.Period}
-	switch {
-	case cost > rep.Limit:
-		d.RetryAfter = sluice.Never
-	case cost+sl.pending <= rep.Limit:
-		// The pending hits are the newest: the request passes once the
-		// log's own hits fall to rate − cost − pending, when a request of
-		// cost + pending (denied too, so the log is unchanged) would.
-		d.RetryAfter = l.TakeMicros(&e.state, now, cost+sl.pending).RetryAfter
-	default:
-		d.RetryAfter = l.Period // only when the pending hits expire
-	}
-	return d
 }
