@@ -121,6 +121,10 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// NonBlocking reports true: the store's calls never wait on I/O, so a
+// caller need not arm a timeout around them (decide.NonBlocking).
+func (s *Store) NonBlocking() bool { return true }
+
 // now returns the store's time in µs since the Unix epoch. It is small
 // enough to be inlined.
 func (s *Store) now() int64 {

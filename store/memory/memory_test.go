@@ -467,3 +467,16 @@ func TestZeroAllocations(t *testing.T) {
 		})
 	}
 }
+
+func TestNonBlocking(t *testing.T) {
+	s, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var st sluice.Store = s
+	nb, ok := st.(interface{ NonBlocking() bool })
+	if !ok || !nb.NonBlocking() {
+		t.Fatal("the memory store does not declare that it never blocks")
+	}
+}
