@@ -121,16 +121,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-// decodeRequest reads Envoy's RateLimitRequest in protobuf's JSON from
-// body. Unknown fields are errors.
-func decodeRequest(body []byte) (*rlsv3.RateLimitRequest, error) {
-	req := &rlsv3.RateLimitRequest{}
-	if err := protojson.Unmarshal(body, req); err != nil {
-		return nil, fmt.Errorf("decode RateLimitRequest: %w", err)
-	}
-	return req, nil
-}
-
 // decide answers POST /v1/decide and, with envoyStatus, POST /json: 429
 // when over the limit, as Envoy's ratelimit service answers on /json.
 func (h *Handler) decide(w http.ResponseWriter, r *http.Request, envoyStatus bool) {

@@ -10,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -154,6 +155,91 @@ func BenchmarkEncodeResponse(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			protojsonCompact(b, resp)
+		}
+	})
+}
+
+func TestDecodeFast(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		body string
+		fast bool
+	}{
+		{"typical", aliceJSON, true},
+		{"everything it knows", ` { "domain" : "api" , "hits_addend" : 3, "descriptors" : [ { "entries" : [ {"key":"a","value":"ü"}, {"key":"b"} ], "hitsAddend": 18446744073709551615, "is_negative_hits": false }, {} ] } `, true},
+		{"empty object", `{}`, true},
+		{"escapes go to protojson", `{"domain":"a\"pi"}`, false},
+		{"string numbers go to protojson", `{"hitsAddend":"3"}`, false},
+		{"null goes to protojson", `{"domain":null}`, false},
+		{"limit override goes to protojson", `{"descriptors":[{"limit":{"requestsPerUnit":1}}]}`, false},
+		{"duplicates go to protojson", `{"domain":"a","domain":"b"}`, false},
+		{"both names go to protojson", `{"hitsAddend":1,"hits_addend":2}`, false},
+		{"too large", `{"hitsAddend":4294967296}`, false},
+		{"leading zero", `{"hitsAddend":01}`, false},
+		{"exponent", `{"hitsAddend":1e2}`, false},
+		{"trailing data", `{} {}`, false},
+		{"unknown field", `{"bogus":1}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := decodeFast([]byte(tt.body))
+			if ok != tt.fast {
+				t.Fatalf("fast decoder took it: %v, want %v", ok, tt.fast)
+			}
+			if !ok {
+				return
+			}
+			want := &rlsv3.RateLimitRequest{}
+			if err := protojson.Unmarshal([]byte(tt.body), want); err != nil {
+				t.Fatalf("protojson refuses what the fast decoder took: %v", err)
+			}
+			if !proto.Equal(got, want) {
+				t.Errorf("fast decoder: %v\nprotojson: %v", got, want)
+			}
+		})
+	}
+}
+
+// FuzzDecodeFast checks that whatever the fast decoder accepts, protojson
+// accepts with the same message.
+func FuzzDecodeFast(f *testing.F) {
+	f.Add([]byte(aliceJSON))
+	f.Add([]byte(`{"domain":"api","hits_addend":3,"descriptors":[{"entries":[{"key":"a","value":"b"},{"key":"c"}],"hitsAddend":0,"isNegativeHits":true}]}`))
+	f.Add([]byte(`{"hitsAddend":4294967295,"descriptors":[{"hits_addend":18446744073709551615}]}`))
+	f.Add([]byte(` {"domain" : "\u00fc"} `))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, ok := decodeFast(body)
+		if !ok {
+			return
+		}
+		want := &rlsv3.RateLimitRequest{}
+		if err := protojson.Unmarshal(body, want); err != nil {
+			t.Fatalf("protojson refuses %q (%v); the fast decoder took it as %v", body, err, got)
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("%q:\nfast decoder: %v\nprotojson: %v", body, got, want)
+		}
+	})
+}
+
+func BenchmarkDecodeRequest(b *testing.B) {
+	body := []byte(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"user-1234"}]}]}`)
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := decodeFast(body); !ok {
+				b.Fatal("refused")
+			}
+		}
+	})
+	b.Run("protojson", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := protojson.Unmarshal(body, &rlsv3.RateLimitRequest{}); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }
