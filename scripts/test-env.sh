@@ -88,11 +88,11 @@ cmd_start() {
     p=$(free_port)
     ports+=("$p")
     addrs+=("127.0.0.1:$p")
-    # A short node timeout makes failover fast: a dead master's replica
-    # takes over about two seconds after it stops answering; replicas sync
-    # at once and may always take over.
+    # The node timeout is long enough that a loaded machine does not make
+    # nodes think each other dead (failover tests start a cluster of their
+    # own); replicas sync at once and may always take over.
     start_server "$p" --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" \
-      --cluster-node-timeout 1000 --repl-diskless-sync-delay 0 --cluster-replica-validity-factor 0
+      --cluster-node-timeout 5000 --repl-diskless-sync-delay 0 --cluster-replica-validity-factor 0
   done
   timeout 60 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes \
     >"$dir/cluster-create.log" 2>&1 || die "redis-cli --cluster create failed (see $dir/cluster-create.log)"

@@ -253,8 +253,9 @@ func cli(args ...string) (string, error) {
 }
 
 // RedisCluster is a Redis Cluster that a test started for itself: masters
-// with replicas each, on free loopback ports, with a node timeout of one
-// second so that a replica takes over a dead master within a few seconds.
+// with replicas each, on free loopback ports, with a node timeout of two
+// seconds, so that a replica takes over a dead master within a few seconds
+// but a busy machine does not make live nodes look dead.
 type RedisCluster struct {
 	Nodes []*RedisServer
 	t     testing.TB
@@ -273,7 +274,7 @@ func StartRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
 		// Replicas sync at once (no diskless delay) and may always take
 		// over, however long ago they last heard from their master.
 		n := StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0",
+			"--cluster-node-timeout", "2000", "--repl-diskless-sync-delay", "0",
 			"--cluster-replica-validity-factor", "0")
 		c.Nodes = append(c.Nodes, n)
 		args = append(args, n.Addr)

@@ -16,13 +16,13 @@ type call struct {
 	slot uint16
 	n    int      // requests
 	keys []string // n keys, prefixed
-	args []string // mode, n, then valuesPerRequest per request
-	vals []int64  // resultsPerRequest per request
+	blob []byte   // the group: header and n request records
+	out  []byte   // n decision records
 	err  error
 	done chan struct{}
 
 	keysBuf [1]string
-	argsBuf [2 + valuesPerRequest]string
+	blobBuf [headerSize + requestSize]byte
 }
 
 // run submits c and waits for its result.
@@ -163,11 +163,12 @@ func (s *Store) dispatch(batch []*call) bool {
 // worker runs batches until the store closes.
 func (s *Store) worker() {
 	defer s.wg.Done()
-	var keys, args []string
+	var keys []string
+	var blob []byte
 	for {
 		select {
 		case batch := <-s.work:
-			keys, args = s.exec(batch, keys[:0], args[:0])
+			keys, blob = s.exec(batch, keys[:0], blob[:0])
 		case <-s.stop:
 			return
 		}
@@ -176,10 +177,9 @@ func (s *Store) worker() {
 
 // exec runs one script call for batch, whose calls share a slot, and
 // hands each call its results. Calls whose context is done are left out.
-// The script call's deadline is the latest of the calls'. keys and args
+// The script call's deadline is the latest of the calls'. keys and blob
 // are scratch space, returned for reuse.
-func (s *Store) exec(batch []*call, keys, args []string) ([]string, []string) {
-	args = append(args, "", s.margin)
+func (s *Store) exec(batch []*call, keys []string, blob []byte) ([]string, []byte) {
 	var deadline time.Time
 	live := batch[:0]
 	for _, c := range batch {
@@ -194,39 +194,40 @@ func (s *Store) exec(batch []*call, keys, args []string) ([]string, []string) {
 			deadline = d
 		}
 		keys = append(keys, c.keys...)
-		args = append(args, c.args...)
+		blob = append(blob, c.blob...)
 		live = append(live, c)
 	}
 	if len(live) == 0 {
-		return keys, args
+		return keys, blob
 	}
+	now := ""
 	if s.cfg.Now != nil {
-		now := s.cfg.Now().UnixMicro()
-		if now >= maxExact || now <= -maxExact {
-			s.finish(live, nil, fmt.Errorf("clock %d µs: %w", now, ErrInexact))
-			return keys, args
+		us := s.cfg.Now().UnixMicro()
+		if us >= maxExact || us <= -maxExact {
+			s.finish(live, nil, fmt.Errorf("clock %d µs: %w", us, ErrInexact))
+			return keys, blob
 		}
-		args[0] = strconv.FormatInt(now, 10)
+		now = strconv.FormatInt(us, 10)
 	}
 	ctx, cancel := context.WithDeadline(s.base, deadline)
-	vals, err := s.script.Exec(ctx, s.client, keys, args).AsIntSlice()
+	out, err := s.script.Exec(ctx, s.client, keys, []string{now, s.margin, string(blob)}).AsBytes()
 	cancel()
-	if err == nil && len(vals) != resultsPerRequest*len(keys) {
-		err = fmt.Errorf("script returned %d values for %d requests", len(vals), len(keys))
+	if err == nil && len(out) != decisionSize*len(keys) {
+		err = fmt.Errorf("script returned %d bytes for %d requests", len(out), len(keys))
 	}
-	s.finish(live, vals, err)
-	return keys, args
+	s.finish(live, out, err)
+	return keys, blob
 }
 
-// finish hands each call its slice of vals, or err.
-func (s *Store) finish(calls []*call, vals []int64, err error) {
+// finish hands each call its part of out, or err.
+func (s *Store) finish(calls []*call, out []byte, err error) {
 	off := 0
 	for _, c := range calls {
 		if err != nil {
 			c.err = err
 		} else {
-			c.vals = vals[off : off+resultsPerRequest*c.n : off+resultsPerRequest*c.n]
-			off += resultsPerRequest * c.n
+			c.out = out[off : off+decisionSize*c.n : off+decisionSize*c.n]
+			off += decisionSize * c.n
 		}
 		c.done <- struct{}{}
 	}

@@ -334,15 +334,15 @@ func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64
 	}
 	c := &call{ctx: ctx, slot: s.slot(key), n: 1, done: make(chan struct{}, 1)}
 	c.keys = append(c.keysBuf[:0], s.cfg.KeyPrefix+key)
-	args, err := s.limits.appendRequest(append(c.argsBuf[:0], modeWrite, "1"), l, cost)
+	blob, err := s.limits.appendRequest(appendGroup(c.blobBuf[:0], modeWrite, 1), l, cost)
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis take %s: %w", key, err)
 	}
-	c.args = args
+	c.blob = blob
 	if err := s.run(ctx, c); err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis take %s: %w", key, err)
 	}
-	return decision(l, c.vals), nil
+	return decision(l, c.out), nil
 }
 
 // TakeAll applies every request if all of them are allowed and none of
@@ -413,17 +413,16 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 
 // takeGroups decides each group of requests in one script call, all calls
 // at once, and reports whether every decision allowed.
-func (s *Store) takeGroups(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision, groups [][]int, mode string) (bool, error) {
+func (s *Store) takeGroups(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision, groups [][]int, mode byte) (bool, error) {
 	calls := make([]*call, len(groups))
 	for g, idx := range groups {
 		c := &call{ctx: ctx, slot: s.slot(reqs[idx[0]].Key), n: len(idx), done: make(chan struct{}, 1)}
 		c.keys = make([]string, 0, len(idx))
-		c.args = make([]string, 0, 2+valuesPerRequest*len(idx))
-		c.args = append(c.args, mode, strconv.Itoa(len(idx)))
+		c.blob = appendGroup(make([]byte, 0, headerSize+requestSize*len(idx)), mode, len(idx))
 		for _, i := range idx {
 			c.keys = append(c.keys, s.cfg.KeyPrefix+reqs[i].Key)
 			var err error
-			if c.args, err = s.limits.appendRequest(c.args, reqs[i].Limit, reqs[i].Cost); err != nil {
+			if c.blob, err = s.limits.appendRequest(c.blob, reqs[i].Limit, reqs[i].Cost); err != nil {
 				return false, fmt.Errorf("redis take all %s: %w", reqs[i].Key, err)
 			}
 		}
@@ -440,7 +439,7 @@ func (s *Store) takeGroups(ctx context.Context, reqs []sluice.Request, ds []slui
 			return false, fmt.Errorf("redis take all: %w", err)
 		}
 		for k, i := range groups[g] {
-			ds[i] = decision(reqs[i].Limit, c.vals[k*resultsPerRequest:])
+			ds[i] = decision(reqs[i].Limit, c.out[k*decisionSize:])
 			allowed = allowed && ds[i].Allowed
 		}
 	}

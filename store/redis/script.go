@@ -2,10 +2,11 @@ package redis
 
 import (
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
-	"strconv"
 	"sync"
 	"time"
 
@@ -38,16 +39,19 @@ const (
 
 // Script modes.
 const (
-	modeWrite  = "w" // apply and write each request (Take)
-	modeAll    = "a" // write all requests only if all are allowed (TakeAll)
-	modeDryRun = "d" // decide, write nothing
+	modeWrite  byte = 0 // apply and write each request (Take)
+	modeAll    byte = 1 // write all requests only if all are allowed (TakeAll)
+	modeDryRun byte = 2 // decide, write nothing
 )
 
-// valuesPerRequest and resultsPerRequest are the script's ARGV values per
-// request and its integers per decision.
+// The sizes of the script's packed records: a group header '<Bi4', a
+// request '<Bddddd' (the limit's part '<Bdddd', then the cost), a decision
+// '<Bdddd'.
 const (
-	valuesPerRequest  = 6
-	resultsPerRequest = 5
+	headerSize   = 1 + 4
+	limitSize    = 1 + 4*8
+	requestSize  = limitSize + 8
+	decisionSize = 1 + 4*8
 )
 
 // capacity returns how many hits l admits at once, as sluice does.
@@ -79,37 +83,43 @@ func local(l sluice.Limit, cost int64) (d sluice.Decision, ok bool) {
 // concurrent use.
 type limitArgs struct {
 	mu sync.RWMutex
-	m  map[sluice.Limit]*[5]string
+	m  map[sluice.Limit]*[limitSize]byte
 }
 
 const limitArgsMax = 4096
 
-// appendRequest appends the script's six values for cost hits of l, which
-// local has let through, to args.
-func (c *limitArgs) appendRequest(args []string, l sluice.Limit, cost int64) ([]string, error) {
+// appendGroup appends a group header for n requests in mode to blob.
+func appendGroup(blob []byte, mode byte, n int) []byte {
+	return binary.LittleEndian.AppendUint32(append(blob, mode), uint32(n))
+}
+
+// appendRequest appends the script's record of cost hits of l, which
+// local has let through, to blob.
+func (c *limitArgs) appendRequest(blob []byte, l sluice.Limit, cost int64) ([]byte, error) {
 	c.mu.RLock()
 	v := c.m[l]
 	c.mu.RUnlock()
 	if v == nil {
 		var err error
 		if v, err = encodeLimit(l); err != nil {
-			return args, err
+			return blob, err
 		}
 		c.mu.Lock()
 		if c.m == nil {
-			c.m = make(map[sluice.Limit]*[5]string)
+			c.m = make(map[sluice.Limit]*[limitSize]byte)
 		}
 		if len(c.m) < limitArgsMax {
 			c.m[l] = v
 		}
 		c.mu.Unlock()
 	}
-	return append(args, v[0], v[1], v[2], v[3], v[4], strconv.FormatInt(cost, 10)), nil
+	blob = append(blob, v[:]...)
+	return binary.LittleEndian.AppendUint64(blob, math.Float64bits(float64(cost))), nil
 }
 
-// encodeLimit returns the script's first five values for l: the algorithm
-// and its four parameters.
-func encodeLimit(l sluice.Limit) (*[5]string, error) {
+// encodeLimit returns the limit's part of a request record: the algorithm
+// and its four parameters, as the script reads them.
+func encodeLimit(l sluice.Limit) (*[limitSize]byte, error) {
 	rate, p, c := l.Rate, int64(l.Period/time.Microsecond), capacity(l)
 	if p > maxExact/2 || rate > maxExact || c > maxExact {
 		return nil, fmt.Errorf("%v: period or rate above 2^51µs or 2^52: %w", l, ErrInexact)
@@ -131,13 +141,12 @@ func encodeLimit(l sluice.Limit) (*[5]string, error) {
 		}
 		a, b, cc = T, c*T, c
 	}
-	return &[5]string{
-		strconv.Itoa(int(l.Algorithm)),
-		strconv.FormatInt(a, 10),
-		strconv.FormatInt(b, 10),
-		strconv.FormatInt(cc, 10),
-		strconv.FormatInt(d, 10),
-	}, nil
+	var v [limitSize]byte
+	v[0] = byte(l.Algorithm)
+	for i, x := range [4]int64{a, b, cc, d} {
+		binary.LittleEndian.PutUint64(v[1+8*i:], math.Float64bits(float64(x)))
+	}
+	return &v, nil
 }
 
 func gcd(a, b int64) int64 {
@@ -147,17 +156,19 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// decision builds the Decision of l from the script's five integers.
-func decision(l sluice.Limit, v []int64) sluice.Decision {
+// decision builds the Decision of l from the script's record, which holds
+// integers below 2^53 as doubles.
+func decision(l sluice.Limit, rec []byte) sluice.Decision {
+	v := func(i int) int64 { return int64(math.Float64frombits(binary.LittleEndian.Uint64(rec[1+8*i:]))) }
 	d := sluice.Decision{
-		Allowed:    v[0] == 1,
+		Allowed:    rec[0] == 1,
 		Limit:      capacity(l),
-		Remaining:  v[1],
-		ResetAfter: micros(v[2]),
-		RetryAfter: micros(v[3]),
-		Wait:       micros(v[4]),
+		Remaining:  v(0),
+		ResetAfter: micros(v(1)),
+		RetryAfter: micros(v(2)),
+		Wait:       micros(v(3)),
 	}
-	if v[3] < 0 {
+	if v(2) < 0 {
 		d.RetryAfter = sluice.Never
 	}
 	return d

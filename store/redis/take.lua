@@ -9,20 +9,22 @@
 -- ARGV[1]: now, in µs since the Unix epoch, or "" to read Redis's TIME
 --          (once per call: every request of the call decides at that time).
 -- ARGV[2]: milliseconds a key lives past its reset time.
--- Then groups, each: mode, n, and n requests of six values:
---   alg, a, b, c, d, cost
+-- ARGV[3]: the requests, packed (little-endian; one string, so that Redis
+--          parses one argument, not six per request). Groups, each a header
+--          '<Bi4' (mode, n) and n requests '<Bddddd' (alg, a, b, c, d, cost):
 --   alg 0 fixed_window, 1 sliding_window, 2 sliding_log: a = rate, b = period
 --   alg 3 token_bucket, 4 leaky_bucket: a = rate/g, b = period/g,
 --       c = capacity, d = g = gcd(rate, period)
 --   alg 5 gcra: a = T (emission interval), b = tolerance, c = capacity
--- mode "w": each request is applied and written at once (Take).
--- mode "a": the requests are decided in order on working copies (a key given
---           twice sees the first request's hits) and written only if all
---           are allowed (TakeAll).
--- mode "d": decided as "a" and never written (a dry run).
+-- mode 0: each request is applied and written at once (Take).
+-- mode 1: the requests are decided in order on working copies (a key given
+--         twice sees the first request's hits) and written only if all
+--         are allowed (TakeAll).
+-- mode 2: decided as mode 1 and never written (a dry run).
 --
--- Returns five integers per request: allowed (1 or 0), remaining, reset
--- after (µs), retry after (µs, -1 for never), wait (µs, leaky_bucket).
+-- Returns one string: per request '<Bdddd': allowed (1 or 0), remaining,
+-- reset after (µs), retry after (µs, -1 for never), wait (µs,
+-- leaky_bucket).
 --
 -- State: fixed_window, sliding_window, token_bucket, leaky_bucket and gcra
 -- keep a 25-byte string, struct '<Bddd': algorithm, t, n, x (the previous
@@ -32,7 +34,7 @@
 -- of another type) starts afresh. Every write sets PEXPIRE to the reset
 -- time plus ARGV[2], so Redis forgets keys once they are as good as new.
 
-local floor = math.floor
+local floor, max = math.floor, math.max
 local spack, sunpack = struct.pack, struct.unpack
 local TWO52 = 4503599627370496
 
@@ -93,9 +95,9 @@ local function loadString(key, alg)
   if type(v) == 'table' then v = nil end -- WRONGTYPE: a sliding log; SET replaces it
   if v and #v == 25 then
     local a, t, n, x = sunpack('<Bddd', v)
-    if a == alg then return { t = t, n = n, x = x, orig = v } end
+    if a == alg then return { t = t, n = n, x = x, orig = v, alg = alg, reset = 0 } end
   end
-  return { t = 0, n = 0, x = 0, orig = v }
+  return { t = 0, n = 0, x = 0, orig = v, alg = alg, reset = 0 }
 end
 
 local function saveString(key, alg, s, ttl)
@@ -112,7 +114,7 @@ local CHUNK = 64
 
 local function loadLog(key)
   local L = { key = key, t = 0, sum = 0, h = 1, len = 0, app = {}, cache = {},
-    merge = false, changed = false, wrong = false }
+    merge = false, changed = false, wrong = false, alg = 2, reset = 0 }
   local hdr = redis.pcall('LINDEX', key, 0)
   if type(hdr) == 'table' then -- WRONGTYPE: a string state of another algorithm
     L.wrong = true
@@ -242,7 +244,7 @@ local function fixedWindow(s, rate, period, now, cost)
     retry = stop - now
   end
   if s.n > 0 then reset = stop - now end
-  return allowed, math.max(rate - s.n, 0), reset, retry, 0
+  return allowed, max(rate - s.n, 0), reset, retry, 0
 end
 
 local function weigh(count, left, period)
@@ -288,7 +290,7 @@ local function slidingWindow(s, rate, period, now, cost)
   elseif s.x > 0 then
     reset = ws + period - now
   end
-  return allowed, math.max(free, 0), reset, retry, 0
+  return allowed, max(free, 0), reset, retry, 0
 end
 
 local function slidingLog(L, rate, period, now, cost)
@@ -309,7 +311,7 @@ local function slidingLog(L, rate, period, now, cost)
   end
   local last = lastLog(L)
   if last then reset = last + period - now end
-  return allowed, math.max(rate - L.sum, 0), reset, retry, 0
+  return allowed, max(rate - L.sum, 0), reset, retry, 0
 end
 
 -- bucket works in units of g: its level is the Go level in hit·µs over g.
@@ -346,7 +348,7 @@ local function bucket(s, rate, period, capacity, g, now, cost, leaky)
 end
 
 local function gcra(s, T, tolerance, capacity, now, cost)
-  local tat = math.max(s.t, now)
+  local tat = max(s.t, now)
   local allowed, retry = 0, 0
   if cost > capacity then
     retry = -1
@@ -376,7 +378,7 @@ end
 local margin = tonumber(ARGV[2])
 
 local function ttl(reset)
-  return math.max(ceildiv(reset, 1000) + margin, 1)
+  return max(ceildiv(reset, 1000) + margin, 1)
 end
 
 local function load(key, alg)
@@ -389,34 +391,36 @@ local function save(key, alg, s)
 end
 
 local out, o = {}, 0
-local ai, ki = 3, 1
-while ai <= #ARGV do
-  local mode, n = ARGV[ai], tonumber(ARGV[ai + 1])
-  ai = ai + 2
-  local states, order, all = {}, {}, true
+local blob, pos, ki = ARGV[3], 1, 1
+while pos <= #blob do
+  local mode, n
+  mode, n, pos = sunpack('<Bi4', blob, pos)
+  local states, order, all = nil, nil, true
+  if mode ~= 0 then states, order = {}, {} end
   for _ = 1, n do
     local key = KEYS[ki]
-    local alg = tonumber(ARGV[ai])
-    local a, b = tonumber(ARGV[ai + 1]), tonumber(ARGV[ai + 2])
-    local c, d = tonumber(ARGV[ai + 3]), tonumber(ARGV[ai + 4])
-    local cost = tonumber(ARGV[ai + 5])
-    ki, ai = ki + 1, ai + 6
+    local alg, a, b, c, d, cost
+    alg, a, b, c, d, cost, pos = sunpack('<Bddddd', blob, pos)
+    ki = ki + 1
 
-    local s = states[key]
-    if s == nil then
+    local s
+    if mode == 0 then
       s = load(key, alg)
-      s.alg = alg
-      states[key] = s
-      order[#order + 1] = key
-    elseif s.alg ~= alg then -- seen earlier in the group under another algorithm
-      if alg == 2 then
-        s = { key = key, t = 0, sum = 0, h = 1, len = 0, app = {}, cache = {},
-          merge = false, changed = true, wrong = true }
-      else
-        s = { t = 0, n = 0, x = 0 }
+    else
+      s = states[key]
+      if s == nil then
+        s = load(key, alg)
+        states[key] = s
+        order[#order + 1] = key
+      elseif s.alg ~= alg then -- seen earlier in the group under another algorithm
+        if alg == 2 then
+          s = { key = key, t = 0, sum = 0, h = 1, len = 0, app = {}, cache = {},
+            merge = false, changed = true, wrong = true, alg = 2, reset = 0 }
+        else
+          s = { t = 0, n = 0, x = 0, alg = alg, reset = 0 }
+        end
+        states[key] = s
       end
-      s.alg = alg
-      states[key] = s
     end
 
     local allowed, remaining, reset, retry, wait
@@ -432,19 +436,16 @@ while ai <= #ARGV do
       allowed, remaining, reset, retry, wait = gcra(s, a, b, c, now, cost)
     end
     s.reset = reset
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = allowed, remaining, reset, retry, wait
-    o = o + 5
+    o = o + 1
+    out[o] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
     if allowed == 0 then all = false end
-    if mode == 'w' then
-      save(key, alg, s)
-      states[key] = nil
-    end
+    if mode == 0 then save(key, alg, s) end
   end
-  if mode == 'a' and all then
+  if mode == 1 and all then
     for _, key in ipairs(order) do
       local s = states[key]
       save(key, s.alg, s)
     end
   end
 end
-return out
+return table.concat(out)
