@@ -201,16 +201,6 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		}
 	}
 
-	gsrv := grpc.NewServer(
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		// A fixed pool of workers serves the calls instead of a new
-		// goroutine per call, whose stack grows anew each time.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-	)
-	rls.Register(gsrv)
-	if c.reflection {
-		reflection.Register(gsrv)
-	}
 	hsrv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -227,6 +217,18 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	if err != nil {
 		gln.Close()
 		return fmt.Errorf("listen HTTP: %w", err)
+	}
+	// The gRPC server starts its workers when made: made only once
+	// nothing can fail before it serves, so that it is always stopped.
+	gsrv := grpc.NewServer(
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// A fixed pool of workers serves the calls instead of a new
+		// goroutine per call, whose stack grows anew each time.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+	)
+	rls.Register(gsrv)
+	if c.reflection {
+		reflection.Register(gsrv)
 	}
 	log.Info("listening", "grpc_addr", gln.Addr().String(), "http_addr", hln.Addr().String(),
 		"store", c.store, "fail", fail.String())
