@@ -48,23 +48,15 @@ func (s *Store) submit(ctx context.Context, c *call) error {
 	}
 }
 
-// wait waits until c is decided, ctx is done or the store closes; a
-// context without a deadline waits at most Config.Timeout (the script call
-// carrying c gives up then too).
+// wait waits until c is decided, ctx is done or the store closes. A call
+// whose context has no deadline is bounded by its script call's deadline,
+// Config.Timeout after the call leaves, which spares a timer per decision.
 func (s *Store) wait(ctx context.Context, c *call) error {
-	var timeout <-chan time.Time
-	if _, ok := ctx.Deadline(); !ok {
-		t := time.NewTimer(s.cfg.Timeout + 10*time.Millisecond)
-		defer t.Stop()
-		timeout = t.C
-	}
 	select {
 	case <-c.done:
 		return c.err
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-timeout:
-		return context.DeadlineExceeded
 	case <-s.stop:
 		return ErrClosed
 	}

@@ -72,8 +72,10 @@ type Config struct {
 	// it busy while the next batch gathers) and 8 per node for a cluster,
 	// where a batch holds one slot's decisions only.
 	MaxInFlight int
-	// Timeout bounds a decision whose context has no deadline (default 1s).
-	// A context's deadline always bounds its decision.
+	// Timeout bounds a script call that carries a decision whose context
+	// has no deadline (default 1s); such a decision waits at most about
+	// this long for a free call and this long for its own. A context's
+	// deadline always bounds its decision. Give contexts deadlines.
 	Timeout time.Duration
 	// DialTimeout bounds connecting to a Redis node (default 1s).
 	DialTimeout time.Duration
@@ -113,8 +115,8 @@ var ErrClosed = errors.New("redis store closed")
 // concurrent use. Close stops its goroutines and its connections.
 //
 // Take and TakeAll return when Redis has answered or when their context is
-// done, whichever comes first, and a decision whose context has no
-// deadline waits at most Config.Timeout. When Redis is down or slow they
+// done, whichever comes first (a decision whose context has no deadline is
+// bounded by Config.Timeout instead). When Redis is down or slow they
 // return an error at once or at the deadline; what to decide then is the
 // caller's (package decide's fail modes).
 type Store struct {
@@ -124,6 +126,7 @@ type Store struct {
 	cluster bool
 	margin  string // Config.ExpiryMargin in ms
 	limits  limitArgs
+	pool    sync.Pool // of *call for Take, reused once decided
 
 	calls  chan *call
 	work   chan []*call
@@ -332,17 +335,27 @@ func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64
 	if d, ok := local(l, cost); ok {
 		return d, nil
 	}
-	c := &call{ctx: ctx, slot: s.slot(key), n: 1, done: make(chan struct{}, 1)}
+	c, _ := s.pool.Get().(*call)
+	if c == nil {
+		c = &call{n: 1, done: make(chan struct{}, 1)}
+	}
+	c.ctx, c.slot = ctx, s.slot(key)
 	c.keys = append(c.keysBuf[:0], s.cfg.KeyPrefix+key)
 	blob, err := s.limits.appendRequest(appendGroup(c.blobBuf[:0], modeWrite, 1), l, cost)
 	if err != nil {
+		s.pool.Put(c)
 		return sluice.Decision{}, fmt.Errorf("redis take %s: %w", key, err)
 	}
 	c.blob = blob
 	if err := s.run(ctx, c); err != nil {
+		// A call abandoned in flight may still be written by its worker:
+		// it is left to the garbage collector, not reused.
 		return sluice.Decision{}, fmt.Errorf("redis take %s: %w", key, err)
 	}
-	return decision(l, c.out), nil
+	d := decision(l, c.out)
+	c.ctx, c.out, c.err = nil, nil, nil
+	s.pool.Put(c)
+	return d, nil
 }
 
 // TakeAll applies every request if all of them are allowed and none of

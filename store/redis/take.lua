@@ -377,8 +377,10 @@ else
 end
 local margin = tonumber(ARGV[2])
 
+-- ttl returns the milliseconds a key lives: its reset time, rounded up
+-- (or one more), plus the margin; at least 1.
 local function ttl(reset)
-  return max(ceildiv(reset, 1000) + margin, 1)
+  return (reset - reset % 1000) / 1000 + 1 + margin
 end
 
 local function load(key, alg)
