@@ -91,8 +91,9 @@ end
 -- String states -------------------------------------------------------------
 
 local function loadString(key, alg)
+  -- A list (a sliding log) makes GET fail with WRONGTYPE: pcall returns
+  -- an error table, whose length is 0, and SET later replaces the list.
   local v = redis.pcall('GET', key)
-  if type(v) == 'table' then v = nil end -- WRONGTYPE: a sliding log; SET replaces it
   if v and #v == 25 then
     local a, t, n, x = sunpack('<Bddd', v)
     if a == alg then return { t = t, n = n, x = x, orig = v, alg = alg, reset = 0 } end
@@ -103,7 +104,7 @@ end
 local function saveString(key, alg, s, ttl)
   local v = spack('<Bddd', alg, s.t, s.n, s.x)
   if v ~= s.orig then
-    redis.call('SET', key, v, 'PX', ttl)
+    redis.call('PSETEX', key, ttl, v)
     s.orig = v
   end
 end
