@@ -199,7 +199,16 @@ func TestNginx(t *testing.T) {
 		fmt.Fprintf(w, "hello %s", r.URL.Path)
 	}))
 	t.Cleanup(upstream.Close)
-	h, err := forwardauth.New(forwardauth.Config{Identity: newIdentity(t), Decider: service(t, perIP)})
+	// The shipped identity config beside the nginx example.
+	idc, err := identity.Load("../../examples/nginx/identity.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := identity.New(idc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := forwardauth.New(forwardauth.Config{Identity: id, Decider: service(t, perIP)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,9 +221,9 @@ func TestNginx(t *testing.T) {
 	}
 	port := testenv.FreePort(t)
 	cfg := testenv.Replace(t, string(conf),
-		"server 127.0.0.1:8081;", "server "+strings.TrimPrefix(sluice.URL, "http://")+";",
+		"server 127.0.0.1:8080;", "server "+strings.TrimPrefix(sluice.URL, "http://")+";",
 		"server 127.0.0.1:9000;", "server "+strings.TrimPrefix(upstream.URL, "http://")+";",
-		"listen 8080;", "listen 127.0.0.1:"+strconv.Itoa(port)+"; access_log off;",
+		"listen 8000;", "listen 127.0.0.1:"+strconv.Itoa(port)+"; access_log off;",
 	)
 	testenv.Nginx(t, cfg, port)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
