@@ -381,7 +381,7 @@ local margin = tonumber(ARGV[2])
 -- ttl returns the milliseconds a key lives: its reset time, rounded up
 -- (or one more), plus the margin; at least 1.
 local function ttl(reset)
-  return (reset - reset % 1000) / 1000 + 1 + margin
+  return (reset - reset % 1000) / 1000 + 1 + margin -- inlined below too
 end
 
 local function load(key, alg)
@@ -407,8 +407,19 @@ while pos <= #blob do
     ki = ki + 1
 
     local s
-    if mode == 0 then
-      s = load(key, alg)
+    if mode == 0 then -- the hot path, inlined: a Take
+      if alg == 2 then
+        s = loadLog(key)
+      else
+        local v = redis.pcall('GET', key)
+        if v and #v == 25 then
+          local a0, t, n0, x = sunpack('<Bddd', v)
+          if a0 == alg then
+            s = { t = t, n = n0, x = x, orig = v, alg = alg, reset = 0 }
+          end
+        end
+        if not s then s = { t = 0, n = 0, x = 0, orig = v, alg = alg, reset = 0 } end
+      end
     else
       s = states[key]
       if s == nil then
@@ -442,7 +453,14 @@ while pos <= #blob do
     o = o + 1
     out[o] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
     if allowed == 0 then all = false end
-    if mode == 0 then save(key, alg, s) end
+    if mode == 0 then
+      if alg == 2 then
+        saveLog(s, ttl(reset))
+      else
+        local v = spack('<Bddd', alg, s.t, s.n, s.x)
+        if v ~= s.orig then redis.call('PSETEX', key, (reset - reset % 1000) / 1000 + 1 + margin, v) end
+      end
+    end
   end
   if mode == 1 and all then
     for _, key in ipairs(order) do
