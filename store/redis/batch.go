@@ -92,8 +92,10 @@ func (s *Store) collect() {
 		if !add(first) {
 			return
 		}
+		// Wait for more only while script calls are in flight: an idle
+		// Redis gets the batch at once, so a light load pays no window.
 		var expired <-chan time.Time
-		if s.cfg.BatchWindow > 0 {
+		if s.cfg.BatchWindow > 0 && s.inFlight.Load() > 0 {
 			if window == nil {
 				window = time.NewTimer(s.cfg.BatchWindow)
 			} else {
@@ -128,8 +130,8 @@ func (s *Store) collect() {
 				return
 			}
 		}
-		if expired != nil && !window.Stop() {
-			<-window.C
+		if expired != nil {
+			window.Stop() // since Go 1.23 no stale tick can remain in window.C
 		}
 		for slot, batch := range pending {
 			delete(pending, slot)
@@ -160,7 +162,9 @@ func (s *Store) worker() {
 	for {
 		select {
 		case batch := <-s.work:
+			s.inFlight.Add(1)
 			keys, blob = s.exec(batch, keys[:0], blob[:0])
+			s.inFlight.Add(-1)
 		case <-s.stop:
 			return
 		}

@@ -57,10 +57,18 @@ func commandStats(b *testing.B, c rueidis.Client) (calls, usec int64) {
 // script call carried, and the Redis CPU µs per decision from INFO
 // commandstats.
 func BenchmarkTake(b *testing.B) {
-	for _, inFlight := range []int{1, 2, 4, 8} {
+	b.Run("default", func(b *testing.B) { benchmarkTake(b, DefaultConfig()) })
+	for _, inFlight := range []int{1, 4, 8} {
 		b.Run(fmt.Sprintf("inflight=%d", inFlight), func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.MaxInFlight = inFlight
+			benchmarkTake(b, cfg)
+		})
+	}
+	for _, window := range []time.Duration{0, 10 * time.Microsecond, 40 * time.Microsecond} {
+		b.Run(fmt.Sprintf("inflight=2/window=%v", window), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.MaxInFlight, cfg.BatchWindow = 2, window
 			benchmarkTake(b, cfg)
 		})
 	}

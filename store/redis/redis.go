@@ -44,6 +44,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -61,9 +62,10 @@ type Config struct {
 	// 2µs per decision.
 	MaxBatch int
 	// BatchWindow is how long a batch waits for more decisions after its
-	// first one (default 0: a batch leaves at once with what is queued, and
-	// batches grow by themselves while earlier calls are in flight). A few
-	// tens of µs trade latency for fewer calls at moderate load.
+	// first one while other script calls are in flight (default 20µs). When
+	// none is, Redis is idle and a batch leaves at once with what is queued,
+	// so a light load pays no window; under load, batches grow, and Redis
+	// spends less per decision. 0 never waits.
 	BatchWindow time.Duration
 	// MaxInFlight is how many script calls may be in flight at once.
 	// Decisions that arrive meanwhile wait for the next batch, so fewer
@@ -98,7 +100,7 @@ func DefaultConfig() Config {
 	return Config{
 		KeyPrefix:    "sluice:",
 		MaxBatch:     128,
-		BatchWindow:  0,
+		BatchWindow:  20 * time.Microsecond,
 		MaxInFlight:  0,
 		Timeout:      time.Second,
 		DialTimeout:  time.Second,
@@ -135,6 +137,8 @@ type Store struct {
 	cancel context.CancelFunc
 	once   sync.Once
 	wg     sync.WaitGroup
+
+	inFlight atomic.Int32 // script calls being run by workers
 }
 
 var _ sluice.Store = (*Store)(nil)
