@@ -74,6 +74,16 @@ func BenchmarkTake(b *testing.B) {
 	}
 }
 
+// BenchmarkTakeCluster is BenchmarkTake on the test Redis Cluster, where
+// a script call carries the decisions of one slot only: with 10,000
+// clients each in a slot of its own, about one per call.
+func BenchmarkTakeCluster(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.KeyPrefix = fmt.Sprintf("bench%d:", time.Now().UnixNano())
+	s := open(b, "redis+cluster://"+strings.Join(testenv.RedisClusterAddrs(b), ","), cfg)
+	runTake(b, s, nil)
+}
+
 func benchmarkTake(b *testing.B, cfg Config) {
 	addr := benchAddr(b)
 	cfg.KeyPrefix = fmt.Sprintf("bench%d:", time.Now().UnixNano())
@@ -83,6 +93,12 @@ func benchmarkTake(b *testing.B, cfg Config) {
 		b.Fatal(err)
 	}
 	defer admin.Close()
+	runTake(b, s, admin)
+}
+
+// runTake runs the 64 goroutines over 10,000 keys; admin, when not nil, is
+// the Redis whose commandstats give the script calls and Redis µs.
+func runTake(b *testing.B, s *Store, admin rueidis.Client) {
 	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1000, Period: time.Second}
 	keys := make([]string, 10000)
 	for i := range keys {
@@ -90,7 +106,10 @@ func benchmarkTake(b *testing.B, cfg Config) {
 	}
 	var failed atomic.Int64
 	var seq atomic.Uint64
-	calls0, usec0 := commandStats(b, admin)
+	var calls0, usec0 int64
+	if admin != nil {
+		calls0, usec0 = commandStats(b, admin)
+	}
 	b.ReportAllocs()
 	procs := runtime.GOMAXPROCS(0)
 	b.SetParallelism((64 + procs - 1) / procs) // 64 goroutines
@@ -108,32 +127,62 @@ func benchmarkTake(b *testing.B, cfg Config) {
 	})
 	elapsed := time.Since(start)
 	b.StopTimer()
-	calls1, usec1 := commandStats(b, admin)
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d decisions failed", n)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	if admin == nil {
+		return
+	}
+	calls1, usec1 := commandStats(b, admin)
 	if calls := calls1 - calls0; calls > 0 {
 		b.ReportMetric(float64(b.N)/float64(calls), "decisions/call")
 		b.ReportMetric(float64(usec1-usec0)/float64(b.N), "redis-µs/decision")
 	}
 }
 
-// BenchmarkLatency measures one decision at a time (light load): the
-// added latency of the store, p50 and p99.
+// BenchmarkLatency measures one decision at a time (light load), p50 and
+// p99: "take" through the store, and "get", one plain GET through rueidis,
+// the round trip that any Redis call pays; the difference is what the
+// store adds.
 func BenchmarkLatency(b *testing.B) {
 	addr := benchAddr(b)
-	cfg := DefaultConfig()
-	cfg.KeyPrefix = fmt.Sprintf("lat%d:", time.Now().UnixNano())
-	s := open(b, "redis://"+addr, cfg)
-	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1000, Period: time.Second}
-	ctx := context.Background()
+	b.Run("take", func(b *testing.B) {
+		cfg := DefaultConfig()
+		cfg.KeyPrefix = fmt.Sprintf("lat%d:", time.Now().UnixNano())
+		s := open(b, "redis://"+addr, cfg)
+		l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1000, Period: time.Second}
+		ctx := context.Background()
+		latencies(b, func(i int) error {
+			_, err := s.Take(ctx, "{u"+strconv.Itoa(i%1000)+"}", l, 1)
+			return err
+		})
+	})
+	b.Run("get", func(b *testing.B) {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		ctx := context.Background()
+		latencies(b, func(i int) error {
+			err := c.Do(ctx, c.B().Get().Key("lat{u"+strconv.Itoa(i%1000)+"}").Build()).Error()
+			if rueidis.IsRedisNil(err) {
+				err = nil
+			}
+			return err
+		})
+	})
+}
+
+// latencies runs f b.N times in a row and reports the p50 and p99 in µs.
+func latencies(b *testing.B, f func(i int) error) {
 	lat := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
 		start := time.Now()
-		if _, err := s.Take(ctx, "{u"+strconv.Itoa(i%1000)+"}", l, 1); err != nil {
+		if err := f(i); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
