@@ -107,6 +107,7 @@ type RedisServer struct {
 	bin  string
 	dir  string
 	args []string
+	conf string // a sentinel's configuration file, or ""
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -149,6 +150,10 @@ func (r *RedisServer) start() error {
 		"--port", strconv.Itoa(r.Port), "--bind", "127.0.0.1", "--dir", r.dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
 	}, r.args...)
+	if r.conf != "" {
+		args = []string{r.conf, "--sentinel", "--port", strconv.Itoa(r.Port), "--bind", "127.0.0.1",
+			"--dir", r.dir, "--daemonize", "no"}
+	}
 	cmd := exec.Command(r.bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -250,6 +255,27 @@ func cli(args ...string) (string, error) {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
 	return string(out), err
+}
+
+// StartRedisSentinel starts a Redis Sentinel (redis-server --sentinel) on
+// a free port that monitors master under name, with a quorum of one and a
+// master declared down after one second, and waits until it answers PING.
+func StartRedisSentinel(t testing.TB, master *RedisServer, name string) *RedisServer {
+	t.Helper()
+	r := &RedisServer{t: t, bin: RedisServerBinary(t), dir: t.TempDir()}
+	r.Port = redisFreePort(t)
+	r.Addr = "127.0.0.1:" + strconv.Itoa(r.Port)
+	r.conf = filepath.Join(r.dir, "sentinel.conf")
+	conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 1\n"+
+		"sentinel down-after-milliseconds %[1]s 1000\nsentinel failover-timeout %[1]s 5000\n", name, master.Port)
+	if err := os.WriteFile(r.conf, []byte(conf), 0o600); err != nil {
+		t.Fatalf("write sentinel config: %v", err)
+	}
+	t.Cleanup(r.Kill)
+	if err := r.start(); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // RedisCluster is a Redis Cluster that a test started for itself: masters

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,5 +71,14 @@ func TestSharedServersFromEnv(t *testing.T) {
 	}
 	if got := RedisClusterAddrs(t); len(got) != 2 || got[1] != "127.0.0.1:2" {
 		t.Fatalf("RedisClusterAddrs = %q", got)
+	}
+}
+
+func TestRedisSentinel(t *testing.T) {
+	m := StartRedis(t)
+	s := StartRedisSentinel(t, m, "mymaster")
+	out := s.CLI("sentinel", "get-master-addr-by-name", "mymaster")
+	if !strings.Contains(out, strconv.Itoa(m.Port)) {
+		t.Fatalf("sentinel reports master %q, want port %d", out, m.Port)
 	}
 }

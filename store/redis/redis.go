@@ -280,6 +280,10 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 		}
 		opt.Sentinel.MasterSet = parts[0]
 		opt.Sentinel.Dialer = opt.Dialer
+		// Besides Sentinel's +switch-master events, ask every few seconds,
+		// so that a missed event does not bind the store to a demoted
+		// master (rueidis recommends it).
+		opt.Sentinel.TopologyRefreshInterval = 5 * time.Second
 		parts = parts[1:]
 	}
 	if len(parts) > 1 {
