@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -84,6 +85,14 @@ func Decode(req *rlsv3.RateLimitRequest) (*decide.Request, error) {
 // limit_remaining saturates at 2^32-1, and duration_until_reset is the time
 // until the limit is whole again.
 func Encode(resp *decide.Response, cfg Config) *rlsv3.RateLimitResponse {
+	if len(resp.Statuses) == 1 {
+		return encodeOne(resp, cfg)
+	}
+	return encodeMany(resp, cfg)
+}
+
+// encodeMany is Encode for any number of statuses.
+func encodeMany(resp *decide.Response, cfg Config) *rlsv3.RateLimitResponse {
 	out := &rlsv3.RateLimitResponse{
 		OverallCode: code(resp.Overall),
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses)),
@@ -103,6 +112,51 @@ func Encode(resp *decide.Response, cfg Config) *rlsv3.RateLimitResponse {
 	}
 	out.ResponseHeadersToAdd = appendHeaders(nil, resp, cfg)
 	return out
+}
+
+// oneAnswer is every message of the answer to a request with one
+// descriptor, the common case, allocated at once.
+type oneAnswer struct {
+	resp     rlsv3.RateLimitResponse
+	statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	status   rlsv3.RateLimitResponse_DescriptorStatus
+	limit    rlsv3.RateLimitResponse_RateLimit
+	reset    durationpb.Duration
+	headers  [len(fieldSet{}.f)]*corev3.HeaderValue
+	values   [len(fieldSet{}.f)]corev3.HeaderValue
+}
+
+// encodeOne is Encode for a response with one status, in two allocations:
+// the messages and the headers' values.
+func encodeOne(resp *decide.Response, cfg Config) *rlsv3.RateLimitResponse {
+	a := &oneAnswer{}
+	st := &resp.Statuses[0]
+	a.resp.OverallCode = code(resp.Overall)
+	a.status.Code = code(st.Code)
+	if st.Limit != nil {
+		unit, mult := unitOf(st.Limit)
+		a.limit.Name, a.limit.RequestsPerUnit, a.limit.Unit = st.Limit.Name, saturate32(st.Limit.Limit.Rate), unit
+		if mult > 1 {
+			a.limit.UnitMultiplier = wrapperspb.UInt32(saturate32(mult))
+		}
+		a.status.CurrentLimit = &a.limit
+		a.status.LimitRemaining = saturate32(st.Decision.Remaining)
+		d := st.Decision.ResetAfter
+		a.reset.Seconds, a.reset.Nanos = int64(d/time.Second), int32(d%time.Second)
+		a.status.DurationUntilReset = &a.reset
+	}
+	a.statuses[0] = &a.status
+	a.resp.Statuses = a.statuses[:]
+	var fs fieldSet
+	fs.build(resp, cfg)
+	for i, f := range fs.f[:fs.n] {
+		a.values[i].Key, a.values[i].Value = f[0], f[1]
+		a.headers[i] = &a.values[i]
+	}
+	if fs.n > 0 {
+		a.resp.ResponseHeadersToAdd = a.headers[:fs.n]
+	}
+	return &a.resp
 }
 
 func code(c decide.Code) rlsv3.RateLimitResponse_Code {

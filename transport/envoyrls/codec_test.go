@@ -9,6 +9,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
@@ -220,7 +221,13 @@ func TestEncodeStatuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			resp := Encode(&decide.Response{Overall: tt.st.Code, Statuses: []decide.Status{tt.st}}, Config{})
+			in := &decide.Response{Overall: tt.st.Code, Statuses: []decide.Status{tt.st}}
+			resp := Encode(in, Config{})
+			for _, cfg := range []Config{{}, {Headers: AllHeaders}} {
+				if one, many := encodeOne(in, cfg), encodeMany(in, cfg); !proto.Equal(one, many) {
+					t.Errorf("encodeOne %v\nencodeMany %v", one, many)
+				}
+			}
 			if resp.OverallCode != tt.want.code {
 				t.Errorf("overall %v, want %v", resp.OverallCode, tt.want.code)
 			}

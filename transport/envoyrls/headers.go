@@ -116,17 +116,28 @@ func DefaultConfig() Config {
 // remaining. These are the fields package transport/respond writes for the
 // other HTTP ways in.
 func HeaderFields(resp *decide.Response, cfg Config) [][2]string {
-	return appendHeaderFields(nil, resp, cfg)
+	var fs fieldSet
+	fs.build(resp, cfg)
+	if fs.n == 0 {
+		return nil
+	}
+	return append([][2]string(nil), fs.f[:fs.n]...)
 }
 
-// appendHeaderFields appends the fields of HeaderFields to out.
-func appendHeaderFields(out [][2]string, resp *decide.Response, cfg Config) [][2]string {
+// fieldSet holds the header fields of one response, at most six, whose
+// values share one string: one allocation for all of them.
+type fieldSet struct {
+	n int
+	f [6][2]string
+}
+
+// build fills fs with the fields HeaderFields describes.
+func (fs *fieldSet) build(resp *decide.Response, cfg Config) {
+	fs.n = 0
 	if cfg.Headers == 0 {
-		return out
+		return
 	}
 	tightest := -1
-	var pbuf, sbuf [128]byte
-	policy, state := pbuf[:0], sbuf[:0]
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
 		if st.Limit == nil || st.Shadow {
@@ -135,51 +146,79 @@ func appendHeaderFields(out [][2]string, resp *decide.Response, cfg Config) [][2
 		if tightest < 0 || binds(st, &resp.Statuses[tightest]) {
 			tightest = i
 		}
-		if cfg.Headers&RateLimitHeaders == 0 {
-			continue
-		}
-		name := st.Limit.Name
-		if name == "" {
-			name = st.Limit.ID
-		}
-		if len(policy) > 0 {
-			policy = append(policy, ", "...)
-			state = append(state, ", "...)
-		}
-		policy = appendSFString(policy, name)
-		policy = append(policy, ";q="...)
-		policy = strconv.AppendInt(policy, st.Limit.Limit.Rate, 10)
-		policy = append(policy, ";w="...)
-		policy = strconv.AppendInt(policy, ceilSeconds(st.Limit.Period()), 10)
-		state = appendSFString(state, name)
-		state = append(state, ";r="...)
-		state = strconv.AppendInt(state, max(st.Decision.Remaining, 0), 10)
-		state = append(state, ";t="...)
-		state = strconv.AppendInt(state, ceilSeconds(st.Decision.ResetAfter), 10)
 	}
 	if tightest < 0 {
-		return out
+		return
 	}
-	if len(policy) > 0 {
-		out = append(out, [2]string{"RateLimit-Policy", string(policy)}, [2]string{"RateLimit", string(state)})
+	var names [6]string
+	var ends [6]int
+	var arr [256]byte
+	b := arr[:0]
+	field := func(name string) {
+		names[fs.n], ends[fs.n] = name, len(b)
+		fs.n++
+	}
+	if cfg.Headers&RateLimitHeaders != 0 {
+		for pass := range 2 {
+			first := true
+			for i := range resp.Statuses {
+				st := &resp.Statuses[i]
+				if st.Limit == nil || st.Shadow {
+					continue
+				}
+				if !first {
+					b = append(b, ", "...)
+				}
+				first = false
+				name := st.Limit.Name
+				if name == "" {
+					name = st.Limit.ID
+				}
+				b = appendSFString(b, name)
+				if pass == 0 {
+					b = append(b, ";q="...)
+					b = strconv.AppendInt(b, st.Limit.Limit.Rate, 10)
+					b = append(b, ";w="...)
+					b = strconv.AppendInt(b, ceilSeconds(st.Limit.Period()), 10)
+				} else {
+					b = append(b, ";r="...)
+					b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
+					b = append(b, ";t="...)
+					b = strconv.AppendInt(b, ceilSeconds(st.Decision.ResetAfter), 10)
+				}
+			}
+			if pass == 0 {
+				field("RateLimit-Policy")
+			} else {
+				field("RateLimit")
+			}
+		}
 	}
 	if cfg.Headers&XRateLimitHeaders != 0 {
 		st := &resp.Statuses[tightest]
-		out = append(out,
-			[2]string{"X-RateLimit-Limit", strconv.FormatInt(st.Limit.Limit.Rate, 10)},
-			[2]string{"X-RateLimit-Remaining", strconv.FormatInt(max(st.Decision.Remaining, 0), 10)},
-			[2]string{"X-RateLimit-Reset", strconv.FormatInt(ceilSeconds(st.Decision.ResetAfter), 10)})
+		b = strconv.AppendInt(b, st.Limit.Limit.Rate, 10)
+		field("X-RateLimit-Limit")
+		b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
+		field("X-RateLimit-Remaining")
+		b = strconv.AppendInt(b, ceilSeconds(st.Decision.ResetAfter), 10)
+		field("X-RateLimit-Reset")
 	}
 	if cfg.Headers&RetryAfterHeader != 0 && resp.Overall == decide.OverLimit {
 		if d := resp.RetryAfter(); d != sluice.Never {
-			s := max(ceilSeconds(d), 1)
+			secs := max(ceilSeconds(d), 1)
 			if j := int64(cfg.RetryJitter / time.Second); j > 0 {
-				s += rand.Int64N(j + 1)
+				secs += rand.Int64N(j + 1)
 			}
-			out = append(out, [2]string{"Retry-After", strconv.FormatInt(s, 10)})
+			b = strconv.AppendInt(b, secs, 10)
+			field("Retry-After")
 		}
 	}
-	return out
+	all := string(b)
+	start := 0
+	for i := range fs.n {
+		fs.f[i] = [2]string{names[i], all[start:ends[i]]}
+		start = ends[i]
+	}
 }
 
 // binds reports whether a describes a tighter limit than b: over the limit
@@ -196,14 +235,17 @@ func binds(a, b *decide.Status) bool {
 }
 
 func appendHeaders(dst []*corev3.HeaderValue, resp *decide.Response, cfg Config) []*corev3.HeaderValue {
-	var buf [6][2]string // at most six fields
-	fields := appendHeaderFields(buf[:0], resp, cfg)
-	if len(fields) == 0 {
+	var fs fieldSet
+	fs.build(resp, cfg)
+	if fs.n == 0 {
 		return dst
 	}
-	// The header values in one allocation rather than one each.
-	hvs := make([]corev3.HeaderValue, len(fields))
-	for i, f := range fields {
+	// The header values and their pointers in one allocation each.
+	hvs := make([]corev3.HeaderValue, fs.n)
+	if dst == nil {
+		dst = make([]*corev3.HeaderValue, 0, fs.n)
+	}
+	for i, f := range fs.f[:fs.n] {
 		hvs[i].Key, hvs[i].Value = f[0], f[1]
 		dst = append(dst, &hvs[i])
 	}
