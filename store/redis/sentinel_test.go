@@ -48,9 +48,14 @@ func TestSentinel(t *testing.T) {
 	if err != nil || d.Remaining != 7 {
 		t.Fatalf("Take through sentinel = %+v, %v; want 7 remaining", d, err)
 	}
-	// Let the write reach the replica before the master dies.
-	if out := master.CLI("wait", "1", "1000"); !strings.Contains(out, "1") {
-		t.Fatalf("WAIT 1 = %q", out)
+	// Let the write reach the replica before the master dies (WAIT would
+	// only wait for the writes of its own connection).
+	deadline = time.Now().Add(10 * time.Second)
+	for strings.TrimSpace(replica.CLI("exists", cfg.KeyPrefix+"{sentinel}")) != "1" {
+		if time.Now().After(deadline) {
+			t.Fatal("the write did not reach the replica in 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	master.Kill()
