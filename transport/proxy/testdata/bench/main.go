@@ -5,6 +5,8 @@
 //	    upstream     127.0.0.1:18080  a trivial handler ("ok")
 //	    proxy        127.0.0.1:18081  sluice's proxy in front of it
 //	    forward-auth 127.0.0.1:18082  GET /v1/auth
+//	go run ./transport/proxy/testdata/bench upstream   # the upstream alone
+//	go run ./transport/proxy/testdata/bench sluice     # proxy and forward-auth alone
 //	go run ./transport/proxy/testdata/bench load -url http://127.0.0.1:18081/ -rate 10000 -c 50 -d 10s
 //
 // Every request is decided against the real decision service and memory
@@ -45,7 +47,11 @@ func main() {
 	var err error
 	switch os.Args[1] {
 	case "serve":
-		err = serve(ctx)
+		err = serve(ctx, true)
+	case "sluice":
+		err = serve(ctx, false)
+	case "upstream":
+		err = upstream(ctx)
 	case "load":
 		err = load(ctx, os.Args[2:])
 	default:
@@ -56,7 +62,19 @@ func main() {
 	}
 }
 
-func serve(ctx context.Context) error {
+// upstream serves only the trivial upstream, for measuring it in a
+// process of its own.
+func upstream(ctx context.Context) error {
+	return run(ctx, []*http.Server{{Addr: "127.0.0.1:18080", Handler: okHandler()}})
+}
+
+func okHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+}
+
+// serve serves the proxy and the forward-auth endpoint, and the upstream
+// too when withUpstream.
+func serve(ctx context.Context, withUpstream bool) error {
 	set, err := rules.Parse("rules.yaml", []byte(`
 domain: bench
 descriptors:
@@ -101,9 +119,11 @@ descriptors:
 	mux := http.NewServeMux()
 	mux.Handle("/v1/auth", fa)
 	servers := []*http.Server{
-		{Addr: "127.0.0.1:18080", Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })},
 		{Addr: "127.0.0.1:18081", Handler: p},
 		{Addr: "127.0.0.1:18082", Handler: mux},
+	}
+	if withUpstream {
+		servers = append(servers, &http.Server{Addr: "127.0.0.1:18080", Handler: okHandler()})
 	}
 	if os.Getenv("BENCH_PPROF") != "" { // profiles on 127.0.0.1:18083/debug/pprof/
 		pm := http.NewServeMux()
@@ -111,11 +131,17 @@ descriptors:
 		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		servers = append(servers, &http.Server{Addr: "127.0.0.1:18083", Handler: pm})
 	}
+	return run(ctx, servers)
+}
+
+// run serves until ctx is done or a server fails, then shuts all down.
+func run(ctx context.Context, servers []*http.Server) error {
 	errs := make(chan error, len(servers))
 	for _, s := range servers {
 		go func() { errs <- s.ListenAndServe() }() // stopped by Shutdown below
+		slog.Info("serving", "addr", s.Addr)
 	}
-	slog.Info("serving", "upstream", servers[0].Addr, "proxy", servers[1].Addr, "forward-auth", servers[2].Addr+"/v1/auth")
+	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errs:
