@@ -162,15 +162,52 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, envoyStatus boo
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	hdr := w.Header()
-	for _, hv := range resp.GetResponseHeadersToAdd() {
-		hdr.Add(hv.GetKey(), hv.GetValue())
-	}
-	hdr.Set("Content-Type", "application/json")
+	setHeaders(w.Header(), resp)
+	w.Header()["Content-Type"] = []string{"application/json"}
 	if envoyStatus && resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	w.Write(out) //nolint:errcheck // the client went away; nothing to do
+}
+
+// setHeaders adds resp's response_headers_to_add to h: the rate limit
+// headers travel as HTTP headers too.
+func setHeaders(h http.Header, resp *rlsv3.RateLimitResponse) {
+	hvs := resp.GetResponseHeadersToAdd()
+	if len(hvs) == 0 {
+		return
+	}
+	// One slice for all the values rather than one each.
+	vals := make([]string, len(hvs))
+	for i, hv := range hvs {
+		k := canonicalKey(hv.GetKey())
+		if old, ok := h[k]; ok {
+			h[k] = append(old, hv.GetValue())
+			continue
+		}
+		vals[i] = hv.GetValue()
+		h[k] = vals[i : i+1 : i+1]
+	}
+}
+
+// canonicalKey returns the canonical form of a header name, without
+// allocating for the names sluice sends.
+func canonicalKey(k string) string {
+	switch k {
+	case "RateLimit-Policy":
+		return "Ratelimit-Policy"
+	case "RateLimit":
+		return "Ratelimit"
+	case "X-RateLimit-Limit":
+		return "X-Ratelimit-Limit"
+	case "X-RateLimit-Remaining":
+		return "X-Ratelimit-Remaining"
+	case "X-RateLimit-Reset":
+		return "X-Ratelimit-Reset"
+	case "Retry-After":
+		return "Retry-After"
+	}
+	return http.CanonicalHeaderKey(k)
 }
 
 // encodeResponse appends resp to b in protobuf's canonical JSON, compact.

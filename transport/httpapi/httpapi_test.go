@@ -298,3 +298,12 @@ func FuzzDecodeJSON(f *testing.F) {
 		}
 	})
 }
+
+func TestCanonicalKey(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After", "x-custom-header"} {
+		if got, want := canonicalKey(k), http.CanonicalHeaderKey(k); got != want {
+			t.Errorf("canonicalKey(%q) = %q, want %q", k, got, want)
+		}
+	}
+}
