@@ -44,12 +44,20 @@ func (m Mode) String() string {
 	return "Mode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// ParseMode reads "ietf", "x-ratelimit", "both" or "none".
+// ParseMode reads "ietf", "x-ratelimit", "both" or "none"; "all" and
+// "ratelimit", the words of sluice serve's --response-headers, mean both
+// and ietf.
 func ParseMode(s string) (Mode, error) {
 	for m, name := range modeNames {
 		if strings.EqualFold(s, name) {
 			return Mode(m), nil
 		}
+	}
+	switch strings.ToLower(s) {
+	case "all":
+		return Both, nil
+	case "ratelimit":
+		return IETF, nil
 	}
 	return 0, fmt.Errorf("unknown header mode %q (want ietf, x-ratelimit, both or none)", s)
 }

@@ -217,8 +217,16 @@ func TestModes(t *testing.T) {
 			}
 		})
 	}
-	if _, err := respond.ParseMode("all"); err == nil {
-		t.Fatal("ParseMode(all) succeeded")
+	for _, a := range []struct {
+		s    string
+		want respond.Mode
+	}{{"all", respond.Both}, {"RateLimit", respond.IETF}, {"x-ratelimit", respond.XRateLimit}} {
+		if m, err := respond.ParseMode(a.s); err != nil || m != a.want {
+			t.Errorf("ParseMode(%q) = %v, %v; want %v", a.s, m, err, a.want)
+		}
+	}
+	if _, err := respond.ParseMode("retry-after"); err == nil {
+		t.Fatal("ParseMode(retry-after) succeeded")
 	}
 }
 
