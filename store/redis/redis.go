@@ -13,15 +13,25 @@
 //
 // Throughput: a Store gathers the Take calls that arrive while earlier
 // script calls are in flight and sends them as one script call per Redis
-// Cluster slot, which reads TIME once and decides all of them; rueidis
-// pipelines those calls on shared connections. Under load one call carries
-// tens of decisions, so Redis spends a few microseconds per decision
-// instead of the fifteen or so of a script call of its own.
+// Cluster slot (outside a cluster: one call), which reads TIME once and
+// decides all of them; rueidis pipelines those calls on shared
+// connections. Under load one call carries tens of decisions, and Redis
+// spends about two thirds of the instructions per decision that a script
+// call of its own costs. In a cluster a call carries one slot's decisions
+// only: keys with one hash tag (one client's limits) share a call, other
+// clients' keys do not, so there the gain is pipelining, not batching.
 //
-// Keys: each key is written with PEXPIRE at its reset time (when its limit
+// Keys: each key is written with a TTL of its reset time (when its limit
 // is whole again) plus Config.ExpiryMargin, so Redis forgets idle keys. In
 // a cluster, all keys of one TakeAll must share a hash tag ("{client}") to
 // be decided atomically in one script; package decide builds keys so.
+// TakeAll over several slots is atomic per slot (see TakeAll).
+//
+// Failover: Redis replicates asynchronously, so a failover may lose the
+// last decisions' writes, and the new master's clock may differ. Both can
+// only make a limit more lenient for a moment (a lost write is a hit
+// forgotten), never stricter; a clock that steps back admits nothing more
+// than the state allows.
 //
 // Exactness: Lua's numbers are doubles, exact for integers below 2^53. The
 // script keeps every value within that with these bounds, checked before a
