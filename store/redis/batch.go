@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // call is one group of requests for the script: a Take's one request or a
@@ -62,14 +64,14 @@ func (s *Store) wait(ctx context.Context, c *call) error {
 	}
 }
 
-// collect gathers queued calls into batches of at most Config.MaxBatch
-// decisions per slot and hands them to the workers. While every worker is
-// busy, calls queue up, so batches grow with the load. It returns when the
-// store closes.
-func (s *Store) collect() {
+// worker gathers queued calls into a batch of at most Config.MaxBatch
+// decisions and runs it, until the store closes. While one worker's
+// script calls are in flight, the others gather the calls that arrive
+// meanwhile, so batches grow with the load; and while any are in flight, a
+// worker waits up to Config.BatchWindow for more before it sends.
+func (s *Store) worker() {
 	defer s.wg.Done()
-	pending := make(map[uint16][]*call)
-	sizes := make(map[uint16]int)
+	var b batch
 	var window *time.Timer
 	for {
 		var first *call
@@ -78,107 +80,69 @@ func (s *Store) collect() {
 		case <-s.stop:
 			return
 		}
-		add := func(c *call) bool {
-			batch := append(pending[c.slot], c)
-			sizes[c.slot] += c.n
-			if sizes[c.slot] >= s.cfg.MaxBatch {
-				delete(pending, c.slot)
-				delete(sizes, c.slot)
-				return s.dispatch(batch)
+		b.calls = append(b.calls[:0], first)
+		size := first.n
+	drain:
+		for size < s.cfg.MaxBatch {
+			select {
+			case c := <-s.calls:
+				b.calls = append(b.calls, c)
+				size += c.n
+			default:
+				break drain
 			}
-			pending[c.slot] = batch
-			return true
 		}
-		if !add(first) {
-			return
-		}
-		// Wait for more only while script calls are in flight: an idle
-		// Redis gets the batch at once, so a light load pays no window.
-		var expired <-chan time.Time
-		if s.cfg.BatchWindow > 0 && s.inFlight.Load() > 0 {
+		if size < s.cfg.MaxBatch && s.cfg.BatchWindow > 0 && s.inFlight.Load() > 0 {
 			if window == nil {
 				window = time.NewTimer(s.cfg.BatchWindow)
 			} else {
 				window.Reset(s.cfg.BatchWindow)
 			}
-			expired = window.C
-		}
-	gather:
-		for len(pending) > 0 {
-			select {
-			case c := <-s.calls:
-				if !add(c) {
+		wait:
+			for size < s.cfg.MaxBatch {
+				select {
+				case c := <-s.calls:
+					b.calls = append(b.calls, c)
+					size += c.n
+				case <-window.C:
+					break wait
+				case <-s.stop:
 					return
 				}
-				continue
-			case <-s.stop:
-				return
-			default:
 			}
-			if expired == nil {
-				break
-			}
-			select {
-			case c := <-s.calls:
-				if !add(c) {
-					return
-				}
-			case <-expired:
-				expired = nil
-				break gather
-			case <-s.stop:
-				return
-			}
-		}
-		if expired != nil {
 			window.Stop() // since Go 1.23 no stale tick can remain in window.C
 		}
-		for slot, batch := range pending {
-			delete(pending, slot)
-			delete(sizes, slot)
-			if !s.dispatch(batch) {
-				return
-			}
-		}
+		s.inFlight.Add(1)
+		s.exec(&b)
+		s.inFlight.Add(-1)
 	}
 }
 
-// dispatch hands batch to a worker, waiting for one to be free. It
-// reports false when the store closes.
-func (s *Store) dispatch(batch []*call) bool {
-	select {
-	case s.work <- batch:
-		return true
-	case <-s.stop:
-		return false
-	}
+// batch is a worker's scratch space for one batch, reused.
+type batch struct {
+	calls  []*call
+	groups []group
+	bySlot map[uint16]int
 }
 
-// worker runs batches until the store closes.
-func (s *Store) worker() {
-	defer s.wg.Done()
-	var keys []string
-	var blob []byte
-	for {
-		select {
-		case batch := <-s.work:
-			s.inFlight.Add(1)
-			keys, blob = s.exec(batch, keys[:0], blob[:0])
-			s.inFlight.Add(-1)
-		case <-s.stop:
-			return
-		}
-	}
+// group is the calls of one batch on one slot: one script call.
+type group struct {
+	calls []*call
+	keys  []string
+	blob  []byte
 }
 
-// exec runs one script call for batch, whose calls share a slot, and
-// hands each call its results. Calls whose context is done are left out.
-// The script call's deadline is the latest of the calls'. keys and blob
-// are scratch space, returned for reuse.
-func (s *Store) exec(batch []*call, keys []string, blob []byte) ([]string, []byte) {
+// exec runs batch: one script call per slot, pipelined together, and hands
+// each call its results. Calls whose context is done are left out. The
+// batch's deadline is the latest of its calls'.
+func (s *Store) exec(b *batch) {
 	var deadline time.Time
-	live := batch[:0]
-	for _, c := range batch {
+	ng := 0
+	if b.bySlot == nil {
+		b.bySlot = make(map[uint16]int)
+	}
+	clear(b.bySlot)
+	for _, c := range b.calls {
 		if c.ctx.Err() != nil {
 			continue
 		}
@@ -189,30 +153,84 @@ func (s *Store) exec(batch []*call, keys []string, blob []byte) ([]string, []byt
 		if d.After(deadline) {
 			deadline = d
 		}
-		keys = append(keys, c.keys...)
-		blob = append(blob, c.blob...)
-		live = append(live, c)
+		g, ok := b.bySlot[c.slot]
+		if !ok {
+			g = ng
+			ng++
+			b.bySlot[c.slot] = g
+			if g == len(b.groups) {
+				b.groups = append(b.groups, group{})
+			}
+			gr := &b.groups[g]
+			gr.calls, gr.keys, gr.blob = gr.calls[:0], gr.keys[:0], gr.blob[:0]
+		}
+		gr := &b.groups[g]
+		gr.calls = append(gr.calls, c)
+		gr.keys = append(gr.keys, c.keys...)
+		gr.blob = append(gr.blob, c.blob...)
 	}
-	if len(live) == 0 {
-		return keys, blob
+	groups := b.groups[:ng]
+	clear(b.calls) // drop the references until the next batch
+	if ng == 0 {
+		return
 	}
 	now := ""
 	if s.cfg.Now != nil {
 		us := s.cfg.Now().UnixMicro()
 		if us >= maxExact || us <= -maxExact {
-			s.finish(live, nil, fmt.Errorf("clock %d µs: %w", us, ErrInexact))
-			return keys, blob
+			err := fmt.Errorf("clock %d µs: %w", us, ErrInexact)
+			for i := range groups {
+				s.finish(groups[i].calls, nil, err)
+			}
+			return
 		}
 		now = strconv.FormatInt(us, 10)
 	}
 	ctx, cancel := context.WithDeadline(s.base, deadline)
-	out, err := s.script.Exec(ctx, s.client, keys, []string{now, s.margin, string(blob)}).AsBytes()
-	cancel()
-	if err == nil && len(out) != decisionSize*len(keys) {
-		err = fmt.Errorf("script returned %d bytes for %d requests", len(out), len(keys))
+	defer cancel()
+	// rueidis may still read the commands after DoMulti returned at the
+	// deadline: they are never reused.
+	cmds := make(rueidis.Commands, 0, ng)
+	for i := range groups {
+		cmds = append(cmds, s.evalsha(groups[i].keys, now, groups[i].blob))
 	}
-	s.finish(live, out, err)
-	return keys, blob
+	results := s.client.DoMulti(ctx, cmds...)
+	// A node that lost its scripts (a restart, a failover, SCRIPT FLUSH)
+	// answers NOSCRIPT: send those groups the script itself.
+	var retry []int
+	for i, r := range results {
+		if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		cmds = make(rueidis.Commands, 0, len(retry))
+		for _, i := range retry {
+			cmds = append(cmds, s.eval(groups[i].keys, now, groups[i].blob))
+		}
+		for k, r := range s.client.DoMulti(ctx, cmds...) {
+			results[retry[k]] = r
+		}
+	}
+	for i, r := range results {
+		out, err := r.AsBytes()
+		if err == nil && len(out) != decisionSize*len(groups[i].keys) {
+			err = fmt.Errorf("script returned %d bytes for %d requests", len(out), len(groups[i].keys))
+		}
+		s.finish(groups[i].calls, out, err)
+		clear(groups[i].calls)
+	}
+}
+
+// evalsha and eval build the script call for keys and the packed requests.
+func (s *Store) evalsha(keys []string, now string, blob []byte) rueidis.Completed {
+	return s.client.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).
+		Arg(now, s.margin, string(blob)).Build()
+}
+
+func (s *Store) eval(keys []string, now string, blob []byte) rueidis.Completed {
+	return s.client.B().Eval().Script(takeScript).Numkeys(int64(len(keys))).Key(keys...).
+		Arg(now, s.margin, string(blob)).Build()
 }
 
 // finish hands each call its part of out, or err.

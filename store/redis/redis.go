@@ -133,7 +133,7 @@ var ErrClosed = errors.New("redis store closed")
 // caller's (package decide's fail modes).
 type Store struct {
 	client  rueidis.Client
-	script  *rueidis.Lua
+	sha     string // SHA1 of takeScript
 	cfg     Config
 	cluster bool
 	margin  string // Config.ExpiryMargin in ms
@@ -141,7 +141,6 @@ type Store struct {
 	pool    sync.Pool // of *call for Take, reused once decided
 
 	calls  chan *call
-	work   chan []*call
 	stop   chan struct{}
 	base   context.Context // canceled by Close, bounds script calls
 	cancel context.CancelFunc
@@ -184,8 +183,8 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis store %s: %w", redact(rawURL), err)
 	}
-	script := rueidis.NewLuaScript(takeScript)
-	if err := load(ctx, client, script); err != nil {
+	sha, err := load(ctx, client)
+	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis store %s: %w", redact(rawURL), err)
 	}
@@ -198,32 +197,38 @@ func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
 	base, cancel := context.WithCancel(context.Background())
 	s := &Store{
 		client:  client,
-		script:  script,
+		sha:     sha,
 		cfg:     cfg,
 		cluster: cluster,
 		margin:  strconv.FormatInt(cfg.ExpiryMargin.Milliseconds(), 10),
 		calls:   make(chan *call, 4*cfg.MaxBatch*cfg.MaxInFlight),
-		work:    make(chan []*call),
 		stop:    make(chan struct{}),
 		base:    base,
 		cancel:  cancel,
 	}
-	s.wg.Add(1 + cfg.MaxInFlight)
-	go s.collect()
+	s.wg.Add(cfg.MaxInFlight)
 	for range cfg.MaxInFlight {
 		go s.worker()
 	}
 	return s, nil
 }
 
-// load loads the script on every node, which also checks that they answer.
-func load(ctx context.Context, c rueidis.Client, script *rueidis.Lua) error {
+// load loads the script on every node, which also checks that they
+// answer, and returns its SHA1. Nodes that lose it later (a restart, a
+// failover to a node that never saw it) get it again on NOSCRIPT.
+func load(ctx context.Context, c rueidis.Client) (string, error) {
+	var sha string
 	for _, node := range c.Nodes() {
-		if err := node.Do(ctx, node.B().ScriptLoad().Script(takeScript).Build()).Error(); err != nil {
-			return fmt.Errorf("load script: %w", err)
+		v, err := node.Do(ctx, node.B().ScriptLoad().Script(takeScript).Build()).ToString()
+		if err != nil {
+			return "", fmt.Errorf("load script: %w", err)
 		}
+		sha = v
 	}
-	return nil
+	if sha == "" {
+		return "", errors.New("load script: no node")
+	}
+	return sha, nil
 }
 
 // parseURL turns a store URL into rueidis options, and reports whether it

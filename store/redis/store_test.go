@@ -298,3 +298,22 @@ func TestBatchSizes(t *testing.T) {
 		})
 	}
 }
+
+// TestScriptFlushed checks that the store sends the script again to a
+// Redis that lost it (SCRIPT FLUSH, as after a restart).
+func TestScriptFlushed(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	s := open(t, "redis://"+srv.Addr, testConfig(nil))
+	l := sluice.Limit{Rate: 5, Period: time.Hour}
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "k", l, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Do("SCRIPT", "FLUSH"); got != "+OK" {
+		t.Fatalf("SCRIPT FLUSH = %q", got)
+	}
+	d, err := s.Take(ctx, "k", l, 1)
+	if err != nil || d.Remaining != 3 {
+		t.Fatalf("Take after SCRIPT FLUSH = %+v, %v; want 3 remaining", d, err)
+	}
+}
