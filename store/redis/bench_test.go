@@ -78,10 +78,15 @@ func BenchmarkTake(b *testing.B) {
 // a script call carries the decisions of one slot only: with 10,000
 // clients each in a slot of its own, about one per call.
 func BenchmarkTakeCluster(b *testing.B) {
-	cfg := DefaultConfig()
-	cfg.KeyPrefix = fmt.Sprintf("bench%d:", time.Now().UnixNano())
-	s := open(b, "redis+cluster://"+strings.Join(testenv.RedisClusterAddrs(b), ","), cfg)
-	runTake(b, s, nil)
+	url := "redis+cluster://" + strings.Join(testenv.RedisClusterAddrs(b), ",")
+	for _, inFlight := range []int{0, 4, 12} {
+		b.Run(fmt.Sprintf("inflight=%d", inFlight), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.MaxInFlight = inFlight
+			cfg.KeyPrefix = fmt.Sprintf("bench%d:", time.Now().UnixNano())
+			runTake(b, open(b, url, cfg), nil)
+		})
+	}
 }
 
 func benchmarkTake(b *testing.B, cfg Config) {
