@@ -67,9 +67,10 @@ type Config struct {
 	// contain '{' or '}', so that a key's own hash tag decides its
 	// cluster slot.
 	KeyPrefix string
-	// MaxBatch is the most decisions one script call carries (default 128).
-	// Larger batches cost Redis less per decision but hold it longer: about
-	// 2µs per decision.
+	// MaxBatch is the most decisions one batch carries (default 128). A
+	// batch is one script call per cluster slot it touches (outside a
+	// cluster: one call), sent pipelined. Larger batches cost Redis less per
+	// decision but hold it longer: about 4µs per decision.
 	MaxBatch int
 	// BatchWindow is how long a batch waits for more decisions after its
 	// first one while other script calls are in flight (default 20µs). When
@@ -77,12 +78,12 @@ type Config struct {
 	// so a light load pays no window; under load, batches grow, and Redis
 	// spends less per decision. 0 never waits.
 	BatchWindow time.Duration
-	// MaxInFlight is how many script calls may be in flight at once.
-	// Decisions that arrive meanwhile wait for the next batch, so fewer
-	// calls in flight make larger batches. The default, 0, means 2 for a
-	// single Redis or Sentinel (Redis runs one script at a time: two keep
-	// it busy while the next batch gathers) and 8 per node for a cluster,
-	// where a batch holds one slot's decisions only.
+	// MaxInFlight is how many batches may be in flight at once (one worker
+	// goroutine each). Decisions that arrive meanwhile wait for the next
+	// batch, so fewer batches in flight make larger ones. The default, 0,
+	// means 2 for a single Redis or Sentinel (Redis runs one script at a
+	// time: two keep it busy while the next batch gathers) and 8 per node
+	// for a cluster, where a script call holds one slot's decisions only.
 	MaxInFlight int
 	// Timeout bounds a script call that carries a decision whose context
 	// has no deadline (default 1s); such a decision waits at most about
