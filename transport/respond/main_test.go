@@ -1,0 +1,10 @@
+package respond_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the tests if they leave goroutines behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
