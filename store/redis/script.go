@@ -88,6 +88,20 @@ type limitArgs struct {
 
 const limitArgsMax = 4096
 
+// CheckLimit reports whether the Redis store can decide l exactly: nil, or
+// an error wrapping ErrInexact that says which bound l passes (see the
+// package documentation). Limits that sluice.Limit.Validate rejects, or
+// that are decided without Redis (a rate or period of zero), pass. Call it
+// when loading rules for a Redis store, so that such a limit is a
+// configuration error rather than an error on each decision.
+func CheckLimit(l sluice.Limit) error {
+	if _, ok := local(l, 0); ok {
+		return nil
+	}
+	_, err := encodeLimit(l)
+	return err
+}
+
 // appendGroup appends a group header for n requests in mode to blob.
 func appendGroup(blob []byte, mode byte, n int) []byte {
 	return binary.LittleEndian.AppendUint32(append(blob, mode), uint32(n))

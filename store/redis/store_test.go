@@ -212,6 +212,15 @@ func TestAlgorithmChangeKeyTypes(t *testing.T) {
 	}
 }
 
+func TestCheckLimitAcceptsReferenceLimits(t *testing.T) {
+	t.Parallel()
+	for _, l := range referenceLimits() {
+		if err := CheckLimit(l); err != nil {
+			t.Errorf("CheckLimit(%v) = %v", l, err)
+		}
+	}
+}
+
 func TestInexactLimits(t *testing.T) {
 	s := open(t, "redis://"+testenv.RedisAddr(t), testConfig(nil))
 	tests := []struct {
@@ -230,6 +239,9 @@ func TestInexactLimits(t *testing.T) {
 			_, err := s.Take(context.Background(), "inexact", tt.limit, 1)
 			if !errors.Is(err, ErrInexact) {
 				t.Fatalf("Take = %v, want ErrInexact", err)
+			}
+			if err := CheckLimit(tt.limit); !errors.Is(err, ErrInexact) {
+				t.Fatalf("CheckLimit = %v, want ErrInexact", err)
 			}
 		})
 	}
