@@ -31,7 +31,7 @@
 -- window's count, or the bucket's g). sliding_log keeps a list: a header
 -- '<Bdd' (algorithm, latest time, sum) and then one '<dd' (time, hits) per
 -- admitted request, oldest first. A key found under another algorithm (or
--- of another type) starts afresh. Every write sets PEXPIRE to the reset
+-- of another type) starts afresh. Every write sets a TTL (PSETEX, PEXPIRE) of the reset
 -- time plus ARGV[2], so Redis forgets keys once they are as good as new.
 
 local floor, max = math.floor, math.max
