@@ -259,9 +259,14 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 	if i := strings.IndexAny(rest, "?#"); i >= 0 {
 		return fail("query parameters are not supported")
 	}
+	// Each worker sends a whole batch at once, so rueidis's automatic
+	// pipelining would only add two goroutine hand-offs per call (its
+	// writer and reader): with a connection of its own, a call writes and
+	// reads in the worker's goroutine, bounded by the call's deadline.
 	opt := rueidis.ClientOption{
-		DisableCache: true,
-		Dialer:       netDialer(cfg.DialTimeout),
+		DisableCache:          true,
+		DisableAutoPipelining: true,
+		Dialer:                netDialer(cfg.DialTimeout),
 	}
 	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
 		user, pass, hasPass := strings.Cut(rest[:at], ":")
@@ -491,9 +496,10 @@ func (s *Store) slot(key string) uint16 {
 	return Slot(s.cfg.KeyPrefix + key)
 }
 
-// Close stops the store's goroutines, abandons the script calls in flight
-// (their callers get ErrClosed) and closes the connections. It is safe to
-// call more than once.
+// Close stops the store's goroutines and closes the connections; callers
+// waiting for a batch get ErrClosed. A script call in flight ends first,
+// when Redis answers or at its deadline (at most Config.Timeout for calls
+// without one). It is safe to call more than once.
 func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
