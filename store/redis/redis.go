@@ -14,8 +14,8 @@
 // Throughput: a Store gathers the Take calls that arrive while earlier
 // script calls are in flight and sends them as one script call per Redis
 // Cluster slot (outside a cluster: one call), which reads TIME once and
-// decides all of them; rueidis pipelines those calls on shared
-// connections. Under load one call carries tens of decisions, and Redis
+// decides all of them; a batch's calls go pipelined on one connection per
+// node. Under load one call carries tens of decisions, and Redis
 // spends about two thirds of the instructions per decision that a script
 // call of its own costs. In a cluster a call carries one slot's decisions
 // only: keys with one hash tag (one client's limits) share a call, other
