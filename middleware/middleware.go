@@ -69,6 +69,10 @@ type handler struct {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ds := h.cfg.Identity.Descriptors(r)
+	if len(ds) == 0 { // no limit applies: nothing to decide
+		h.next.ServeHTTP(w, r)
+		return
+	}
 	req := decide.Request{Domain: h.cfg.Identity.Domain(), Descriptors: make([]decide.Descriptor, len(ds))}
 	for i, d := range ds {
 		req.Descriptors[i] = decide.Descriptor(d)

@@ -123,6 +123,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{"decider error: fail open", middleware.Config{Identity: id, Decider: failing, Logger: quiet}, 204},
 		{"decider error: fail closed", middleware.Config{Identity: id, Decider: failing, FailClosed: true, Logger: quiet}, 503},
+		{"no descriptors: nothing to decide, even fail closed", middleware.Config{Identity: noDescriptors(t), Decider: failing, FailClosed: true, Logger: quiet}, 204},
 		{"no decider", middleware.Config{Identity: id, Logger: quiet}, 500},
 		{"no identity", middleware.Config{Decider: failing, Logger: quiet}, 500},
 	}
@@ -137,4 +138,17 @@ func TestErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// noDescriptors is an identity whose only action needs a header the test
+// requests do not send.
+func noDescriptors(t *testing.T) *identity.Identity {
+	t.Helper()
+	id, err := identity.New(identity.Config{Domain: "api", RateLimits: []identity.RateLimit{
+		{Actions: []identity.Action{{RequestHeaders: &identity.RequestHeaders{HeaderName: "X-Absent", DescriptorKey: "k"}}}},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -78,6 +78,10 @@ func New(cfg Config) (*Handler, error) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	orig := Original(r)
 	ds := h.id.Descriptors(orig)
+	if len(ds) == 0 { // no limit applies: nothing to decide
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	req := decide.Request{Domain: h.id.Domain(), Descriptors: make([]decide.Descriptor, len(ds))}
 	for i, d := range ds {
 		req.Descriptors[i] = decide.Descriptor(d)

@@ -152,24 +152,29 @@ func TestDeciderErrors(t *testing.T) {
 	failing := decider{func(context.Context, *decide.Request) (*decide.Response, error) {
 		return nil, errors.New("unknown domain")
 	}}
+	unix := newIdentity(t) // a peer without an address has no remote_address
 	tests := []struct {
 		name       string
 		failClosed bool
+		remote     string
 		want       int
 	}{
-		{"fail open by default", false, 200},
-		{"fail closed", true, 503},
+		{"fail open by default", false, "192.0.2.1:1", 200},
+		{"fail closed", true, "192.0.2.1:1", 503},
+		{"no descriptors: nothing to decide, even fail closed", true, "@", 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			h, err := forwardauth.New(forwardauth.Config{Identity: newIdentity(t), Decider: failing, FailClosed: tt.failClosed,
+			h, err := forwardauth.New(forwardauth.Config{Identity: unix, Decider: failing, FailClosed: tt.failClosed,
 				Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/auth", nil))
+			r := httptest.NewRequest(http.MethodGet, "/v1/auth", nil)
+			r.RemoteAddr = tt.remote
+			h.ServeHTTP(rec, r)
 			if rec.Code != tt.want {
 				t.Fatalf("status %d, want %d", rec.Code, tt.want)
 			}

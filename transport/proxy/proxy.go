@@ -217,6 +217,10 @@ func (p *Proxy) Waiting() int { return int(p.waiting.Load()) }
 // 429.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ds := p.id.Descriptors(r)
+	if len(ds) == 0 { // no limit applies: nothing to decide
+		p.rp.ServeHTTP(w, r)
+		return
+	}
 	req := decide.Request{Domain: p.id.Domain(), Descriptors: make([]decide.Descriptor, len(ds))}
 	for i, d := range ds {
 		req.Descriptors[i] = decide.Descriptor(d)

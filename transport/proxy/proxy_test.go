@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/transport/proxy"
 )
 
@@ -433,6 +436,53 @@ func TestNewErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := proxy.New(tt.cfg); err == nil {
 				t.Fatal("New succeeded")
+			}
+		})
+	}
+}
+
+// decider is a hand-written fake Decider.
+type decider struct {
+	decide func(context.Context, *decide.Request) (*decide.Response, error)
+}
+
+func (d decider) Decide(ctx context.Context, r *decide.Request) (*decide.Response, error) {
+	return d.decide(ctx, r)
+}
+
+func TestDeciderErrors(t *testing.T) {
+	t.Parallel()
+	upstream := httptest.NewServer(&echo{})
+	t.Cleanup(upstream.Close)
+	failing := decider{func(context.Context, *decide.Request) (*decide.Response, error) { return nil, errors.New("boom") }}
+	byKey, err := identity.New(identity.Config{Domain: "api", RateLimits: []identity.RateLimit{
+		{Actions: []identity.Action{{RequestHeaders: &identity.RequestHeaders{HeaderName: "X-Key", DescriptorKey: "key"}}}},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		failClosed bool
+		key        string
+		want       int
+	}{
+		{"fail open by default", false, "k", 200},
+		{"fail closed", true, "k", 503},
+		{"no descriptors: nothing to decide, even fail closed", true, "", 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := newProxy(t, upstream.URL, proxy.Config{Identity: byKey, Decider: failing, FailClosed: tt.failClosed})
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			if tt.key != "" {
+				r.Header.Set("X-Key", tt.key)
+			}
+			rec := httptest.NewRecorder()
+			p.ServeHTTP(rec, r)
+			if rec.Code != tt.want {
+				t.Fatalf("%d, want %d", rec.Code, tt.want)
 			}
 		})
 	}
