@@ -250,7 +250,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.rp.ServeHTTP(w, r)
 			return
 		}
-		if p.maxDelay == 0 || wait == sluice.Never || waited+wait > p.maxDelay {
+		// Past a bound, or over a limit with no retry time (a fail-closed
+		// denial): 429.
+		if p.maxDelay == 0 || wait <= 0 || wait == sluice.Never || waited+wait > p.maxDelay {
 			p.deny(w, resp, wait)
 			return
 		}

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -474,7 +475,7 @@ func TestDeciderErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p := newProxy(t, upstream.URL, proxy.Config{Identity: byKey, Decider: failing, FailClosed: tt.failClosed})
+			p := newProxy(t, upstream.URL, proxy.Config{Identity: byKey, Decider: failing, FailClosed: tt.failClosed, MaxDelay: time.Second})
 			r := httptest.NewRequest(http.MethodGet, "/", nil)
 			if tt.key != "" {
 				r.Header.Set("X-Key", tt.key)
@@ -485,5 +486,25 @@ func TestDeciderErrors(t *testing.T) {
 				t.Fatalf("%d, want %d", rec.Code, tt.want)
 			}
 		})
+	}
+}
+
+// TestDenialWithoutRetry: a denial that names no retry time (the decision
+// service failing closed) is answered at once in queue mode, not retried
+// in a loop.
+func TestDenialWithoutRetry(t *testing.T) {
+	t.Parallel()
+	upstream := httptest.NewServer(&echo{})
+	t.Cleanup(upstream.Close)
+	var calls atomic.Int64
+	closed := decider{func(context.Context, *decide.Request) (*decide.Response, error) {
+		calls.Add(1)
+		return &decide.Response{Overall: decide.OverLimit, Statuses: []decide.Status{{Code: decide.OverLimit}}}, nil
+	}}
+	p := newProxy(t, upstream.URL, proxy.Config{Decider: closed, MaxDelay: time.Second})
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if rec.Code != 429 || rec.Header().Get("Retry-After") != "1" || calls.Load() != 1 {
+		t.Fatalf("%d, Retry-After %q, %d decisions; want 429, 1, 1", rec.Code, rec.Header().Get("Retry-After"), calls.Load())
 	}
 }
