@@ -62,11 +62,8 @@ type Config struct {
 	// PreserveHost sends the client's Host header upstream instead of the
 	// upstream's host.
 	PreserveHost bool
-	// Transport carries requests upstream. Nil: sluice's own HTTP/1.1
-	// transport for an http upstream (each round trip in the request's
-	// goroutine on a pooled connection), with an http.Transport for https
-	// and protocol upgrades, both built from the timeouts above; Close
-	// releases their idle connections.
+	// Transport carries requests upstream. Nil: an http.Transport built
+	// from the timeouts above; Close releases its idle connections.
 	Transport http.RoundTripper
 	// FailClosed answers 503 when the Decider returns an error; by default
 	// the request is forwarded.
@@ -106,7 +103,6 @@ type Proxy struct {
 	sleep      func(context.Context, time.Duration) error
 	rp         *httputil.ReverseProxy
 	own        *http.Transport // nil when the Transport was given
-	fast       *upstreamTransport
 	waiting    atomic.Int64
 }
 
@@ -169,14 +165,7 @@ func New(cfg Config) (*Proxy, error) {
 			ExpectContinueTimeout: time.Second,
 			DisableCompression:    true, // bodies pass as they are
 		}
-		p.fast = &upstreamTransport{
-			dialer:        d,
-			headerTimeout: cfg.ResponseHeaderTimeout,
-			idleTimeout:   4 * time.Second, // below common keep-alive timeouts (Node's 5 s)
-			maxIdle:       cfg.MaxIdleConns,
-			fallback:      p.own,
-		}
-		rt = p.fast
+		rt = p.own
 	}
 	upstream, preserve := cfg.Upstream, cfg.PreserveHost
 	p.rp = &httputil.ReverseProxy{
@@ -204,8 +193,8 @@ func New(cfg Config) (*Proxy, error) {
 // Close closes the idle upstream connections of the Proxy's own transport.
 // Requests in flight finish; the Proxy stays usable.
 func (p *Proxy) Close() error {
-	if p.fast != nil {
-		p.fast.CloseIdleConnections()
+	if p.own != nil {
+		p.own.CloseIdleConnections()
 	}
 	return nil
 }
