@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			"Flags given on the command line win over the environment.",
 		Subcommands: []*ff.Command{
 			serveCommand(stderr),
+			proxyCommand(stderr),
 			checkCommand(getenv, stdout, stderr),
 			benchCommand(stdout),
 			versionCommand(stdout),

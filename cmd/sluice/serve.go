@@ -14,54 +14,39 @@ import (
 	"time"
 
 	"github.com/peterbourgon/ff/v4"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/metrics"
-	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/transport/envoyrls"
 	"github.com/sluicehq/sluice/transport/httpapi"
 )
 
 // serveConfig is what `sluice serve` is told by flags and environment.
 type serveConfig struct {
-	rules           string
+	coreFlags
 	grpcAddr        string
 	httpAddr        string
-	store           string
-	storeTimeout    time.Duration
-	fail            string
-	maxEntries      int
+	identity        string
 	headers         string
 	retryJitter     time.Duration
 	shutdownTimeout time.Duration
 	reflection      bool
 	pprof           bool
-	logLevel        string
-	logFormat       string
 }
 
 func serveCommand(stderr io.Writer) *ff.Command {
 	var c serveConfig
 	fs := ff.NewFlagSet("serve")
-	fs.StringVar(&c.rules, 0, "rules", "", withEnv("rules", "rules file or directory of *.yaml files (required)"))
 	fs.StringVar(&c.grpcAddr, 0, "grpc-addr", "127.0.0.1:8081", withEnv("grpc-addr", "address of Envoy's gRPC rate limit API; port 0 picks a free port"))
 	fs.StringVar(&c.httpAddr, 0, "http-addr", "127.0.0.1:8080", withEnv("http-addr", "address of the HTTP API; port 0 picks a free port"))
-	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory"))
-	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", 50*time.Millisecond, withEnv("store-timeout", "longest wait for the store per decision before --fail decides"))
-	fs.StringVar(&c.fail, 0, "fail", "open", withEnv("fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)"))
-	fs.IntVar(&c.maxEntries, 0, "max-entries", 1<<20, withEnv("max-entries", "most keys the memory store holds (about 120 bytes each)"))
+	c.coreFlags.register(fs)
+	fs.StringVar(&c.identity, 0, "identity", "", withEnv("identity", "identity file (Envoy rate_limits actions): serves forward-auth on GET /v1/auth"))
 	fs.StringVar(&c.headers, 0, "response-headers", "all", withEnv("response-headers", "rate limit headers sent: all, none, or a list of ratelimit, x-ratelimit, retry-after"))
 	fs.DurationVar(&c.retryJitter, 0, "retry-jitter", time.Second, withEnv("retry-jitter", "most random time added to Retry-After, in whole seconds"))
 	fs.DurationVar(&c.shutdownTimeout, 0, "shutdown-timeout", 10*time.Second, withEnv("shutdown-timeout", "how long a shutdown waits for calls in flight"))
 	fs.BoolVarDefault(&c.reflection, 0, "grpc-reflection", true, withEnv("grpc-reflection", "serve gRPC server reflection (for grpcurl and ghz)"))
 	fs.BoolVarDefault(&c.pprof, 0, "pprof", false, withEnv("pprof", "serve Go's profiles under /debug/pprof/ on the HTTP address"))
-	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
-	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
 	return &ff.Command{
 		Name:      "serve",
 		Usage:     "sluice serve --rules FILE|DIR [FLAGS]",
@@ -108,83 +93,38 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	if c.rules == "" {
 		return usageError("serve: --rules (or $SLUICE_RULES) is required")
 	}
-	fail, err := decide.ParseFail(c.fail)
-	if err != nil {
-		return usageError("--fail: %v", err)
-	}
 	headers, err := envoyrls.ParseHeaders(c.headers)
 	if err != nil {
 		return usageError("--response-headers: %v", err)
 	}
 
-	reg := prometheus.NewRegistry()
-	for _, col := range []prometheus.Collector{
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
-		if err := reg.Register(col); err != nil {
-			return fmt.Errorf("register metrics: %w", err)
-		}
-	}
-	m, err := metrics.New(reg)
+	co, err := newCore(ctx, log, c.coreFlags)
 	if err != nil {
 		return err
 	}
-
-	st, err := openStore(c.store, storeOptions{maxEntries: c.maxEntries})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := st.close(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-	}()
-
-	watcher, err := rules.NewWatcher(c.rules, func(set *rules.Set, err error) {
-		m.Reload(err)
-		if err != nil {
-			log.Error("rules reload failed; the rules in force stay", "rules", c.rules, "err", err)
-			return
-		}
-		log.Info("rules reloaded", "rules", c.rules, "version", set.Version(), "domains", set.Domains())
-	})
-	if err != nil {
-		m.Reload(err)
-		return fmt.Errorf("load rules: %w", err)
-	}
-	defer func() {
-		if cerr := watcher.Close(); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-	}()
-	m.Reload(nil)
-	log.Info("rules loaded", "rules", c.rules, "version", watcher.Current().Version(), "domains", watcher.Current().Domains())
-
-	svc, err := decide.New(decide.Config{
-		Rules:           watcher.Current,
-		Store:           m.Store(st.store),
-		StoreTimeout:    c.storeTimeout,
-		Fail:            fail,
-		Local:           st.local,
-		BreakerFailures: decide.DefaultConfig().BreakerFailures,
-		BreakerCoolDown: decide.DefaultConfig().BreakerCoolDown,
-		Logger:          log,
-	})
-	if err != nil {
-		return fmt.Errorf("decision service: %w", err)
-	}
-	decider := m.Decider(svc)
+	defer func() { err = errors.Join(err, co.close()) }()
+	decider := co.decider
 	rls := envoyrls.New(decider, envoyrls.Config{Headers: headers, RetryJitter: c.retryJitter})
 	api, err := httpapi.New(httpapi.Config{
 		RateLimiter:  rls,
-		Rules:        watcher.Current,
+		Rules:        co.watcher.Current,
 		Mode:         func() string { return decider.Mode().String() },
-		Gatherer:     reg,
+		Gatherer:     co.reg,
 		MaxBodyBytes: httpapi.DefaultConfig().MaxBodyBytes,
 	})
 	if err != nil {
 		return err
+	}
+
+	if c.identity != "" {
+		// Forward-auth for nginx auth_request and Traefik ForwardAuth.
+		fa, err := newForwardAuth(c.identity, c.headers, c.retryJitter, decider, log)
+		if err != nil {
+			return err
+		}
+		if err := api.Handle("/v1/auth", fa); err != nil {
+			return err
+		}
 	}
 
 	if c.pprof {
@@ -231,7 +171,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		reflection.Register(gsrv)
 	}
 	log.Info("listening", "grpc_addr", gln.Addr().String(), "http_addr", hln.Addr().String(),
-		"store", c.store, "fail", fail.String())
+		"store", redactURL(c.store), "fail", c.fail)
 
 	errc := make(chan error, 2)
 	go func() {

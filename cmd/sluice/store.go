@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
 )
 
 // storeOptions are the flags that shape a store.
@@ -24,9 +26,10 @@ type openedStore struct {
 }
 
 // openStore opens the store that spec names: "memory" (or "memory://"),
-// the embedded default. Other stores are named by URL, such as
-// redis://host:6379/0; each scheme is one case below.
-func openStore(spec string, o storeOptions) (*openedStore, error) {
+// the embedded default, or a Redis by URL (redis://, rediss://,
+// redis+cluster://, rediss+cluster://, redis+sentinel://), with an
+// in-process memory store beside it for --fail local.
+func openStore(ctx context.Context, spec string, o storeOptions) (*openedStore, error) {
 	scheme := spec
 	if i := strings.Index(spec, "://"); i >= 0 {
 		scheme = spec[:i]
@@ -44,10 +47,18 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		}
 		// The memory store cannot fail, so it is its own local fallback.
 		return &openedStore{store: mem, local: mem, close: mem.Close}, nil
-	case "redis", "rediss", "redis+sentinel", "redis+cluster":
-		return nil, fmt.Errorf("--store %q: the redis store is not built into this sluice yet; use --store memory", spec)
+	case "redis", "rediss", "redis+sentinel", "redis+cluster", "rediss+cluster":
+		rs, err := redis.Open(ctx, spec, redis.DefaultConfig())
+		if err != nil {
+			return nil, fmt.Errorf("--store: %w", err)
+		}
+		mem, err := newMemory(o)
+		if err != nil {
+			return nil, errors.Join(err, rs.Close())
+		}
+		return &openedStore{store: rs, local: mem, close: func() error { return errors.Join(rs.Close(), mem.Close()) }}, nil
 	}
-	return nil, fmt.Errorf("--store %q: unknown store (want memory)", spec)
+	return nil, fmt.Errorf("--store %q: unknown store (want memory or a redis:// URL)", spec)
 }
 
 // newMemory returns a memory store bounded by o.maxEntries.

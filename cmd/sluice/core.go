@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/peterbourgon/ff/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/transport/forwardauth"
+	"github.com/sluicehq/sluice/transport/respond"
+)
+
+// coreFlags are the flags of every command that decides: serve and proxy.
+type coreFlags struct {
+	rules        string
+	store        string
+	storeTimeout time.Duration
+	fail         string
+	maxEntries   int
+	logLevel     string
+	logFormat    string
+}
+
+func (c *coreFlags) register(fs *ff.FlagSet) {
+	fs.StringVar(&c.rules, 0, "rules", "", withEnv("rules", "rules file or directory of *.yaml files (required)"))
+	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master"))
+	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", 50*time.Millisecond, withEnv("store-timeout", "longest wait for the store per decision before --fail decides"))
+	fs.StringVar(&c.fail, 0, "fail", "open", withEnv("fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)"))
+	fs.IntVar(&c.maxEntries, 0, "max-entries", 1<<20, withEnv("max-entries", "most keys the memory store holds (about 100 bytes each)"))
+	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
+	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
+}
+
+// core is what serve and proxy share: the metrics registry, the store, the
+// rules watcher and the decision service wrapped in metrics.
+type core struct {
+	reg     *prometheus.Registry
+	watcher *rules.Watcher
+	decider *metrics.Decider
+	closers []func() error // in the order to call them
+}
+
+// newCore opens the store, loads and watches the rules and makes the
+// decision service. The caller calls close when done, also on error paths
+// after newCore returned.
+func newCore(ctx context.Context, log *slog.Logger, c coreFlags) (_ *core, err error) {
+	if c.rules == "" {
+		return nil, usageError("--rules (or $SLUICE_RULES) is required")
+	}
+	fail, err := decide.ParseFail(c.fail)
+	if err != nil {
+		return nil, usageError("--fail: %v", err)
+	}
+	co := &core{reg: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, co.close())
+		}
+	}()
+	for _, col := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := co.reg.Register(col); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	m, err := metrics.New(co.reg)
+	if err != nil {
+		return nil, err
+	}
+
+	st, err := openStore(ctx, c.store, storeOptions{maxEntries: c.maxEntries})
+	if err != nil {
+		return nil, err
+	}
+	watcher, err := rules.NewWatcher(c.rules, func(set *rules.Set, err error) {
+		m.Reload(err)
+		if err != nil {
+			log.Error("rules reload failed; the rules in force stay", "rules", c.rules, "err", err)
+			return
+		}
+		log.Info("rules reloaded", "rules", c.rules, "version", set.Version(), "domains", set.Domains())
+	})
+	if err != nil {
+		m.Reload(err)
+		return nil, errors.Join(fmt.Errorf("load rules: %w", err), st.close())
+	}
+	co.watcher = watcher
+	co.closers = append(co.closers, watcher.Close, st.close)
+	m.Reload(nil)
+	log.Info("rules loaded", "rules", c.rules, "version", watcher.Current().Version(), "domains", watcher.Current().Domains())
+
+	dc := decide.DefaultConfig()
+	dc.Rules, dc.Store, dc.Local = watcher.Current, m.Store(st.store), st.local
+	dc.StoreTimeout, dc.Fail, dc.Logger = c.storeTimeout, fail, log
+	svc, err := decide.New(dc)
+	if err != nil {
+		return nil, fmt.Errorf("decision service: %w", err)
+	}
+	co.decider = m.Decider(svc)
+	return co, nil
+}
+
+// close stops the rules watcher and closes the store.
+func (co *core) close() error {
+	var err error
+	for _, f := range co.closers {
+		err = errors.Join(err, f())
+	}
+	co.closers = nil
+	return err
+}
+
+// newIdentity reads the identity file at path, or, when path is empty,
+// limits per client address in domain.
+func newIdentity(path, domain string) (*identity.Identity, error) {
+	cfg := identity.DefaultConfig()
+	cfg.Domain = domain
+	if path != "" {
+		var err error
+		if cfg, err = identity.Load(path); err != nil {
+			return nil, fmt.Errorf("--identity: %w", err)
+		}
+	}
+	id, err := identity.New(cfg, nil)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	return id, nil
+}
+
+// newResponder returns the writer of HTTP verdicts for the --response-headers
+// mode.
+func newResponder(mode string, jitter time.Duration) (*respond.Writer, error) {
+	m, err := respond.ParseMode(mode)
+	if err != nil {
+		return nil, usageError("--response-headers: %v", err)
+	}
+	rc := respond.DefaultConfig()
+	rc.Mode, rc.RetryJitter = m, jitter
+	return respond.New(rc), nil
+}
+
+// newForwardAuth returns the GET /v1/auth handler for nginx auth_request and
+// Traefik ForwardAuth.
+func newForwardAuth(identityPath, headers string, jitter time.Duration, d forwardauth.Decider, log *slog.Logger) (*forwardauth.Handler, error) {
+	id, err := newIdentity(identityPath, "")
+	if err != nil {
+		return nil, err
+	}
+	rw, err := newResponder(headers, jitter)
+	if err != nil {
+		return nil, err
+	}
+	return forwardauth.New(forwardauth.Config{Identity: id, Decider: d, Respond: rw, Logger: log})
+}
+
+// redactURL hides the password of a store URL for logs.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
+}

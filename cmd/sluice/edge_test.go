@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// TestServersShareOneRedisExactly runs three `sluice serve` on one Redis
+// (and on a Redis Cluster), 64 clients spread over them, on one key with a
+// limit of 1000 a minute: exactly 1000 calls are admitted.
+func TestServersShareOneRedisExactly(t *testing.T) {
+	tests := []struct {
+		name  string
+		store func(t *testing.T) string
+	}{
+		{"redis", func(t *testing.T) string { return "redis://" + testenv.RedisAddr(t) }},
+		{"cluster", func(t *testing.T) string {
+			return "redis+cluster://" + strings.Join(testenv.RedisClusterAddrs(t), ",")
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := tt.store(t)
+			domain := fmt.Sprintf("exact-%s-%d", tt.name, time.Now().UnixNano())
+			rules := copyRules(t, exampleRules)
+			writeFile(t, rules, "domain: "+domain+`
+descriptors:
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: sliding_log}
+`)
+			var servers []*testServer
+			for range 3 {
+				servers = append(servers, startServer(t, nil, "--rules", rules, "--store", store, "--store-timeout", "2s", "--fail", "closed"))
+			}
+			var admitted, denied, failed atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Go(func() {
+					s := servers[g%len(servers)]
+					for range 3000 / 64 {
+						resp, err := s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+							Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", "shared")},
+						})
+						switch {
+						case err != nil:
+							failed.Add(1)
+						case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+							admitted.Add(1)
+						default:
+							denied.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if failed.Load() != 0 || admitted.Load() != 1000 {
+				t.Fatalf("admitted %d, denied %d, failed %d; want exactly 1000 admitted and no failure", admitted.Load(), denied.Load(), failed.Load())
+			}
+		})
+	}
+}
+
+// TestProxy runs `sluice proxy` in front of a real upstream: requests pass
+// until the limit, then get 429 with Retry-After and RateLimit headers, and
+// the upstream sees only the admitted ones.
+func TestProxy(t *testing.T) {
+	var seen atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Add(1)
+		io.WriteString(w, "hello from upstream")
+	}))
+	defer up.Close()
+	rules := copyRules(t, exampleRules)
+	writeFile(t, rules, `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 3, name: per-ip}
+`)
+	logs := &logBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"proxy", "--upstream", up.URL, "--rules", rules, "--domain", "edge",
+			"--listen", "127.0.0.1:0", "--log-format", "json", "--retry-jitter", "0s"}, env(), io.Discard, logs)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("proxy: %v\nlogs:\n%s", err, logs)
+		}
+	}()
+	var addr string
+	eventually(t, "proxy listening", func() bool {
+		if rec := logs.find("proxying"); rec != nil {
+			addr, _ = rec["listen"].(string)
+		}
+		return addr != ""
+	})
+	client := &http.Client{Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	for i := 1; i <= 4; i++ {
+		resp, err := client.Get("http://" + addr + "/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := http.StatusOK
+		if i == 4 {
+			want = http.StatusTooManyRequests
+		}
+		if resp.StatusCode != want {
+			t.Fatalf("request %d: %d %s, want %d", i, resp.StatusCode, body, want)
+		}
+		if got := resp.Header.Get("RateLimit-Policy"); got != `"per-ip";q=3;w=3600` {
+			t.Fatalf("request %d: RateLimit-Policy %q", i, got)
+		}
+		if i == 4 {
+			if ra := resp.Header.Get("Retry-After"); ra == "" || ra == "0" {
+				t.Fatalf("429 without a Retry-After: %q", ra)
+			}
+			continue
+		}
+		if string(body) != "hello from upstream" {
+			t.Fatalf("request %d: body %q", i, body)
+		}
+	}
+	if seen.Load() != 3 {
+		t.Fatalf("the upstream saw %d requests, want the 3 admitted", seen.Load())
+	}
+}
+
+// TestServeForwardAuth calls serve's GET /v1/auth as nginx auth_request
+// does, with the example identity: 5 logins a minute per user.
+func TestServeForwardAuth(t *testing.T) {
+	if nearMidnight(time.Minute) {
+		t.Skip("too close to a UTC day boundary for the example's daily limits")
+	}
+	s := startServer(t, nil, "--rules", copyRules(t, exampleRules), "--identity", "../../examples/nginx/identity.yaml")
+	user := fmt.Sprintf("forward-auth-%d", time.Now().UnixNano())
+	for i := 1; i <= 6; i++ {
+		req, err := http.NewRequest(http.MethodGet, s.httpURL+"/v1/auth", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Original-URI", "/login")
+		req.Header.Set("X-Original-Method", "POST")
+		req.Header.Set("X-Forwarded-For", "203.0.113.7")
+		req.Header.Set("X-User", user)
+		resp, err := s.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := http.StatusOK
+		if i == 6 {
+			want = http.StatusTooManyRequests
+		}
+		if resp.StatusCode != want {
+			t.Fatalf("login %d: %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestServeSurvivesRedisDeath kills Redis under a load of gRPC calls: no
+// call fails or hangs past the store timeout by much, --fail closed is
+// applied while Redis is gone, /readyz says so, and decisions go back to
+// Redis by themselves after it restarts.
+func TestServeSurvivesRedisDeath(t *testing.T) {
+	r := testenv.StartRedis(t)
+	rules := copyRules(t, exampleRules)
+	writeFile(t, rules, `domain: death
+descriptors:
+  - key: client
+    rate_limit: {unit: hour, requests_per_unit: 1000000}
+`)
+	s := startServer(t, nil, "--rules", rules, "--store", "redis://"+r.Addr, "--store-timeout", "50ms", "--fail", "closed")
+	call := func() (rlsv3.RateLimitResponse_Code, time.Duration, error) {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+			Domain: "death", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", "c")},
+		})
+		return resp.GetOverallCode(), time.Since(start), err
+	}
+	if code, _, err := call(); err != nil || code != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("before the kill: %v, %v", code, err)
+	}
+	var (
+		stop          atomic.Bool
+		calls, denied atomic.Int64
+		slowest       atomic.Int64
+		wg            sync.WaitGroup
+		errs          = make(chan error, 16)
+	)
+	for range 16 {
+		wg.Go(func() {
+			for !stop.Load() {
+				code, took, err := call()
+				if err != nil {
+					errs <- err
+					return
+				}
+				calls.Add(1)
+				if code == rlsv3.RateLimitResponse_OVER_LIMIT {
+					denied.Add(1)
+				}
+				for old := slowest.Load(); int64(took) > old && !slowest.CompareAndSwap(old, int64(took)); old = slowest.Load() {
+				}
+			}
+		})
+	}
+	eventually(t, "calls under way", func() bool { return calls.Load() > 50 })
+	r.Kill()
+	eventually(t, "fail closed applied", func() bool { return denied.Load() > 0 })
+	if body := s.do(t, "GET", "/readyz", "").body; !strings.Contains(body, `"mode":"fail_closed"`) {
+		t.Errorf("/readyz while Redis is dead: %s", body)
+	}
+	r.Restart()
+	eventually(t, "back on Redis", func() bool {
+		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
+	})
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a call failed: %v", err)
+	}
+	// A decision waits at most the store timeout, plus scheduling on a busy
+	// machine: far below Envoy's ratelimit, which holds callers for seconds.
+	if max := time.Duration(slowest.Load()); max > time.Second {
+		t.Errorf("the slowest call took %v", max)
+	}
+	if code, _, err := call(); err != nil || code != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("after the restart: %v, %v", code, err)
+	}
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/peterbourgon/ff/v4"
+
+	"github.com/sluicehq/sluice/transport/proxy"
+)
+
+// proxyConfig is what `sluice proxy` is told by flags and environment.
+type proxyConfig struct {
+	coreFlags
+	upstream        string
+	listen          string
+	identity        string
+	domain          string
+	headers         string
+	retryJitter     time.Duration
+	maxDelay        time.Duration
+	maxWaiting      int
+	shutdownTimeout time.Duration
+}
+
+func proxyCommand(stderr io.Writer) *ff.Command {
+	var c proxyConfig
+	def := proxy.DefaultConfig()
+	fs := ff.NewFlagSet("proxy")
+	c.coreFlags.register(fs)
+	fs.StringVar(&c.upstream, 0, "upstream", "", withEnv("upstream", "URL of the service behind the proxy (required)"))
+	fs.StringVar(&c.listen, 0, "listen", "127.0.0.1:8000", withEnv("listen", "address the proxy listens on; port 0 picks a free port"))
+	fs.StringVar(&c.identity, 0, "identity", "", withEnv("identity", "identity file (Envoy rate_limits actions); default: one limit per client IP"))
+	fs.StringVar(&c.domain, 0, "domain", "api", withEnv("domain", "rules domain of the default per-IP identity (unused with --identity)"))
+	fs.StringVar(&c.headers, 0, "response-headers", "both", withEnv("response-headers", "rate limit headers: both, ietf, x-ratelimit or none"))
+	fs.DurationVar(&c.retryJitter, 0, "retry-jitter", time.Second, withEnv("retry-jitter", "most random time added to Retry-After, in whole seconds"))
+	fs.DurationVar(&c.maxDelay, 0, "max-delay", def.MaxDelay, withEnv("max-delay", "longest an over-limit request may wait for its turn instead of a 429 (0: never wait)"))
+	fs.IntVar(&c.maxWaiting, 0, "max-waiting", def.MaxWaiting, withEnv("max-waiting", "most requests waiting for their turn at once"))
+	fs.DurationVar(&c.shutdownTimeout, 0, "shutdown-timeout", 10*time.Second, withEnv("shutdown-timeout", "how long a shutdown waits for requests in flight"))
+	return &ff.Command{
+		Name:      "proxy",
+		Usage:     "sluice proxy --upstream URL --rules FILE|DIR [FLAGS]",
+		ShortHelp: "a reverse proxy that limits requests before forwarding them",
+		LongHelp: "Forwards allowed requests to --upstream and answers the others 429 Too Many Requests\n" +
+			"with Retry-After and RateLimit headers; with --max-delay, over-limit requests wait for\n" +
+			"their turn instead. Upstream failures give 502, upstream timeouts 504.",
+		Flags: fs,
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usageError("proxy: unexpected arguments %q", args)
+			}
+			return runProxy(ctx, c, stderr)
+		},
+	}
+}
+
+// runProxy serves the proxy until ctx is cancelled, then finishes the
+// requests in flight.
+func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) {
+	log, err := newLogger(stderr, c.logLevel, c.logFormat)
+	if err != nil {
+		return err
+	}
+	if c.upstream == "" {
+		return usageError("proxy: --upstream (or $SLUICE_UPSTREAM) is required")
+	}
+	up, err := url.Parse(c.upstream)
+	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+		return usageError("proxy: --upstream %q: want an http:// or https:// URL", c.upstream)
+	}
+	id, err := newIdentity(c.identity, c.domain)
+	if err != nil {
+		return err
+	}
+	rw, err := newResponder(c.headers, c.retryJitter)
+	if err != nil {
+		return err
+	}
+	co, err := newCore(ctx, log, c.coreFlags)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, co.close()) }()
+
+	pc := proxy.DefaultConfig()
+	pc.Upstream, pc.Identity, pc.Decider, pc.Respond, pc.Logger = up, id, co.decider, rw, log
+	pc.MaxDelay, pc.MaxWaiting = c.maxDelay, c.maxWaiting
+	p, err := proxy.New(pc)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	defer p.Close()
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("proxying", "listen", ln.Addr().String(), "upstream", up.Redacted(), "store", redactURL(c.store))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", c.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("requests still in flight at the shutdown deadline; closing them", "err", err)
+		srv.Close()
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
