@@ -121,7 +121,7 @@ func TestServeErrors(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{"redis not built in", []string{"--store", "redis://127.0.0.1:6379/0"}, "redis store is not built into this sluice yet"},
+		{"redis unreachable", []string{"--store", "redis://127.0.0.1:1/0"}, "connection refused"},
 		{"unknown store", []string{"--store", "etcd://x"}, "unknown store"},
 		{"empty store", []string{"--store", ""}, "--store is empty"},
 		{"broken rules", []string{"--rules", "testdata/does-not-exist.yaml"}, "load rules"},
