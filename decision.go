@@ -119,8 +119,8 @@ func micros(us int64) time.Duration {
 
 // ceilDiv returns ⌈a/b⌉ for a >= 0, b > 0.
 func ceilDiv(a, b int64) int64 {
-	q := a / b
-	if q*b != a {
+	q, r := a/b, a%b // one division
+	if r != 0 {
 		q++
 	}
 	return q

@@ -15,19 +15,17 @@ import (
 // the period, in hit·µs, so a refill of elapsed µs is elapsed × rate with
 // nothing rounded.
 func tokenBucket(rate, period, capacity int64, s *State, now, cost int64) Decision {
-	allowed, retry, _ := bucket(rate, period, capacity, s, now, cost)
-	return Decision{Allowed: allowed, Limit: capacity, Remaining: max((capacity*period-s.n)/period, 0), ResetAfter: micros(ceilDiv(s.n, rate)), RetryAfter: retry}
+	return bucket(rate, period, capacity, s, now, cost, false)
 }
 
 // bucket is the transition shared by token_bucket and leaky_bucket, which
 // are one algorithm seen from two sides: tokens left in a bucket, or water
-// queued in one. It returns whether the request passes, when a denied one
-// would, and the level before the request, in hit·µs; the level after is
-// s.n.
+// queued in one. With queue, an admitted request's Wait is how long the
+// water ahead of it takes to drain.
 //
 // State: t is the time of the last update, n the level (tokens taken, water
 // queued) in hit·µs, at most capacity × period.
-func bucket(rate, period, capacity int64, s *State, now, cost int64) (allowed bool, retry time.Duration, before int64) {
+func bucket(rate, period, capacity int64, s *State, now, cost int64, queue bool) Decision {
 	level := s.n
 	if now > s.t { // a clock that went back drains nothing
 		elapsed := now - s.t
@@ -38,14 +36,21 @@ func bucket(rate, period, capacity int64, s *State, now, cost int64) (allowed bo
 		}
 		s.t = now
 	}
-	s.n = level
 	full := capacity * period
+	allowed := false
+	var retry, wait time.Duration
 	switch {
 	case cost > capacity:
-		return false, Never, level
+		retry = Never
 	case level+cost*period <= full:
-		s.n += cost * period
-		return true, 0, level
+		allowed = true
+		if queue && level > 0 {
+			wait = micros(ceilDiv(level, rate))
+		}
+		level += cost * period
+	default:
+		retry = micros(ceilDiv(level+cost*period-full, rate))
 	}
-	return false, micros(ceilDiv(level+cost*period-full, rate)), level
+	s.n = level
+	return Decision{Allowed: allowed, Limit: capacity, Remaining: max((full-level)/period, 0), ResetAfter: micros(ceilDiv(level, rate)), RetryAfter: retry, Wait: wait}
 }
