@@ -10,7 +10,7 @@ import (
 	"regexp"
 	"strconv"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Config says how to turn an HTTP request into descriptors. It is the YAML
