@@ -409,23 +409,6 @@ func TestParseHeaders(t *testing.T) {
 	}
 }
 
-func TestAppendSFString(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ name, in, want string }{
-		{"plain", "per-user", `"per-user"`},
-		{"quote and backslash", `a"b\c`, `"a\"b\\c"`},
-		{"non-ASCII and control", "ü\n", `"___"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := string(appendSFString(nil, tt.in)); got != tt.want {
-				t.Errorf("appendSFString(%q) = %s, want %s", tt.in, got, tt.want)
-			}
-		})
-	}
-}
-
 // BenchmarkCodec decodes a one-descriptor request and encodes its answer
 // with every header, as ShouldRateLimit does around each decision.
 func BenchmarkCodec(b *testing.B) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/transport/respond"
 )
 
 // Headers selects the rate limit headers a response carries, as a set of
@@ -137,16 +138,7 @@ func (fs *fieldSet) build(resp *decide.Response, cfg Config) {
 	if cfg.Headers == 0 {
 		return
 	}
-	tightest := -1
-	for i := range resp.Statuses {
-		st := &resp.Statuses[i]
-		if st.Limit == nil || st.Shadow {
-			continue
-		}
-		if tightest < 0 || binds(st, &resp.Statuses[tightest]) {
-			tightest = i
-		}
-	}
+	tightest := respond.Binding(resp)
 	if tightest < 0 {
 		return
 	}
@@ -159,53 +151,23 @@ func (fs *fieldSet) build(resp *decide.Response, cfg Config) {
 		fs.n++
 	}
 	if cfg.Headers&RateLimitHeaders != 0 {
-		for pass := range 2 {
-			first := true
-			for i := range resp.Statuses {
-				st := &resp.Statuses[i]
-				if st.Limit == nil || st.Shadow {
-					continue
-				}
-				if !first {
-					b = append(b, ", "...)
-				}
-				first = false
-				name := st.Limit.Name
-				if name == "" {
-					name = st.Limit.ID
-				}
-				b = appendSFString(b, name)
-				if pass == 0 {
-					b = append(b, ";q="...)
-					b = strconv.AppendInt(b, st.Limit.Limit.Rate, 10)
-					b = append(b, ";w="...)
-					b = strconv.AppendInt(b, ceilSeconds(st.Limit.Period()), 10)
-				} else {
-					b = append(b, ";r="...)
-					b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
-					b = append(b, ";t="...)
-					b = strconv.AppendInt(b, ceilSeconds(st.Decision.ResetAfter), 10)
-				}
-			}
-			if pass == 0 {
-				field("RateLimit-Policy")
-			} else {
-				field("RateLimit")
-			}
-		}
+		b = respond.AppendPolicy(b, resp)
+		field("RateLimit-Policy")
+		b = respond.AppendState(b, resp)
+		field("RateLimit")
 	}
 	if cfg.Headers&XRateLimitHeaders != 0 {
 		st := &resp.Statuses[tightest]
-		b = strconv.AppendInt(b, st.Limit.Limit.Rate, 10)
+		b = strconv.AppendInt(b, respond.Quota(st), 10)
 		field("X-RateLimit-Limit")
 		b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
 		field("X-RateLimit-Remaining")
-		b = strconv.AppendInt(b, ceilSeconds(st.Decision.ResetAfter), 10)
+		b = strconv.AppendInt(b, respond.CeilSeconds(st.Decision.ResetAfter), 10)
 		field("X-RateLimit-Reset")
 	}
 	if cfg.Headers&RetryAfterHeader != 0 && resp.Overall == decide.OverLimit {
 		if d := resp.RetryAfter(); d != sluice.Never {
-			secs := max(ceilSeconds(d), 1)
+			secs := max(respond.CeilSeconds(d), 1)
 			if j := int64(cfg.RetryJitter / time.Second); j > 0 {
 				secs += rand.Int64N(j + 1)
 			}
@@ -219,19 +181,6 @@ func (fs *fieldSet) build(resp *decide.Response, cfg Config) {
 		fs.f[i] = [2]string{names[i], all[start:ends[i]]}
 		start = ends[i]
 	}
-}
-
-// binds reports whether a describes a tighter limit than b: over the limit
-// before allowed, then a longer retry, then fewer remaining.
-func binds(a, b *decide.Status) bool {
-	ao, bo := a.Code == decide.OverLimit, b.Code == decide.OverLimit
-	if ao != bo {
-		return ao
-	}
-	if ao && a.Decision.RetryAfter != b.Decision.RetryAfter {
-		return a.Decision.RetryAfter > b.Decision.RetryAfter
-	}
-	return a.Decision.Remaining < b.Decision.Remaining
 }
 
 func appendHeaders(dst []*corev3.HeaderValue, resp *decide.Response, cfg Config) []*corev3.HeaderValue {
@@ -250,34 +199,4 @@ func appendHeaders(dst []*corev3.HeaderValue, resp *decide.Response, cfg Config)
 		dst = append(dst, &hvs[i])
 	}
 	return dst
-}
-
-// ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	s := int64(d / time.Second)
-	if d%time.Second != 0 {
-		s++
-	}
-	return s
-}
-
-// appendSFString appends s as a structured field string (RFC 8941): quoted,
-// with \ and " escaped and anything outside printable ASCII replaced by _.
-func appendSFString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			b = append(b, '_')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
 }

@@ -135,51 +135,84 @@ func (w *Writer) SetHeaders(h http.Header, resp *decide.Response) {
 	if w.mode == None || resp == nil {
 		return
 	}
+	binding := Binding(resp)
+	if binding < 0 {
+		return
+	}
+	if w.mode != XRateLimit {
+		h["Ratelimit-Policy"] = []string{string(AppendPolicy(nil, resp))}
+		h["Ratelimit"] = []string{string(AppendState(nil, resp))}
+	}
+	if w.mode == Both || w.mode == XRateLimit {
+		st := &resp.Statuses[binding]
+		h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(Quota(st), 10)}
+		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(max(st.Decision.Remaining, 0), 10)}
+		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(CeilSeconds(st.Decision.ResetAfter), 10)}
+	}
+}
+
+// enforced reports whether st counts in the rate limit fields: a limit
+// matched, is not unlimited and is not in shadow mode.
+func enforced(st *decide.Status) bool { return st.Limit != nil && !st.Shadow }
+
+// Binding returns the index of the status in resp whose limit binds, the
+// one X-RateLimit-* describe: on a denial the one with the longest retry,
+// else the one with the least remaining. It returns -1 when no enforced
+// limit applies.
+func Binding(resp *decide.Response) int {
 	binding := -1
-	var policy, state []byte
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
-		if st.Limit == nil || st.Shadow {
-			continue
-		}
-		if binding < 0 || binds(st, &resp.Statuses[binding]) {
+		if enforced(st) && (binding < 0 || binds(st, &resp.Statuses[binding])) {
 			binding = i
 		}
-		if w.mode == XRateLimit {
+	}
+	return binding
+}
+
+// AppendPolicy appends the value of RateLimit-Policy for resp to b: one
+// item per enforced limit, `"name";q=RATE;w=SECONDS`.
+func AppendPolicy(b []byte, resp *decide.Response) []byte {
+	return appendItems(b, resp, func(b []byte, st *decide.Status) []byte {
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, Quota(st), 10)
+		b = append(b, ";w="...)
+		return strconv.AppendInt(b, CeilSeconds(st.Limit.Period()), 10)
+	})
+}
+
+// AppendState appends the value of RateLimit for resp to b: one item per
+// enforced limit, `"name";r=REMAINING;t=SECONDS`.
+func AppendState(b []byte, resp *decide.Response) []byte {
+	return appendItems(b, resp, func(b []byte, st *decide.Status) []byte {
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
+		b = append(b, ";t="...)
+		return strconv.AppendInt(b, CeilSeconds(st.Decision.ResetAfter), 10)
+	})
+}
+
+// appendItems appends one structured-field item per enforced limit, named
+// by the rules' `name` or else the limit's ID, with the parameters params
+// appends.
+func appendItems(b []byte, resp *decide.Response, params func([]byte, *decide.Status) []byte) []byte {
+	first := true
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		if !enforced(st) {
 			continue
 		}
+		if !first {
+			b = append(b, ", "...)
+		}
+		first = false
 		name := st.Limit.Name
 		if name == "" {
 			name = st.Limit.ID
 		}
-		if len(policy) > 0 {
-			policy = append(policy, ", "...)
-			state = append(state, ", "...)
-		}
-		policy = appendSFString(policy, name)
-		policy = append(policy, ";q="...)
-		policy = strconv.AppendInt(policy, quota(st), 10)
-		policy = append(policy, ";w="...)
-		policy = strconv.AppendInt(policy, CeilSeconds(st.Limit.Period()), 10)
-		state = appendSFString(state, name)
-		state = append(state, ";r="...)
-		state = strconv.AppendInt(state, max(st.Decision.Remaining, 0), 10)
-		state = append(state, ";t="...)
-		state = strconv.AppendInt(state, CeilSeconds(st.Decision.ResetAfter), 10)
+		b = params(appendSFString(b, name), st)
 	}
-	if binding < 0 {
-		return
-	}
-	if len(policy) > 0 {
-		h["Ratelimit-Policy"] = []string{string(policy)}
-		h["Ratelimit"] = []string{string(state)}
-	}
-	if w.mode == Both || w.mode == XRateLimit {
-		st := &resp.Statuses[binding]
-		h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(quota(st), 10)}
-		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(max(st.Decision.Remaining, 0), 10)}
-		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(CeilSeconds(st.Decision.ResetAfter), 10)}
-	}
+	return b
 }
 
 // binds reports whether a describes a tighter limit than b: over the
@@ -195,9 +228,9 @@ func binds(a, b *decide.Status) bool {
 	return a.Decision.Remaining < b.Decision.Remaining
 }
 
-// quota returns the hits the status's limit admits per period: the rules'
+// Quota returns the hits the status's limit admits per period: the rules'
 // rate, as the Envoy transport reports it.
-func quota(st *decide.Status) int64 { return st.Limit.Limit.Rate }
+func Quota(st *decide.Status) int64 { return st.Limit.Limit.Rate }
 
 // RetryAfter returns the Retry-After of a denied resp in whole seconds: the
 // real wait rounded up, at least 1, plus a random jitter of up to the
