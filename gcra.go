@@ -11,8 +11,14 @@ import "time"
 // T is rounded up to whole microseconds, so a rate that does not divide the
 // period is enforced a little below its nominal value, never above it.
 //
-// State: t is the TAT.
+// State: t is the TAT, n the latest time seen: a clock that goes back is
+// taken to be at n, so that hits are never spent in a past that has since
+// refilled the bucket.
 func gcra(rate, period, capacity int64, s *State, now, cost int64) Decision {
+	if now < s.n {
+		now = s.n
+	}
+	s.n = now
 	T := ceilDiv(period, rate)
 	tolerance := capacity * T
 	tat := max(s.t, now)

@@ -1,6 +1,7 @@
 package sluice_test
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ func traffic(t *testing.T, l sluice.Limit, n int, backwards bool) []admitted {
 	var s sluice.State
 	p := l.Period.Microseconds()
 	clock := t0.UnixMicro()
-	latest := clock
+	latest := int64(math.MinInt64) // the latest time the limit was given
 	var out []admitted
 	for range n {
 		clock += arrival(rng, p, l.Rate)

@@ -349,6 +349,8 @@ local function bucket(s, rate, period, capacity, g, now, cost, leaky)
 end
 
 local function gcra(s, T, tolerance, capacity, now, cost)
+  if now < s.n then now = s.n end -- a clock gone back is at the latest time seen
+  s.n = now
   local tat = max(s.t, now)
   local allowed, retry = 0, 0
   if cost > capacity then
