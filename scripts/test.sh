@@ -5,13 +5,14 @@
 # go vet and all tests with the race detector, and stops the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin" # nginx lives in /usr/sbin
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
-command -v nginx >/dev/null && [ -x "$(command -v nginx)" ] || need+=(nginx)
+command -v nginx >/dev/null || need+=(nginx)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]}"
   as_root apt-get update -qq
