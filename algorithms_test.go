@@ -84,7 +84,7 @@ func TestAlgorithmEdges(t *testing.T) {
 			{0, 3, sluice.Decision{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: 1000002 * time.Microsecond}},
 			{0, 1, sluice.Decision{Limit: 3, Remaining: 0, ResetAfter: 1000002 * time.Microsecond, RetryAfter: 333334 * time.Microsecond}},
 		}},
-		{"gcra: a clock going back counts as the latest time seen", sluice.Limit{Algorithm: sluice.GCRA, Rate: 10, Period: time.Second, Burst: 2}, []step{
+		{"gcra: a clock going back counts as the latest admission", sluice.Limit{Algorithm: sluice.GCRA, Rate: 10, Period: time.Second, Burst: 2}, []step{
 			{time.Second, 1, sluice.Decision{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 100 * ms}},
 			{500 * ms, 1, sluice.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 200 * ms}},
 			{300 * ms, 1, sluice.Decision{Limit: 2, Remaining: 0, ResetAfter: 200 * ms, RetryAfter: 100 * ms}},

@@ -11,14 +11,14 @@ import "time"
 // T is rounded up to whole microseconds, so a rate that does not divide the
 // period is enforced a little below its nominal value, never above it.
 //
-// State: t is the TAT, n the latest time seen: a clock that goes back is
-// taken to be at n, so that hits are never spent in a past that has since
-// refilled the bucket.
+// State: t is the TAT, n the time of the latest admitted request: a clock
+// that goes back is taken to be at n, so that hits are never spent in a
+// past that has since refilled the bucket. (Only admissions move n, so that
+// a denied request leaves the state as it was, as every store expects.)
 func gcra(rate, period, capacity int64, s *State, now, cost int64) Decision {
 	if now < s.n {
 		now = s.n
 	}
-	s.n = now
 	T := ceilDiv(period, rate)
 	tolerance := capacity * T
 	tat := max(s.t, now)
@@ -27,7 +27,7 @@ func gcra(rate, period, capacity int64, s *State, now, cost int64) Decision {
 	if cost > capacity {
 		retry = Never
 	} else if next := tat + cost*T; next-now <= tolerance {
-		tat, s.t = next, next
+		tat, s.t, s.n = next, next, now
 		allowed = true
 	} else {
 		retry = micros(next - now - tolerance)

@@ -349,8 +349,7 @@ local function bucket(s, rate, period, capacity, g, now, cost, leaky)
 end
 
 local function gcra(s, T, tolerance, capacity, now, cost)
-  if now < s.n then now = s.n end -- a clock gone back is at the latest time seen
-  s.n = now
+  if now < s.n then now = s.n end -- a clock gone back is at the latest admission
   local tat = max(s.t, now)
   local allowed, retry = 0, 0
   if cost > capacity then
@@ -358,7 +357,7 @@ local function gcra(s, T, tolerance, capacity, now, cost)
   else
     local nxt = tat + cost * T
     if nxt - now <= tolerance then
-      tat, s.t = nxt, nxt
+      tat, s.t, s.n = nxt, nxt, now
       allowed = 1
     else
       retry = nxt - now - tolerance
