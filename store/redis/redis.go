@@ -406,8 +406,13 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redis take all: %w", err)
 	}
-	if len(reqs) == 0 {
+	switch len(reqs) {
+	case 0:
 		return nil
+	case 1: // one request is all or nothing by itself: Take batches it with others
+		var err error
+		ds[0], err = s.Take(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].Cost)
+		return err
 	}
 	// Requests decided here, without Redis, are denied: the others are
 	// then decided without writing.
