@@ -9,26 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
+
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/middleware"
-	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/store/memory"
 )
 
 func hybrid(t *testing.T) (*identity.Identity, *decide.Service) {
 	t.Helper()
-	set, err := rules.Parse("rules.yaml", []byte(`
-domain: api
-descriptors:
-  - key: remote_address
-    rate_limit: {name: per-ip, unit: minute, requests_per_unit: 5}
-  - key: user
-    rate_limit: {name: per-user, unit: minute, requests_per_unit: 2}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, err := identity.Parse("identity.yaml", []byte(`
 domain: api
 trusted_proxies: [10.0.0.1]
@@ -43,21 +32,14 @@ rate_limits:
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc := memory.DefaultConfig()
-	mc.Now = func() time.Time { return time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) }
-	st, err := memory.New(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	dc := decide.DefaultConfig()
-	dc.Rules = func() *rules.Set { return set }
-	dc.Store = st
-	dc.Logger = slog.New(slog.DiscardHandler)
-	svc, err := decide.New(dc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := testenv.Decider(t, `
+domain: api
+descriptors:
+  - key: remote_address
+    rate_limit: {name: per-ip, unit: minute, requests_per_unit: 5}
+  - key: user
+    rate_limit: {name: per-user, unit: minute, requests_per_unit: 2}
+`, func() time.Time { return time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) })
 	return id, svc
 }
 

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
+
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
-	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/transport/proxy"
 	"github.com/sluicehq/sluice/transport/respond"
 )
@@ -52,29 +52,10 @@ func (c *clock) Slept() []time.Duration {
 // service returns the real decision service over the memory store; a nil
 // clk means the store's real clock.
 func service(t testing.TB, rulesYAML string, clk *clock) *decide.Service {
-	t.Helper()
-	set, err := rules.Parse("rules.yaml", []byte(rulesYAML))
-	if err != nil {
-		t.Fatal(err)
+	if clk == nil {
+		return testenv.Decider(t, rulesYAML, nil)
 	}
-	mc := memory.DefaultConfig()
-	if clk != nil {
-		mc.Now = clk.Now
-	}
-	st, err := memory.New(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	dc := decide.DefaultConfig()
-	dc.Rules = func() *rules.Set { return set }
-	dc.Store = st
-	dc.Logger = slog.New(slog.DiscardHandler)
-	s, err := decide.New(dc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return testenv.Decider(t, rulesYAML, clk.Now)
 }
 
 // everyone puts every request in one generic descriptor.

@@ -2,7 +2,6 @@ package respond_test
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -10,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testenv"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/transport/respond"
 )
 
@@ -30,27 +30,7 @@ func (c *clock) Set(d time.Duration) { c.mu.Lock(); c.now = t0.Add(d); c.mu.Unlo
 
 // service returns the real decision service over the memory store, on clk.
 func service(t *testing.T, rulesYAML string, clk *clock) *decide.Service {
-	t.Helper()
-	set, err := rules.Parse("rules.yaml", []byte(rulesYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc := memory.DefaultConfig()
-	mc.Now = clk.Now
-	st, err := memory.New(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	dc := decide.DefaultConfig()
-	dc.Rules = func() *rules.Set { return set }
-	dc.Store = st
-	dc.Logger = slog.New(slog.DiscardHandler)
-	s, err := decide.New(dc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return testenv.Decider(t, rulesYAML, clk.Now)
 }
 
 const perUser = `
