@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/testenv"
-
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/middleware"
 )
 

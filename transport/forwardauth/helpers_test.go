@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/testenv"
-
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // t0 is 10 s into a minute.

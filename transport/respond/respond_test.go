@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/testenv"
-
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/transport/respond"
 )
