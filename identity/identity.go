@@ -16,15 +16,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
 )
 
 // Descriptor is one descriptor of a request: the entries its actions
-// produced and the hits it adds. It converts to decide.Descriptor.
-type Descriptor struct {
-	Entries []rules.Entry
-	Cost    int64
-}
+// produced and the hits it adds, ready for a decide.Request.
+type Descriptor = decide.Descriptor
 
 // Identity produces descriptors from requests. It is immutable and safe for
 // concurrent use.

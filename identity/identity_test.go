@@ -303,19 +303,19 @@ rate_limits:
 		want    []Descriptor
 	}{
 		{"bare GET", "GET", "/", nil, []Descriptor{
-			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("anon", "yes"), 3}, {e("host", "api.example"), 1}}},
+			{Entries: e("generic_key", "all"), Cost: 1}, {Entries: e("tenant", "none"), Cost: 1}, {Entries: e("anon", "yes"), Cost: 3}, {Entries: e("host", "api.example"), Cost: 1}}},
 		{"headers present", "GET", "/", []string{"X-API-Key", "k1", "X-Tenant", "acme", "Authorization", "Bearer x", "User-Agent", "App/1.2"}, []Descriptor{
-			{e("api_key", "k1"), 1}, {e("generic_key", "all", "tenant", "acme"), 1}, {e("tenant", "acme"), 1}, {e("header_match", "mobile"), 1}, {e("host", "api.example"), 1}}},
+			{Entries: e("api_key", "k1"), Cost: 1}, {Entries: e("generic_key", "all", "tenant", "acme"), Cost: 1}, {Entries: e("tenant", "acme"), Cost: 1}, {Entries: e("header_match", "mobile"), Cost: 1}, {Entries: e("host", "api.example"), Cost: 1}}},
 		{"empty header is absent", "GET", "/", []string{"X-API-Key", "", "Authorization", "Bearer x"}, []Descriptor{
-			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("host", "api.example"), 1}}},
+			{Entries: e("generic_key", "all"), Cost: 1}, {Entries: e("tenant", "none"), Cost: 1}, {Entries: e("host", "api.example"), Cost: 1}}},
 		{"exact path with method", "POST", "/login", []string{"Authorization", "Bearer x"}, []Descriptor{
-			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("path", "/login", "method", "POST"), 1}, {e("host", "api.example"), 1}}},
+			{Entries: e("generic_key", "all"), Cost: 1}, {Entries: e("tenant", "none"), Cost: 1}, {Entries: e("path", "/login", "method", "POST"), Cost: 1}, {Entries: e("host", "api.example"), Cost: 1}}},
 		{"dot segments cannot dodge a path limit", "POST", "/static/..//login", []string{"Authorization", "Bearer x"}, []Descriptor{
-			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("path", "/login", "method", "POST"), 1}, {e("host", "api.example"), 1}}},
+			{Entries: e("generic_key", "all"), Cost: 1}, {Entries: e("tenant", "none"), Cost: 1}, {Entries: e("path", "/login", "method", "POST"), Cost: 1}, {Entries: e("host", "api.example"), Cost: 1}}},
 		{"regex path", "GET", "/users/42", []string{"Authorization", "Bearer x"}, []Descriptor{
-			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("path", "user-by-id"), 1}, {e("host", "api.example"), 1}}},
+			{Entries: e("generic_key", "all"), Cost: 1}, {Entries: e("tenant", "none"), Cost: 1}, {Entries: e("path", "user-by-id"), Cost: 1}, {Entries: e("host", "api.example"), Cost: 1}}},
 		{"regex path not matching", "GET", "/users/me", []string{"Authorization", "Bearer x"}, []Descriptor{
-			{e("generic_key", "all"), 1}, {e("tenant", "none"), 1}, {e("host", "api.example"), 1}}},
+			{Entries: e("generic_key", "all"), Cost: 1}, {Entries: e("tenant", "none"), Cost: 1}, {Entries: e("host", "api.example"), Cost: 1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -73,10 +73,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	req := decide.Request{Domain: h.cfg.Identity.Domain(), Descriptors: make([]decide.Descriptor, len(ds))}
-	for i, d := range ds {
-		req.Descriptors[i] = decide.Descriptor(d)
-	}
+	req := decide.Request{Domain: h.cfg.Identity.Domain(), Descriptors: ds}
 	resp, err := h.cfg.Decider.Decide(r.Context(), &req)
 	if err != nil {
 		if r.Context().Err() != nil {

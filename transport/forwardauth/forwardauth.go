@@ -82,10 +82,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	req := decide.Request{Domain: h.id.Domain(), Descriptors: make([]decide.Descriptor, len(ds))}
-	for i, d := range ds {
-		req.Descriptors[i] = decide.Descriptor(d)
-	}
+	req := decide.Request{Domain: h.id.Domain(), Descriptors: ds}
 	resp, err := h.decider.Decide(r.Context(), &req)
 	if err != nil {
 		h.log.LogAttrs(r.Context(), slog.LevelWarn, "forward-auth decision failed", slog.String("error", err.Error()))

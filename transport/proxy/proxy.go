@@ -210,10 +210,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
-	req := decide.Request{Domain: p.id.Domain(), Descriptors: make([]decide.Descriptor, len(ds))}
-	for i, d := range ds {
-		req.Descriptors[i] = decide.Descriptor(d)
-	}
+	req := decide.Request{Domain: p.id.Domain(), Descriptors: ds}
 	var waited time.Duration
 	for {
 		resp, err := p.decider.Decide(r.Context(), &req)
