@@ -90,9 +90,6 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	if c.rules == "" {
-		return usageError("serve: --rules (or $SLUICE_RULES) is required")
-	}
 	headers, err := envoyrls.ParseHeaders(c.headers)
 	if err != nil {
 		return usageError("--response-headers: %v", err)
