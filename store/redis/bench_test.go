@@ -197,3 +197,55 @@ func latencies(b *testing.B, f func(i int) error) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
+
+// BenchmarkScript sends script calls of n GCRA Takes each from 4
+// goroutines, each call waiting for the one before, over 10,000 keys, and
+// reports the Redis CPU µs per decision from INFO commandstats: the cost
+// of the script alone, without the scheduling of BenchmarkTake's 64
+// goroutines and batching.
+func BenchmarkScript(b *testing.B) {
+	addr := benchAddr(b)
+	for _, n := range []int{1, 25, 100} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.KeyPrefix = fmt.Sprintf("script%d:", time.Now().UnixNano())
+			s := open(b, "redis://"+addr, cfg)
+			l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1000, Period: time.Second}
+			ctx := context.Background()
+			if err := s.client.Do(ctx, s.client.B().ScriptLoad().Script(takeScript).Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+			var seq atomic.Int64
+			calls0, usec0 := commandStats(b, s.client)
+			b.SetParallelism(4 / runtime.GOMAXPROCS(0))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				var blob []byte
+				keys := make([]string, n)
+				next := int(seq.Add(2500))
+				for pb.Next() {
+					blob = blob[:0]
+					for i := range keys {
+						keys[i] = cfg.KeyPrefix + "{user" + strconv.Itoa(next%10000) + "}"
+						next += 7919
+						var err error
+						blob = appendGroup(blob, 0, 1)
+						if blob, err = s.limits.appendRequest(blob, l, 1); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+					if err := s.client.Do(ctx, s.evalsha(keys, "", blob)).Error(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			calls1, usec1 := commandStats(b, s.client)
+			if calls1 > calls0 {
+				b.ReportMetric(float64(usec1-usec0)/float64(b.N*n), "redis-µs/decision")
+			}
+		})
+	}
+}
