@@ -27,16 +27,26 @@
 -- leaky_bucket).
 --
 -- State: fixed_window, sliding_window, token_bucket, leaky_bucket and gcra
--- keep a 25-byte string, struct '<Bddd': algorithm, t, n, x (the previous
--- window's count, or the bucket's g). sliding_log keeps a list: a header
--- '<Bdd' (algorithm, latest time, sum) and then one '<dd' (time, hits) per
--- admitted request, oldest first. A key found under another algorithm (or
--- of another type) starts afresh. Every write sets a TTL (PSETEX, PEXPIRE) of the reset
--- time plus ARGV[2], so Redis forgets keys once they are as good as new.
+-- keep a 33-byte string, struct '<Bdddd': algorithm, t, n, x (the previous
+-- window's count, or the bucket's g), and e, the time (µs, on the
+-- script's clock) until which the key's TTL is known to keep it (a
+-- 25-byte string without e, as written before e existed, reads as e = 0).
+-- sliding_log keeps a list: a header '<Bdd' (algorithm, latest time, sum)
+-- and then one '<dd' (time, hits) per admitted request, oldest first. A key
+-- found under another algorithm (or of another type) starts afresh.
+--
+-- TTL: a key must live at least until its reset time plus ARGV[2] (the
+-- margin), so that Redis forgets keys once they are as good as new, but
+-- never sooner. A write whose key already lives that long (now + reset +
+-- margin <= e) keeps the TTL (SET KEEPTTL); otherwise PSETEX sets it to
+-- reset + 2 × margin, so that a busy key sets its TTL about once per margin
+-- rather than at every write: SET with a TTL costs Redis about a third
+-- more than SET KEEPTTL. Sliding logs set theirs with PEXPIRE at each
+-- write.
 --
 -- Cost: a call reads all string states with one MGET, and then makes one
--- PSETEX per request that changes its key, about 2 of the 4 µs of Redis
--- CPU a decision costs; so a batch does not call GET per request.
+-- SET per request that changes its key, about half of the Redis CPU a
+-- decision costs; so a batch does not call GET per request.
 
 local floor, max = math.floor, math.max
 local spack, sunpack = struct.pack, struct.unpack
@@ -90,27 +100,6 @@ local function windowStart(now, period, known)
   if now >= known and now - known < period then return known end
   local _, m = divmod(now, period)
   return now - m
-end
-
--- String states -------------------------------------------------------------
-
--- loadString decodes v, the key's value (false for none or a list, the
--- state of a sliding log: SET later replaces the list).
-local function loadString(v, alg)
-  if v and #v == 25 then
-    local a, t, n, x = sunpack('<Bddd', v)
-    if a == alg then return { t = t, n = n, x = x, orig = v, alg = alg, reset = 0 } end
-  end
-  return { t = 0, n = 0, x = 0, orig = v, alg = alg, reset = 0 }
-end
-
-local function saveString(key, alg, s, ttl, cur)
-  local v = spack('<Bddd', alg, s.t, s.n, s.x)
-  if v ~= s.orig then
-    redis.call('PSETEX', key, ttl, v)
-    s.orig = v
-    cur[key] = v
-  end
 end
 
 -- Sliding logs ---------------------------------------------------------------
@@ -231,25 +220,31 @@ local function saveLog(L, ttl)
   redis.call('PEXPIRE', key, ttl)
 end
 
--- The algorithms: each mirrors its Go transition line by line and returns
--- allowed, remaining, reset after, retry after (-1: never), wait.
+-- The algorithms: each mirrors its Go transition line by line. Those whose
+-- state is a string take it as t, n, x and the request as a, b, c, d (see
+-- ARGV[3]), now and cost, and return the new t, n, x and the decision:
+-- allowed, remaining, reset after, retry after (-1: never), wait. They work
+-- on locals, not tables: a table field costs the Lua VM a lookup, and this
+-- is the hot path.
 
-local function fixedWindow(s, rate, period, now, cost)
-  local ws = windowStart(now, period, s.t)
-  if ws < s.t then ws = s.t end
-  if ws ~= s.t then s.t, s.n = ws, 0 end
+local function fixedWindow(t, n, x, rate, period, _, _, now, cost)
+  local ws = windowStart(now, period, t)
+  if ws < t then ws = t end
+  if ws ~= t then t, n = ws, 0 end
   local stop = ws + period
   local allowed, retry, reset = 0, 0, 0
-  if cost <= rate - s.n then
-    s.n = s.n + cost
+  if cost <= rate - n then
+    n = n + cost
     allowed = 1
   elseif cost > rate then
     retry = -1
   else
     retry = stop - now
   end
-  if s.n > 0 then reset = stop - now end
-  return allowed, max(rate - s.n, 0), reset, retry, 0
+  if n > 0 then reset = stop - now end
+  local remaining = rate - n
+  if remaining < 0 then remaining = 0 end
+  return t, n, x, allowed, remaining, reset, retry, 0
 end
 
 local function weigh(count, left, period)
@@ -264,38 +259,40 @@ local function leftFor(count, k, period)
   return (muldiv(k, period, count))
 end
 
-local function slidingWindow(s, rate, period, now, cost)
-  local ws = windowStart(now, period, s.t)
-  if ws < s.t then ws, now = s.t, s.t end
-  if ws == s.t then
-  elseif ws == s.t + period then
-    s.t, s.x, s.n = ws, s.n, 0
+-- slidingWindow's x is the previous window's count.
+local function slidingWindow(t, n, x, rate, period, _, _, now, cost)
+  local ws = windowStart(now, period, t)
+  if ws < t then ws, now = t, t end
+  if ws == t then
+  elseif ws == t + period then
+    t, x, n = ws, n, 0
   else
-    s.t, s.x, s.n = ws, 0, 0
+    t, x, n = ws, 0, 0
   end
   local elapsed = now - ws
-  local free = rate - s.n - weigh(s.x, period - elapsed, period)
+  local free = rate - n - weigh(x, period - elapsed, period)
   local allowed, retry, reset = 0, 0, 0
   if cost <= free then
-    s.n = s.n + cost
+    n = n + cost
     free = free - cost
     allowed = 1
   elseif cost > rate then
     retry = -1
   else
-    local k = rate - s.n - cost
+    local k = rate - n - cost
     if k >= 0 then
-      retry = period - leftFor(s.x, k, period) - elapsed
+      retry = period - leftFor(x, k, period) - elapsed
     else
-      retry = 2 * period - leftFor(s.n, rate - cost, period) - elapsed
+      retry = 2 * period - leftFor(n, rate - cost, period) - elapsed
     end
   end
-  if s.n > 0 then
+  if n > 0 then
     reset = ws + 2 * period - now
-  elseif s.x > 0 then
+  elseif x > 0 then
     reset = ws + period - now
   end
-  return allowed, max(free, 0), reset, retry, 0
+  if free < 0 then free = 0 end
+  return t, n, x, allowed, free, reset, retry, 0
 end
 
 local function slidingLog(L, rate, period, now, cost)
@@ -319,49 +316,60 @@ local function slidingLog(L, rate, period, now, cost)
   return allowed, max(rate - L.sum, 0), reset, retry, 0
 end
 
--- bucket works in units of g: its level is the Go level in hit·µs over g.
-local function bucket(s, rate, period, capacity, g, now, cost, leaky)
-  if s.x ~= g then
-    if s.n > 0 and s.x > 0 then -- the limit changed: rescale, rounding up
-      local q, r = muldiv(s.n, s.x, g)
+-- bucket works in units of g: its level n is the Go level in hit·µs over
+-- g, and x is g.
+local function bucket(t, n, x, rate, period, capacity, g, now, cost, leaky)
+  if x ~= g then
+    if n > 0 and x > 0 then -- the limit changed: rescale, rounding up
+      local q, r = muldiv(n, x, g)
       if r > 0 then q = q + 1 end
-      s.n = q
+      n = q
     end
-    s.x = g
+    x = g
   end
-  local level = s.n
-  if now > s.t then
-    local drained = (now - s.t) * rate
-    if drained >= level then level = 0 else level = level - drained end
-    s.t = now
+  if now > t then
+    local drained = (now - t) * rate
+    if drained >= n then n = 0 else n = n - drained end
+    t = now
   end
-  s.n = level
+  local level = n
   local full = capacity * period
   local allowed, retry, wait = 0, 0, 0
   if cost > capacity then
     retry = -1
   elseif level + cost * period <= full then
-    s.n = s.n + cost * period
+    n = n + cost * period
     allowed = 1
     if leaky then wait = ceildiv(level, rate) end
   else
     retry = ceildiv(level + cost * period - full, rate)
   end
   local remaining = 0
-  if full - s.n > 0 then remaining = (divmod(full - s.n, period)) end
-  return allowed, remaining, ceildiv(s.n, rate), retry, wait
+  if full - n > 0 then remaining = (divmod(full - n, period)) end
+  return t, n, x, allowed, remaining, ceildiv(n, rate), retry, wait
 end
 
-local function gcra(s, T, tolerance, capacity, now, cost)
-  if now < s.n then now = s.n end -- a clock gone back is at the latest admission
-  local tat = max(s.t, now)
+local function tokenBucket(t, n, x, a, b, c, d, now, cost)
+  return bucket(t, n, x, a, b, c, d, now, cost, false)
+end
+
+local function leakyBucket(t, n, x, a, b, c, d, now, cost)
+  return bucket(t, n, x, a, b, c, d, now, cost, true)
+end
+
+-- gcra's t is the theoretical arrival time and n the time of the latest
+-- admission.
+local function gcra(t, n, x, T, tolerance, capacity, _, now, cost)
+  if now < n then now = n end -- a clock gone back is at the latest admission
+  local tat = t
+  if tat < now then tat = now end
   local allowed, retry = 0, 0
   if cost > capacity then
     retry = -1
   else
     local nxt = tat + cost * T
     if nxt - now <= tolerance then
-      tat, s.t, s.n = nxt, nxt, now
+      tat, t, n = nxt, nxt, now
       allowed = 1
     else
       retry = nxt - now - tolerance
@@ -369,8 +377,11 @@ local function gcra(s, T, tolerance, capacity, now, cost)
   end
   local remaining = 0
   if tolerance - (tat - now) > 0 then remaining = (divmod(tolerance - (tat - now), T)) end
-  return allowed, remaining, tat - now, retry, 0
+  return t, n, x, allowed, remaining, tat - now, retry, 0
 end
+
+-- step holds the algorithms whose state is a string, by number.
+local step = { [0] = fixedWindow, [1] = slidingWindow, [3] = tokenBucket, [4] = leakyBucket, [5] = gcra }
 
 -- The batch -------------------------------------------------------------------
 
@@ -383,13 +394,15 @@ else
 end
 local margin = tonumber(ARGV[2])
 
--- ttl returns the milliseconds a key lives, as a string: its reset time,
--- rounded up (or one more), plus the margin; at least 1. The strings are
--- kept for the call, since a number passed to redis.call costs Redis a
--- printf, and the keys of one limit decided together mostly share a TTL.
+local marginUs = margin * 1000
+
+-- ttl returns the milliseconds of a TTL of life µs, rounded up (or one
+-- more), as a string, kept for the call: a number passed to redis.call
+-- costs Redis a printf, and the keys of one limit decided together mostly
+-- share a TTL.
 local ttls = {}
-local function ttl(reset)
-  local ms = (reset - reset % 1000) / 1000 + 1 + margin
+local function ttl(life)
+  local ms = (life - life % 1000) / 1000 + 1
   local str = ttls[ms]
   if not str then
     str = string.format('%d', ms)
@@ -413,104 +426,114 @@ do
   end
 end
 
-local function value(key, ki)
+-- state returns the string state of key, the ki-th key, under alg: t, n,
+-- x, and the stored string (false for none), which a write compares with.
+local function state(key, ki, alg)
   local v = cur[key]
-  if v == nil then return vals[ki] end
-  return v
-end
-
-local function load(key, ki, alg)
-  if alg == 2 then return loadLog(key) end
-  return loadString(value(key, ki), alg)
-end
-
-local function save(key, alg, s)
-  if alg == 2 then
-    saveLog(s, ttl(s.reset))
-    cur[key] = false
-  else
-    saveString(key, alg, s, ttl(s.reset), cur)
+  if v == nil then v = vals[ki] end
+  if v then
+    local size = #v
+    if size == 33 then
+      local a0, t, n, x, e = sunpack('<Bdddd', v)
+      if a0 == alg then return t, n, x, v, e end
+    elseif size == 25 then
+      local a0, t, n, x = sunpack('<Bddd', v)
+      if a0 == alg then return t, n, x, v, 0 end
+    end
   end
+  return 0, 0, 0, v, 0
+end
+
+-- write stores a string state if it changed; see TTL above.
+local function write(key, alg, t, n, x, orig, e, reset)
+  local v
+  if now + reset + marginUs <= e then
+    v = spack('<Bdddd', alg, t, n, x, e)
+    if v == orig then return end
+    redis.call('SET', key, v, 'KEEPTTL')
+  else
+    local life = reset + 2 * marginUs
+    v = spack('<Bdddd', alg, t, n, x, now + life)
+    redis.call('PSETEX', key, ttl(life), v)
+  end
+  cur[key] = v
 end
 
 local out, o = {}, 0
-local scratch = { t = 0, n = 0, x = 0, orig = false, alg = 0, reset = 0 }
 local blob, pos, ki = ARGV[3], 1, 1
 while pos <= #blob do
   local mode, n
   mode, n, pos = sunpack('<Bi4', blob, pos)
-  local states, order, all = nil, nil, true
-  if mode ~= 0 then states, order = {}, {} end
-  for _ = 1, n do
-    local key = KEYS[ki]
-    local alg, a, b, c, d, cost
-    alg, a, b, c, d, cost, pos = sunpack('<Bddddd', blob, pos)
-
-    local s
-    if mode == 0 then -- the hot path, inlined: a Take
+  if mode == 0 then -- Takes: each request decided and written at once
+    for _ = 1, n do
+      local key = KEYS[ki]
+      local alg, a, b, c, d, cost
+      alg, a, b, c, d, cost, pos = sunpack('<Bddddd', blob, pos)
+      local allowed, remaining, reset, retry, wait
       if alg == 2 then
-        s = loadLog(key)
+        local L = loadLog(key)
+        allowed, remaining, reset, retry, wait = slidingLog(L, a, b, now, cost)
+        saveLog(L, ttl(reset + marginUs))
+        cur[key] = false
       else
-        local v = cur[key]
-        if v == nil then v = vals[ki] end
-        s = scratch
-        s.t, s.n, s.x, s.orig, s.alg = 0, 0, 0, v, alg
-        if v and #v == 25 then
-          local a0, t, n0, x = sunpack('<Bddd', v)
-          if a0 == alg then s.t, s.n, s.x = t, n0, x end
-        end
+        local t, m, x, orig, e = state(key, ki, alg)
+        t, m, x, allowed, remaining, reset, retry, wait = step[alg](t, m, x, a, b, c, d, now, cost)
+        write(key, alg, t, m, x, orig, e, reset)
       end
-    else
-      s = states[key]
-      if s == nil then
-        s = load(key, ki, alg)
-        states[key] = s
-        order[#order + 1] = key
-      elseif s.alg ~= alg then -- seen earlier in the group under another algorithm
+      o = o + 1
+      out[o] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
+      ki = ki + 1
+    end
+  else -- a TakeAll (1) or its dry run (2): decided in order on working
+    -- copies, a key given twice seeing the first request's hits, and
+    -- written only if all are allowed (1)
+    local states, order, all = {}, {}, true
+    for _ = 1, n do
+      local key = KEYS[ki]
+      local alg, a, b, c, d, cost
+      alg, a, b, c, d, cost, pos = sunpack('<Bddddd', blob, pos)
+      local s = states[key]
+      if s ~= nil and s.alg ~= alg then -- seen earlier in the group under another algorithm
         if alg == 2 then
           s = { key = key, t = 0, sum = 0, h = 1, len = 0, app = {}, cache = {},
             merge = false, changed = true, wrong = true, alg = 2, reset = 0 }
         else
-          s = { t = 0, n = 0, x = 0, alg = alg, reset = 0 }
+          s = { t = 0, n = 0, x = 0, alg = alg, reset = 0, orig = false, e = 0 }
         end
         states[key] = s
+      elseif s == nil then
+        if alg == 2 then
+          s = loadLog(key)
+        else
+          local t, m, x, orig, e = state(key, ki, alg)
+          s = { t = t, n = m, x = x, alg = alg, reset = 0, orig = orig, e = e }
+        end
+        states[key] = s
+        order[#order + 1] = key
       end
-    end
-    ki = ki + 1
-
-    local allowed, remaining, reset, retry, wait
-    if alg == 0 then
-      allowed, remaining, reset, retry, wait = fixedWindow(s, a, b, now, cost)
-    elseif alg == 1 then
-      allowed, remaining, reset, retry, wait = slidingWindow(s, a, b, now, cost)
-    elseif alg == 2 then
-      allowed, remaining, reset, retry, wait = slidingLog(s, a, b, now, cost)
-    elseif alg == 3 or alg == 4 then
-      allowed, remaining, reset, retry, wait = bucket(s, a, b, c, d, now, cost, alg == 4)
-    else
-      allowed, remaining, reset, retry, wait = gcra(s, a, b, c, now, cost)
-    end
-    s.reset = reset
-    o = o + 1
-    out[o] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
-    if allowed == 0 then all = false end
-    if mode == 0 then
+      local allowed, remaining, reset, retry, wait
       if alg == 2 then
-        saveLog(s, ttl(reset))
-        cur[key] = false
+        allowed, remaining, reset, retry, wait = slidingLog(s, a, b, now, cost)
       else
-        local v = spack('<Bddd', alg, s.t, s.n, s.x)
-        if v ~= s.orig then
-          redis.call('PSETEX', key, ttl(reset), v)
-          cur[key] = v
+        s.t, s.n, s.x, allowed, remaining, reset, retry, wait =
+          step[alg](s.t, s.n, s.x, a, b, c, d, now, cost)
+      end
+      s.reset = reset
+      o = o + 1
+      out[o] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
+      if allowed == 0 then all = false end
+      ki = ki + 1
+    end
+    if mode == 1 and all then
+      for _, key in ipairs(order) do
+        local s = states[key]
+        if s.alg == 2 then
+          saveLog(s, ttl(s.reset + marginUs))
+          cur[key] = false
+        else
+          write(key, s.alg, s.t, s.n, s.x, s.orig, s.e, s.reset)
         end
       end
-    end
-  end
-  if mode == 1 and all then
-    for _, key in ipairs(order) do
-      local s = states[key]
-      save(key, s.alg, s)
     end
   end
 end
