@@ -365,7 +365,17 @@ func (s *Service) take(ctx, tctx context.Context, resp *Response, b *batch, lo, 
 // settle writes the statuses of the descriptors of b.reqs[lo:hi] from
 // their decisions: the binding limit of each descriptor is one that denies
 // (the longest wait) or else the one with the least remaining.
+//
+// When a limit denied, the TakeAll took nothing, but the store reports the
+// others as it would have decided them, with their hits taken: their
+// Remaining gets the cost back, so that it tells what is really left (for
+// an allowed decision Remaining is exactly what was left less the cost, in
+// every algorithm).
 func (s *Service) settle(resp *Response, b *batch, lo, hi int) {
+	denied := false
+	for k := lo; k < hi; k++ {
+		denied = denied || !b.ds[k].Allowed
+	}
 	for k := lo; k < hi; {
 		i := b.refs[k].desc
 		st := &resp.Statuses[i]
@@ -374,7 +384,11 @@ func (s *Service) settle(resp *Response, b *batch, lo, hi int) {
 		var bestLimit *rules.Limit
 		for ; k < end; k++ {
 			l := b.refs[k].limit
-			d := nominal(l, b.ds[k])
+			d := b.ds[k]
+			if denied && d.Allowed {
+				d.Remaining = min(d.Remaining+b.reqs[k].Cost, d.Limit)
+			}
+			d = nominal(l, d)
 			if bestLimit == nil || binds(d, best) {
 				best, bestLimit = d, l
 			}

@@ -95,10 +95,32 @@ descriptors:
 `,
 			steps: []step{
 				{req: req("api", []string{"ip", "10.0.0.1"}, []string{"user", "alice"}), overall: decide.OK, want: []want{ok("minute", 0), ok("minute", 9)}},
-				// ip denies: user reports what it would have decided (8 left) but consumes nothing.
-				{req: req("api", []string{"ip", "10.0.0.1"}, []string{"user", "alice"}), overall: decide.OverLimit, want: []want{over("minute", time.Minute), ok("minute", 8)}},
-				{req: req("api", []string{"ip", "10.0.0.1"}, []string{"user", "alice"}), overall: decide.OverLimit, want: []want{over("minute", time.Minute), ok("minute", 8)}},
+				// ip denies: user consumes nothing and reports the 9 really left.
+				{req: req("api", []string{"ip", "10.0.0.1"}, []string{"user", "alice"}), overall: decide.OverLimit, want: []want{over("minute", time.Minute), ok("minute", 9)}},
+				{req: req("api", []string{"ip", "10.0.0.1"}, []string{"user", "alice"}), overall: decide.OverLimit, want: []want{over("minute", time.Minute), ok("minute", 9)}},
 				{req: req("api", []string{"user", "alice"}), overall: decide.OK, want: []want{ok("minute", 8)}},
+			},
+		},
+		{
+			name: "after a denial the others report what is really left, whatever their algorithm and cost",
+			rules: `
+domain: api
+descriptors:
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 6}
+  - key: user
+    rate_limits:
+      - {unit: minute, requests_per_unit: 20, algorithm: token_bucket}
+      - {unit: hour, requests_per_unit: 30, algorithm: gcra}
+      - {unit: minute, requests_per_unit: 25, algorithm: sliding_window}
+      - {unit: minute, requests_per_unit: 40, algorithm: sliding_log}
+`,
+			steps: []step{
+				{req: withCost(req("api", []string{"ip", "10.0.0.1"}, []string{"user", "alice"}), 4), overall: decide.OK, want: []want{ok("minute", 2), ok("minute", 16)}},
+				// ip denies the next 4: user's binding limit, the token
+				// bucket, still has 16, not 12.
+				{req: withCost(req("api", []string{"ip", "10.0.0.1"}, []string{"user", "alice"}), 4), overall: decide.OverLimit, want: []want{over("minute", time.Minute), ok("minute", 16)}},
+				{req: withCost(req("api", []string{"user", "alice"}), 4), overall: decide.OK, want: []want{ok("minute", 12)}},
 			},
 		},
 		{

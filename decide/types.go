@@ -54,7 +54,8 @@ type Status struct {
 	// the descriptor's limits. Nil when no rule matched or the limit is
 	// unlimited.
 	Limit *rules.Limit
-	// Decision is that limit's decision.
+	// Decision is that limit's decision. When another limit of the
+	// request denied, nothing was taken, and Remaining says what is left.
 	Decision sluice.Decision
 	// Shadow reports that the descriptor is in shadow mode: Code is OK, and
 	// ShadowOverLimit says whether it would have been OVER_LIMIT.

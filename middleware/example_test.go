@@ -72,5 +72,5 @@ descriptors:
 	// Output:
 	// 200 RateLimit: "per-ip";r=99;t=60, "per-user";r=1;t=60 Retry-After: ""
 	// 200 RateLimit: "per-ip";r=98;t=60, "per-user";r=0;t=60 Retry-After: ""
-	// 429 RateLimit: "per-ip";r=97;t=60, "per-user";r=0;t=60 Retry-After: "60"
+	// 429 RateLimit: "per-ip";r=98;t=60, "per-user";r=0;t=60 Retry-After: "60"
 }
