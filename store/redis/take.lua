@@ -104,284 +104,274 @@ end
 
 -- Sliding logs ---------------------------------------------------------------
 
-local CHUNK = 64
+-- makeLogs makes the sliding log's functions, which a call makes only when
+-- it has a sliding_log request (see step on the cost of a function).
+local function makeLogs()
+  local CHUNK = 64
 
-local function loadLog(key)
-  local L = { key = key, t = 0, sum = 0, h = 1, len = 0, app = {}, cache = {},
-    merge = false, changed = false, wrong = false, alg = 2, reset = 0 }
-  local hdr = redis.pcall('LINDEX', key, 0)
-  if type(hdr) == 'table' then -- WRONGTYPE: a string state of another algorithm
-    L.wrong = true
-    return L
-  end
-  if hdr and #hdr == 17 then
-    local a, t, sum = sunpack('<Bdd', hdr)
-    if a == 2 then
-      L.t, L.sum, L.len = t, sum, redis.call('LLEN', key)
+  local function loadLog(key)
+    local L = { key = key, t = 0, sum = 0, h = 1, len = 0, app = {}, cache = {},
+      merge = false, changed = false, wrong = false, alg = 2, reset = 0 }
+    local hdr = redis.pcall('LINDEX', key, 0)
+    if type(hdr) == 'table' then -- WRONGTYPE: a string state of another algorithm
+      L.wrong = true
       return L
     end
-  end
-  if hdr then L.wrong = true end
-  return L
-end
-
--- entry returns {t, n} of the stored entry at list index i, 1 <= i < L.len.
-local function entry(L, i)
-  local e = L.cache[i]
-  if not e then
-    local vs = redis.call('LRANGE', L.key, i, i + CHUNK - 1)
-    for j = 1, #vs do
-      local t, n = sunpack('<dd', vs[j])
-      L.cache[i + j - 1] = { t, n }
+    if hdr and #hdr == 17 then
+      local a, t, sum = sunpack('<Bdd', hdr)
+      if a == 2 then
+        L.t, L.sum, L.len = t, sum, redis.call('LLEN', key)
+        return L
+      end
     end
-    e = L.cache[i]
+    if hdr then L.wrong = true end
+    return L
   end
-  return e
-end
 
-local function expireLog(L, cutoff)
-  while L.h < L.len do
-    local e = entry(L, L.h)
-    if e[1] > cutoff then break end
-    L.sum = L.sum - e[2]
-    L.h = L.h + 1
+  -- entry returns {t, n} of the stored entry at list index i, 1 <= i < L.len.
+  local function entry(L, i)
+    local e = L.cache[i]
+    if not e then
+      local vs = redis.call('LRANGE', L.key, i, i + CHUNK - 1)
+      for j = 1, #vs do
+        local t, n = sunpack('<dd', vs[j])
+        L.cache[i + j - 1] = { t, n }
+      end
+      e = L.cache[i]
+    end
+    return e
+  end
+
+  local function expireLog(L, cutoff)
+    while L.h < L.len do
+      local e = entry(L, L.h)
+      if e[1] > cutoff then break end
+      L.sum = L.sum - e[2]
+      L.h = L.h + 1
+      L.changed = true
+    end
+    -- Appended entries are at this call's now, later than any cutoff.
+  end
+
+  local function lastLog(L)
+    local k = #L.app
+    if k > 0 then return L.app[k][1] end
+    if L.h < L.len then return entry(L, L.len - 1)[1] end
+    return nil
+  end
+
+  local function addLog(L, t, n)
+    L.sum = L.sum + n
     L.changed = true
-  end
-  -- Appended entries are at this call's now, later than any cutoff.
-end
-
-local function lastLog(L)
-  local k = #L.app
-  if k > 0 then return L.app[k][1] end
-  if L.h < L.len then return entry(L, L.len - 1)[1] end
-  return nil
-end
-
-local function addLog(L, t, n)
-  L.sum = L.sum + n
-  L.changed = true
-  local k = #L.app
-  if k > 0 then
-    if L.app[k][1] == t then
-      L.app[k][2] = L.app[k][2] + n
-      return
+    local k = #L.app
+    if k > 0 then
+      if L.app[k][1] == t then
+        L.app[k][2] = L.app[k][2] + n
+        return
+      end
+    elseif L.h < L.len then
+      local e = entry(L, L.len - 1)
+      if e[1] == t then
+        e[2] = e[2] + n
+        L.merge = true
+        return
+      end
     end
-  elseif L.h < L.len then
-    local e = entry(L, L.len - 1)
-    if e[1] == t then
-      e[2] = e[2] + n
-      L.merge = true
-      return
+    L.app[k + 1] = { t, n }
+  end
+
+  local function passesLog(L, most)
+    local sum = L.sum
+    for i = L.h, L.len - 1 do
+      local e = entry(L, i)
+      sum = sum - e[2]
+      if sum <= most then return e[1] end
     end
+    for _, e in ipairs(L.app) do
+      sum = sum - e[2]
+      if sum <= most then return e[1] end
+    end
+    return 0
   end
-  L.app[k + 1] = { t, n }
-end
 
-local function passesLog(L, most)
-  local sum = L.sum
-  for i = L.h, L.len - 1 do
-    local e = entry(L, i)
-    sum = sum - e[2]
-    if sum <= most then return e[1] end
-  end
-  for _, e in ipairs(L.app) do
-    sum = sum - e[2]
-    if sum <= most then return e[1] end
-  end
-  return 0
-end
-
-local function saveLog(L, ttl)
-  if not L.changed then return end
-  local key = L.key
-  local hdr = spack('<Bdd', 2, L.t, L.sum)
-  if L.wrong then
-    redis.call('DEL', key)
-    L.len, L.h, L.wrong = 0, 1, false
-  end
-  if L.len == 0 then
-    redis.call('RPUSH', key, hdr)
-  elseif L.h > 1 then
-    redis.call('LTRIM', key, L.h, -1)
-    redis.call('LPUSH', key, hdr)
-  else
-    redis.call('LSET', key, 0, hdr)
-  end
-  if L.merge then
-    local e = entry(L, L.len - 1)
-    redis.call('LSET', key, -1, spack('<dd', e[1], e[2]))
-  end
-  local k = #L.app
-  if k > 0 then
-    local vs = {}
-    for i = 1, k do vs[i] = spack('<dd', L.app[i][1], L.app[i][2]) end
-    redis.call('RPUSH', key, unpack(vs))
-  end
-  redis.call('PEXPIRE', key, ttl)
-end
-
--- The algorithms: each mirrors its Go transition line by line. Those whose
--- state is a string take it as t, n, x and the request as a, b, c, d (see
--- ARGV[3]), now and cost, and return the new t, n, x and the decision:
--- allowed, remaining, reset after, retry after (-1: never), wait. They work
--- on locals, not tables: a table field costs the Lua VM a lookup, and this
--- is the hot path.
-
-local function fixedWindow(t, n, x, rate, period, _, _, now, cost)
-  local ws = windowStart(now, period, t)
-  if ws < t then ws = t end
-  if ws ~= t then t, n = ws, 0 end
-  local stop = ws + period
-  local allowed, retry, reset = 0, 0, 0
-  if cost <= rate - n then
-    n = n + cost
-    allowed = 1
-  elseif cost > rate then
-    retry = -1
-  else
-    retry = stop - now
-  end
-  if n > 0 then reset = stop - now end
-  local remaining = rate - n
-  if remaining < 0 then remaining = 0 end
-  return t, n, x, allowed, remaining, reset, retry, 0
-end
-
-local function weigh(count, left, period)
-  if count <= 0 or left <= 0 then return 0 end
-  local q, r = muldiv(count, left, period)
-  if r ~= 0 then q = q + 1 end
-  return q
-end
-
-local function leftFor(count, k, period)
-  if count <= k then return period end
-  return (muldiv(k, period, count))
-end
-
--- slidingWindow's x is the previous window's count.
-local function slidingWindow(t, n, x, rate, period, _, _, now, cost)
-  local ws = windowStart(now, period, t)
-  if ws < t then ws, now = t, t end
-  if ws == t then
-  elseif ws == t + period then
-    t, x, n = ws, n, 0
-  else
-    t, x, n = ws, 0, 0
-  end
-  local elapsed = now - ws
-  local free = rate - n - weigh(x, period - elapsed, period)
-  local allowed, retry, reset = 0, 0, 0
-  if cost <= free then
-    n = n + cost
-    free = free - cost
-    allowed = 1
-  elseif cost > rate then
-    retry = -1
-  else
-    local k = rate - n - cost
-    if k >= 0 then
-      retry = period - leftFor(x, k, period) - elapsed
+  local function saveLog(L, ttl)
+    if not L.changed then return end
+    local key = L.key
+    local hdr = spack('<Bdd', 2, L.t, L.sum)
+    if L.wrong then
+      redis.call('DEL', key)
+      L.len, L.h, L.wrong = 0, 1, false
+    end
+    if L.len == 0 then
+      redis.call('RPUSH', key, hdr)
+    elseif L.h > 1 then
+      redis.call('LTRIM', key, L.h, -1)
+      redis.call('LPUSH', key, hdr)
     else
-      retry = 2 * period - leftFor(n, rate - cost, period) - elapsed
+      redis.call('LSET', key, 0, hdr)
     end
-  end
-  if n > 0 then
-    reset = ws + 2 * period - now
-  elseif x > 0 then
-    reset = ws + period - now
-  end
-  if free < 0 then free = 0 end
-  return t, n, x, allowed, free, reset, retry, 0
-end
-
-local function slidingLog(L, rate, period, now, cost)
-  if now < L.t then now = L.t end
-  if L.t ~= now then
-    L.t = now
-    L.changed = true
-  end
-  expireLog(L, now - period)
-  local allowed, retry, reset = 0, 0, 0
-  if cost <= rate - L.sum then
-    if cost > 0 then addLog(L, now, cost) end
-    allowed = 1
-  elseif cost > rate then
-    retry = -1
-  else
-    retry = passesLog(L, rate - cost) + period - now
-  end
-  local last = lastLog(L)
-  if last then reset = last + period - now end
-  return allowed, max(rate - L.sum, 0), reset, retry, 0
-end
-
--- bucket works in units of g: its level n is the Go level in hit·µs over
--- g, and x is g.
-local function bucket(t, n, x, rate, period, capacity, g, now, cost, leaky)
-  if x ~= g then
-    if n > 0 and x > 0 then -- the limit changed: rescale, rounding up
-      local q, r = muldiv(n, x, g)
-      if r > 0 then q = q + 1 end
-      n = q
+    if L.merge then
+      local e = entry(L, L.len - 1)
+      redis.call('LSET', key, -1, spack('<dd', e[1], e[2]))
     end
-    x = g
+    local k = #L.app
+    if k > 0 then
+      local vs = {}
+      for i = 1, k do vs[i] = spack('<dd', L.app[i][1], L.app[i][2]) end
+      redis.call('RPUSH', key, unpack(vs))
+    end
+    redis.call('PEXPIRE', key, ttl)
   end
-  if now > t then
-    local drained = (now - t) * rate
-    if drained >= n then n = 0 else n = n - drained end
-    t = now
-  end
-  local level = n
-  local full = capacity * period
-  local allowed, retry, wait = 0, 0, 0
-  if cost > capacity then
-    retry = -1
-  elseif level + cost * period <= full then
-    n = n + cost * period
-    allowed = 1
-    if leaky then wait = ceildiv(level, rate) end
-  else
-    retry = ceildiv(level + cost * period - full, rate)
-  end
-  local remaining = 0
-  if full - n > 0 then remaining = (divmod(full - n, period)) end
-  return t, n, x, allowed, remaining, ceildiv(n, rate), retry, wait
-end
 
-local function tokenBucket(t, n, x, a, b, c, d, now, cost)
-  return bucket(t, n, x, a, b, c, d, now, cost, false)
-end
-
-local function leakyBucket(t, n, x, a, b, c, d, now, cost)
-  return bucket(t, n, x, a, b, c, d, now, cost, true)
-end
-
--- gcra's t is the theoretical arrival time and n the time of the latest
--- admission.
-local function gcra(t, n, x, T, tolerance, capacity, _, now, cost)
-  if now < n then now = n end -- a clock gone back is at the latest admission
-  local tat = t
-  if tat < now then tat = now end
-  local allowed, retry = 0, 0
-  if cost > capacity then
-    retry = -1
-  else
-    local nxt = tat + cost * T
-    if nxt - now <= tolerance then
-      tat, t, n = nxt, nxt, now
+  local function slidingLog(L, rate, period, now, cost)
+    if now < L.t then now = L.t end
+    if L.t ~= now then
+      L.t = now
+      L.changed = true
+    end
+    expireLog(L, now - period)
+    local allowed, retry, reset = 0, 0, 0
+    if cost <= rate - L.sum then
+      if cost > 0 then addLog(L, now, cost) end
       allowed = 1
+    elseif cost > rate then
+      retry = -1
     else
-      retry = nxt - now - tolerance
+      retry = passesLog(L, rate - cost) + period - now
     end
+    local last = lastLog(L)
+    if last then reset = last + period - now end
+    return allowed, max(rate - L.sum, 0), reset, retry, 0
   end
-  local remaining = 0
-  if tolerance - (tat - now) > 0 then remaining = (divmod(tolerance - (tat - now), T)) end
-  return t, n, x, allowed, remaining, tat - now, retry, 0
-end
 
--- step holds the algorithms whose state is a string, by number.
-local step = { [0] = fixedWindow, [1] = slidingWindow, [3] = tokenBucket, [4] = leakyBucket, [5] = gcra }
+  return { load = loadLog, save = saveLog, take = slidingLog }
+end
+local logs -- makeLogs's table, once made
+
+-- The algorithms whose state is a string, in one function (every function
+-- a script defines is made afresh at each call, for about 1,000 Redis
+-- instructions each): step applies algorithm alg to the state t, n, x with
+-- the request's a, b, c, d (see ARGV[3]), now and cost, and returns the new
+-- t, n, x and the decision: allowed, remaining, reset after, retry after
+-- (-1: never), wait. Each part mirrors its Go transition line by line, on
+-- locals rather than tables, since a table field costs the Lua VM a lookup
+-- and this is the hot path.
+local function step(alg, t, n, x, a, b, c, d, now, cost)
+  local allowed, remaining, reset, retry, wait = 0, 0, 0, 0, 0
+  if alg == 5 then
+    -- gcra: a = T, b = tolerance, c = capacity; t is the theoretical
+    -- arrival time and n the time of the latest admission.
+    if now < n then now = n end -- a clock gone back is at the latest admission
+    local tat = t
+    if tat < now then tat = now end
+    if cost > c then
+      retry = -1
+    else
+      local nxt = tat + cost * a
+      if nxt - now <= b then
+        tat, t, n = nxt, nxt, now
+        allowed = 1
+      else
+        retry = nxt - now - b
+      end
+    end
+    if b - (tat - now) > 0 then remaining = (divmod(b - (tat - now), a)) end
+    reset = tat - now
+  elseif alg == 3 or alg == 4 then
+    -- token_bucket, leaky_bucket: a = rate/g, b = period/g, c = capacity,
+    -- d = g. The level n is the Go level in hit·µs over g, and x is g.
+    if x ~= d then
+      if n > 0 and x > 0 then -- the limit changed: rescale, rounding up
+        local q, r = muldiv(n, x, d)
+        if r > 0 then q = q + 1 end
+        n = q
+      end
+      x = d
+    end
+    if now > t then
+      local drained = (now - t) * a
+      if drained >= n then n = 0 else n = n - drained end
+      t = now
+    end
+    local level = n
+    local full = c * b
+    if cost > c then
+      retry = -1
+    elseif level + cost * b <= full then
+      n = n + cost * b
+      allowed = 1
+      if alg == 4 then wait = ceildiv(level, a) end
+    else
+      retry = ceildiv(level + cost * b - full, a)
+    end
+    if full - n > 0 then remaining = (divmod(full - n, b)) end
+    reset = ceildiv(n, a)
+  elseif alg == 0 then
+    -- fixed_window: a = rate, b = period.
+    local ws = windowStart(now, b, t)
+    if ws < t then ws = t end
+    if ws ~= t then t, n = ws, 0 end
+    local stop = ws + b
+    if cost <= a - n then
+      n = n + cost
+      allowed = 1
+    elseif cost > a then
+      retry = -1
+    else
+      retry = stop - now
+    end
+    if n > 0 then reset = stop - now end
+    remaining = a - n
+    if remaining < 0 then remaining = 0 end
+  else
+    -- sliding_window: a = rate, b = period; x is the previous window's
+    -- count, weighed by the part of it still in the window, rounded up.
+    local ws = windowStart(now, b, t)
+    if ws < t then ws, now = t, t end
+    if ws == t then
+    elseif ws == t + b then
+      t, x, n = ws, n, 0
+    else
+      t, x, n = ws, 0, 0
+    end
+    local elapsed = now - ws
+    local weighed, left = 0, b - elapsed
+    if x > 0 and left > 0 then
+      local q, r = muldiv(x, left, b)
+      if r ~= 0 then q = q + 1 end
+      weighed = q
+    end
+    local free = a - n - weighed
+    if cost <= free then
+      n = n + cost
+      free = free - cost
+      allowed = 1
+    elseif cost > a then
+      retry = -1
+    else
+      -- the time left of a window of count hits, past which at most k
+      -- of them still weigh (leftFor in Go)
+      local k = a - n - cost
+      if k >= 0 then
+        local l = b
+        if x > k then l = (muldiv(k, b, x)) end
+        retry = b - l - elapsed
+      else
+        local l = b
+        if n > a - cost then l = (muldiv(a - cost, b, n)) end
+        retry = 2 * b - l - elapsed
+      end
+    end
+    if n > 0 then
+      reset = ws + 2 * b - now
+    elseif x > 0 then
+      reset = ws + b - now
+    end
+    if free < 0 then free = 0 end
+    remaining = free
+  end
+  return t, n, x, allowed, remaining, reset, retry, wait
+end
 
 -- The batch -------------------------------------------------------------------
 
@@ -471,13 +461,14 @@ while pos <= #blob do
       alg, a, b, c, d, cost, pos = sunpack('<Bddddd', blob, pos)
       local allowed, remaining, reset, retry, wait
       if alg == 2 then
-        local L = loadLog(key)
-        allowed, remaining, reset, retry, wait = slidingLog(L, a, b, now, cost)
-        saveLog(L, ttl(reset + marginUs))
+        logs = logs or makeLogs()
+        local L = logs.load(key)
+        allowed, remaining, reset, retry, wait = logs.take(L, a, b, now, cost)
+        logs.save(L, ttl(reset + marginUs))
         cur[key] = false
       else
         local t, m, x, orig, e = state(key, ki, alg)
-        t, m, x, allowed, remaining, reset, retry, wait = step[alg](t, m, x, a, b, c, d, now, cost)
+        t, m, x, allowed, remaining, reset, retry, wait = step(alg, t, m, x, a, b, c, d, now, cost)
         write(key, alg, t, m, x, orig, e, reset)
       end
       o = o + 1
@@ -503,7 +494,8 @@ while pos <= #blob do
         states[key] = s
       elseif s == nil then
         if alg == 2 then
-          s = loadLog(key)
+          logs = logs or makeLogs()
+          s = logs.load(key)
         else
           local t, m, x, orig, e = state(key, ki, alg)
           s = { t = t, n = m, x = x, alg = alg, reset = 0, orig = orig, e = e }
@@ -513,10 +505,11 @@ while pos <= #blob do
       end
       local allowed, remaining, reset, retry, wait
       if alg == 2 then
-        allowed, remaining, reset, retry, wait = slidingLog(s, a, b, now, cost)
+        logs = logs or makeLogs() -- s may be a fresh log, not loaded
+        allowed, remaining, reset, retry, wait = logs.take(s, a, b, now, cost)
       else
         s.t, s.n, s.x, allowed, remaining, reset, retry, wait =
-          step[alg](s.t, s.n, s.x, a, b, c, d, now, cost)
+          step(alg, s.t, s.n, s.x, a, b, c, d, now, cost)
       end
       s.reset = reset
       o = o + 1
@@ -528,7 +521,7 @@ while pos <= #blob do
       for _, key in ipairs(order) do
         local s = states[key]
         if s.alg == 2 then
-          saveLog(s, ttl(s.reset + marginUs))
+          logs.save(s, ttl(s.reset + marginUs))
           cur[key] = false
         else
           write(key, s.alg, s.t, s.n, s.x, s.orig, s.e, s.reset)
