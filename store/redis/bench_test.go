@@ -58,7 +58,7 @@ func commandStats(b *testing.B, c rueidis.Client) (calls, usec int64) {
 // commandstats.
 func BenchmarkTake(b *testing.B) {
 	b.Run("default", func(b *testing.B) { benchmarkTake(b, DefaultConfig()) })
-	for _, inFlight := range []int{1, 4, 8} {
+	for _, inFlight := range []int{1, 3, 4, 8} {
 		b.Run(fmt.Sprintf("inflight=%d", inFlight), func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.MaxInFlight = inFlight

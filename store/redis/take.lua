@@ -48,22 +48,19 @@
 -- SET per request that changes its key, about half of the Redis CPU a
 -- decision costs; so a batch does not call GET per request.
 
-local floor, max = math.floor, math.max
+local max = math.max
 local spack, sunpack = struct.pack, struct.unpack
 local TWO52 = 4503599627370496
 
 -- divmod returns q = ⌊a/b⌋ and r = a − q·b, 0 <= r < b, for integers
--- |a| <= 2^52 and 0 < b <= 2^52: the quotient of the doubles may be off by
--- one near an integer, and the remainder, which is exact, corrects it.
+-- |a| <= 2^52 and 0 < b <= 2^52. Lua's a % b is a − ⌊a/b⌋·b in doubles,
+-- exact but for the quotient, which may be one off near an integer: then
+-- r is off by b, and correcting r makes a − r an exact multiple of b. (The
+-- VM computes %; math.floor would be a C call.) Hot paths inline it.
 local function divmod(a, b)
-  local q = floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q, r = q - 1, r + b
-  elseif r >= b then
-    q, r = q + 1, r - b
-  end
-  return q, r
+  local r = a % b
+  if r < 0 then r = r + b elseif r >= b then r = r - b end
+  return (a - r) / b, r
 end
 
 -- ceildiv returns ⌈a/b⌉ for 0 <= a <= 2^52, 0 < b <= 2^52.
@@ -275,7 +272,12 @@ local function step(alg, t, n, x, a, b, c, d, now, cost)
         retry = nxt - now - b
       end
     end
-    if b - (tat - now) > 0 then remaining = (divmod(b - (tat - now), a)) end
+    local left = b - (tat - now)
+    if left > 0 then -- remaining = ⌊left/a⌋, divmod inlined
+      local r = left % a
+      if r < 0 then r = r + a elseif r >= a then r = r - a end
+      remaining = (left - r) / a
+    end
     reset = tat - now
   elseif alg == 3 or alg == 4 then
     -- token_bucket, leaky_bucket: a = rate/g, b = period/g, c = capacity,
@@ -304,7 +306,12 @@ local function step(alg, t, n, x, a, b, c, d, now, cost)
     else
       retry = ceildiv(level + cost * b - full, a)
     end
-    if full - n > 0 then remaining = (divmod(full - n, b)) end
+    local left = full - n
+    if left > 0 then -- remaining = ⌊left/b⌋, divmod inlined
+      local r = left % b
+      if r < 0 then r = r + b elseif r >= b then r = r - b end
+      remaining = (left - r) / b
+    end
     reset = ceildiv(n, a)
   elseif alg == 0 then
     -- fixed_window: a = rate, b = period.
