@@ -97,25 +97,51 @@ func (s *Store) submit(ctx context.Context, c *call) error {
 	}
 	select {
 	case s.calls <- c:
-		return nil
-	case <-s.stop:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	default: // the queue is full: wait for room
+		select {
+		case s.calls <- c:
+		case <-s.stop:
+			return ErrClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// A Close that drained the queue before c entered it leaves c to
+	// whoever sees it closed.
+	if s.closed.Load() {
+		s.drain()
+	}
+	return nil
+}
+
+// drain finishes every queued call with ErrClosed.
+func (s *Store) drain() {
+	for {
+		select {
+		case c := <-s.calls:
+			s.finish([]*call{c}, nil, ErrClosed)
+		default:
+			return
+		}
 	}
 }
 
-// wait waits until c is decided, ctx is done or the store closes. A call
-// whose context has no deadline is bounded by its script call's deadline,
-// Config.Timeout after the call leaves, which spares a timer per decision.
+// wait waits until c is decided or ctx is done. Every call queued gets
+// decided: by a worker, with an error at its script call's deadline
+// (Config.Timeout after the call leaves when its context has none, which
+// spares a timer per decision), or with ErrClosed by Close. A context
+// that cannot end makes it a plain channel receive.
 func (s *Store) wait(ctx context.Context, c *call) error {
+	done := ctx.Done()
+	if done == nil {
+		<-c.done
+		return c.err
+	}
 	select {
 	case <-c.done:
 		return c.err
-	case <-ctx.Done():
+	case <-done:
 		return ctx.Err()
-	case <-s.stop:
-		return ErrClosed
 	}
 }
 
@@ -162,6 +188,7 @@ func (s *Store) worker() {
 				case <-window.C:
 					break wait
 				case <-s.stop:
+					s.finish(b.calls, nil, ErrClosed)
 					return
 				}
 			}

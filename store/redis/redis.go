@@ -149,6 +149,7 @@ type Store struct {
 	wg     sync.WaitGroup
 
 	inFlight atomic.Int32 // script calls being run by workers
+	closed   atomic.Bool  // set by Close before it drains calls
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -507,9 +508,11 @@ func (s *Store) slot(key string) uint16 {
 // without one). It is safe to call more than once.
 func (s *Store) Close() error {
 	s.once.Do(func() {
+		s.closed.Store(true)
 		close(s.stop)
 		s.cancel()
 		s.wg.Wait()
+		s.drain()
 		s.client.Close()
 	})
 	return nil

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -361,5 +363,50 @@ func TestScriptFlushed(t *testing.T) {
 	d, err := s.Take(ctx, "k", l, 1)
 	if err != nil || d.Remaining != 3 {
 		t.Fatalf("Take after SCRIPT FLUSH = %+v, %v; want 3 remaining", d, err)
+	}
+}
+
+// TestCloseUnderLoad closes the store while 256 goroutines take with
+// contexts that never end: every Take returns (decided, or ErrClosed, or
+// the error of a script call cut short), none waits for ever.
+func TestCloseUnderLoad(t *testing.T) {
+	s, err := Open(context.Background(), "redis://"+testenv.RedisAddr(t), testConfig(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1000, Period: time.Second}
+	var wg sync.WaitGroup
+	var closed atomic.Int64
+	started := make(chan struct{}, 256)
+	for i := range 256 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; ; j++ {
+				if j == 1 {
+					started <- struct{}{}
+				}
+				if _, err := s.Take(context.Background(), fmt.Sprintf("close-%d", i), l, 1); err != nil {
+					if errors.Is(err, ErrClosed) {
+						closed.Add(1)
+					}
+					return
+				}
+			}
+		}()
+	}
+	for range 256 {
+		<-started
+	}
+	s.Close()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Takes still waiting 10s after Close")
+	}
+	if closed.Load() == 0 {
+		t.Fatal("no Take saw ErrClosed")
 	}
 }
