@@ -139,15 +139,37 @@ func (w *Writer) SetHeaders(h http.Header, resp *decide.Response) {
 	if binding < 0 {
 		return
 	}
+	// Every value is written into one buffer, converted to one string and
+	// cut from it, and the values' slices share one array: two
+	// allocations for all the fields instead of two or more each.
+	var buf [256]byte
+	b := buf[:0]
+	var ends [5]int
+	var keys [5]string
+	n := 0
+	cut := func(key string) { keys[n], ends[n] = key, len(b); n++ }
 	if w.mode != XRateLimit {
-		h["Ratelimit-Policy"] = []string{string(AppendPolicy(nil, resp))}
-		h["Ratelimit"] = []string{string(AppendState(nil, resp))}
+		b = AppendPolicy(b, resp)
+		cut("Ratelimit-Policy")
+		b = AppendState(b, resp)
+		cut("Ratelimit")
 	}
 	if w.mode == Both || w.mode == XRateLimit {
 		st := &resp.Statuses[binding]
-		h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(Quota(st), 10)}
-		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(max(st.Decision.Remaining, 0), 10)}
-		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(CeilSeconds(st.Decision.ResetAfter), 10)}
+		b = strconv.AppendInt(b, Quota(st), 10)
+		cut("X-Ratelimit-Limit")
+		b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
+		cut("X-Ratelimit-Remaining")
+		b = strconv.AppendInt(b, CeilSeconds(st.Decision.ResetAfter), 10)
+		cut("X-Ratelimit-Reset")
+	}
+	s := string(b)
+	vals := make([]string, n)
+	start := 0
+	for i := range n {
+		vals[i] = s[start:ends[i]]
+		start = ends[i]
+		h[keys[i]] = vals[i : i+1 : i+1] // full: an Add to one field copies
 	}
 }
 
@@ -173,29 +195,20 @@ func Binding(resp *decide.Response) int {
 // AppendPolicy appends the value of RateLimit-Policy for resp to b: one
 // item per enforced limit, `"name";q=RATE;w=SECONDS`.
 func AppendPolicy(b []byte, resp *decide.Response) []byte {
-	return appendItems(b, resp, func(b []byte, st *decide.Status) []byte {
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, Quota(st), 10)
-		b = append(b, ";w="...)
-		return strconv.AppendInt(b, CeilSeconds(st.Limit.Period()), 10)
-	})
+	return appendItems(b, resp, true)
 }
 
 // AppendState appends the value of RateLimit for resp to b: one item per
 // enforced limit, `"name";r=REMAINING;t=SECONDS`.
 func AppendState(b []byte, resp *decide.Response) []byte {
-	return appendItems(b, resp, func(b []byte, st *decide.Status) []byte {
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
-		b = append(b, ";t="...)
-		return strconv.AppendInt(b, CeilSeconds(st.Decision.ResetAfter), 10)
-	})
+	return appendItems(b, resp, false)
 }
 
 // appendItems appends one structured-field item per enforced limit, named
-// by the rules' `name` or else the limit's ID, with the parameters params
-// appends.
-func appendItems(b []byte, resp *decide.Response, params func([]byte, *decide.Status) []byte) []byte {
+// by the rules' `name` or else the limit's ID, with the parameters of
+// RateLimit-Policy when policy, else those of RateLimit. (A flag rather
+// than a func parameter, so that b does not escape to the heap.)
+func appendItems(b []byte, resp *decide.Response, policy bool) []byte {
 	first := true
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
@@ -210,7 +223,18 @@ func appendItems(b []byte, resp *decide.Response, params func([]byte, *decide.St
 		if name == "" {
 			name = st.Limit.ID
 		}
-		b = params(appendSFString(b, name), st)
+		b = appendSFString(b, name)
+		if policy {
+			b = append(b, ";q="...)
+			b = strconv.AppendInt(b, Quota(st), 10)
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, CeilSeconds(st.Limit.Period()), 10)
+		} else {
+			b = append(b, ";r="...)
+			b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, CeilSeconds(st.Decision.ResetAfter), 10)
+		}
 	}
 	return b
 }
