@@ -97,6 +97,13 @@ func parseHost(s string) netip.Addr {
 	if s == "" {
 		return netip.Addr{}
 	}
+	if hasPort(s) {
+		// A peer's address, the common case: tried first because a failed
+		// ParseAddr costs an allocation.
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return ap.Addr().WithZone("").Unmap()
+		}
+	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a.WithZone("").Unmap()
 	}
@@ -109,6 +116,14 @@ func parseHost(s string) netip.Addr {
 		}
 	}
 	return netip.Addr{}
+}
+
+// hasPort reports whether s may be an address with a port: "[...]..." or
+// one colon. No string that ParseAddr reads is one ParseAddrPort reads,
+// so trying ParseAddrPort first changes no result.
+func hasPort(s string) bool {
+	i := strings.IndexByte(s, ':')
+	return i >= 0 && (s[0] == '[' || strings.IndexByte(s[i+1:], ':') < 0)
 }
 
 // group returns a's network under the configured prefix: the address

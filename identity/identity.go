@@ -28,6 +28,7 @@ type Descriptor = decide.Descriptor
 // concurrent use.
 type Identity struct {
 	domain  string
+	actions int // of all limits
 	trusted []netip.Prefix
 	v4bits  int
 	v6bits  int
@@ -108,9 +109,13 @@ func (id *Identity) Domain() string { return id.domain }
 func (id *Identity) Descriptors(r *http.Request) []Descriptor {
 	rs := reqState{id: id, r: r}
 	out := make([]Descriptor, 0, len(id.limits))
+	// The entries of all descriptors share one array, each descriptor's
+	// slice clipped to its own part of it.
+	all := make([]rules.Entry, id.actions)
 next:
 	for _, l := range id.limits {
-		entries := make([]rules.Entry, 0, len(l.actions))
+		entries := all[:0:len(l.actions)]
+		all = all[len(l.actions):]
 		for _, a := range l.actions {
 			e, o := a.entry(&rs)
 			switch o {
@@ -183,6 +188,7 @@ func compile(c *Config) (*Identity, error) {
 			l.actions = append(l.actions, ca)
 		}
 		id.limits = append(id.limits, l)
+		id.actions += len(l.actions)
 	}
 	return id, nil
 }
