@@ -321,14 +321,22 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// bufferPool recycles the 32 KiB copy buffers of the reverse proxy.
+// bufferPool recycles the 32 KiB copy buffers of the reverse proxy. It
+// keeps array pointers, which a buffer converts back to without an
+// allocation (a *[]byte would cost one per Put).
 type bufferPool struct{ p sync.Pool }
 
+const bufferSize = 32 << 10
+
 func (b *bufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
+	if a, ok := b.p.Get().(*[bufferSize]byte); ok {
+		return a[:]
 	}
-	return make([]byte, 32<<10)
+	return make([]byte, bufferSize)
 }
 
-func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+func (b *bufferPool) Put(buf []byte) {
+	if len(buf) == bufferSize {
+		b.p.Put((*[bufferSize]byte)(buf))
+	}
+}
