@@ -423,68 +423,53 @@ do
   end
 end
 
--- state returns the string state of key, the ki-th key, under alg: t, n,
--- x, and the stored string (false for none), which a write compares with.
-local function state(key, ki, alg)
-  local v = cur[key]
-  if v == nil then v = vals[ki] end
-  if v then
-    local size = #v
-    if size == 33 then
-      local a0, t, n, x, e = sunpack('<Bdddd', v)
-      if a0 == alg then return t, n, x, v, e end
-    elseif size == 25 then
-      local a0, t, n, x = sunpack('<Bddd', v)
-      if a0 == alg then return t, n, x, v, 0 end
-    end
-  end
-  return 0, 0, 0, v, 0
-end
+-- makeTakeAll makes the function that decides a TakeAll's group (mode 1)
+-- or its dry run (2): decided in order on working copies, a key given twice
+-- seeing the first request's hits, and written only if all are allowed
+-- (1). Made only when a call has such a group (see step on the cost of a
+-- function); Takes, the hot path, load and write their states inline in
+-- the loop below, the same way as state and write here.
+local out, o = {}, 0 -- the decisions, packed
 
--- write stores a string state if it changed; see TTL above.
-local function write(key, alg, t, n, x, orig, e, reset)
-  local v
-  if now + reset + marginUs <= e then
-    v = spack('<Bdddd', alg, t, n, x, e)
-    if v == orig then return end
-    redis.call('SET', key, v, 'KEEPTTL')
-  else
-    local life = reset + 2 * marginUs
-    v = spack('<Bdddd', alg, t, n, x, now + life)
-    redis.call('PSETEX', key, ttl(life), v)
-  end
-  cur[key] = v
-end
-
-local out, o = {}, 0
-local blob, pos, ki = ARGV[3], 1, 1
-while pos <= #blob do
-  local mode, n
-  mode, n, pos = sunpack('<Bi4', blob, pos)
-  if mode == 0 then -- Takes: each request decided and written at once
-    for _ = 1, n do
-      local key = KEYS[ki]
-      local alg, a, b, c, d, cost
-      alg, a, b, c, d, cost, pos = sunpack('<Bddddd', blob, pos)
-      local allowed, remaining, reset, retry, wait
-      if alg == 2 then
-        logs = logs or makeLogs()
-        local L = logs.load(key)
-        allowed, remaining, reset, retry, wait = logs.take(L, a, b, now, cost)
-        logs.save(L, ttl(reset + marginUs))
-        cur[key] = false
-      else
-        local t, m, x, orig, e = state(key, ki, alg)
-        t, m, x, allowed, remaining, reset, retry, wait = step(alg, t, m, x, a, b, c, d, now, cost)
-        write(key, alg, t, m, x, orig, e, reset)
+local function makeTakeAll()
+  -- state returns the string state of key, the ki-th key, under alg: t,
+  -- n, x, the stored string (false for none), which a write compares
+  -- with, and e.
+  local function state(key, ki, alg)
+    local v = cur[key]
+    if v == nil then v = vals[ki] end
+    if v then
+      local size = #v
+      if size == 33 then
+        local a0, t, n, x, e = sunpack('<Bdddd', v)
+        if a0 == alg then return t, n, x, v, e end
+      elseif size == 25 then
+        local a0, t, n, x = sunpack('<Bddd', v)
+        if a0 == alg then return t, n, x, v, 0 end
       end
-      o = o + 1
-      out[o] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
-      ki = ki + 1
     end
-  else -- a TakeAll (1) or its dry run (2): decided in order on working
-    -- copies, a key given twice seeing the first request's hits, and
-    -- written only if all are allowed (1)
+    return 0, 0, 0, v, 0
+  end
+
+  -- write stores a string state if it changed; see TTL above.
+  local function write(key, alg, t, n, x, orig, e, reset)
+    local v
+    if now + reset + marginUs <= e then
+      v = spack('<Bdddd', alg, t, n, x, e)
+      if v == orig then return end
+      redis.call('SET', key, v, 'KEEPTTL')
+    else
+      local life = reset + 2 * marginUs
+      v = spack('<Bdddd', alg, t, n, x, now + life)
+      redis.call('PSETEX', key, ttl(life), v)
+    end
+    cur[key] = v
+  end
+
+  -- takeAll decides the group of n requests at pos in the blob, whose
+  -- first key is KEYS[ki], appends the decisions to out and returns the
+  -- new pos, ki and o.
+  return function(mode, n, blob, pos, ki, o)
     local states, order, all = {}, {}, true
     for _ = 1, n do
       local key = KEYS[ki]
@@ -535,6 +520,64 @@ while pos <= #blob do
         end
       end
     end
+    return pos, ki, o
+  end
+end
+local takeAll -- makeTakeAll's function, once made
+
+local blob, pos, ki = ARGV[3], 1, 1
+while pos <= #blob do
+  local mode, n
+  mode, n, pos = sunpack('<Bi4', blob, pos)
+  if mode == 0 then -- Takes: each request decided and written at once
+    for _ = 1, n do
+      local key = KEYS[ki]
+      local alg, a, b, c, d, cost
+      alg, a, b, c, d, cost, pos = sunpack('<Bddddd', blob, pos)
+      local allowed, remaining, reset, retry, wait
+      if alg == 2 then
+        logs = logs or makeLogs()
+        local L = logs.load(key)
+        allowed, remaining, reset, retry, wait = logs.take(L, a, b, now, cost)
+        logs.save(L, ttl(reset + marginUs))
+        cur[key] = false
+      else
+        -- the state, as makeTakeAll's state reads it
+        local t, m, x, e = 0, 0, 0, 0
+        local v = cur[key]
+        if v == nil then v = vals[ki] end
+        if v then
+          local size = #v
+          if size == 33 then
+            local a0, t0, m0, x0, e0 = sunpack('<Bdddd', v)
+            if a0 == alg then t, m, x, e = t0, m0, x0, e0 end
+          elseif size == 25 then
+            local a0, t0, m0, x0 = sunpack('<Bddd', v)
+            if a0 == alg then t, m, x = t0, m0, x0 end
+          end
+        end
+        t, m, x, allowed, remaining, reset, retry, wait = step(alg, t, m, x, a, b, c, d, now, cost)
+        -- the write, as makeTakeAll's write does it
+        if now + reset + marginUs <= e then
+          local nv = spack('<Bdddd', alg, t, m, x, e)
+          if nv ~= v then
+            redis.call('SET', key, nv, 'KEEPTTL')
+            cur[key] = nv
+          end
+        else
+          local life = reset + 2 * marginUs
+          local nv = spack('<Bdddd', alg, t, m, x, now + life)
+          redis.call('PSETEX', key, ttl(life), nv)
+          cur[key] = nv
+        end
+      end
+      o = o + 1
+      out[o] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
+      ki = ki + 1
+    end
+  else
+    takeAll = takeAll or makeTakeAll()
+    pos, ki, o = takeAll(mode, n, blob, pos, ki, o)
   end
 end
 return table.concat(out)
