@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,7 +52,7 @@ type core struct {
 // newCore opens the store, loads and watches the rules and makes the
 // decision service. The caller calls close when done, also on error paths
 // after newCore returned.
-func newCore(ctx context.Context, log *slog.Logger, c coreFlags) (_ *core, err error) {
+func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	if c.rules == "" {
 		return nil, usageError("--rules (or $SLUICE_RULES) is required")
 	}
@@ -80,7 +79,7 @@ func newCore(ctx context.Context, log *slog.Logger, c coreFlags) (_ *core, err e
 		return nil, err
 	}
 
-	st, err := openStore(ctx, c.store, storeOptions{maxEntries: c.maxEntries})
+	st, err := openStore(c.store, storeOptions{maxEntries: c.maxEntries, log: log})
 	if err != nil {
 		return nil, err
 	}

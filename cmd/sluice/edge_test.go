@@ -179,6 +179,55 @@ func TestServeForwardAuth(t *testing.T) {
 // call fails or hangs past the store timeout by much, --fail closed is
 // applied while Redis is gone, /readyz says so, and decisions go back to
 // Redis by themselves after it restarts.
+// TestServeStartsWithoutRedis starts sluice serve while its Redis is
+// down: it serves in its fail mode, says so on /readyz, and moves to Redis
+// by itself once Redis answers.
+func TestServeStartsWithoutRedis(t *testing.T) {
+	r := testenv.StartRedis(t)
+	r.Kill()
+	rules := copyRules(t, exampleRules)
+	writeFile(t, rules, `domain: late
+descriptors:
+  - key: client
+    rate_limit: {unit: hour, requests_per_unit: 3}
+`)
+	s := startServer(t, nil, "--rules", rules, "--store", "redis://"+r.Addr, "--store-timeout", "50ms", "--fail", "local")
+	call := func() rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+			Domain: "late", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", "c")},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetOverallCode()
+	}
+	// --fail local: the in-process store counts, so the fourth is denied;
+	// after five failures in a row the breaker opens, and /readyz says so.
+	for i := range 6 {
+		want := rlsv3.RateLimitResponse_OK
+		if i >= 3 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if got := call(); got != want {
+			t.Fatalf("call %d without Redis: %v, want %v", i+1, got, want)
+		}
+	}
+	if body := s.do(t, "GET", "/readyz", "").body; !strings.Contains(body, `"mode":"local"`) {
+		t.Errorf("/readyz without Redis: %s", body)
+	}
+	r.Restart()
+	eventually(t, "on Redis", func() bool {
+		call() // the breaker's probe goes to the store
+		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
+	})
+	if got := r.Do("DBSIZE"); got == "0" {
+		t.Errorf("Redis holds no key after decisions on it")
+	}
+}
+
 func TestServeSurvivesRedisDeath(t *testing.T) {
 	r := testenv.StartRedis(t)
 	rules := copyRules(t, exampleRules)

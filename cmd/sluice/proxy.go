@@ -83,7 +83,7 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 	if err != nil {
 		return err
 	}
-	co, err := newCore(ctx, log, c.coreFlags)
+	co, err := newCore(log, c.coreFlags)
 	if err != nil {
 		return err
 	}

@@ -95,7 +95,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		return usageError("--response-headers: %v", err)
 	}
 
-	co, err := newCore(ctx, log, c.coreFlags)
+	co, err := newCore(log, c.coreFlags)
 	if err != nil {
 		return err
 	}

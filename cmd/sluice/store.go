@@ -1,11 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store/memory"
@@ -14,7 +15,8 @@ import (
 
 // storeOptions are the flags that shape a store.
 type storeOptions struct {
-	maxEntries int // memory store: most keys held
+	maxEntries int          // memory store: most keys held
+	log        *slog.Logger // warns while a Redis store is not connected
 }
 
 // openedStore is the store that --store names, the in-process store that
@@ -29,7 +31,7 @@ type openedStore struct {
 // the embedded default, or a Redis by URL (redis://, rediss://,
 // redis+cluster://, rediss+cluster://, redis+sentinel://), with an
 // in-process memory store beside it for --fail local.
-func openStore(ctx context.Context, spec string, o storeOptions) (*openedStore, error) {
+func openStore(spec string, o storeOptions) (*openedStore, error) {
 	scheme := spec
 	if i := strings.Index(spec, "://"); i >= 0 {
 		scheme = spec[:i]
@@ -48,7 +50,13 @@ func openStore(ctx context.Context, spec string, o storeOptions) (*openedStore, 
 		// The memory store cannot fail, so it is its own local fallback.
 		return &openedStore{store: mem, local: mem, close: mem.Close}, nil
 	case "redis", "rediss", "redis+sentinel", "redis+cluster", "rediss+cluster":
-		rs, err := redis.Open(ctx, spec, redis.DefaultConfig())
+		// A Redis that does not answer yet is no reason not to start: the
+		// fail mode decides until it does.
+		rs, err := redis.OpenBackground(spec, redis.DefaultConfig(), time.Second, func(err error) {
+			if o.log != nil {
+				o.log.Warn("store not connected; deciding by --fail until it is", "err", err)
+			}
+		})
 		if err != nil {
 			return nil, fmt.Errorf("--store: %w", err)
 		}

@@ -165,22 +165,37 @@ var _ sluice.Store = (*Store)(nil)
 //
 // The port defaults to 6379. ctx bounds the connection check.
 func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
-	opt, cluster, err := parseURL(rawURL, cfg)
+	opt, cluster, err := check(rawURL, cfg)
 	if err != nil {
 		return nil, err
 	}
+	return connect(ctx, rawURL, cfg, opt, cluster)
+}
+
+// check checks rawURL and cfg, which no retry can fix, and returns the
+// client options the URL makes and whether it names a cluster.
+func check(rawURL string, cfg Config) (rueidis.ClientOption, bool, error) {
+	opt, cluster, err := parseURL(rawURL, cfg)
+	if err != nil {
+		return opt, cluster, err
+	}
 	switch {
 	case strings.ContainsAny(cfg.KeyPrefix, "{}"):
-		return nil, fmt.Errorf("redis store: KeyPrefix %q must not contain '{' or '}'", cfg.KeyPrefix)
+		err = fmt.Errorf("redis store: KeyPrefix %q must not contain '{' or '}'", cfg.KeyPrefix)
 	case cfg.MaxBatch < 1:
-		return nil, fmt.Errorf("redis store: MaxBatch must be at least 1, got %d", cfg.MaxBatch)
+		err = fmt.Errorf("redis store: MaxBatch must be at least 1, got %d", cfg.MaxBatch)
 	case cfg.MaxInFlight < 0:
-		return nil, fmt.Errorf("redis store: MaxInFlight must not be negative, got %d", cfg.MaxInFlight)
+		err = fmt.Errorf("redis store: MaxInFlight must not be negative, got %d", cfg.MaxInFlight)
 	case cfg.Timeout <= 0:
-		return nil, fmt.Errorf("redis store: Timeout must be positive, got %v", cfg.Timeout)
+		err = fmt.Errorf("redis store: Timeout must be positive, got %v", cfg.Timeout)
 	case cfg.BatchWindow < 0 || cfg.ExpiryMargin < 0 || cfg.DialTimeout < 0:
-		return nil, errors.New("redis store: BatchWindow, ExpiryMargin and DialTimeout must not be negative")
+		err = errors.New("redis store: BatchWindow, ExpiryMargin and DialTimeout must not be negative")
 	}
+	return opt, cluster, err
+}
+
+// connect connects with the options check made.
+func connect(ctx context.Context, rawURL string, cfg Config, opt rueidis.ClientOption, cluster bool) (*Store, error) {
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("redis store %s: %w", redact(rawURL), err)

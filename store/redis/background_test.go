@@ -1,0 +1,86 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// TestBackground opens a store on a Redis that is down: decisions fail at
+// once with ErrConnecting until Redis starts, then are Redis's.
+func TestBackground(t *testing.T) {
+	r := testenv.StartRedis(t)
+	r.Kill()
+	var failures atomic.Int64
+	start := time.Now()
+	b, err := OpenBackground("redis://"+r.Addr, testConfig(nil), 50*time.Millisecond, func(error) { failures.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("OpenBackground took %v on a Redis that is down", d)
+	}
+	l := sluice.Limit{Rate: 2, Period: time.Hour}
+	ctx := context.Background()
+	if _, err := b.Take(ctx, "k", l, 1); !errors.Is(err, ErrConnecting) {
+		t.Fatalf("Take before Redis is up: %v, want ErrConnecting", err)
+	}
+	ds := make([]sluice.Decision, 1)
+	if err := b.TakeAll(ctx, []sluice.Request{{Key: "k", Limit: l, Cost: 1}}, ds); !errors.Is(err, ErrConnecting) {
+		t.Fatalf("TakeAll before Redis is up: %v, want ErrConnecting", err)
+	}
+	if b.Connected() != nil || failures.Load() == 0 {
+		t.Fatalf("connected %v after %d failures", b.Connected() != nil, failures.Load())
+	}
+	r.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Connected() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("not connected 10s after Redis started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i, want := range []bool{true, true, false} {
+		d, err := b.Take(ctx, "k", l, 1)
+		if err != nil || d.Allowed != want {
+			t.Fatalf("take %d on Redis: %+v, %v; want allowed %v", i+1, d, err, want)
+		}
+	}
+}
+
+// TestBackgroundErrors checks that what no retry can fix is an error at
+// once, and that Close stops the attempts.
+func TestBackgroundErrors(t *testing.T) {
+	t.Parallel()
+	if _, err := OpenBackground("redis+nope://127.0.0.1:1", DefaultConfig(), time.Second, nil); err == nil {
+		t.Error("a bad URL was accepted")
+	}
+	cfg := DefaultConfig()
+	cfg.MaxBatch = 0
+	if _, err := OpenBackground("redis://127.0.0.1:1", cfg, time.Second, nil); err == nil {
+		t.Error("a bad config was accepted")
+	}
+	b, err := OpenBackground("redis://127.0.0.1:1", DefaultConfig(), 10*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() { done <- b.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close still waiting after 5s")
+	}
+	if _, err := b.Take(context.Background(), "k", sluice.Limit{Rate: 1, Period: time.Second}, 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Take after Close: %v, want ErrClosed", err)
+	}
+}
