@@ -8,7 +8,8 @@
 -- KEYS: one key per request, in order.
 -- ARGV[1]: now, in µs since the Unix epoch, or "" to read Redis's TIME
 --          (once per call: every request of the call decides at that time).
--- ARGV[2]: milliseconds a key lives past its reset time.
+-- ARGV[2]: the margin, milliseconds a key lives at least past its reset
+--          time (see TTL).
 -- ARGV[3]: the requests, packed (little-endian; one string, so that Redis
 --          parses one argument, not six per request). Groups, each a header
 --          '<Bi4' (mode, n) and n requests '<Bddddd' (alg, a, b, c, d, cost):
@@ -40,13 +41,15 @@
 -- never sooner. A write whose key already lives that long (now + reset +
 -- margin <= e) keeps the TTL (SET KEEPTTL); otherwise PSETEX sets it to
 -- reset + 2 × margin, so that a busy key sets its TTL about once per margin
--- rather than at every write: SET with a TTL costs Redis about a third
--- more than SET KEEPTTL. Sliding logs set theirs with PEXPIRE at each
--- write.
+-- rather than at every write: a SET with a TTL removes and adds the key's
+-- expiry and rewrites the command for replicas, about 3,000 instructions
+-- of Redis more than SET KEEPTTL. Sliding logs set theirs with PEXPIRE at
+-- each write.
 --
--- Cost: a call reads all string states with one MGET, and then makes one
--- SET per request that changes its key, about half of the Redis CPU a
--- decision costs; so a batch does not call GET per request.
+-- Cost (measure with testdata/script-cost.sh): a call reads all string
+-- states with one MGET rather than a GET per request, then makes one SET
+-- per request that changes its key, about 40% of the 28,000 instructions
+-- a decision costs Redis in a call of 25.
 
 local max = math.max
 local spack, sunpack = struct.pack, struct.unpack
