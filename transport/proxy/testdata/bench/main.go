@@ -5,9 +5,14 @@
 //	    upstream     127.0.0.1:18080  a trivial handler ("ok")
 //	    proxy        127.0.0.1:18081  sluice's proxy in front of it
 //	    forward-auth 127.0.0.1:18082  GET /v1/auth
+//	    bare proxy   127.0.0.1:18084  the proxy with no limit to decide:
+//	                                  net/http's part of the proxy's cost
 //	go run ./transport/proxy/testdata/bench upstream   # the upstream alone
 //	go run ./transport/proxy/testdata/bench sluice     # proxy and forward-auth alone
 //	go run ./transport/proxy/testdata/bench load -url http://127.0.0.1:18081/ -rate 10000 -c 50 -d 10s
+//
+// serve, sluice and upstream take -port to move the first port (the others
+// follow it), so that a second set can run beside the first.
 //
 // Every request is decided against the real decision service and memory
 // store, with a per-client-IP limit high enough never to deny, so the
@@ -16,6 +21,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -45,13 +52,19 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var err error
+	port := func() int {
+		fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+		p := fs.Int("port", 18080, "port of the upstream; the proxy, forward-auth and pprof take the next three")
+		_ = fs.Parse(os.Args[2:]) // ExitOnError: exits on a bad flag
+		return *p
+	}
 	switch os.Args[1] {
 	case "serve":
-		err = serve(ctx, true)
+		err = serve(ctx, port(), true)
 	case "sluice":
-		err = serve(ctx, false)
+		err = serve(ctx, port(), false)
 	case "upstream":
-		err = upstream(ctx)
+		err = upstream(ctx, port())
 	case "load":
 		err = load(ctx, os.Args[2:])
 	default:
@@ -64,8 +77,8 @@ func main() {
 
 // upstream serves only the trivial upstream, for measuring it in a
 // process of its own.
-func upstream(ctx context.Context) error {
-	return run(ctx, []*http.Server{{Addr: "127.0.0.1:18080", Handler: okHandler()}})
+func upstream(ctx context.Context, port int) error {
+	return run(ctx, []*http.Server{{Addr: addr(port), Handler: okHandler()}})
 }
 
 func okHandler() http.Handler {
@@ -74,7 +87,7 @@ func okHandler() http.Handler {
 
 // serve serves the proxy and the forward-auth endpoint, and the upstream
 // too when withUpstream.
-func serve(ctx context.Context, withUpstream bool) error {
+func serve(ctx context.Context, port int, withUpstream bool) error {
 	set, err := rules.Parse("rules.yaml", []byte(`
 domain: bench
 descriptors:
@@ -101,7 +114,7 @@ descriptors:
 	if err != nil {
 		return err
 	}
-	up, err := url.Parse("http://127.0.0.1:18080")
+	up, err := url.Parse("http://" + addr(port))
 	if err != nil {
 		return err
 	}
@@ -112,6 +125,11 @@ descriptors:
 		return err
 	}
 	defer p.Close()
+	bare, err := bareProxy(up)
+	if err != nil {
+		return err
+	}
+	defer bare.Close()
 	fa, err := forwardauth.New(forwardauth.Config{Identity: id, Decider: svc})
 	if err != nil {
 		return err
@@ -119,20 +137,43 @@ descriptors:
 	mux := http.NewServeMux()
 	mux.Handle("/v1/auth", fa)
 	servers := []*http.Server{
-		{Addr: "127.0.0.1:18081", Handler: p},
-		{Addr: "127.0.0.1:18082", Handler: mux},
+		{Addr: addr(port + 1), Handler: p},
+		{Addr: addr(port + 2), Handler: mux},
+		{Addr: addr(port + 4), Handler: bare},
 	}
 	if withUpstream {
-		servers = append(servers, &http.Server{Addr: "127.0.0.1:18080", Handler: okHandler()})
+		servers = append(servers, &http.Server{Addr: addr(port), Handler: okHandler()})
 	}
-	if os.Getenv("BENCH_PPROF") != "" { // profiles on 127.0.0.1:18083/debug/pprof/
+	if os.Getenv("BENCH_PPROF") != "" { // profiles on 127.0.0.1:18083/debug/pprof/ (port + 3)
 		pm := http.NewServeMux()
 		pm.HandleFunc("/debug/pprof/", pprof.Index)
 		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		servers = append(servers, &http.Server{Addr: "127.0.0.1:18083", Handler: pm})
+		servers = append(servers, &http.Server{Addr: addr(port + 3), Handler: pm})
 	}
 	return run(ctx, servers)
 }
+
+// bareProxy returns the proxy configured as serve's, but with no rate
+// limits: it decides nothing and only forwards, through the same
+// httputil.ReverseProxy and http.Transport.
+func bareProxy(up *url.URL) (*proxy.Proxy, error) {
+	id, err := identity.New(identity.Config{Domain: "bench"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	cfg := proxy.DefaultConfig()
+	cfg.Upstream, cfg.Identity, cfg.Decider = up, id, noDecider{}
+	return proxy.New(cfg)
+}
+
+// noDecider is the Decider of the bare proxy, which has nothing to decide.
+type noDecider struct{}
+
+func (noDecider) Decide(context.Context, *decide.Request) (*decide.Response, error) {
+	return nil, errors.New("bare proxy: nothing to decide")
+}
+
+func addr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
 // run serves until ctx is done or a server fails, then shuts all down.
 func run(ctx context.Context, servers []*http.Server) error {
@@ -167,7 +208,10 @@ func load(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: *conns, MaxConnsPerHost: *conns}
+	// The load shares the machine with what it measures, so it is kept
+	// cheap: no gzip negotiation (wrk sends none either) and one request
+	// per connection, reused.
+	tr := &http.Transport{MaxIdleConnsPerHost: *conns, MaxConnsPerHost: *conns, DisableCompression: true}
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	n := int(float64(*rate) * dur.Seconds())
 	interval := time.Second / time.Duration(*rate)
@@ -176,16 +220,22 @@ func load(ctx context.Context, args []string) error {
 	var mu sync.Mutex
 	lat := make([]time.Duration, 0, n)
 	var failed int
+	base, err := http.NewRequestWithContext(ctx, http.MethodGet, *target, nil)
+	if err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	for range *conns {
 		wg.Add(1)
+		// Each worker reuses its own request.
+		req := base.Clone(ctx)
 		go func() { // ends when jobs is closed
 			defer wg.Done()
 			for at := range jobs {
 				if d := time.Until(at); d > 0 {
 					time.Sleep(d)
 				}
-				resp, err := client.Get(*target)
+				resp, err := client.Do(req)
 				ok := err == nil && resp.StatusCode == 200
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
