@@ -14,11 +14,13 @@ import (
 )
 
 // BenchmarkProxy sends keep-alive GETs from parallel clients to a trivial
-// loopback upstream, directly and through the proxy (real decision service
-// and memory store, a per-client-IP limit that never denies, as in
-// testdata/bench). Clients, proxy and upstream share the process, so the
-// proxy's cost per request is proxied minus direct, in allocs/op and in
-// cpu-µs/op (the process's user+system CPU time per request).
+// loopback upstream: directly, through a bare proxy (no limits, so nothing
+// decided: httputil.ReverseProxy and http.Transport alone), and through the
+// proxy (real decision service and memory store, a per-client-IP limit
+// that never denies, as in testdata/bench). Clients, proxy and upstream
+// share the process, so the proxy's cost per request is proxied minus
+// direct, in allocs/op and in cpu-µs/op (the process's user+system CPU
+// time per request), and sluice's own part of it is proxy minus bare.
 func BenchmarkProxy(b *testing.B) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
@@ -38,7 +40,13 @@ descriptors:
 	p := newProxy(b, upstream.URL, proxy.Config{Identity: id, Decider: dec})
 	front := httptest.NewServer(p)
 	b.Cleanup(front.Close)
-	for _, bc := range []struct{ name, url string }{{"direct", upstream.URL}, {"proxy", front.URL}} {
+	noLimits, err := identity.New(identity.Config{Domain: "bench"}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := httptest.NewServer(newProxy(b, upstream.URL, proxy.Config{Identity: noLimits, Decider: dec}))
+	b.Cleanup(bare.Close)
+	for _, bc := range []struct{ name, url string }{{"direct", upstream.URL}, {"bare", bare.URL}, {"proxy", front.URL}} {
 		b.Run(bc.name, func(b *testing.B) {
 			tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
 			b.Cleanup(tr.CloseIdleConnections)
