@@ -79,7 +79,7 @@ func BenchmarkTake(b *testing.B) {
 // clients each in a slot of its own, about one per call.
 func BenchmarkTakeCluster(b *testing.B) {
 	url := "redis+cluster://" + strings.Join(testenv.RedisClusterAddrs(b), ",")
-	for _, inFlight := range []int{0, 4, 12} {
+	for _, inFlight := range []int{0, 6, 48} {
 		b.Run(fmt.Sprintf("inflight=%d", inFlight), func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.MaxInFlight = inFlight
