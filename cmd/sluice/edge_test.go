@@ -179,6 +179,16 @@ func TestServeForwardAuth(t *testing.T) {
 // call fails or hangs past the store timeout by much, --fail closed is
 // applied while Redis is gone, /readyz says so, and decisions go back to
 // Redis by themselves after it restarts.
+// askClient asks s for one hit of descriptor client=c in domain, within 5s.
+func (s *testServer) askClient(domain string) (rlsv3.RateLimitResponse_Code, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+		Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", "c")},
+	})
+	return resp.GetOverallCode(), err
+}
+
 // TestServeStartsWithoutRedis starts sluice serve while its Redis is
 // down: it serves in its fail mode, says so on /readyz, and moves to Redis
 // by itself once Redis answers.
@@ -194,15 +204,11 @@ descriptors:
 	s := startServer(t, nil, "--rules", rules, "--store", "redis://"+r.Addr, "--store-timeout", "50ms", "--fail", "local")
 	call := func() rlsv3.RateLimitResponse_Code {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-			Domain: "late", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", "c")},
-		})
+		code, err := s.askClient("late")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.GetOverallCode()
+		return code
 	}
 	// --fail local: the in-process store counts, so the fourth is denied;
 	// after five failures in a row the breaker opens, and /readyz says so.
@@ -239,12 +245,8 @@ descriptors:
 	s := startServer(t, nil, "--rules", rules, "--store", "redis://"+r.Addr, "--store-timeout", "50ms", "--fail", "closed")
 	call := func() (rlsv3.RateLimitResponse_Code, time.Duration, error) {
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-			Domain: "death", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", "c")},
-		})
-		return resp.GetOverallCode(), time.Since(start), err
+		code, err := s.askClient("death")
+		return code, time.Since(start), err
 	}
 	if code, _, err := call(); err != nil || code != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("before the kill: %v, %v", code, err)
