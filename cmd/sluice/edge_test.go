@@ -179,6 +179,15 @@ func TestServeForwardAuth(t *testing.T) {
 // call fails or hangs past the store timeout by much, --fail closed is
 // applied while Redis is gone, /readyz says so, and decisions go back to
 // Redis by themselves after it restarts.
+// serveClientOnRedis starts sluice serve on the Redis at addr with one
+// rule, perHour hits an hour for each client in domain, a store timeout of
+// 50ms and fail mode fail.
+func serveClientOnRedis(t *testing.T, addr, domain string, perHour int, fail string) *testServer {
+	rules := copyRules(t, exampleRules)
+	writeFile(t, rules, fmt.Sprintf("domain: %s\ndescriptors:\n  - key: client\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", domain, perHour))
+	return startServer(t, nil, "--rules", rules, "--store", "redis://"+addr, "--store-timeout", "50ms", "--fail", fail)
+}
+
 // askClient asks s for one hit of descriptor client=c in domain, within 5s.
 func (s *testServer) askClient(domain string) (rlsv3.RateLimitResponse_Code, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -195,13 +204,7 @@ func (s *testServer) askClient(domain string) (rlsv3.RateLimitResponse_Code, err
 func TestServeStartsWithoutRedis(t *testing.T) {
 	r := testenv.StartRedis(t)
 	r.Kill()
-	rules := copyRules(t, exampleRules)
-	writeFile(t, rules, `domain: late
-descriptors:
-  - key: client
-    rate_limit: {unit: hour, requests_per_unit: 3}
-`)
-	s := startServer(t, nil, "--rules", rules, "--store", "redis://"+r.Addr, "--store-timeout", "50ms", "--fail", "local")
+	s := serveClientOnRedis(t, r.Addr, "late", 3, "local")
 	call := func() rlsv3.RateLimitResponse_Code {
 		t.Helper()
 		code, err := s.askClient("late")
@@ -236,13 +239,7 @@ descriptors:
 
 func TestServeSurvivesRedisDeath(t *testing.T) {
 	r := testenv.StartRedis(t)
-	rules := copyRules(t, exampleRules)
-	writeFile(t, rules, `domain: death
-descriptors:
-  - key: client
-    rate_limit: {unit: hour, requests_per_unit: 1000000}
-`)
-	s := startServer(t, nil, "--rules", rules, "--store", "redis://"+r.Addr, "--store-timeout", "50ms", "--fail", "closed")
+	s := serveClientOnRedis(t, r.Addr, "death", 1000000, "closed")
 	call := func() (rlsv3.RateLimitResponse_Code, time.Duration, error) {
 		start := time.Now()
 		code, err := s.askClient("death")
