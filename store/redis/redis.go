@@ -70,7 +70,7 @@ type Config struct {
 	// MaxBatch is the most decisions one batch carries (default 128). A
 	// batch is one script call per cluster slot it touches (outside a
 	// cluster: one call), sent pipelined. Larger batches cost Redis less per
-	// decision but hold it longer: about 4µs per decision.
+	// decision but hold it longer: about 3µs per decision.
 	MaxBatch int
 	// BatchWindow is how long a batch waits for more decisions after its
 	// first one while other script calls are in flight (default 20µs). When
