@@ -52,10 +52,12 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 	case "redis", "rediss", "redis+sentinel", "redis+cluster", "rediss+cluster":
 		// A Redis that does not answer yet is no reason not to start: the
 		// fail mode decides until it does.
+		attempts := 0
 		rs, err := redis.OpenBackground(spec, redis.DefaultConfig(), time.Second, func(err error) {
-			if o.log != nil {
-				o.log.Warn("store not connected; deciding by --fail until it is", "err", err)
+			if attempts%60 == 0 && o.log != nil { // the first, then once a minute
+				o.log.Warn("store not connected; deciding by --fail until it is", "err", err, "attempts", attempts+1)
 			}
+			attempts++
 		})
 		if err != nil {
 			return nil, fmt.Errorf("--store: %w", err)

@@ -32,8 +32,8 @@ var _ sluice.Store = (*Background)(nil)
 
 // OpenBackground checks rawURL and cfg (errors no retry can fix are
 // returned at once), then tries to connect as Open does, each attempt
-// bounded by cfg.DialTimeout, every retry until one succeeds or Close is
-// called; failed reports each failure, if not nil. The first attempt is
+// bounded by cfg.DialTimeout (at least 1s), every retry until one succeeds
+// or Close is called; failed reports each failure, if not nil. The first attempt is
 // made before OpenBackground returns, so that a Redis that answers is used
 // from the first decision.
 func OpenBackground(rawURL string, cfg Config, retry time.Duration, failed func(error)) (*Background, error) {
