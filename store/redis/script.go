@@ -27,16 +27,6 @@ const maxExact = 1 << 52
 // are rare (a token bucket of 1,000,003 per day, a period of 100 years).
 var ErrInexact = errors.New("limit too large for exact arithmetic in Redis's Lua")
 
-// Algorithm numbers of the script, which match sluice.Algorithm.
-const (
-	algFixedWindow   = 0
-	algSlidingWindow = 1
-	algSlidingLog    = 2
-	algTokenBucket   = 3
-	algLeakyBucket   = 4
-	algGCRA          = 5
-)
-
 // Script modes.
 const (
 	modeWrite  byte = 0 // apply and write each request (Take)
@@ -156,7 +146,7 @@ func encodeLimit(l sluice.Limit) (*[limitSize]byte, error) {
 		a, b, cc = T, c*T, c
 	}
 	var v [limitSize]byte
-	v[0] = byte(l.Algorithm)
+	v[0] = byte(l.Algorithm) // the script numbers them as sluice does (TestAlgorithmNumbers)
 	for i, x := range [4]int64{a, b, cc, d} {
 		binary.LittleEndian.PutUint64(v[1+8*i:], math.Float64bits(float64(x)))
 	}

@@ -410,3 +410,18 @@ func TestCloseUnderLoad(t *testing.T) {
 		t.Fatal("no Take saw ErrClosed")
 	}
 }
+
+// TestAlgorithmNumbers checks that sluice.Algorithm numbers the algorithms
+// as take.lua does (alg in ARGV[3]), since a request carries
+// byte(l.Algorithm).
+func TestAlgorithmNumbers(t *testing.T) {
+	t.Parallel()
+	for alg, want := range map[sluice.Algorithm]int{
+		sluice.FixedWindow: 0, sluice.SlidingWindow: 1, sluice.SlidingLog: 2,
+		sluice.TokenBucket: 3, sluice.LeakyBucket: 4, sluice.GCRA: 5,
+	} {
+		if int(alg) != want {
+			t.Errorf("%v is %d, take.lua's number is %d", alg, alg, want)
+		}
+	}
+}
