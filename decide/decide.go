@@ -33,6 +33,14 @@ type NonBlocking interface {
 	NonBlocking() bool
 }
 
+// Ready is an optional interface of a sluice.Store that may not be able
+// to decide yet, as a store still connecting (store/redis's Background):
+// while Ready returns false, Mode reports the fail mode, before the
+// breaker has seen a failure. Decorators of a store pass it on.
+type Ready interface {
+	Ready() bool
+}
+
 // Service decides requests against the rules in force and a store. It is
 // safe for concurrent use and starts no goroutines.
 type Service struct {
@@ -46,6 +54,7 @@ type Service struct {
 	br           breaker
 	batches      sync.Pool // *batch
 	fallbackMode Mode
+	ready        func() bool // the store's Ready, or nil
 }
 
 // New returns a Service for cfg. Zero fields of cfg take the defaults of
@@ -93,14 +102,18 @@ func New(cfg Config) (*Service, error) {
 	if nb, ok := cfg.Store.(NonBlocking); ok && nb.NonBlocking() {
 		s.timeout = 0
 	}
+	if r, ok := cfg.Store.(Ready); ok {
+		s.ready = r.Ready
+	}
 	s.batches.New = func() any { return new(batch) }
 	return s, nil
 }
 
 // Mode returns where decisions come from now: ModeStore, or the fail mode's
-// Mode while the circuit breaker keeps decisions away from the store.
+// Mode while the circuit breaker keeps decisions away from the store or the
+// store is not Ready.
 func (s *Service) Mode() Mode {
-	if s.br.open() {
+	if s.br.open() || (s.ready != nil && !s.ready()) {
 		return s.fallbackMode
 	}
 	return ModeStore

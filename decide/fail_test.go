@@ -312,3 +312,34 @@ func TestNonBlockingStore(t *testing.T) {
 		})
 	}
 }
+
+// notReady is a switchable store that is Ready only once up is set.
+type notReady struct {
+	*switchable
+	up atomic.Bool
+}
+
+func (n *notReady) Ready() bool { return n.up.Load() }
+
+// TestReadyStore checks that Mode reports the fail mode while the store
+// is not Ready, before any decision failed, and the store once it is.
+func TestReadyStore(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	st := &notReady{switchable: &switchable{Store: newMemory(t, clk)}}
+	st.down.Store(true)
+	cfg := decide.DefaultConfig()
+	cfg.Store, cfg.Fail = st, decide.FailClosed
+	s := newService(t, loadRules(t, oneLimit), clk, cfg)
+	if s.Mode() != decide.ModeClosed {
+		t.Errorf("Mode() = %v with the store not ready, want closed", s.Mode())
+	}
+	st.down.Store(false)
+	st.up.Store(true)
+	if s.Mode() != decide.ModeStore {
+		t.Errorf("Mode() = %v with the store ready, want store", s.Mode())
+	}
+	if resp := decideOK(t, s, req("api", []string{"user", "alice"})); resp.Mode != decide.ModeStore {
+		t.Errorf("decided in mode %v, want store", resp.Mode)
+	}
+}

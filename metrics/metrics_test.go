@@ -336,6 +336,39 @@ func TestStorePassesNonBlocking(t *testing.T) {
 	}
 }
 
+// readiness declares a store decide.Ready, ready or not.
+type readiness struct {
+	sluice.Store
+	ready bool
+}
+
+func (r readiness) Ready() bool { return r.ready }
+
+func TestStorePassesReady(t *testing.T) {
+	t.Parallel()
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		store sluice.Store
+		want  bool
+	}{
+		{name: "without Ready", store: fakeStore{}, want: true},
+		{name: "ready", store: readiness{fakeStore{}, true}, want: true},
+		{name: "not ready", store: readiness{fakeStore{}, false}, want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := m.Store(tt.store).Ready(); got != tt.want {
+				t.Errorf("Ready() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 // BenchmarkDecider measures what the Decider adds to a decision of one
 // descriptor on the memory store: run it beside decide's BenchmarkDecide.
 func BenchmarkDecider(b *testing.B) {

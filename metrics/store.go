@@ -66,6 +66,15 @@ func (s *Store) NonBlocking() bool {
 
 var _ decide.NonBlocking = (*Store)(nil)
 
+// Ready reports whether the decorated store can decide (see decide.Ready);
+// a store without Ready always can.
+func (s *Store) Ready() bool {
+	r, ok := s.next.(decide.Ready)
+	return !ok || r.Ready()
+}
+
+var _ decide.Ready = (*Store)(nil)
+
 // storeError counts err, if any, by its reason.
 func (m *Metrics) storeError(err error) {
 	switch {

@@ -205,6 +205,9 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 	r := testenv.StartRedis(t)
 	r.Kill()
 	s := serveClientOnRedis(t, r.Addr, "late", 3, "local")
+	if body := s.do(t, "GET", "/readyz", "").body; !strings.Contains(body, `"mode":"local"`) {
+		t.Errorf("/readyz before any decision, Redis down: %s", body)
+	}
 	call := func() rlsv3.RateLimitResponse_Code {
 		t.Helper()
 		code, err := s.askClient("late")

@@ -84,6 +84,9 @@ func OpenBackground(rawURL string, cfg Config, retry time.Duration, failed func(
 // Connected returns the store once connected, or nil.
 func (b *Background) Connected() *Store { return b.store.Load() }
 
+// Ready reports whether the store has connected (see decide.Ready).
+func (b *Background) Ready() bool { return b.store.Load() != nil }
+
 // notYet is the error of a decision asked before the store connected.
 func (b *Background) notYet() error {
 	select {
