@@ -312,30 +312,6 @@ type nonBlocking struct{ sluice.Store }
 
 func (nonBlocking) NonBlocking() bool { return true }
 
-func TestStorePassesNonBlocking(t *testing.T) {
-	t.Parallel()
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name  string
-		store sluice.Store
-		want  bool
-	}{
-		{name: "blocking", store: fakeStore{}, want: false},
-		{name: "non-blocking", store: nonBlocking{fakeStore{}}, want: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := m.Store(tt.store).NonBlocking(); got != tt.want {
-				t.Errorf("NonBlocking() = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 // readiness declares a store decide.Ready, ready or not.
 type readiness struct {
 	sluice.Store
@@ -344,26 +320,33 @@ type readiness struct {
 
 func (r readiness) Ready() bool { return r.ready }
 
-func TestStorePassesReady(t *testing.T) {
+// TestStorePassesOptionalInterfaces checks that the decorated store keeps
+// the decorated one's decide.NonBlocking and decide.Ready.
+func TestStorePassesOptionalInterfaces(t *testing.T) {
 	t.Parallel()
 	m, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		name  string
-		store sluice.Store
-		want  bool
+		name               string
+		store              sluice.Store
+		nonBlocking, ready bool
 	}{
-		{name: "without Ready", store: fakeStore{}, want: true},
-		{name: "ready", store: readiness{fakeStore{}, true}, want: true},
-		{name: "not ready", store: readiness{fakeStore{}, false}, want: false},
+		{name: "plain", store: fakeStore{}, nonBlocking: false, ready: true},
+		{name: "non-blocking", store: nonBlocking{fakeStore{}}, nonBlocking: true, ready: true},
+		{name: "ready", store: readiness{fakeStore{}, true}, nonBlocking: false, ready: true},
+		{name: "not ready", store: readiness{fakeStore{}, false}, nonBlocking: false, ready: false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := m.Store(tt.store).Ready(); got != tt.want {
-				t.Errorf("Ready() = %v, want %v", got, tt.want)
+			s := m.Store(tt.store)
+			if got := s.NonBlocking(); got != tt.nonBlocking {
+				t.Errorf("NonBlocking() = %v, want %v", got, tt.nonBlocking)
+			}
+			if got := s.Ready(); got != tt.ready {
+				t.Errorf("Ready() = %v, want %v", got, tt.ready)
 			}
 		})
 	}
