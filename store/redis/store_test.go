@@ -425,3 +425,26 @@ func TestAlgorithmNumbers(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeTakeAll decides a TakeAll of 1,500 requests, more keys than the
+// script reads with one MGET, twice: the second sees the first's hits.
+func TestLargeTakeAll(t *testing.T) {
+	t.Parallel()
+	s := open(t, "redis://"+testenv.RedisAddr(t), testConfig(nil))
+	l := sluice.Limit{Rate: 2, Period: time.Hour}
+	reqs := make([]sluice.Request, 1500)
+	for i := range reqs {
+		reqs[i] = sluice.Request{Key: fmt.Sprintf("{large}%d", i), Limit: l, Cost: 1}
+	}
+	ds := make([]sluice.Decision, len(reqs))
+	for round, want := range []int64{1, 0} {
+		if err := s.TakeAll(context.Background(), reqs, ds); err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range ds {
+			if !d.Allowed || d.Remaining != want {
+				t.Fatalf("round %d, request %d: %+v, want allowed with %d left", round+1, i, d, want)
+			}
+		}
+	}
+}

@@ -392,9 +392,7 @@ else
   local tm = redis.call('TIME')
   now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
-local margin = tonumber(ARGV[2])
-
-local marginUs = margin * 1000
+local marginUs = tonumber(ARGV[2]) * 1000
 
 -- ttl returns the milliseconds of a TTL of life µs, rounded up (or one
 -- more), as a string, kept for the call: a number passed to redis.call
@@ -416,15 +414,18 @@ end
 -- cur[key] is a string state written, or false after a sliding log was.
 local vals, cur = {}, {}
 do
-  local nk, i = #KEYS, 1
-  while i <= nk do
-    local j = i + 999 -- unpack's stack limit
-    if j > nk then j = nk end
-    local vs = redis.call('MGET', unpack(KEYS, i, j))
-    for k = 1, #vs do vals[i + k - 1] = vs[k] end
-    i = j + 1
+  local nk = #KEYS
+  if nk > 0 and nk <= 1000 then
+    vals = redis.call('MGET', unpack(KEYS))
+  else -- in parts: unpack's stack holds about 8,000 values
+    for i = 1, nk, 1000 do
+      local vs = redis.call('MGET', unpack(KEYS, i, math.min(i + 999, nk)))
+      for k = 1, #vs do vals[i + k - 1] = vs[k] end
+    end
   end
 end
+
+local out, o = {}, 0 -- the decisions, packed
 
 -- makeTakeAll makes the function that decides a TakeAll's group (mode 1)
 -- or its dry run (2): decided in order on working copies, a key given twice
@@ -432,8 +433,6 @@ end
 -- (1). Made only when a call has such a group (see step on the cost of a
 -- function); Takes, the hot path, load and write their states inline in
 -- the loop below, the same way as state and write here.
-local out, o = {}, 0 -- the decisions, packed
-
 local function makeTakeAll()
   -- state returns the string state of key, the ki-th key, under alg: t,
   -- n, x, the stored string (false for none), which a write compares
