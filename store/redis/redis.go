@@ -17,7 +17,7 @@
 // decides all of them; a batch's calls go pipelined on one connection per
 // node. Under load one call carries tens of decisions, and Redis spends
 // less than half the instructions per decision that a script call of its
-// own costs (28,000 against 63,000). In a cluster a call carries one
+// own costs (27,400 against 63,000). In a cluster a call carries one
 // slot's decisions only: keys with one hash tag (one client's limits)
 // share a call, other clients' keys do not, so there the gain is
 // pipelining, not batching.

@@ -48,7 +48,7 @@
 --
 -- Cost (measure with testdata/script-cost.sh): a call reads all string
 -- states with one MGET rather than a GET per request, then makes one SET
--- per request that changes its key, about 40% of the 28,000 instructions
+-- per request that changes its key, about 40% of the 27,400 instructions
 -- a decision costs Redis in a call of 25.
 
 local max = math.max
