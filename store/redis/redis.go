@@ -22,8 +22,10 @@
 // share a call, other clients' keys do not, so there the gain is
 // pipelining, not batching.
 //
-// Keys: each key is written with a TTL of its reset time (when its limit
-// is whole again) plus Config.ExpiryMargin, so Redis forgets idle keys. In
+// Keys: each key lives at least until its reset time (when its limit is
+// whole again) plus Config.ExpiryMargin, and at most one margin longer, so
+// Redis forgets idle keys; a busy key's TTL is set about once per margin,
+// not at every write (see take.lua). In
 // a cluster, all keys of one TakeAll must share a hash tag ("{client}") to
 // be decided atomically in one script; package decide builds keys so.
 // TakeAll over several slots is atomic per slot (see TakeAll).
@@ -96,10 +98,11 @@ type Config struct {
 	Timeout time.Duration
 	// DialTimeout bounds connecting to a Redis node (default 1s).
 	DialTimeout time.Duration
-	// ExpiryMargin is how long a key outlives its reset time in Redis
-	// (default 1s), so that a key is never forgotten before its state is as
-	// good as new, even when Redis's clock and the decision's clock differ a
-	// little. With Now set to a fake clock, make it longer than the test.
+	// ExpiryMargin is how long a key at least outlives its reset time in
+	// Redis (default 1s; at most twice as long), so that a key is never
+	// forgotten before its state is as good as new, even when Redis's clock
+	// and the decision's clock differ a little. With Now set to a fake
+	// clock, make it longer than the test.
 	ExpiryMargin time.Duration
 	// Now is the clock decisions are made by, read once per script call.
 	// Nil (the default) means Redis's own TIME, read inside the script, so
