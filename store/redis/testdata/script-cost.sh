@@ -9,6 +9,7 @@
 #
 #	store/redis/testdata/script-cost.sh [N]    # N = 25 by default
 set -euo pipefail
+command -v valgrind >/dev/null || { echo "script-cost.sh needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 n=${1:-25}
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
