@@ -21,15 +21,7 @@ func appendResponse(b []byte, r *rlsv3.RateLimitResponse) ([]byte, bool) {
 	}
 	b = append(b, '{')
 	n := 0 // fields written
-	field := func(name string) {
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-		b = append(b, '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
-	}
+	field := func(name string) { b = appendKey(b, &n, name) }
 	if c := r.GetOverallCode(); c != 0 {
 		field("overallCode")
 		b = appendEnum(b, int32(c), rlsv3.RateLimitResponse_Code_name)
@@ -87,15 +79,7 @@ func appendStatus(b []byte, st *rlsv3.RateLimitResponse_DescriptorStatus) ([]byt
 	}
 	b = append(b, '{')
 	n := 0
-	field := func(name string) {
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-		b = append(b, '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
-	}
+	field := func(name string) { b = appendKey(b, &n, name) }
 	if c := st.GetCode(); c != 0 {
 		field("code")
 		b = appendEnum(b, int32(c), rlsv3.RateLimitResponse_Code_name)
@@ -107,15 +91,7 @@ func appendStatus(b []byte, st *rlsv3.RateLimitResponse_DescriptorStatus) ([]byt
 		field("currentLimit")
 		b = append(b, '{')
 		ln := 0
-		lfield := func(name string) {
-			if ln > 0 {
-				b = append(b, ',')
-			}
-			ln++
-			b = append(b, '"')
-			b = append(b, name...)
-			b = append(b, '"', ':')
-		}
+		lfield := func(name string) { b = appendKey(b, &ln, name) }
 		if l.GetName() != "" {
 			lfield("name")
 			b = appendString(b, l.GetName())
@@ -226,4 +202,16 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendKey appends an object member's name and colon to b, after a comma
+// unless it is the object's first (*n counts the members written).
+func appendKey(b []byte, n *int, name string) []byte {
+	if *n > 0 {
+		b = append(b, ',')
+	}
+	*n++
+	b = append(b, '"')
+	b = append(b, name...)
+	return append(b, '"', ':')
 }
