@@ -1,9 +1,11 @@
 package redis
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -62,9 +64,10 @@ func (s *Store) direct(ctx context.Context, c *call) error {
 	if err != nil {
 		return err
 	}
-	r := s.client.Do(ctx, s.evalsha(c.keys, now, c.blob))
+	rep := repeats(c.keys, nil)
+	r := s.client.Do(ctx, s.evalsha(c.keys, now, c.blob, rep))
 	if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
-		r = s.client.Do(ctx, s.eval(c.keys, now, c.blob))
+		r = s.client.Do(ctx, s.eval(c.keys, now, c.blob, rep))
 	}
 	out, err := r.AsBytes()
 	if err == nil && len(out) != decisionSize*c.n {
@@ -205,6 +208,7 @@ type batch struct {
 	calls  []*call
 	groups []group
 	bySlot map[uint16]int
+	seen   map[string]struct{} // for repeats
 }
 
 // group is the calls of one batch on one slot: one script call.
@@ -213,10 +217,13 @@ type group struct {
 	keys  []string
 	blob  []byte
 	takes int // offset in blob of the header of the Takes last added, or -1
+
+	repeats bool // a key occurs more than once in keys
 }
 
-// add adds c's keys and requests to g. Takes in a row (mode 0) share one
-// group header, which spares the script a header to unpack per decision.
+// add adds c's keys and requests to g. A Take of the same limit and cost
+// as the Takes added last joins their group (mode 0: one request record
+// for n keys), which spares the script a record to unpack per decision.
 func (g *group) add(c *call) {
 	g.calls = append(g.calls, c)
 	g.keys = append(g.keys, c.keys...)
@@ -225,14 +232,34 @@ func (g *group) add(c *call) {
 		g.takes = -1
 		return
 	}
-	if g.takes < 0 {
-		g.takes = len(g.blob)
-		g.blob = append(g.blob, c.blob...)
+	if g.takes >= 0 && bytes.Equal(g.blob[g.takes+headerSize:], c.blob[headerSize:]) {
+		n := binary.LittleEndian.Uint32(g.blob[g.takes+1:])
+		binary.LittleEndian.PutUint32(g.blob[g.takes+1:], n+1)
 		return
 	}
-	n := binary.LittleEndian.Uint32(g.blob[g.takes+1:])
-	binary.LittleEndian.PutUint32(g.blob[g.takes+1:], n+binary.LittleEndian.Uint32(c.blob[1:]))
-	g.blob = append(g.blob, c.blob[headerSize:]...)
+	g.takes = len(g.blob)
+	g.blob = append(g.blob, c.blob...)
+}
+
+// repeats reports whether a key occurs more than once in keys, using seen
+// (cleared first) for long lists.
+func repeats(keys []string, seen map[string]struct{}) bool {
+	if len(keys) <= 8 {
+		for i, k := range keys {
+			if slices.Contains(keys[:i], k) {
+				return true
+			}
+		}
+		return false
+	}
+	clear(seen)
+	for _, k := range keys {
+		if _, ok := seen[k]; ok {
+			return true
+		}
+		seen[k] = struct{}{}
+	}
+	return false
 }
 
 // exec runs batch: one script call per slot, pipelined together, and hands
@@ -243,6 +270,7 @@ func (s *Store) exec(b *batch) {
 	ng := 0
 	if b.bySlot == nil {
 		b.bySlot = make(map[uint16]int)
+		b.seen = make(map[string]struct{})
 	}
 	clear(b.bySlot)
 	for _, c := range b.calls {
@@ -287,7 +315,9 @@ func (s *Store) exec(b *batch) {
 	// deadline: they are never reused.
 	cmds := make(rueidis.Commands, 0, ng)
 	for i := range groups {
-		cmds = append(cmds, s.evalsha(groups[i].keys, now, groups[i].blob))
+		g := &groups[i]
+		g.repeats = repeats(g.keys, b.seen)
+		cmds = append(cmds, s.evalsha(g.keys, now, g.blob, g.repeats))
 	}
 	results := s.client.DoMulti(ctx, cmds...)
 	// A node that lost its scripts (a restart, a failover, SCRIPT FLUSH)
@@ -301,7 +331,7 @@ func (s *Store) exec(b *batch) {
 	if len(retry) > 0 {
 		cmds = make(rueidis.Commands, 0, len(retry))
 		for _, i := range retry {
-			cmds = append(cmds, s.eval(groups[i].keys, now, groups[i].blob))
+			cmds = append(cmds, s.eval(groups[i].keys, now, groups[i].blob, groups[i].repeats))
 		}
 		for k, r := range s.client.DoMulti(ctx, cmds...) {
 			results[retry[k]] = r
@@ -317,15 +347,24 @@ func (s *Store) exec(b *batch) {
 	}
 }
 
-// evalsha and eval build the script call for keys and the packed requests.
-func (s *Store) evalsha(keys []string, now string, blob []byte) rueidis.Completed {
+// evalsha and eval build the script call for keys and the packed
+// requests; repeats says whether a key occurs twice in keys.
+func (s *Store) evalsha(keys []string, now string, blob []byte, repeats bool) rueidis.Completed {
 	return s.client.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).
-		Arg(now, s.margin, string(blob)).Build()
+		Arg(now, s.margin, string(blob), flag(repeats)).Build()
 }
 
-func (s *Store) eval(keys []string, now string, blob []byte) rueidis.Completed {
+func (s *Store) eval(keys []string, now string, blob []byte, repeats bool) rueidis.Completed {
 	return s.client.B().Eval().Script(takeScript).Numkeys(int64(len(keys))).Key(keys...).
-		Arg(now, s.margin, string(blob)).Build()
+		Arg(now, s.margin, string(blob), flag(repeats)).Build()
+}
+
+// flag is the script's ARGV[4].
+func flag(repeats bool) string {
+	if repeats {
+		return "1"
+	}
+	return ""
 }
 
 // finish hands each call its part of out, or err.

@@ -228,17 +228,17 @@ func BenchmarkScript(b *testing.B) {
 				keys := make([]string, n)
 				next := int(seq.Add(2500))
 				for pb.Next() {
-					blob = appendGroup(blob[:0], modeWrite, n) // as a batch of Takes
 					for i := range keys {
 						keys[i] = cfg.KeyPrefix + "{user" + strconv.Itoa(next%1000) + "}"
 						next += 7919
-						var err error
-						if blob, err = s.limits.appendRequest(blob, l, 1); err != nil {
-							b.Error(err)
-							return
-						}
 					}
-					if err := s.client.Do(ctx, s.evalsha(keys, "", blob)).Error(); err != nil {
+					// as a batch of Takes of one limit: one request for n keys
+					var err error
+					if blob, err = s.limits.appendRequest(appendGroup(blob[:0], modeWrite, n), l, 1); err != nil {
+						b.Error(err)
+						return
+					}
+					if err := s.client.Do(ctx, s.evalsha(keys, "", blob, false)).Error(); err != nil {
 						b.Error(err)
 						return
 					}

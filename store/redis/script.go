@@ -29,7 +29,7 @@ var ErrInexact = errors.New("limit too large for exact arithmetic in Redis's Lua
 
 // Script modes.
 const (
-	modeWrite  byte = 0 // apply and write each request (Take)
+	modeWrite  byte = 0 // one request for n keys, each applied and written (Takes)
 	modeAll    byte = 1 // write all requests only if all are allowed (TakeAll)
 	modeDryRun byte = 2 // decide, write nothing
 )

@@ -347,6 +347,60 @@ func TestBatchSizes(t *testing.T) {
 	}
 }
 
+// TestMixedBatches has 32 goroutines take from 12 keys at once, at one
+// instant, so that batches mix limits, costs and repeated keys: Takes of
+// one limit and cost share a request record in the script call, and a key
+// given twice must see the first request's hits. At a fixed time each key
+// admits exactly ⌊capacity/cost⌋ requests, whatever the order.
+func TestMixedBatches(t *testing.T) {
+	cfg := testConfig((&fakeClock{now: t0}).Now)
+	cfg.MaxInFlight, cfg.BatchWindow = 1, 200*time.Microsecond // large batches
+	s := open(t, "redis://"+testenv.RedisAddr(t), cfg)
+	type key struct {
+		l    sluice.Limit
+		cost int64
+	}
+	var keys []key
+	for i, alg := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.FixedWindow, sluice.SlidingWindow, sluice.LeakyBucket, sluice.SlidingLog} {
+		for j, cost := range []int64{1, 3} {
+			keys = append(keys, key{sluice.Limit{Algorithm: alg, Rate: int64(40 + 10*i + j), Period: time.Minute}, cost})
+		}
+	}
+	var admitted [12]atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 60 {
+				k := r.IntN(len(keys))
+				d, err := s.Take(context.Background(), fmt.Sprintf("mixed%d", k), keys[k].l, keys[k].cost)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if d.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for k, key := range keys {
+		// 32 × 60 takes over 12 keys: each key is asked far more often
+		// than it admits.
+		if got, want := admitted[k].Load(), capacity(key.l)/key.cost; got != want {
+			t.Errorf("%v cost %d: %d admitted, want %d", key.l, key.cost, got, want)
+		}
+	}
+}
+
 // TestScriptFlushed checks that the store sends the script again to a
 // Redis that lost it (SCRIPT FLUSH, as after a restart).
 func TestScriptFlushed(t *testing.T) {
