@@ -62,10 +62,20 @@ type Store interface {
 // never seen. A State is not safe for concurrent use; stores guard it.
 type State struct {
 	t   int64 // µs since the Unix epoch: window start, last update, or TAT
-	n   int64 // count in the window, or the bucket level in hit·µs
+	n   int64 // count in the window, bucket level in hit·µs, or latest admission (gcra)
 	p   int64 // count in the previous window (sliding_window)
 	log *hitLog
 }
+
+// StateOf returns the State of fields t, n and p, for a store that keeps
+// states outside the process and replays a transition here (store/redis
+// does, on the state its script found): t is the window start
+// (fixed_window, sliding_window), the time of the last update
+// (token_bucket, leaky_bucket) or the TAT (gcra), in µs since the Unix
+// epoch; n the count in the window, the bucket level in hit·µs, or the
+// time of the latest admission (gcra); p the previous window's count
+// (sliding_window), else 0. A sliding_log's State has no such form.
+func StateOf(t, n, p int64) State { return State{t: t, n: n, p: p} }
 
 // Clone returns a copy of s that shares nothing with it: a plain copy of a
 // State shares the sliding_log's log. It allocates only for a non-empty log.

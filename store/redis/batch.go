@@ -22,9 +22,13 @@ type call struct {
 	n    int      // requests
 	keys []string // n keys, prefixed
 	blob []byte   // the group: header and n request records
-	out  []byte   // n decision records
-	err  error
-	done chan struct{}
+	out  []byte   // n records: the states found, if it replays, or decisions
+	now  int64    // the script's time, µs
+	// allowed is the script's decision, when c replays, which the replay
+	// must agree with
+	allowed bool
+	err     error
+	done    chan struct{}
 
 	keysBuf [1]string
 	blobBuf [headerSize + requestSize]byte
@@ -70,14 +74,10 @@ func (s *Store) direct(ctx context.Context, c *call) error {
 		r = s.client.Do(ctx, s.eval(c.keys, now, c.blob, rep))
 	}
 	out, err := r.AsBytes()
-	if err == nil && len(out) != decisionSize*c.n {
-		err = fmt.Errorf("script returned %d bytes for %d requests", len(out), c.n)
-	}
 	if err != nil {
 		return err
 	}
-	c.out = out
-	return nil
+	return split([]*call{c}, out)
 }
 
 // now returns the script's ARGV[1]: "" for Redis's TIME, or Config.Now in
@@ -339,9 +339,6 @@ func (s *Store) exec(b *batch) {
 	}
 	for i, r := range results {
 		out, err := r.AsBytes()
-		if err == nil && len(out) != decisionSize*len(groups[i].keys) {
-			err = fmt.Errorf("script returned %d bytes for %d requests", len(out), len(groups[i].keys))
-		}
 		s.finish(groups[i].calls, out, err)
 		clear(groups[i].calls)
 	}
@@ -367,15 +364,15 @@ func flag(repeats bool) string {
 	return ""
 }
 
-// finish hands each call its part of out, or err.
+// finish hands each call its part of out, the output of the calls'
+// script call, or err.
 func (s *Store) finish(calls []*call, out []byte, err error) {
-	off := 0
+	if err == nil {
+		err = split(calls, out)
+	}
 	for _, c := range calls {
 		if err != nil {
 			c.err = err
-		} else {
-			c.out = out[off : off+decisionSize*c.n : off+decisionSize*c.n]
-			off += decisionSize * c.n
 		}
 		c.done <- struct{}{}
 	}

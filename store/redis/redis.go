@@ -401,7 +401,10 @@ func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64
 		// it is left to the garbage collector, not reused.
 		return sluice.Decision{}, fmt.Errorf("redis take %s: %w", key, err)
 	}
-	d := decision(l, c.out)
+	d, err := c.decision(l, cost)
+	if err != nil {
+		return d, fmt.Errorf("redis take %s: %w", key, err)
+	}
 	c.ctx, c.out, c.err = nil, nil, nil
 	s.pool.Put(c)
 	return d, nil
@@ -506,7 +509,7 @@ func (s *Store) takeGroups(ctx context.Context, reqs []sluice.Request, ds []slui
 			return false, fmt.Errorf("redis take all: %w", err)
 		}
 		for k, i := range groups[g] {
-			ds[i] = decision(reqs[i].Limit, c.out[k*decisionSize:])
+			ds[i] = decision(reqs[i].Limit, c.out[k*recordSize:])
 			allowed = allowed && ds[i].Allowed
 		}
 	}

@@ -35,13 +35,18 @@ const (
 )
 
 // The sizes of the script's packed records: a group header '<Bi4', a
-// request '<Bddddd' (the limit's part '<Bdddd', then the cost), a decision
-// '<Bdddd'.
+// request '<Bddddd' (the limit's part '<Bdddd', then the cost); and of its
+// output: now '<d', the allowed bits of the states found, bitsPerWord per
+// '<d' word, then a record per request '<Bdddd' (the state a Take found,
+// or a decision).
 const (
-	headerSize   = 1 + 4
-	limitSize    = 1 + 4*8
-	requestSize  = limitSize + 8
-	decisionSize = 1 + 4*8
+	headerSize  = 1 + 4
+	limitSize   = 1 + 4*8
+	requestSize = limitSize + 8
+	nowSize     = 8
+	recordSize  = 1 + 4*8
+	wordSize    = 8
+	bitsPerWord = 52
 )
 
 // capacity returns how many hits l admits at once, as sluice does.
@@ -160,10 +165,100 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// decision builds the Decision of l from the script's record, which holds
-// integers below 2^53 as doubles.
+// float reads the script's '<d' at b, an integer below 2^53.
+func float(b []byte) int64 {
+	return int64(math.Float64frombits(binary.LittleEndian.Uint64(b)))
+}
+
+// replays reports whether the script answers c with the state it found
+// rather than a decision: c is a Take (one request, mode 0) of an
+// algorithm with a string state, every one but sliding_log.
+func (c *call) replays() bool {
+	return c.blob[0] == modeWrite && c.blob[headerSize] != byte(sluice.SlidingLog)
+}
+
+// split hands each of calls, the calls of one script call in order, its
+// part of the script's output out: now, its records and, when it replays,
+// its allowed bit.
+func split(calls []*call, out []byte) error {
+	n, k := 0, 0
+	for _, c := range calls {
+		n += c.n
+		if c.replays() {
+			k++
+		}
+	}
+	words := wordSize * ((k + bitsPerWord - 1) / bitsPerWord)
+	if want := nowSize + words + recordSize*n; len(out) != want {
+		return fmt.Errorf("script returned %d bytes for %d requests, want %d", len(out), n, want)
+	}
+	now, bits := float(out), out[nowSize:nowSize+words]
+	off, bit := nowSize+words, 0
+	for _, c := range calls {
+		c.now = now
+		c.out = out[off : off+recordSize*c.n : off+recordSize*c.n]
+		off += recordSize * c.n
+		if c.replays() {
+			c.allowed = float(bits[wordSize*(bit/bitsPerWord):])>>(bit%bitsPerWord)&1 == 1
+			bit++
+		}
+	}
+	return nil
+}
+
+// decision returns the decision of c, a Take of cost hits of l that the
+// script has answered.
+func (c *call) decision(l sluice.Limit, cost int64) (sluice.Decision, error) {
+	if !c.replays() {
+		return decision(l, c.out), nil
+	}
+	d := replay(l, c.out, c.now, cost)
+	if d.Allowed != c.allowed {
+		// A script and a Go transition that differ: never seen, but a
+		// decision that may not be what Redis recorded is no decision.
+		return sluice.Decision{}, fmt.Errorf("Redis decided allowed=%v, Go's replay %v", c.allowed, d.Allowed)
+	}
+	return d, nil
+}
+
+// replay decides cost hits of l at now (µs) on rec, the state the script
+// found, with the transition of package sluice: the decision the script
+// made, which it did not pack (see take.lua).
+func replay(l sluice.Limit, rec []byte, now, cost int64) sluice.Decision {
+	var t, n, x int64
+	if rec[0] == byte(l.Algorithm) { // else none, or another algorithm's: afresh
+		t, n, x = float(rec[1:]), float(rec[9:]), float(rec[17:])
+	}
+	var s sluice.State
+	switch l.Algorithm {
+	case sluice.TokenBucket, sluice.LeakyBucket:
+		// The script keeps the level in hit·µs over x = g, gcd(rate,
+		// period) when it was written; one written under another g is
+		// rescaled to this one, rounding up, as the script does.
+		g := gcd(l.Rate, int64(l.Period/time.Microsecond))
+		if x != g && n > 0 && x > 0 {
+			// n·x is a level in hit·µs, below 2^63: hi is 0 (the % only
+			// keeps a corrupt state from panicking)
+			hi, lo := bits.Mul64(uint64(n), uint64(x))
+			q, r := bits.Div64(hi%uint64(g), lo, uint64(g))
+			if r > 0 {
+				q++
+			}
+			n = int64(q)
+		}
+		s = sluice.StateOf(t, n*g, 0)
+	case sluice.SlidingWindow:
+		s = sluice.StateOf(t, n, x)
+	default: // fixed_window; gcra, whose n is the latest admission
+		s = sluice.StateOf(t, n, 0)
+	}
+	return l.TakeMicros(&s, now, cost)
+}
+
+// decision builds the Decision of l from the script's decision record,
+// which holds integers below 2^53 as doubles.
 func decision(l sluice.Limit, rec []byte) sluice.Decision {
-	v := func(i int) int64 { return int64(math.Float64frombits(binary.LittleEndian.Uint64(rec[1+8*i:]))) }
+	v := func(i int) int64 { return float(rec[1+8*i:]) }
 	d := sluice.Decision{
 		Allowed:    rec[0] == 1,
 		Limit:      capacity(l),

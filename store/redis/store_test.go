@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -248,6 +250,76 @@ func TestAlgorithmChangeKeyTypes(t *testing.T) {
 	}
 }
 
+// TestBucketLimitChanges moves bucket keys between limits of different
+// gcd(rate, period), which the script keeps levels over: a level written
+// under another limit is rescaled, rounding up, and Go's replay must
+// rescale it the same way, or its decisions disagree with the script's
+// (an error). Where the rescale is exact (into a g that divides the old
+// one) the decisions are those of the Go transition on one state.
+func TestBucketLimitChanges(t *testing.T) {
+	clock := &fakeClock{now: t0}
+	s := open(t, "redis://"+testenv.RedisAddr(t), testConfig(clock.Now))
+	ctx := context.Background()
+	for _, alg := range []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			limits := []sluice.Limit{ // g: 6, 1, 4
+				{Algorithm: alg, Rate: 6, Period: time.Minute, Burst: 6},
+				{Algorithm: alg, Rate: 7, Period: time.Minute, Burst: 10},
+				{Algorithm: alg, Rate: 8, Period: 36 * time.Second, Burst: 5},
+			}
+			r := rand.New(rand.NewPCG(uint64(alg), 3))
+			for step := range 300 {
+				clock.Set(clock.Now().Add(time.Duration(r.IntN(4000)) * time.Millisecond))
+				if _, err := s.Take(ctx, "rescaled", limits[r.IntN(len(limits))], r.Int64N(4)); err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+			}
+			// g 6, then 1 for good: exact, so the Go state agrees.
+			var st sluice.State
+			for step := range 100 {
+				l := limits[min(step/10, 1)]
+				clock.Set(clock.Now().Add(time.Duration(r.IntN(4000)) * time.Millisecond))
+				cost := r.Int64N(4)
+				want := l.Take(&st, clock.Now(), cost)
+				got, err := s.Take(ctx, "exact", l, cost)
+				if err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				if got != want {
+					t.Fatalf("step %d %v cost %d:\n got %+v\nwant %+v", step, l, cost, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestBucketRescaleRoundsUp checks the one rounding of a limit change:
+// a level of 119,999,994 hit·µs written under g = 6 is 119,999,996 under
+// g = 4, which makes ResetAfter at 8/36s 15,000,000 µs rather than the
+// 14,999,999 of rounding down.
+func TestBucketRescaleRoundsUp(t *testing.T) {
+	clock := &fakeClock{now: t0}
+	s := open(t, "redis://"+testenv.RedisAddr(t), testConfig(clock.Now))
+	ctx := context.Background()
+	a := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 6, Period: time.Minute, Burst: 6}      // g = 6
+	b := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 8, Period: 36 * time.Second, Burst: 5} // g = 4
+	for _, at := range []time.Duration{0, time.Microsecond} {                                     // level 60e6, then 2 × 60e6 − 6
+		clock.Set(t0.Add(at))
+		if d, err := s.Take(ctx, "k", a, 1); err != nil || !d.Allowed {
+			t.Fatalf("take at %v: %+v, %v", at, d, err)
+		}
+	}
+	st := sluice.StateOf(t0.Add(time.Microsecond).UnixMicro(), 119_999_996, 0)
+	want := b.Take(&st, clock.Now(), 0)
+	got, err := s.Take(ctx, "k", b, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want || want.ResetAfter != 15*time.Second {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
+
 func TestCheckLimitAcceptsReferenceLimits(t *testing.T) {
 	t.Parallel()
 	for _, l := range referenceLimits() {
@@ -397,6 +469,40 @@ func TestMixedBatches(t *testing.T) {
 		// than it admits.
 		if got, want := admitted[k].Load(), capacity(key.l)/key.cost; got != want {
 			t.Errorf("%v cost %d: %d admitted, want %d", key.l, key.cost, got, want)
+		}
+	}
+}
+
+// TestManyTakesInOneCall runs 120 Takes as one script call, each key
+// three times with room for two: the allowed bits span three words, and a
+// repeated key sees the hits of its earlier requests.
+func TestManyTakesInOneCall(t *testing.T) {
+	cfg := testConfig((&fakeClock{now: t0}).Now)
+	s := open(t, "redis://"+testenv.RedisAddr(t), cfg)
+	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 2, Period: time.Minute}
+	var b batch
+	for i := range 120 {
+		c := &call{ctx: context.Background(), n: 1, done: make(chan struct{}, 1)}
+		c.keys = []string{cfg.KeyPrefix + "many" + strconv.Itoa(i%40)}
+		var err error
+		if c.blob, err = s.limits.appendRequest(appendGroup(nil, modeWrite, 1), l, 1); err != nil {
+			t.Fatal(err)
+		}
+		b.calls = append(b.calls, c)
+	}
+	calls := slices.Clone(b.calls)
+	s.exec(&b)
+	for i, c := range calls {
+		<-c.done
+		if c.err != nil {
+			t.Fatalf("take %d: %v", i, c.err)
+		}
+		d, err := c.decision(l, 1)
+		if err != nil {
+			t.Fatalf("take %d: %v", i, err)
+		}
+		if want := i < 80; d.Allowed != want || d.Remaining != max(1-int64(i/40), 0) {
+			t.Fatalf("take %d (key many%d, request %d): %+v, want allowed %v", i, i%40, i/40+1, d, want)
 		}
 	}
 }

@@ -27,9 +27,17 @@
 --          must see what an earlier one of the call wrote; otherwise every
 --          state read is the MGET's.
 --
--- Returns one string: per request '<Bdddd': allowed (1 or 0), remaining,
+-- Returns one string: now ('<d', µs), the allowed bits, then a 33-byte
+-- record per request. A Take (mode 0) of a string state (every
+-- algorithm but sliding_log) returns the state it found, '<Bdddd' as
+-- stored (a 25-byte one with e = 0; 33 zero bytes for none), from which
+-- Go replays the transition
+-- at now: the decision is Go's, with no record to pack here. Every other
+-- request returns its decision '<Bdddd': allowed (1 or 0), remaining,
 -- reset after (µs), retry after (µs, -1 for never), wait (µs,
--- leaky_bucket).
+-- leaky_bucket). The allowed bits, in a '<d' per 52, from the lowest bit,
+-- say whether each found state's request was allowed, so that Go checks
+-- that its replay agrees.
 --
 -- State: fixed_window, sliding_window, token_bucket, leaky_bucket and gcra
 -- keep a 33-byte string, struct '<Bdddd': algorithm, t, n, x (the previous
@@ -52,7 +60,7 @@
 --
 -- Cost (measure with testdata/script-cost.sh): a call reads all string
 -- states with one MGET rather than a GET per request, then makes one SET
--- per request that changes its key: about 6,700 of the 23,000 instructions
+-- per request that changes its key: about 6,700 of the 20,700 instructions
 -- a decision costs Redis in a call of 25 Takes of one limit.
 
 local max = math.max
@@ -431,7 +439,10 @@ do
   end
 end
 
-local out, o = {}, 0 -- the decisions, packed
+local out, o = { '' }, 1 -- now and the allowed bits (at the end), then the records
+local bits, bit, words = 0, 1, nil -- the allowed bits, and the words filled
+local EMPTY -- no state found: 33 zero bytes, once needed
+local LASTBIT = 2251799813685248 -- 2^51, the last of a word's 52
 
 -- makeTakeAll makes the function that decides a TakeAll's group (mode 1)
 -- or its dry run (2): decided in order on working copies, a key given twice
@@ -542,56 +553,56 @@ while pos <= #blob do
     alg, a, b, c, d, cost, pos = sunpack('<Bddddd', blob, pos)
     for _ = 1, n do
       local key = KEYS[ki]
-      local allowed, remaining, reset, retry, wait
       if alg == 2 then
         logs = logs or makeLogs()
         local L = logs.load(key)
-        allowed, remaining, reset, retry, wait = logs.take(L, a, b, now, cost)
+        local allowed, remaining, reset, retry, wait = logs.take(L, a, b, now, cost)
         logs.save(L, ttl(reset + marginUs))
         if repeats then cur[key] = false end
+        o = o + 1
+        out[o] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
       else
-        -- the state, as makeTakeAll's state reads it
+        -- the state, as makeTakeAll's state reads it, and the record
+        -- that returns it
         local t, m, x, e = 0, 0, 0, 0
         local v
         if repeats then v = cur[key] end
         if v == nil then v = vals[ki] end
+        local rec
         if v then
           local size = #v
           if size == 33 then
+            rec = v
             local a0, t0, m0, x0, e0 = sunpack('<Bdddd', v)
             if a0 == alg then t, m, x, e = t0, m0, x0, e0 end
           elseif size == 25 then
             local a0, t0, m0, x0 = sunpack('<Bddd', v)
-            if a0 == alg then t, m, x = t0, m0, x0 end
+            if a0 == alg then
+              t, m, x = t0, m0, x0
+              rec = spack('<Bdddd', alg, t, m, x, 0)
+            end
           end
         end
+        local allowed, reset
         if alg == 5 then
-          -- gcra, as in step, inlined: a call costs the VM more than this
+          -- gcra, as in step, inlined (a call costs the VM more than
+          -- this), and only what the write needs: Go replays the rest
           local at = now
           if at < m then at = m end
           local tat = t
           if tat < at then tat = at end
-          allowed, remaining, retry, wait = 0, 0, 0, 0
-          if cost > c then
-            retry = -1
-          else
+          allowed = 0
+          if cost <= c then
             local nxt = tat + cost * a
             if nxt - at <= b then
               tat, t, m = nxt, nxt, at
               allowed = 1
-            else
-              retry = nxt - at - b
             end
-          end
-          local left = b - (tat - at)
-          if left > 0 then
-            local r = left % a
-            if r < 0 then r = r + a elseif r >= a then r = r - a end
-            remaining = (left - r) / a
           end
           reset = tat - at
         else
-          t, m, x, allowed, remaining, reset, retry, wait = step(alg, t, m, x, a, b, c, d, now, cost)
+          local _
+          t, m, x, allowed, _, reset = step(alg, t, m, x, a, b, c, d, now, cost)
         end
         -- the write, as makeTakeAll's write does it
         if now + reset + marginUs <= e then
@@ -606,14 +617,34 @@ while pos <= #blob do
           redis.call('PSETEX', key, ttl(life), nv)
           if repeats then cur[key] = nv end
         end
+        if not rec then
+          EMPTY = EMPTY or string.rep('\0', 33)
+          rec = EMPTY
+        end
+        o = o + 1
+        out[o] = rec
+        if allowed == 1 then bits = bits + bit end
+        if bit == LASTBIT then
+          words = words or {}
+          words[#words + 1] = bits
+          bits, bit = 0, 1
+        else
+          bit = bit * 2
+        end
       end
-      o = o + 1
-      out[o] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
       ki = ki + 1
     end
   else
     takeAll = takeAll or makeTakeAll()
     pos, ki, o = takeAll(mode, n, blob, pos, ki, o)
   end
+end
+if words then
+  if bit > 1 then words[#words + 1] = bits end
+  out[1] = spack('<d' .. string.rep('d', #words), now, unpack(words))
+elseif bit > 1 then
+  out[1] = spack('<dd', now, bits)
+else
+  out[1] = spack('<d', now)
 end
 return table.concat(out)
