@@ -28,11 +28,11 @@
 --          state read is the MGET's.
 --
 -- Returns one string: now ('<d', µs), the allowed bits, then a 33-byte
--- record per request. A Take (mode 0) of a string state (every
--- algorithm but sliding_log) returns the state it found, '<Bdddd' as
--- stored (a 25-byte one with e = 0; 33 zero bytes for none), from which
--- Go replays the transition
--- at now: the decision is Go's, with no record to pack here. Every other
+-- record per request. A Take (mode 0) of a string state (every algorithm
+-- but sliding_log) returns the state it found, '<Bdddd' as stored (a
+-- 25-byte one with e = 0; 33 zero bytes for none), from which Go replays
+-- the transition at now: the decision is Go's, with no record to pack
+-- here. Every other
 -- request returns its decision '<Bdddd': allowed (1 or 0), remaining,
 -- reset after (µs), retry after (µs, -1 for never), wait (µs,
 -- leaky_bucket). The allowed bits, in a '<d' per 52, from the lowest bit,
