@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -156,7 +157,6 @@ func (s *Store) wait(ctx context.Context, c *call) error {
 func (s *Store) worker() {
 	defer s.wg.Done()
 	var b batch
-	var window *time.Timer
 	for {
 		var first *call
 		select {
@@ -165,42 +165,41 @@ func (s *Store) worker() {
 			return
 		}
 		b.calls = append(b.calls[:0], first)
-		size := first.n
-	drain:
-		for size < s.cfg.MaxBatch {
-			select {
-			case c := <-s.calls:
-				b.calls = append(b.calls, c)
-				size += c.n
-			default:
-				break drain
-			}
-		}
+		size := s.gather(&b, first.n)
 		if size < s.cfg.MaxBatch && s.cfg.BatchWindow > 0 && s.inFlight.Load() > 0 {
-			if window == nil {
-				window = time.NewTimer(s.cfg.BatchWindow)
-			} else {
-				window.Reset(s.cfg.BatchWindow)
-			}
-		wait:
-			for size < s.cfg.MaxBatch {
-				select {
-				case c := <-s.calls:
-					b.calls = append(b.calls, c)
-					size += c.n
-				case <-window.C:
-					break wait
-				case <-s.stop:
-					s.finish(b.calls, nil, ErrClosed)
-					return
+			// Yield to the goroutines about to ask (those the last batch
+			// answered) and take what they queue, until a yield brings
+			// nothing or the window ends: a timer would cost more than
+			// it saves.
+			until := time.Now().Add(s.cfg.BatchWindow)
+			for size < s.cfg.MaxBatch && time.Now().Before(until) {
+				runtime.Gosched()
+				n := s.gather(&b, size)
+				if n == size {
+					break
 				}
+				size = n
 			}
-			window.Stop() // since Go 1.23 no stale tick can remain in window.C
 		}
 		s.inFlight.Add(1)
 		s.exec(&b)
 		s.inFlight.Add(-1)
 	}
+}
+
+// gather adds the queued calls to b, which carries size decisions, until
+// it carries Config.MaxBatch, without waiting, and returns its new size.
+func (s *Store) gather(b *batch, size int) int {
+	for size < s.cfg.MaxBatch {
+		select {
+		case c := <-s.calls:
+			b.calls = append(b.calls, c)
+			size += c.n
+		default:
+			return size
+		}
+	}
+	return size
 }
 
 // batch is a worker's scratch space for one batch, reused.
@@ -266,7 +265,7 @@ func repeats(keys []string, seen map[string]struct{}) bool {
 // each call its results. Calls whose context is done are left out. The
 // batch's deadline is the latest of its calls'.
 func (s *Store) exec(b *batch) {
-	var deadline time.Time
+	var deadline, noDeadline time.Time // noDeadline: Config.Timeout from now, once needed
 	ng := 0
 	if b.bySlot == nil {
 		b.bySlot = make(map[uint16]int)
@@ -279,7 +278,10 @@ func (s *Store) exec(b *batch) {
 		}
 		d, ok := c.ctx.Deadline()
 		if !ok {
-			d = time.Now().Add(s.cfg.Timeout)
+			if noDeadline.IsZero() {
+				noDeadline = time.Now().Add(s.cfg.Timeout)
+			}
+			d = noDeadline
 		}
 		if d.After(deadline) {
 			deadline = d

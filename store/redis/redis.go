@@ -75,9 +75,11 @@ type Config struct {
 	// cluster: one call), sent pipelined. Larger batches cost Redis less per
 	// decision but hold it longer: about 3µs per decision.
 	MaxBatch int
-	// BatchWindow is how long a batch waits for more decisions after its
-	// first one while other script calls are in flight (default 20µs). When
-	// none is, Redis is idle and a batch leaves at once with what is queued,
+	// BatchWindow is the longest a batch waits for more decisions after
+	// its first one while other script calls are in flight (default
+	// 20µs): it yields to the goroutines about to ask and takes what they
+	// queue, and leaves once a yield brings nothing. When no call is in
+	// flight, Redis is idle and a batch leaves at once with what is queued,
 	// so a light load pays no window; under load, batches grow, and Redis
 	// spends less per decision. 0 never waits.
 	BatchWindow time.Duration

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -71,14 +72,20 @@ func local(l sluice.Limit, cost int64) (d sluice.Decision, ok bool) {
 	return sluice.Decision{}, false
 }
 
-// limitArgs caches the script's first five values of each limit a store
-// has seen: a service has few limits, and their conversion to strings
-// would otherwise cost allocations on every decision. It holds at most
-// limitArgsMax limits and then converts the rest each time. Safe for
-// concurrent use.
+// limitArgs caches the limit's part of the script's request record for
+// each limit a store has seen: a service has few limits, and encoding one
+// costs an allocation. It holds at most limitArgsMax limits and then
+// encodes the rest each time. Safe for concurrent use.
 type limitArgs struct {
-	mu sync.RWMutex
-	m  map[sluice.Limit]*[limitSize]byte
+	mu   sync.RWMutex
+	m    map[sluice.Limit]*limitArg
+	last atomic.Pointer[limitArg] // the limit converted last: no hash for a repeat
+}
+
+// limitArg is a limit and its part of a request record.
+type limitArg struct {
+	l sluice.Limit
+	v [limitSize]byte
 }
 
 const limitArgsMax = 4096
@@ -105,24 +112,29 @@ func appendGroup(blob []byte, mode byte, n int) []byte {
 // appendRequest appends the script's record of cost hits of l, which
 // local has let through, to blob.
 func (c *limitArgs) appendRequest(blob []byte, l sluice.Limit, cost int64) ([]byte, error) {
-	c.mu.RLock()
-	v := c.m[l]
-	c.mu.RUnlock()
-	if v == nil {
-		var err error
-		if v, err = encodeLimit(l); err != nil {
-			return blob, err
+	a := c.last.Load()
+	if a == nil || a.l != l {
+		c.mu.RLock()
+		a = c.m[l]
+		c.mu.RUnlock()
+		if a == nil {
+			v, err := encodeLimit(l)
+			if err != nil {
+				return blob, err
+			}
+			a = &limitArg{l, *v}
+			c.mu.Lock()
+			if c.m == nil {
+				c.m = make(map[sluice.Limit]*limitArg)
+			}
+			if len(c.m) < limitArgsMax {
+				c.m[l] = a
+			}
+			c.mu.Unlock()
 		}
-		c.mu.Lock()
-		if c.m == nil {
-			c.m = make(map[sluice.Limit]*[limitSize]byte)
-		}
-		if len(c.m) < limitArgsMax {
-			c.m[l] = v
-		}
-		c.mu.Unlock()
+		c.last.Store(a)
 	}
-	blob = append(blob, v[:]...)
+	blob = append(blob, a.v[:]...)
 	return binary.LittleEndian.AppendUint64(blob, math.Float64bits(float64(cost))), nil
 }
 
