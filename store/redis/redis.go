@@ -16,11 +16,11 @@
 // Cluster slot (outside a cluster: one call), which reads TIME once and
 // decides all of them; a batch's calls go pipelined on one connection per
 // node. Under load one call carries tens of decisions, and Redis spends
-// less than half the instructions per decision that a script call of its
-// own costs (27,400 against 63,000). In a cluster a call carries one
-// slot's decisions only: keys with one hash tag (one client's limits)
-// share a call, other clients' keys do not, so there the gain is
-// pipelining, not batching.
+// a quarter of the instructions per decision that a script call of its
+// own costs (20,700 against 82,000; testdata/script-cost.sh). In a
+// cluster a call carries one slot's decisions only: keys with one hash
+// tag (one client's limits) share a call, other clients' keys do not, so
+// there the gain is pipelining, not batching.
 //
 // Keys: each key lives at least until its reset time (when its limit is
 // whole again) plus Config.ExpiryMargin, and at most one margin longer, so
@@ -73,7 +73,7 @@ type Config struct {
 	// MaxBatch is the most decisions one batch carries (default 128). A
 	// batch is one script call per cluster slot it touches (outside a
 	// cluster: one call), sent pipelined. Larger batches cost Redis less per
-	// decision but hold it longer: about 3µs per decision.
+	// decision but hold it longer: about 2µs per decision.
 	MaxBatch int
 	// BatchWindow is the longest a batch waits for more decisions after
 	// its first one while other script calls are in flight (default

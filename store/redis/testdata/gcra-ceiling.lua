@@ -1,7 +1,7 @@
 -- gcra-ceiling.lua is the per-call ceiling that the Redis store's batching
 -- is measured against: the smallest GCRA decision script, one decision per
 -- call (TIME, GET, SET PX), as a rate limiter without batching runs it.
--- It is not used by the store. Run it with bench-ceiling.sh.
+-- It is not used by the store. Run it with bench.sh.
 --
 -- KEYS[1]: the key. ARGV[1]: the emission interval T (µs). ARGV[2]: the
 -- tolerance (µs). Returns allowed, remaining, reset after, retry after.

@@ -2,7 +2,7 @@
 -- store's batching is measured against: a token bucket as rate limiters
 -- without batching commonly write it, one decision per call: TIME, HMGET
 -- of the tokens and the time of the last refill, HSET of both, PEXPIRE.
--- It is not used by the store. Run it with bench-ceiling.sh.
+-- It is not used by the store. Run it with bench.sh.
 --
 -- KEYS[1]: the bucket. ARGV[1]: tokens per second. ARGV[2]: capacity.
 -- ARGV[3]: cost. Returns allowed and the tokens left.
