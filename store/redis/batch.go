@@ -241,7 +241,7 @@ func (g *group) add(c *call) {
 }
 
 // repeats reports whether a key occurs more than once in keys, using seen
-// (cleared first) for long lists.
+// (cleared first; nil makes one) for long lists.
 func repeats(keys []string, seen map[string]struct{}) bool {
 	if len(keys) <= 8 {
 		for i, k := range keys {
@@ -250,6 +250,9 @@ func repeats(keys []string, seen map[string]struct{}) bool {
 			}
 		}
 		return false
+	}
+	if seen == nil {
+		seen = make(map[string]struct{}, len(keys))
 	}
 	clear(seen)
 	for _, k := range keys {

@@ -608,3 +608,37 @@ func TestLargeTakeAll(t *testing.T) {
 		}
 	}
 }
+
+func TestRepeats(t *testing.T) {
+	t.Parallel()
+	long := func(dup bool) []string {
+		keys := make([]string, 20)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("k%d", i)
+		}
+		if dup {
+			keys[19] = "k3"
+		}
+		return keys
+	}
+	seen := map[string]struct{}{"k0": {}} // left over from another batch
+	for _, tc := range []struct {
+		name string
+		keys []string
+		seen map[string]struct{}
+		want bool
+	}{
+		{"none", nil, nil, false},
+		{"one", []string{"a"}, nil, false},
+		{"short", []string{"a", "b", "c"}, nil, false},
+		{"short repeat", []string{"a", "b", "a"}, nil, true},
+		{"long", long(false), seen, false},
+		{"long repeat", long(true), seen, true},
+		{"long, no map", long(false), nil, false},
+		{"long repeat, no map", long(true), nil, true},
+	} {
+		if got := repeats(tc.keys, tc.seen); got != tc.want {
+			t.Errorf("%s: repeats = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
