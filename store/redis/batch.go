@@ -253,8 +253,9 @@ func repeats(keys []string, seen map[string]struct{}) bool {
 	}
 	if seen == nil {
 		seen = make(map[string]struct{}, len(keys))
+	} else {
+		clear(seen)
 	}
-	clear(seen)
 	for _, k := range keys {
 		if _, ok := seen[k]; ok {
 			return true
