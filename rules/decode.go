@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -615,18 +616,29 @@ func (d *decoder) rateLimit(n *yaml.Node, what string, p *parsedDomain) *Limit {
 			d.errorf(throttleLine, "exceed_percent: %d%% past %s is too large: %v", l.ExceedPercent, l.Limit, err)
 			return nil
 		}
+		if softLimit(l.Limit, l.ExceedPercent) == l.Limit {
+			d.errorf(throttleLine, "exceed_percent: %d%% past %s admits nothing more (the excess rounds down to 0); raise exceed_percent", l.ExceedPercent, l.Limit)
+			return nil
+		}
 	}
 	return l
 }
 
-// softLimit scales the rate and burst of l by (100+percent)/100, rounding
-// down: what soft throttling admits. Saturates instead of overflowing.
+// softLimit scales the rate and burst of l by (100+percent)/100, rounded
+// down: what soft throttling admits. It is exact for every rate, burst and
+// percent; a result beyond int64 saturates at math.MaxInt64 (which
+// sluice.Limit.Validate then refuses). percent must not be negative.
 func softLimit(l sluice.Limit, percent int64) sluice.Limit {
 	scale := func(v int64) int64 {
-		if v > math.MaxInt64/(100+percent) {
+		hi, lo := bits.Mul64(uint64(v), uint64(100+percent))
+		if hi >= 100 { // the quotient needs more than 64 bits
 			return math.MaxInt64
 		}
-		return v * (100 + percent) / 100
+		q, _ := bits.Div64(hi, lo, 100)
+		if q > math.MaxInt64 {
+			return math.MaxInt64
+		}
+		return int64(q)
 	}
 	l.Rate = scale(l.Rate)
 	if l.Burst > 0 {

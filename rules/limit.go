@@ -74,10 +74,14 @@ type Limit struct {
 func (l *Limit) Period() time.Duration { return l.Limit.Period }
 
 // Enforced returns the limit that decides whether a request passes: Limit
-// with hard throttling, and with soft throttling Limit with its rate (and
-// burst, if set) scaled by (100 + ExceedPercent)/100, rounded down, so that
-// it admits up to the limit × (1 + ExceedPercent/100). Loading checked that
-// it validates. The zero sluice.Limit when Unlimited.
+// with hard throttling, and with soft throttling Limit with its rate, and
+// its burst if set, each scaled by (100 + ExceedPercent)/100 and rounded
+// down, so that it admits up to the limit × (1 + ExceedPercent/100) and
+// never more (a token bucket's refill rate grows by the same factor as its
+// capacity). Loading checked that it validates and that it admits more than
+// Limit: a soft limit whose excess rounds down to nothing (5 a minute with
+// 10%) is refused. The zero sluice.Limit when Unlimited. It is the one
+// implementation of soft throttling's arithmetic.
 func (l *Limit) Enforced() sluice.Limit {
 	if l.Throttling != Soft {
 		return l.Limit

@@ -251,7 +251,7 @@ descriptors:
       - key: path
         value: /login
         shadow_mode: true
-        rate_limit: {name: login, requests_per_unit: 5, unit: minute, throttling: soft, exceed_percent: 5}
+        rate_limit: {name: login, requests_per_unit: 5, unit: minute, throttling: soft, exceed_percent: 20}
 `, true},
 		{"in a list of limits", `
 domain: api
