@@ -422,9 +422,7 @@ func (d *decoder) descriptor(n *yaml.Node, p *parsedDomain, parent *Rule) *Rule 
 	case hasList:
 		r.Limits = d.rateLimits(list, p)
 	}
-	for _, l := range r.Limits {
-		l.ID = limitID(r, l)
-	}
+	setIDs(r)
 	if f, has := fs["descriptors"]; has {
 		r.Descriptors = d.descriptors(f, p, r)
 	}
@@ -706,9 +704,34 @@ func unitPeriod(unit string) (time.Duration, bool) {
 	return 0, false
 }
 
-// limitID derives a limit's ID from its place (domain, then each level's
-// key and value) and its parameters (algorithm, rate, period, burst).
-func limitID(r *Rule, l *Limit) string {
+// setIDs gives each limit of r its ID. Limits of r that share an algorithm
+// and a period are told apart by their order among themselves.
+func setIDs(r *Rule) {
+	type kind struct {
+		alg    sluice.Algorithm
+		period time.Duration
+	}
+	var seen map[kind]int
+	for _, l := range r.Limits {
+		k := kind{l.Limit.Algorithm, l.Limit.Period}
+		n := 0
+		if len(r.Limits) > 1 {
+			if seen == nil {
+				seen = make(map[kind]int, len(r.Limits))
+			}
+			n = seen[k]
+			seen[k] = n + 1
+		}
+		l.ID = limitID(r, l, n)
+	}
+}
+
+// limitID derives a limit's ID from what it counts: its place (domain,
+// then each level's key and value), its algorithm and its period, and,
+// when nth > 0, its order among the limits of the same descriptor with
+// that algorithm and period. The rate and burst are left out, so that
+// changing them keeps the count.
+func limitID(r *Rule, l *Limit, nth int) string {
 	h := sha256.New()
 	var buf []byte
 	str := func(s string) {
@@ -729,9 +752,10 @@ func limitID(r *Rule, l *Limit) string {
 		str("unlimited")
 	} else {
 		str(l.Limit.Algorithm.String())
-		num(l.Limit.Rate)
 		num(l.Limit.Period.Microseconds())
-		num(l.Limit.Burst)
+	}
+	if nth > 0 {
+		num(int64(nth))
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }

@@ -57,13 +57,18 @@ type Limit struct {
 	// Replaces lists the names of limits this one replaces (Envoy's
 	// `replaces`). Every name is the Name of a limit of the same domain.
 	Replaces []string
-	// ID identifies the limit within its rules for store keys and metrics:
-	// stable across reloads while the limit's place and parameters do not
-	// change. It is derived from the domain, the keys and values of the
-	// descriptors down to the limit, and the limit's algorithm, rate,
-	// period and burst (16 hex digits): change any of them and the limit
-	// gets a fresh counter; reorder the file, rename, or change shadow mode
-	// or throttling, and it keeps its counter.
+	// ID identifies the limit's counter within its rules, for store keys
+	// and metrics (16 hex digits). It is derived from what the limit
+	// counts: the domain, the keys and values of the descriptors down to
+	// the limit, and the limit's algorithm and period (Unit ×
+	// UnitMultiplier, so 60 minutes is an hour). Change any of them and the
+	// limit counts afresh; change requests_per_unit, burst, throttling,
+	// shadow mode, the name, or reorder the file, and it keeps its count
+	// (the stores apply the new rate to the state they hold). Limits of one
+	// descriptor that share an algorithm and a period (in rate_limits) are
+	// told apart by their order among themselves: the first of them has
+	// the ID it would have alone, the second another, and so on; swapping
+	// two of them swaps their counts.
 	ID string
 	// File and Line locate the limit in its rules file.
 	File string

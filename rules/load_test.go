@@ -7,8 +7,10 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -111,6 +113,14 @@ func TestLoadValid(t *testing.T) {
 	}
 }
 
+// unitLengths are the units' lengths as Envoy's ratelimit states them,
+// written out here apart from the code under test.
+var unitLengths = map[string]time.Duration{
+	"second": time.Second, "minute": 60 * time.Second, "hour": 3600 * time.Second,
+	"day": 86400 * time.Second, "week": 7 * 86400 * time.Second,
+	"month": 30 * 86400 * time.Second, "year": 365 * 86400 * time.Second,
+}
+
 // checkValid checks what every Set must hold: limits that validate (but
 // for unlimited ones), IDs that are unique, and rules that Match finds.
 func checkValid(t *testing.T, s *Set) {
@@ -129,8 +139,8 @@ func checkValid(t *testing.T, s *Set) {
 				if err := l.Limit.Validate(); err != nil {
 					t.Errorf("%s: limit %v does not validate: %v", r.Path, l.Limit, err)
 				}
-				if l.Period() != l.Limit.Period {
-					t.Errorf("%s: Period() = %v, want %v", r.Path, l.Period(), l.Limit.Period)
+				if want := unitLengths[l.Unit] * time.Duration(l.UnitMultiplier); l.Period() != want || want == 0 {
+					t.Errorf("%s: Period() = %v with unit %q × %d, want %v", r.Path, l.Period(), l.Unit, l.UnitMultiplier, want)
 				}
 				if prev, dup := ids[l.ID]; dup {
 					t.Errorf("limit ID %s of %s also belongs to %s", l.ID, r.Path, prev)
@@ -219,9 +229,10 @@ func symlink(t *testing.T, target, link string) {
 	}
 }
 
-// TestLimitIDStable checks that a limit keeps its ID, and so its counter,
-// across edits that do not change its place or parameters, and gets a new
-// one when they change.
+// TestLimitIDStable checks that a limit's ID, and so its counter, follows
+// what it counts (domain, descriptor path, algorithm, period) and nothing
+// else: edits of the rate, the burst, throttling, shadow mode, names and
+// order keep it; edits of what is counted change it.
 func TestLimitIDStable(t *testing.T) {
 	t.Parallel()
 	const base = `
@@ -235,13 +246,22 @@ descriptors:
   - key: ip
     rate_limit: {unit: second, requests_per_unit: 10}
 `
+	const bucket = `
+domain: api
+descriptors:
+  - key: user
+    descriptors:
+      - key: path
+        value: /login
+        rate_limit: {unit: minute, requests_per_unit: 5, algorithm: token_bucket, burst: 10}
+`
 	tests := []struct {
-		name string
-		yaml string
-		same bool
+		name       string
+		base, yaml string
+		same       bool
 	}{
-		{"unchanged", base, true},
-		{"reordered, commented, renamed, shadowed", `
+		{"unchanged", base, base, true},
+		{"reordered, commented, renamed, shadowed, soft", base, `
 domain: api
 descriptors:
   - key: ip   # first now
@@ -253,7 +273,7 @@ descriptors:
         shadow_mode: true
         rate_limit: {name: login, requests_per_unit: 5, unit: minute, throttling: soft, exceed_percent: 20}
 `, true},
-		{"in a list of limits", `
+		{"first in a list of limits", base, `
 domain: api
 descriptors:
   - key: user
@@ -264,7 +284,7 @@ descriptors:
           - {unit: minute, requests_per_unit: 5}
           - {unit: hour, requests_per_unit: 50}
 `, true},
-		{"explicit defaults", `
+		{"explicit defaults", base, `
 domain: api
 descriptors:
   - key: user
@@ -273,40 +293,108 @@ descriptors:
         value: /login
         rate_limit: {unit: minute, unit_multiplier: 1, requests_per_unit: 5, algorithm: fixed_window}
 `, true},
-		{"new rate", strings.Replace(base, "requests_per_unit: 5}", "requests_per_unit: 6}", 1), false},
-		{"new unit", strings.Replace(base, "{unit: minute", "{unit: hour", 1), false},
-		{"new algorithm", strings.Replace(base, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: sliding_window}", 1), false},
-		{"new place", strings.Replace(base, "value: /login", "value: /signin", 1), false},
-		{"new domain", strings.Replace(base, "domain: api", "domain: web", 1), false},
+		{"the same period in other units", base, strings.Replace(base, "{unit: minute,", "{unit: second, unit_multiplier: 60,", 1), true},
+		{"new rate", base, strings.Replace(base, "requests_per_unit: 5}", "requests_per_unit: 6}", 1), true},
+		{"new burst", bucket, strings.Replace(bucket, "burst: 10", "burst: 20", 1), true},
+		{"new rate and no burst", bucket, strings.Replace(bucket, "requests_per_unit: 5, algorithm: token_bucket, burst: 10", "requests_per_unit: 50, algorithm: token_bucket", 1), true},
+		{"new unit", base, strings.Replace(base, "{unit: minute", "{unit: hour", 1), false},
+		{"new multiplier", base, strings.Replace(base, "{unit: minute,", "{unit: minute, unit_multiplier: 2,", 1), false},
+		{"new algorithm", base, strings.Replace(base, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: sliding_window}", 1), false},
+		{"new place", base, strings.Replace(base, "value: /login", "value: /signin", 1), false},
+		{"new parent", base, strings.Replace(base, "key: user", "key: account", 1), false},
+		{"new domain", base, strings.Replace(base, "domain: api", "domain: web", 1), false},
+		{"unlimited", base, strings.Replace(base, "{unit: minute, requests_per_unit: 5}", "{unlimited: true}", 1), false},
 	}
-	login := func(s *Set, domain string) string {
+	login := func(t *testing.T, s *Set) *Rule {
 		t.Helper()
-		r, err := s.Match(domain, []Entry{{"user", "alice"}, {"path", "/login"}})
-		if err != nil || r == nil {
-			r, err = s.Match(domain, []Entry{{"user", "alice"}, {"path", "/signin"}})
+		for _, d := range s.Domains() {
+			for _, v := range []string{"/login", "/signin"} {
+				for _, k := range []string{"user", "account"} {
+					if r, err := s.Match(d, []Entry{{k, "alice"}, {"path", v}}); err == nil && r != nil {
+						return r
+					}
+				}
+			}
 		}
-		if err != nil || r == nil {
-			t.Fatalf("no login rule: %v %v", r, err)
-		}
-		return r.Limits[0].ID
+		t.Fatalf("no login rule in %v", s.Domains())
+		return nil
 	}
-	s0, err := Parse("base.yaml", []byte(base))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id0 := login(s0, "api")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			s0, err := Parse("base.yaml", []byte(tt.base))
+			if err != nil {
+				t.Fatal(err)
+			}
 			s, err := Parse(tt.name+".yaml", []byte(tt.yaml))
 			if err != nil {
 				t.Fatal(err)
 			}
-			id := login(s, s.Domains()[0])
+			id0, id := login(t, s0).Limits[0].ID, login(t, s).Limits[0].ID
 			if (id == id0) != tt.same {
 				t.Errorf("ID %s, base ID %s: same = %v, want %v", id, id0, id == id0, tt.same)
 			}
 		})
+	}
+}
+
+// TestLimitIDSiblings checks that limits of one descriptor that share an
+// algorithm and a period count apart, told by their order among
+// themselves, and that the first keeps the ID it has alone.
+func TestLimitIDSiblings(t *testing.T) {
+	t.Parallel()
+	const alone = `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 100}
+`
+	const three = `
+domain: api
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 100}
+      - {unit: minute, requests_per_unit: 100, algorithm: token_bucket}
+      - {unit: second, requests_per_unit: 50, algorithm: token_bucket, burst: 50}
+      - {unit: second, requests_per_unit: 20, algorithm: gcra}
+`
+	// The second token bucket of a second, with another rate and burst.
+	const edited = `
+domain: api
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 100}
+      - {unit: minute, requests_per_unit: 100, algorithm: token_bucket}
+      - {unit: second, requests_per_unit: 60, algorithm: token_bucket, burst: 70}
+      - {unit: second, requests_per_unit: 20, algorithm: gcra}
+`
+	ids := func(src string) []string {
+		t.Helper()
+		s, err := Parse("rules.yaml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range s.Rules("api")[0].Limits {
+			out = append(out, l.ID)
+		}
+		return out
+	}
+	a, l, e := ids(alone), ids(three), ids(edited)
+	if a[0] != l[0] {
+		t.Errorf("first of its kind: ID %s, alone %s; want the same", l[0], a[0])
+	}
+	seen := map[string]int{}
+	for i, id := range l {
+		if j, dup := seen[id]; dup {
+			t.Errorf("limits %d and %d share ID %s", j, i, id)
+		}
+		seen[id] = i
+	}
+	if !slices.Equal(l, e) {
+		t.Errorf("IDs %v after editing a rate and burst, %v before; want the same", e, l)
 	}
 }
 
