@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 )
@@ -37,6 +38,14 @@ type Request struct {
 	Key   string
 	Limit Limit
 	Cost  int64
+	// Group names the requests a store keeps together: requests of equal
+	// Group live where one atomic step can decide them all (store/redis
+	// puts them in one Redis Cluster slot). Empty means the Key alone
+	// decides where its state lives. A key is always given with the same
+	// Group; the Group is not part of the key's identity for a store that
+	// has no placement to make (store/memory ignores it), but it may be
+	// for one that has (store/redis names the state by both).
+	Group string
 }
 
 // Store keeps the states of many keys and applies limits to them. Every
@@ -56,6 +65,26 @@ type Store interface {
 	// they would have decided. A key given twice sees its first request's
 	// hits when deciding the second.
 	TakeAll(ctx context.Context, reqs []Request, ds []Decision) error
+}
+
+// ErrLimit is wrapped by the errors a Store returns for a limit it cannot
+// apply, such as one whose arithmetic it cannot do exactly: the error
+// concerns the requests with that limit, not the store, which is healthy.
+// Callers tell the two apart with errors.Is; package decide never counts
+// such an error as a store failure.
+var ErrLimit = errors.New("limit not supported by the store")
+
+// LimitChecker is an optional interface of a Store that cannot apply every
+// limit that Limit.Validate accepts. CheckLimit returns nil for a limit the
+// store decides as the Limit transitions do, and otherwise an error that
+// wraps ErrLimit and says why (store/redis refuses limits beyond the exact
+// range of its Lua arithmetic). It does no I/O and is safe for concurrent
+// use. Rules are checked with it before they are put in force, so that a
+// limit the store refuses is a configuration error, not an error on every
+// decision. A store without it applies every valid limit; decorators of a
+// store pass it on.
+type LimitChecker interface {
+	CheckLimit(Limit) error
 }
 
 // State is the state of one key under one limit. The zero value is a key
@@ -100,7 +129,7 @@ func (l Limit) Take(s *State, now time.Time, cost int64) Decision {
 func (l Limit) TakeMicros(s *State, now int64, cost int64) Decision {
 	p := int64(l.Period / time.Microsecond)
 	if cost < 0 || l.Rate <= 0 || p <= 0 || l.Burst < 0 {
-		return Decision{Limit: l.capacity(), RetryAfter: Never}
+		return Decision{Limit: l.Capacity(), RetryAfter: Never}
 	}
 	switch l.Algorithm {
 	case FixedWindow:
@@ -110,11 +139,11 @@ func (l Limit) TakeMicros(s *State, now int64, cost int64) Decision {
 	case SlidingLog:
 		return slidingLog(l.Rate, p, s, now, cost)
 	case TokenBucket:
-		return tokenBucket(l.Rate, p, l.capacity(), s, now, cost)
+		return tokenBucket(l.Rate, p, l.Capacity(), s, now, cost)
 	case LeakyBucket:
-		return leakyBucket(l.Rate, p, l.capacity(), s, now, cost)
+		return leakyBucket(l.Rate, p, l.Capacity(), s, now, cost)
 	case GCRA:
-		return gcra(l.Rate, p, l.capacity(), s, now, cost)
+		return gcra(l.Rate, p, l.Capacity(), s, now, cost)
 	}
 	return Decision{RetryAfter: Never}
 }

@@ -135,8 +135,8 @@ func (l Limit) Validate() error {
 		return &FieldError{"Burst", fmt.Sprintf("%s has no burst; use token_bucket, leaky_bucket or gcra", l.Algorithm)}
 	}
 	p := l.Period.Microseconds()
-	if l.Rate > maxProduct/p || l.capacity() > maxProduct/p {
-		return &FieldError{"Rate", fmt.Sprintf("%d per %v is too large to compute exactly", max(l.Rate, l.capacity()), l.Period)}
+	if l.Rate > maxProduct/p || l.Capacity() > maxProduct/p {
+		return &FieldError{"Rate", fmt.Sprintf("%d per %v is too large to compute exactly", max(l.Rate, l.Capacity()), l.Period)}
 	}
 	if l.Algorithm == GCRA && p < l.Rate {
 		return &FieldError{"Rate", fmt.Sprintf("gcra emits at most one hit per microsecond; %d per %v is faster", l.Rate, l.Period)}
@@ -144,9 +144,10 @@ func (l Limit) Validate() error {
 	return nil
 }
 
-// capacity returns how many hits the limit admits at once: the burst for
-// the bucket algorithms, the rate for the windows.
-func (l Limit) capacity() int64 {
+// Capacity returns how many hits the limit admits at once: the burst of
+// token_bucket, leaky_bucket and gcra (the rate when Burst is 0), the rate
+// of the window algorithms. It is Decision.Limit for every decision of l.
+func (l Limit) Capacity() int64 {
 	if l.Burst > 0 && l.Algorithm.HasBurst() {
 		return l.Burst
 	}

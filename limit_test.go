@@ -48,6 +48,37 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+func TestCapacity(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		limit sluice.Limit
+		want  int64
+	}{
+		{"window: the rate", sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 100, Period: time.Minute}, 100},
+		{"bucket without burst: the rate", sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 30, Period: time.Second}, 30},
+		{"token bucket: the burst", sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 30, Period: time.Second, Burst: 100}, 100},
+		{"leaky bucket: the burst", sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 5, Period: time.Second, Burst: 2}, 2},
+		{"gcra: the burst", sluice.Limit{Algorithm: sluice.GCRA, Rate: 10, Period: time.Second, Burst: 3}, 3},
+		{"burst on a window (invalid): the rate", sluice.Limit{Rate: 10, Period: time.Second, Burst: 50}, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := tt.limit.Capacity(); got != tt.want {
+				t.Fatalf("Capacity() = %d, want %d", got, tt.want)
+			}
+			if tt.limit.Validate() != nil {
+				return
+			}
+			var s sluice.State
+			if d := tt.limit.Take(&s, time.Unix(0, 0), 0); d.Limit != tt.want {
+				t.Fatalf("Take's Decision.Limit = %d, want Capacity %d", d.Limit, tt.want)
+			}
+		})
+	}
+}
+
 func TestParseLimit(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -141,7 +172,7 @@ func FuzzTake(f *testing.F) {
 			}
 			return
 		}
-		capacity := capacityOf(l)
+		capacity := l.Capacity()
 		var s sluice.State
 		now := t0.UnixMicro()
 		for i := 0; i+1 < len(ops); i += 2 {

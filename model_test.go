@@ -132,7 +132,7 @@ func (m *bucketModel) water(t int64) *big.Rat {
 
 func newModel(l sluice.Limit) model {
 	p := l.Period.Microseconds()
-	capacity := capacityOf(l)
+	capacity := l.Capacity()
 	switch l.Algorithm {
 	case sluice.FixedWindow:
 		return &fixedModel{rate: l.Rate, p: p}
@@ -172,7 +172,7 @@ func firstPass(m model, from, limit, cost int64) (int64, bool) {
 // and applies it to the model.
 func expect(l sluice.Limit, m model, t, cost int64) sluice.Decision {
 	p := l.Period.Microseconds()
-	capacity := capacityOf(l)
+	capacity := l.Capacity()
 	horizon := t + 2*p + (capacity+1)*(p/l.Rate+1)*2
 	d := sluice.Decision{Limit: capacity}
 	var before *big.Rat
@@ -202,14 +202,6 @@ func expect(l sluice.Limit, m model, t, cost int64) sluice.Decision {
 		d.ResetAfter = time.Duration(at-t) * time.Microsecond
 	}
 	return d
-}
-
-// capacityOf returns how many hits l admits at once.
-func capacityOf(l sluice.Limit) int64 {
-	if l.Burst > 0 {
-		return l.Burst
-	}
-	return l.Rate
 }
 
 func ceilRat(r *big.Rat) int64 {
@@ -252,7 +244,7 @@ func TestAlgorithmsMatchReferenceModels(t *testing.T) {
 			var s sluice.State
 			p := l.Period.Microseconds()
 			now := t0.UnixMicro() + rng.Int64N(p)
-			capacity := capacityOf(l)
+			capacity := l.Capacity()
 			for i := range 400 {
 				now += arrival(rng, p, l.Rate)
 				cost := rng.Int64N(capacity/3+2) + 0

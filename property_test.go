@@ -72,7 +72,7 @@ func TestBucketsNeverExceedBurstPlusRate(t *testing.T) {
 		for _, backwards := range []bool{false, true} {
 			hits := traffic(t, l, 1500, backwards)
 			p := l.Period.Microseconds()
-			capacity := capacityOf(l)
+			capacity := l.Capacity()
 			// Over [hits[i].t, hits[j].t]: admitted <= capacity + rate × elapsed / p.
 			for i := range hits {
 				var sum int64

@@ -305,8 +305,9 @@ func (s *Service) collect(b *batch, r *Request, resp *Response, replaces bool) {
 					b.key = appendClient(b.key[:0], rule, l, d.Entries)
 					client = len(b.key)
 				}
-				b.key = appendKey(b.key[:client], l, b.key[:client])
-				b.reqs = append(b.reqs, sluice.Request{Key: string(b.key[client:]), Limit: enforced(l), Cost: d.Cost})
+				b.key = append(append(b.key[:client], l.ID...), b.key[:client]...)
+				key := string(b.key[client:])
+				b.reqs = append(b.reqs, sluice.Request{Key: key, Group: key[len(l.ID):], Limit: l.Enforced(), Cost: d.Cost})
 				b.refs = append(b.refs, ref{desc: i, limit: l})
 			}
 			b.span[i] = span{lo: lo, hi: len(b.reqs), shadow: shadow}
@@ -426,7 +427,7 @@ func (s *Service) deny(resp *Response, b *batch, lo, hi int) {
 		st := &resp.Statuses[b.refs[k].desc]
 		l := b.refs[k].limit
 		st.Code, st.Limit = OverLimit, l
-		st.Decision = sluice.Decision{Limit: capacity(l.Limit), ResetAfter: s.coolDown, RetryAfter: s.coolDown}
+		st.Decision = sluice.Decision{Limit: l.Limit.Capacity(), ResetAfter: s.coolDown, RetryAfter: s.coolDown}
 	}
 }
 
@@ -446,45 +447,16 @@ func binds(a, b sluice.Decision) bool {
 	return a.ResetAfter > b.ResetAfter
 }
 
-// enforced returns the limit the store enforces for l: l itself, or with
-// soft throttling the rate and burst raised by ExceedPercent.
-func enforced(l *rules.Limit) sluice.Limit {
-	if l.Throttling != rules.Soft || l.ExceedPercent <= 0 {
-		return l.Limit
-	}
-	e := l.Limit
-	e.Rate = raise(e.Rate, l.ExceedPercent)
-	if e.Burst > 0 {
-		e.Burst = raise(e.Burst, l.ExceedPercent)
-	}
-	return e
-}
-
-// raise returns ⌊n × (100 + pct) / 100⌋ without overflowing for the sizes
-// that sluice.Limit.Validate allows.
-func raise(n, pct int64) int64 {
-	return n + n/100*pct + n%100*pct/100
-}
-
-// nominal restates a decision the store took under enforced(l) in terms of
-// l as the rules state it: with soft throttling, Limit is the nominal
+// nominal restates a decision the store took under l.Enforced() in terms
+// of l as the rules state it: with soft throttling, Limit is the nominal
 // capacity and Remaining what is left of it (zero once the request eats
 // into the excess).
 func nominal(l *rules.Limit, d sluice.Decision) sluice.Decision {
-	if l.Throttling != rules.Soft || l.ExceedPercent <= 0 {
+	if l.Throttling != rules.Soft {
 		return d
 	}
-	c := capacity(l.Limit)
+	c := l.Limit.Capacity()
 	d.Remaining = max(d.Remaining-(d.Limit-c), 0)
 	d.Limit = c
 	return d
-}
-
-// capacity returns how many hits l admits at once: the burst of the bucket
-// algorithms, otherwise the rate.
-func capacity(l sluice.Limit) int64 {
-	if l.Burst > 0 && l.Algorithm.HasBurst() {
-		return l.Burst
-	}
-	return l.Rate
 }

@@ -321,9 +321,10 @@ func TestDecideInvalid(t *testing.T) {
 	}
 }
 
-// TestDecideKeys checks the store keys: all limits of a descriptor carry
-// the same hash tag, and different descriptors, domains or values never
-// share a key.
+// TestDecideKeys checks the store keys and groups: all limits of a
+// descriptor share a Group, different descriptors, domains or values never
+// share a key or a group, and no key holds Redis hash-tag syntax (placing
+// keys is the store's business).
 func TestDecideKeys(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
@@ -350,30 +351,25 @@ descriptors:
 	decideOK(t, s, req("api", []string{"user", "alice", "api", "read"}))
 	decideOK(t, s, req("api", []string{"user", "al", "api", "icesend"}))
 	decideOK(t, s, req("web", []string{"user", "alice", "api", "send"}))
-	keys := rec.keys()
-	if len(keys) != 7 {
-		t.Fatalf("got %d keys %q, want 7", len(keys), keys)
+	reqs := rec.requests()
+	if len(reqs) != 7 {
+		t.Fatalf("got %d requests %+v, want 7", len(reqs), reqs)
 	}
-	tag := func(k string) string {
-		i := strings.IndexByte(k, '{')
-		j := strings.IndexByte(k[i+1:], '}')
-		if i < 0 || j <= 0 {
-			t.Fatalf("key %q has no hash tag", k)
-		}
-		return k[i+1 : i+1+j]
-	}
-	if tag(keys[0]) != tag(keys[1]) {
-		t.Errorf("limits of one descriptor on different hash tags: %q, %q", keys[0], keys[1])
+	if reqs[0].Group == "" || reqs[0].Group != reqs[1].Group {
+		t.Errorf("limits of one descriptor in groups %q and %q, want one", reqs[0].Group, reqs[1].Group)
 	}
 	seen := map[string]bool{}
-	for _, k := range keys {
-		if seen[k] {
-			t.Errorf("key %q used twice in %q", k, keys)
+	for _, r := range reqs {
+		if seen[r.Key] {
+			t.Errorf("key %q used twice in %+v", r.Key, reqs)
 		}
-		seen[k] = true
+		seen[r.Key] = true
+		if strings.ContainsAny(r.Key, "{}") {
+			t.Errorf("key %q holds hash-tag syntax", r.Key)
+		}
 	}
-	if tag(keys[0]) == tag(keys[2]) || tag(keys[0]) == tag(keys[4]) {
-		t.Errorf("different values share a hash tag: %q", keys)
+	if reqs[0].Group == reqs[2].Group || reqs[0].Group == reqs[4].Group {
+		t.Errorf("different values share a group: %+v", reqs)
 	}
 }
 

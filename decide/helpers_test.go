@@ -139,17 +139,16 @@ func (r *recorder) TakeAll(ctx context.Context, reqs []sluice.Request, ds []slui
 	return r.Store.TakeAll(ctx, reqs, ds)
 }
 
-func (r *recorder) keys() []string {
+func (r *recorder) requests() []sluice.Request {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var ks []string
+	var rs []sluice.Request
 	for _, c := range r.calls {
-		for _, q := range c {
-			ks = append(ks, q.Key)
-		}
+		rs = append(rs, c...)
 	}
-	return ks
+	return rs
 }
+
 
 // decide calls s.Decide and fails the test on an error.
 func decideOK(t testing.TB, s *decide.Service, r *decide.Request) *decide.Response {

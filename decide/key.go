@@ -6,24 +6,17 @@ import "github.com/sluicehq/sluice/rules"
 // that matched rule r: the request's values as rules.Rule.AppendKey writes
 // them (length-prefixed, the pattern for share_threshold levels), without
 // the limit's ID. The part is the same for every limit of the descriptor.
+//
+// A limit's store key is its ID followed by the client part, such as
+//
+//	3f2a9c01d4e5b6a7|5:alice|13:messages.send
+//
+// (the ID names the domain and the descriptor's keys), and its
+// sluice.Request.Group is the client part, so that a store that places
+// keys (store/redis in a cluster) keeps all limits of one descriptor
+// together.
 func appendClient(b []byte, r *rules.Rule, l *rules.Limit, entries []Entry) []byte {
 	n := len(b)
 	b = r.AppendKey(b, l, entries)
 	return append(b[:n], b[n+len(l.ID):]...)
-}
-
-// appendKey appends the store key of limit l to b, given the client part of
-// its descriptor: the limit's ID, then the client part in a Redis Cluster
-// hash tag, so that all limits of one descriptor live on one shard:
-//
-//	3f2a9c01d4e5b6a7{|5:alice|13:messages.send}
-//
-// The ID already names the domain and the descriptor's keys. A value that
-// holds a } ends the hash tag early, but at the same place for every limit
-// of the descriptor.
-func appendKey(b []byte, l *rules.Limit, client []byte) []byte {
-	b = append(b, l.ID...)
-	b = append(b, '{')
-	b = append(b, client...)
-	return append(b, '}')
 }

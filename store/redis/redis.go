@@ -25,10 +25,12 @@
 // Keys: each key lives at least until its reset time (when its limit is
 // whole again) plus Config.ExpiryMargin, and at most one margin longer, so
 // Redis forgets idle keys; a busy key's TTL is set about once per margin,
-// not at every write (see take.lua). In
-// a cluster, all keys of one TakeAll must share a hash tag ("{client}") to
-// be decided atomically in one script; package decide builds keys so.
-// TakeAll over several slots is atomic per slot (see TakeAll).
+// not at every write (see take.lua). A request's Group becomes a hash tag
+// in its Redis key (Config.KeyPrefix, "{" and a digest of the group, "}",
+// the key), so that in a cluster all requests of one group share a slot
+// and one TakeAll of them is decided atomically in one script; package
+// decide gives all limits of one client one group. TakeAll over several
+// slots is atomic per slot (see TakeAll).
 //
 // Failover: Redis replicates asynchronously, so a failover may lose the
 // last decisions' writes, and the new master's clock may differ. Both can
@@ -380,6 +382,11 @@ func redact(raw string) string {
 // Take applies cost hits of l to key: cost 0 only reports. It implements
 // sluice.Store.
 func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
+	return s.take(ctx, key, "", l, cost)
+}
+
+// take is Take of key in group.
+func (s *Store) take(ctx context.Context, key, group string, l sluice.Limit, cost int64) (sluice.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis take %s: %w", key, err)
 	}
@@ -390,8 +397,9 @@ func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64
 	if c == nil {
 		c = &call{n: 1, done: make(chan struct{}, 1)}
 	}
-	c.ctx, c.slot = ctx, s.slot(key)
-	c.keys = append(c.keysBuf[:0], s.cfg.KeyPrefix+key)
+	name := s.name(key, group)
+	c.ctx, c.slot = ctx, s.slot(name)
+	c.keys = append(c.keysBuf[:0], name)
 	blob, err := s.limits.appendRequest(appendGroup(c.blobBuf[:0], modeWrite, 1), l, cost)
 	if err != nil {
 		s.pool.Put(c)
@@ -436,7 +444,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 		return nil
 	case 1: // one request is all or nothing by itself: Take batches it with others
 		var err error
-		ds[0], err = s.Take(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].Cost)
+		ds[0], err = s.take(ctx, reqs[0].Key, reqs[0].Group, reqs[0].Limit, reqs[0].Cost)
 		return err
 	}
 	// Requests decided here, without Redis, are denied: the others are
@@ -456,6 +464,10 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	if len(remote) == 0 {
 		return nil
 	}
+	names := make([]string, len(reqs))
+	for _, i := range remote {
+		names[i] = s.name(reqs[i].Key, reqs[i].Group)
+	}
 	// Group by slot, in order of first appearance.
 	var groups [][]int
 	if !s.cluster {
@@ -463,7 +475,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	} else {
 		bySlot := make(map[uint16]int)
 		for _, i := range remote {
-			sl := s.slot(reqs[i].Key)
+			sl := s.slot(names[i])
 			g, ok := bySlot[sl]
 			if !ok {
 				g = len(groups)
@@ -474,25 +486,26 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 		}
 	}
 	if len(groups) > 1 && mode == modeAll {
-		allowed, err := s.takeGroups(ctx, reqs, ds, groups, modeDryRun)
+		allowed, err := s.takeGroups(ctx, reqs, names, ds, groups, modeDryRun)
 		if err != nil || !allowed {
 			return err
 		}
 	}
-	_, err := s.takeGroups(ctx, reqs, ds, groups, mode)
+	_, err := s.takeGroups(ctx, reqs, names, ds, groups, mode)
 	return err
 }
 
 // takeGroups decides each group of requests in one script call, all calls
-// at once, and reports whether every decision allowed.
-func (s *Store) takeGroups(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision, groups [][]int, mode byte) (bool, error) {
+// at once, and reports whether every decision allowed; names[i] is the
+// Redis key of reqs[i].
+func (s *Store) takeGroups(ctx context.Context, reqs []sluice.Request, names []string, ds []sluice.Decision, groups [][]int, mode byte) (bool, error) {
 	calls := make([]*call, len(groups))
 	for g, idx := range groups {
-		c := &call{ctx: ctx, slot: s.slot(reqs[idx[0]].Key), n: len(idx), done: make(chan struct{}, 1)}
+		c := &call{ctx: ctx, slot: s.slot(names[idx[0]]), n: len(idx), done: make(chan struct{}, 1)}
 		c.keys = make([]string, 0, len(idx))
 		c.blob = appendGroup(make([]byte, 0, headerSize+requestSize*len(idx)), mode, len(idx))
 		for _, i := range idx {
-			c.keys = append(c.keys, s.cfg.KeyPrefix+reqs[i].Key)
+			c.keys = append(c.keys, names[i])
 			var err error
 			if c.blob, err = s.limits.appendRequest(c.blob, reqs[i].Limit, reqs[i].Cost); err != nil {
 				return false, fmt.Errorf("redis take all %s: %w", reqs[i].Key, err)
@@ -518,12 +531,42 @@ func (s *Store) takeGroups(ctx context.Context, reqs []sluice.Request, ds []slui
 	return allowed, nil
 }
 
-// slot returns the cluster slot of key, or 0 outside a cluster.
-func (s *Store) slot(key string) uint16 {
+// slot returns the cluster slot of the Redis key name, or 0 outside a
+// cluster.
+func (s *Store) slot(name string) uint16 {
 	if !s.cluster {
 		return 0
 	}
-	return Slot(s.cfg.KeyPrefix + key)
+	return Slot(name)
+}
+
+// name returns the Redis key of the state under key in group: the
+// prefix, then, when group is not empty, group's hash tag, then key:
+//
+//	sluice:{9e107d9d}3f2a9c01d4e5b6a7|5:alice
+//
+// The tag is the FNV-1a hash of group in 8 hex digits, not group itself,
+// so that a group of any bytes, braces included, makes a well-formed tag
+// of a fixed size; groups that happen to share a tag only share a slot.
+// The prefix has no braces, so the tag is the key's first, and decides its
+// slot whatever key holds.
+func (s *Store) name(key, group string) string {
+	if group == "" {
+		return s.cfg.KeyPrefix + key
+	}
+	var tag [10]byte
+	tag[0], tag[9] = '{', '}'
+	h := uint32(2166136261) // FNV-1a, 32 bits
+	for i := 0; i < len(group); i++ {
+		h ^= uint32(group[i])
+		h *= 16777619
+	}
+	const hexDigits = "0123456789abcdef"
+	for i := 8; i >= 1; i-- {
+		tag[i] = hexDigits[h&0xf]
+		h >>= 4
+	}
+	return s.cfg.KeyPrefix + string(tag[:]) + key
 }
 
 // Close stops the store's goroutines and closes the connections; callers

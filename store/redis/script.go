@@ -50,21 +50,13 @@ const (
 	bitsPerWord = 52
 )
 
-// capacity returns how many hits l admits at once, as sluice does.
-func capacity(l sluice.Limit) int64 {
-	if l.Burst > 0 && l.Algorithm.HasBurst() {
-		return l.Burst
-	}
-	return l.Rate
-}
-
 // local returns the decision sluice.Limit.TakeMicros makes without looking
 // at the state: for a negative cost, a limit that makes no sense, or an
 // unknown algorithm. ok is false for every request the script must decide.
 func local(l sluice.Limit, cost int64) (d sluice.Decision, ok bool) {
 	p := int64(l.Period / time.Microsecond)
 	if cost < 0 || l.Rate <= 0 || p <= 0 || l.Burst < 0 {
-		return sluice.Decision{Limit: capacity(l), RetryAfter: sluice.Never}, true
+		return sluice.Decision{Limit: l.Capacity(), RetryAfter: sluice.Never}, true
 	}
 	if l.Algorithm > sluice.GCRA {
 		return sluice.Decision{RetryAfter: sluice.Never}, true
@@ -141,7 +133,7 @@ func (c *limitArgs) appendRequest(blob []byte, l sluice.Limit, cost int64) ([]by
 // encodeLimit returns the limit's part of a request record: the algorithm
 // and its four parameters, as the script reads them.
 func encodeLimit(l sluice.Limit) (*[limitSize]byte, error) {
-	rate, p, c := l.Rate, int64(l.Period/time.Microsecond), capacity(l)
+	rate, p, c := l.Rate, int64(l.Period/time.Microsecond), l.Capacity()
 	if p > maxExact/2 || rate > maxExact || c > maxExact {
 		return nil, fmt.Errorf("%v: period or rate above 2^51µs or 2^52: %w", l, ErrInexact)
 	}
@@ -273,7 +265,7 @@ func decision(l sluice.Limit, rec []byte) sluice.Decision {
 	v := func(i int) int64 { return float(rec[1+8*i:]) }
 	d := sluice.Decision{
 		Allowed:    rec[0] == 1,
-		Limit:      capacity(l),
+		Limit:      l.Capacity(),
 		Remaining:  v(0),
 		ResetAfter: micros(v(1)),
 		RetryAfter: micros(v(2)),

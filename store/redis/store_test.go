@@ -467,7 +467,7 @@ func TestMixedBatches(t *testing.T) {
 	for k, key := range keys {
 		// 32 × 60 takes over 12 keys: each key is asked far more often
 		// than it admits.
-		if got, want := admitted[k].Load(), capacity(key.l)/key.cost; got != want {
+		if got, want := admitted[k].Load(), key.l.Capacity()/key.cost; got != want {
 			t.Errorf("%v cost %d: %d admitted, want %d", key.l, key.cost, got, want)
 		}
 	}
