@@ -419,3 +419,72 @@ func TestParseVersion(t *testing.T) {
 		t.Errorf("nil Set JSON = %s, %v", b, err)
 	}
 }
+
+// TestSizeCaps checks that a rules file above the cap on one file, or a
+// directory above the cap on all its files, is refused before it is
+// parsed, naming the file and the cap, and that one at the cap loads.
+func TestSizeCaps(t *testing.T) {
+	t.Parallel()
+	const rules = "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n"
+	// padded returns the rules padded with a comment to exactly n bytes,
+	// or, with broken, text that is not YAML at all.
+	padded := func(n int, broken bool) []byte {
+		b := []byte(rules + "#")
+		if broken {
+			b = []byte("{[: not yaml\n#")
+		}
+		b = append(b, bytes.Repeat([]byte{'x'}, n-len(b)-1)...)
+		return append(b, '\n')
+	}
+	dir := t.TempDir()
+	at := filepath.Join(dir, "at.yaml")
+	over := filepath.Join(dir, "over.yaml")
+	overBroken := filepath.Join(dir, "over-broken.yaml")
+	for name, data := range map[string][]byte{
+		at: padded(DefaultMaxFileBytes, false), over: padded(DefaultMaxFileBytes+1, false),
+		overBroken: padded(DefaultMaxFileBytes+1, true),
+	} {
+		if err := os.WriteFile(name, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The size alone decides, not the parse: a file at the cap is read
+	// (its parse is left to the small caps below, which are cheaper).
+	if _, err := (Loader{}).readFile(at); err != nil {
+		t.Errorf("readFile(a file of exactly %d bytes): %v", DefaultMaxFileBytes, err)
+	}
+	wantCap := func(t *testing.T, err error, file, msg string) {
+		t.Helper()
+		var es Errors
+		if !errors.As(err, &es) || len(es) != 1 {
+			t.Fatalf("error %v, want one Error", err)
+		}
+		if es[0].File != file || !strings.Contains(es[0].Msg, msg) {
+			t.Errorf("error %q, want one naming %s with %q", es[0], file, msg)
+		}
+	}
+	_, err := Load(over)
+	wantCap(t, err, over, "too large: 16777217 bytes, above the cap of 16 MiB (16777216 bytes) on one rules file")
+	// Not parsed: the refusal is about the size, not the YAML.
+	_, err = Load(overBroken)
+	wantCap(t, err, overBroken, "above the cap of 16 MiB")
+	_, err = Parse("over.yaml", padded(DefaultMaxFileBytes+1, false))
+	wantCap(t, err, "over.yaml", "above the cap of 16 MiB")
+
+	small := Loader{MaxFileBytes: 200, MaxTotalBytes: 300}
+	sdir := t.TempDir()
+	write(t, filepath.Join(sdir, "a.yaml"), string(padded(200, false)))
+	if _, err := small.Load(sdir); err != nil {
+		t.Errorf("Load(a directory of one 200-byte file) with caps 200/300: %v", err)
+	}
+	_, err = small.Load(filepath.Join(sdir, "a.yaml"))
+	if err != nil {
+		t.Errorf("Load(a 200-byte file) with a cap of 200: %v", err)
+	}
+	write(t, filepath.Join(sdir, "b.yaml"), "domain: web\n"+strings.Repeat("#", 110)+"\n")
+	_, err = small.Load(sdir)
+	wantCap(t, err, sdir, "add up to more than the cap of 300 bytes on a directory (reached at b.yaml)")
+	write(t, filepath.Join(sdir, "b.yaml"), string(padded(201, false)))
+	_, err = Loader{MaxFileBytes: 200, MaxTotalBytes: 1000}.Load(sdir)
+	wantCap(t, err, filepath.Join(sdir, "b.yaml"), "201 bytes, above the cap of 200 bytes on one rules file")
+}

@@ -1,12 +1,8 @@
 package rules
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -193,111 +189,6 @@ func (s *Set) MarshalJSON() ([]byte, error) {
 		return nil, fmt.Errorf("rules %s: %w", s.Version(), err)
 	}
 	return b, nil
-}
-
-// Load reads the rules at path: a file, or a directory whose *.yaml and
-// *.yml files are read (not its subdirectories, and not hidden entries such
-// as Kubernetes' ..data, though the symlinks a ConfigMap mount makes to
-// ..data/NAME are followed). A file may hold several domains as YAML
-// documents separated by ---; a domain must not appear twice.
-//
-// Mistakes in the rules are returned all at once as Errors, each
-// "file:line: what is wrong"; a file that cannot be read is an error
-// wrapping the os error.
-func Load(path string) (*Set, error) {
-	srcs, err := readSources(path)
-	if err != nil {
-		return nil, fmt.Errorf("load rules %s: %w", path, err)
-	}
-	if len(srcs) == 0 {
-		return nil, Errors{{File: path, Msg: "no rules: the directory has no *.yaml or *.yml files"}}
-	}
-	return build(srcs)
-}
-
-// Parse reads one rules file's contents; name stands for the file in
-// errors. It is Load for rules that do not come from a file.
-func Parse(name string, data []byte) (*Set, error) {
-	return build([]source{{name, data}})
-}
-
-// readSources reads the rules file at path, or the rules files in the
-// directory at path, sorted by name.
-func readSources(path string) ([]source, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.IsDir() {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, err
-		}
-		return []source{{path, data}}, nil
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return nil, err
-	}
-	var srcs []source
-	for _, e := range entries {
-		if !isRulesFile(e.Name()) {
-			continue
-		}
-		name := filepath.Join(path, e.Name())
-		fi, err := os.Stat(name) // follows symlinks, as into ..data
-		if err != nil {
-			return nil, err
-		}
-		if fi.IsDir() {
-			continue
-		}
-		data, err := os.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
-		srcs = append(srcs, source{name, data})
-	}
-	return srcs, nil
-}
-
-// isRulesFile reports whether a directory entry's name is one Load reads:
-// not hidden, ending in .yaml or .yml.
-func isRulesFile(name string) bool {
-	if strings.HasPrefix(name, ".") {
-		return false
-	}
-	ext := strings.ToLower(filepath.Ext(name))
-	return ext == ".yaml" || ext == ".yml"
-}
-
-// build decodes and validates srcs into a Set.
-func build(srcs []source) (*Set, error) {
-	var errs Errors
-	s := &Set{domains: map[string]*domain{}}
-	h := sha256.New()
-	for _, src := range srcs {
-		fmt.Fprintf(h, "%d:%s%d:", len(src.name), src.name, len(src.data))
-		h.Write(src.data)
-		for _, p := range decodeFile(src, &errs) {
-			if first, dup := s.domains[p.name]; dup {
-				errs = append(errs, &Error{File: p.file, Line: p.line,
-					Msg: fmt.Sprintf("duplicate domain %q (first at %s:%d)", p.name, first.file, first.line)})
-				continue
-			}
-			d := &domain{name: p.name, file: p.file, line: p.line, rules: p.rules}
-			d.root.index(d.rules)
-			s.domains[p.name] = d
-			s.names = append(s.names, p.name)
-		}
-	}
-	if len(errs) > 0 {
-		errs.sort()
-		return nil, errs
-	}
-	slices.Sort(s.names)
-	s.version = hex.EncodeToString(h.Sum(nil)[:8])
-	return s, nil
 }
 
 // glob is a value pattern whose * stand for any run of characters,

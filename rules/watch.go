@@ -29,6 +29,7 @@ const debounce = 100 * time.Millisecond
 // directory, are seen. If path is itself a symlink to a directory, swapping
 // that symlink is not seen.
 type Watcher struct {
+	ld       Loader
 	path     string
 	dir      string // the watched directory
 	file     string // the rules file's name when path is a file, else ""
@@ -52,7 +53,13 @@ type Watcher struct {
 // call Close. A reload whose files are unchanged since the last good one
 // is not reported, unless the reload before it failed.
 func NewWatcher(path string, onReload func(*Set, error)) (*Watcher, error) {
-	w := &Watcher{path: path, dir: path, onReload: onReload,
+	return Loader{}.Watch(path, onReload)
+}
+
+// Watch is NewWatcher with ld reading the rules, at the first load and at
+// every reload.
+func (ld Loader) Watch(path string, onReload func(*Set, error)) (*Watcher, error) {
+	w := &Watcher{ld: ld, path: path, dir: path, onReload: onReload,
 		done: make(chan struct{}), stopped: make(chan struct{})}
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -70,7 +77,7 @@ func NewWatcher(path string, onReload func(*Set, error)) (*Watcher, error) {
 		w.fw.Close()
 		return nil, fmt.Errorf("watch rules %s: %w", path, err)
 	}
-	s, err := Load(path)
+	s, err := ld.Load(path)
 	if err != nil {
 		w.fw.Close()
 		return nil, err
@@ -126,7 +133,7 @@ func (w *Watcher) loop() {
 			failed = true
 			timer.Reset(debounce)
 		case <-timer.C:
-			s, err := Load(w.path)
+			s, err := w.ld.Load(w.path)
 			switch {
 			case err != nil:
 				failed = true

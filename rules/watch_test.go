@@ -252,3 +252,29 @@ func TestWatcherClose(t *testing.T) {
 		t.Fatal("Current after Close is nil")
 	}
 }
+
+// TestWatcherSizeCap grows a watched rules file past a Loader's cap: the
+// reload is refused with the cap named and the rules in force stay.
+func TestWatcherSizeCap(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	write(t, path, rulesWithRate(5))
+	ch := make(chan reload, 64)
+	w, err := Loader{MaxFileBytes: 1000}.Watch(path, func(s *Set, err error) { ch <- reload{s, err} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	write(t, path, rulesWithRate(7)+"#"+strings.Repeat("x", 1000)+"\n")
+	if r := next(t, ch); r.err == nil || !strings.Contains(r.err.Error(), "above the cap of 1000 bytes") {
+		t.Fatalf("reload of a file over the cap: %v, %v; want the cap named", r.set, r.err)
+	}
+	if got := rate(t, w.Current()); got != 5 {
+		t.Errorf("rate in force %d, want 5 (the last good rules)", got)
+	}
+	write(t, path, rulesWithRate(7))
+	if r := next(t, ch); r.err != nil || rate(t, r.set) != 7 {
+		t.Errorf("reload under the cap: %v; want rate 7", r.err)
+	}
+}

@@ -14,13 +14,16 @@ import (
 )
 
 func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Command {
+	var c coreFlags // only --max-rules-size
+	fs := ff.NewFlagSet("check")
+	fs.IntVar(&c.maxRulesSize, 0, "max-rules-size", rules.DefaultMaxFileBytes, "largest rules file read, in bytes (16 MiB); a directory may hold 4 times as much")
 	return &ff.Command{
 		Name:      "check",
 		Usage:     "sluice check FILE|DIR",
 		ShortHelp: "validate rules files",
 		LongHelp: "Loads the rules as serve would and prints every mistake as file:line: message,\n" +
 			"exiting with status 1 if there is any. Without an argument, checks $SLUICE_RULES.",
-		Flags: ff.NewFlagSet("check"),
+		Flags: fs,
 		Exec: func(_ context.Context, args []string) error {
 			path := getenv(envKey("rules"))
 			switch {
@@ -31,15 +34,15 @@ func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Comm
 			case path == "":
 				return usageError("check: want a FILE or DIR")
 			}
-			return check(path, stdout, stderr)
+			return check(c.loader(), path, stdout, stderr)
 		},
 	}
 }
 
-// check loads the rules at path and reports each mistake on its own line
+// check loads the rules at path with ld and reports each mistake on its own line
 // of stderr as file:line: message, or a summary of the rules on stdout.
-func check(path string, stdout, stderr io.Writer) error {
-	set, err := rules.Load(path)
+func check(ld rules.Loader, path string, stdout, stderr io.Writer) error {
+	set, err := ld.Load(path)
 	if err != nil {
 		var es rules.Errors
 		if !errors.As(err, &es) {

@@ -22,6 +22,7 @@ import (
 // coreFlags are the flags of every command that decides: serve and proxy.
 type coreFlags struct {
 	rules        string
+	maxRulesSize int
 	store        string
 	storeTimeout time.Duration
 	fail         string
@@ -32,12 +33,19 @@ type coreFlags struct {
 
 func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&c.rules, 0, "rules", "", withEnv("rules", "rules file or directory of *.yaml files (required)"))
+	fs.IntVar(&c.maxRulesSize, 0, "max-rules-size", rules.DefaultMaxFileBytes, withEnv("max-rules-size", "largest rules file read, in bytes (16 MiB); a directory may hold 4 times as much"))
 	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master"))
 	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", 50*time.Millisecond, withEnv("store-timeout", "longest wait for the store per decision before --fail decides"))
 	fs.StringVar(&c.fail, 0, "fail", "open", withEnv("fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)"))
 	fs.IntVar(&c.maxEntries, 0, "max-entries", 1<<20, withEnv("max-entries", "most keys the memory store holds (about 100 bytes each)"))
 	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
 	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
+}
+
+// loader returns the rules loader the flags ask for: a cap of
+// --max-rules-size on a file and 4 times that on a directory.
+func (c *coreFlags) loader() rules.Loader {
+	return rules.Loader{MaxFileBytes: int64(c.maxRulesSize), MaxTotalBytes: 4 * int64(c.maxRulesSize)}
 }
 
 // core is what serve and proxy share: the metrics registry, the store, the
@@ -83,7 +91,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	if err != nil {
 		return nil, err
 	}
-	watcher, err := rules.NewWatcher(c.rules, func(set *rules.Set, err error) {
+	watcher, err := c.loader().Watch(c.rules, func(set *rules.Set, err error) {
 		m.Reload(err)
 		if err != nil {
 			log.Error("rules reload failed; the rules in force stay", "rules", c.rules, "err", err)

@@ -36,6 +36,7 @@ descriptors:
 		{name: "rules from the environment", args: []string{"check"}, env: env("SLUICE_RULES=" + exampleRules), stdout: "ok: 1 domain(s): api"},
 		{name: "broken file", args: []string{"check", broken}, code: 1, stderrs: []string{broken + ":4: ", broken + ":6: "}},
 		{name: "missing file", args: []string{"check", filepath.Join(dir, "nope.yaml")}, code: 1},
+		{name: "file above --max-rules-size", args: []string{"check", "--max-rules-size", "100", exampleRules}, code: 1, stderrs: []string{exampleRules + ": too large: "}},
 		{name: "no path", args: []string{"check"}, code: 2},
 		{name: "two paths", args: []string{"check", "a", "b"}, code: 2},
 	}

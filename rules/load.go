@@ -1,0 +1,229 @@
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Caps on the bytes Load reads, checked before any YAML is parsed: parsing
+// holds several times a file's size in memory, so a huge file is refused
+// by its size rather than by the node cap after the memory is spent.
+const (
+	// DefaultMaxFileBytes is the cap on one rules file: 16 MiB, hundreds of
+	// times the largest hand-written rules, with room for generated ones.
+	DefaultMaxFileBytes = 16 << 20
+	// DefaultMaxTotalBytes is the cap on all the rules files of a
+	// directory together: 64 MiB.
+	DefaultMaxTotalBytes = 64 << 20
+)
+
+// Loader reads rules files. The zero Loader reads as Load documents, with
+// the default caps; a Loader is a value and safe for concurrent use.
+type Loader struct {
+	// MaxFileBytes caps the size of one rules file: a larger file is
+	// refused, before it is parsed, with an Error naming it and the cap.
+	// Zero or negative means DefaultMaxFileBytes (16 MiB).
+	MaxFileBytes int64
+	// MaxTotalBytes caps the sizes of all the rules files of a directory
+	// together. Zero or negative means DefaultMaxTotalBytes (64 MiB).
+	MaxTotalBytes int64
+}
+
+// maxFile returns the cap on one file, the default when unset.
+func (ld Loader) maxFile() int64 {
+	if ld.MaxFileBytes <= 0 {
+		return DefaultMaxFileBytes
+	}
+	return ld.MaxFileBytes
+}
+
+// maxTotal returns the cap on a directory, the default when unset.
+func (ld Loader) maxTotal() int64 {
+	if ld.MaxTotalBytes <= 0 {
+		return DefaultMaxTotalBytes
+	}
+	return ld.MaxTotalBytes
+}
+
+// Load reads the rules at path with the zero Loader: a file, or a directory
+// whose *.yaml and *.yml files are read (not its subdirectories, and not
+// hidden entries such as Kubernetes' ..data, though the symlinks a
+// ConfigMap mount makes to ..data/NAME are followed). A file may hold
+// several domains as YAML documents separated by ---; a domain must not
+// appear twice. A file above 16 MiB, or a directory whose files add up to
+// more than 64 MiB, is refused before it is parsed.
+//
+// Mistakes in the rules are returned all at once as Errors, each
+// "file:line: what is wrong"; a file that cannot be read is an error
+// wrapping the os error.
+func Load(path string) (*Set, error) { return Loader{}.Load(path) }
+
+// Load reads the rules at path as the package's Load does, with ld's caps.
+func (ld Loader) Load(path string) (*Set, error) {
+	srcs, err := ld.readSources(path)
+	if err != nil {
+		var es Errors
+		if errors.As(err, &es) {
+			return nil, es
+		}
+		return nil, fmt.Errorf("load rules %s: %w", path, err)
+	}
+	if len(srcs) == 0 {
+		return nil, Errors{{File: path, Msg: "no rules: the directory has no *.yaml or *.yml files"}}
+	}
+	return build(srcs)
+}
+
+// Parse reads one rules file's contents; name stands for the file in
+// errors. It is Load for rules that do not come from a file, and refuses
+// data above DefaultMaxFileBytes as Load does.
+func Parse(name string, data []byte) (*Set, error) { return Loader{}.Parse(name, data) }
+
+// Parse reads one rules file's contents as the package's Parse does, with
+// ld's cap on a file.
+func (ld Loader) Parse(name string, data []byte) (*Set, error) {
+	if int64(len(data)) > ld.maxFile() {
+		return nil, Errors{ld.tooLarge(name, int64(len(data)))}
+	}
+	return build([]source{{name, data}})
+}
+
+// tooLarge is the Error of a file of size bytes above the cap; size is
+// negative when the file grew past the cap while it was read.
+func (ld Loader) tooLarge(name string, size int64) *Error {
+	what := "more than"
+	if size >= 0 {
+		what = fmt.Sprintf("%d bytes, above", size)
+	}
+	return &Error{File: name, Msg: fmt.Sprintf("too large: %s the cap of %s on one rules file", what, byteSize(ld.maxFile()))}
+}
+
+// byteSize writes n bytes for messages: "16 MiB (16777216 bytes)" when n
+// is whole MiB, else "n bytes".
+func byteSize(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB (%d bytes)", n>>20, n)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// readSources reads the rules file at path, or the rules files in the
+// directory at path, sorted by name, refusing any above the caps with
+// Errors.
+func (ld Loader) readSources(path string) ([]source, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		src, err := ld.readFile(path)
+		if err != nil {
+			return nil, err
+		}
+		return []source{src}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var srcs []source
+	var total int64
+	for _, e := range entries {
+		if !isRulesFile(e.Name()) {
+			continue
+		}
+		name := filepath.Join(path, e.Name())
+		fi, err := os.Stat(name) // follows symlinks, as into ..data
+		if err != nil {
+			return nil, err
+		}
+		if fi.IsDir() {
+			continue
+		}
+		if total+fi.Size() > ld.maxTotal() {
+			return nil, Errors{{File: path, Msg: fmt.Sprintf("too large: its rules files add up to more than the cap of %s on a directory (reached at %s)", byteSize(ld.maxTotal()), e.Name())}}
+		}
+		src, err := ld.readFile(name)
+		if err != nil {
+			return nil, err
+		}
+		total += int64(len(src.data))
+		srcs = append(srcs, src)
+	}
+	if total > ld.maxTotal() {
+		return nil, Errors{{File: path, Msg: fmt.Sprintf("too large: its rules files add up to more than the cap of %s on a directory", byteSize(ld.maxTotal()))}}
+	}
+	return srcs, nil
+}
+
+// readFile reads one rules file, refusing it when it is larger than the
+// cap: by its size before reading, and while reading, should it grow or
+// not report its size.
+func (ld Loader) readFile(name string) (source, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return source{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return source{}, err
+	}
+	if fi.Size() > ld.maxFile() {
+		return source{}, Errors{ld.tooLarge(name, fi.Size())}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, ld.maxFile()+1))
+	if err != nil {
+		return source{}, err
+	}
+	if int64(len(data)) > ld.maxFile() {
+		return source{}, Errors{ld.tooLarge(name, -1)}
+	}
+	return source{name, data}, nil
+}
+
+// isRulesFile reports whether a directory entry's name is one Load reads:
+// not hidden, ending in .yaml or .yml.
+func isRulesFile(name string) bool {
+	if strings.HasPrefix(name, ".") {
+		return false
+	}
+	ext := strings.ToLower(filepath.Ext(name))
+	return ext == ".yaml" || ext == ".yml"
+}
+
+// build decodes and validates srcs into a Set.
+func build(srcs []source) (*Set, error) {
+	var errs Errors
+	s := &Set{domains: map[string]*domain{}}
+	h := sha256.New()
+	for _, src := range srcs {
+		fmt.Fprintf(h, "%d:%s%d:", len(src.name), src.name, len(src.data))
+		h.Write(src.data)
+		for _, p := range decodeFile(src, &errs) {
+			if first, dup := s.domains[p.name]; dup {
+				errs = append(errs, &Error{File: p.file, Line: p.line,
+					Msg: fmt.Sprintf("duplicate domain %q (first at %s:%d)", p.name, first.file, first.line)})
+				continue
+			}
+			d := &domain{name: p.name, file: p.file, line: p.line, rules: p.rules}
+			d.root.index(d.rules)
+			s.domains[p.name] = d
+			s.names = append(s.names, p.name)
+		}
+	}
+	if len(errs) > 0 {
+		errs.sort()
+		return nil, errs
+	}
+	slices.Sort(s.names)
+	s.version = hex.EncodeToString(h.Sum(nil)[:8])
+	return s, nil
+}
