@@ -32,9 +32,17 @@ type Config struct {
 	// Domain is the rules domain the descriptors are matched in.
 	Domain string `yaml:"domain"`
 	// TrustedProxies are the CIDRs (or single addresses) of the proxies
-	// whose X-Forwarded-For and Forwarded headers are believed. Empty: the
-	// client is always the connection's peer.
+	// whose ForwardedHeader is believed. Empty: the client is always the
+	// connection's peer.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// ForwardedHeader is the one header the trusted proxies set to name
+	// the client: X-Forwarded-For, Forwarded (RFC 7239's for= parameters)
+	// or X-Real-IP (one address, which the proxy must replace, not pass
+	// on). No other header is ever believed, so a client's own copy of
+	// another one that a proxy passes through changes nothing. Empty means
+	// X-Forwarded-For, what nginx's $proxy_add_x_forwarded_for, Traefik,
+	// Caddy and most load balancers append. Case does not matter.
+	ForwardedHeader string `yaml:"forwarded_header"`
 	// IPv4Prefix and IPv6Prefix group client addresses into networks: one
 	// host often holds a whole IPv6 /64. Zero means the default, 32 and 64.
 	IPv4Prefix int `yaml:"ipv4_prefix"`

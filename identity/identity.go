@@ -1,6 +1,7 @@
 // Package identity turns an HTTP request into the descriptors that sluice's
-// rules match: the client's address (believing X-Forwarded-For only from
-// trusted proxies, IPv6 grouped by prefix), request headers, claims of a
+// rules match: the client's address (believing the one configured
+// forwarding header only from trusted proxies, IPv6 grouped by prefix),
+// request headers, claims of a
 // verified bearer JWT, the path, the method and constants, configured as
 // the rate_limits actions of an Envoy route.
 package identity
@@ -8,6 +9,7 @@ package identity
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
@@ -24,16 +26,36 @@ import (
 // produced and the hits it adds, ready for a decide.Request.
 type Descriptor = decide.Descriptor
 
-// Identity produces descriptors from requests. It is immutable and safe for
-// concurrent use.
+// Identity produces descriptors from requests. Its configuration is
+// immutable; it is safe for concurrent use.
 type Identity struct {
 	domain  string
 	actions int // of all limits
 	trusted []netip.Prefix
+	fwdKind forwardedKind
+	fwdName string // the canonical key of forwarded_header
 	v4bits  int
 	v6bits  int
 	jwt     *verifier
 	limits  []limit
+	log     *slog.Logger
+
+	untrusted   onceCounter // forwarding headers from untrusted peers
+	otherHeader onceCounter // trusted peers naming clients in another header
+}
+
+// Option sets what an Identity needs beyond its Config.
+type Option func(*Identity)
+
+// WithLogger sets the logger of the warnings an Identity logs once, such as
+// forwarding headers from a peer outside trusted_proxies. Default
+// slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(id *Identity) {
+		if l != nil {
+			id.log = l
+		}
+	}
 }
 
 type limit struct {
@@ -90,13 +112,17 @@ func (rs *reqState) claim(name string) (string, bool) {
 
 // New compiles cfg. It returns a *ConfigError when cfg is not valid; now is
 // the clock token expiry is checked against (nil: time.Now).
-func New(cfg Config, now func() time.Time) (*Identity, error) {
+func New(cfg Config, now func() time.Time, opts ...Option) (*Identity, error) {
 	id, err := compile(&cfg)
 	if err != nil {
 		return nil, err
 	}
 	if id.jwt != nil && now != nil {
 		id.jwt.now = now
+	}
+	id.log = slog.Default()
+	for _, o := range opts {
+		o(id)
 	}
 	return id, nil
 }
@@ -156,6 +182,14 @@ func compile(c *Config) (*Identity, error) {
 		}
 		id.trusted = append(id.trusted, p)
 	}
+	kind, name, err := parseForwardedHeader(c.ForwardedHeader)
+	if err != nil {
+		return nil, fieldErr(err, "forwarded_header")
+	}
+	if c.ForwardedHeader != "" && len(c.TrustedProxies) == 0 {
+		return nil, fieldErr(errors.New("set without trusted_proxies: no peer is trusted to set it"), "forwarded_header")
+	}
+	id.fwdKind, id.fwdName = kind, name
 	if c.JWT != nil {
 		v, err := newVerifier(c.JWT)
 		if err != nil {

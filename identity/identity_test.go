@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -29,12 +30,15 @@ func mustParse(t *testing.T, doc string) *Identity {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := New(c, fixedNow)
+	id, err := New(c, fixedNow, WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return id
 }
+
+// quiet discards the warnings an Identity logs.
+var quiet = slog.New(slog.DiscardHandler)
 
 func request(remote string, headers ...string) *http.Request {
 	r := httptest.NewRequest(http.MethodGet, "http://api.example/v1/messages?x=1", nil)
@@ -70,8 +74,6 @@ rate_limits: [{actions: [{remote_address: {}}]}]
 		{"garbage left of a real client is never reached", "127.0.0.1:80", []string{"X-Forwarded-For", "nonsense, 198.51.100.1"}, "198.51.100.1"},
 		{"trusted proxy, no header: the peer", "10.1.2.3:80", nil, "10.1.2.3"},
 		{"XFF with ports", "127.0.0.1:80", []string{"X-Forwarded-For", "198.51.100.1:4000"}, "198.51.100.1"},
-		{"Forwarded from a trusted proxy", "10.1.2.3:80", []string{"Forwarded", `for=192.0.2.60;proto=http, for="[2001:db8:cafe::17]:4711"`}, "2001:db8:cafe::/64"},
-		{"Forwarded obfuscated identifier stops at the trusted hop", "10.1.2.3:80", []string{"Forwarded", "for=_hidden"}, "10.1.2.3"},
 		{"IPv6 peer grouped by /64", "[2001:db8:1:2:aaaa::1]:443", nil, "2001:db8:1:2::/64"},
 		{"IPv6 neighbours share the /64", "[2001:db8:1:2:ffff::9]:443", nil, "2001:db8:1:2::/64"},
 		{"IPv4-mapped IPv6 is IPv4", "[::ffff:203.0.113.7]:443", nil, "203.0.113.7"},
@@ -349,6 +351,8 @@ func TestConfigErrors(t *testing.T) {
 		{"bad RS256 key", "domain: api\njwt:\n  algorithm: RS256\n  key: not a pem\n", "test.yaml:4: jwt.key: RS256 public key"},
 		{"bad prefix", "domain: api\nipv6_prefix: 129\n", "test.yaml:2: ipv6_prefix: must be 1 to 128"},
 		{"wrong type", "domain: api\nipv6_prefix: wide\n", "test.yaml:2: cannot unmarshal"},
+		{"unknown forwarded header", "domain: api\ntrusted_proxies: [127.0.0.1]\nforwarded_header: X-Client-IP\n", "test.yaml:3: forwarded_header: want X-Forwarded-For, Forwarded or X-Real-IP"},
+		{"forwarded header without trusted proxies", "domain: api\nforwarded_header: Forwarded\n", "test.yaml:2: forwarded_header: set without trusted_proxies"},
 		{"negative cost", "domain: api\nrate_limits:\n  - actions: [{method: {}}]\n    cost: -1\n", "test.yaml:4: rate_limits[0].cost: must not be negative"},
 	}
 	for _, tt := range tests {
@@ -383,26 +387,33 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-// FuzzClientIP feeds arbitrary peers and forwarding headers: the result is
-// always either the peer or an address that appears in the headers, and
-// never one when the peer is not trusted.
+// FuzzClientIP feeds arbitrary peers and forwarding headers to each
+// forwarded_header: the result is always either the peer or an address
+// that appears in the configured header, and never one when the peer is
+// not trusted.
 func FuzzClientIP(f *testing.F) {
-	f.Add("10.0.0.1:80", "198.51.100.1, 10.0.0.2", "")
-	f.Add("203.0.113.1:80", "1.1.1.1", "for=2.2.2.2")
-	f.Add("[fd00::1]:80", "", `for="[2001:db8::1]:80";proto=https, for=unknown`)
-	f.Add("127.0.0.1:1", ",,,", "for=;for=\"")
-	f.Add("@", "[::1]", "")
-	id, err := New(Config{Domain: "d", TrustedProxies: []string{"10.0.0.0/8", "fd00::/8", "127.0.0.1"}}, nil)
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Fuzz(func(t *testing.T, remote, xff, fwd string) {
-		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
-		if xff != "" {
-			r.Header.Set("X-Forwarded-For", xff)
+	f.Add("10.0.0.1:80", "198.51.100.1, 10.0.0.2", "", "", uint8(0))
+	f.Add("203.0.113.1:80", "1.1.1.1", "for=2.2.2.2", "3.3.3.3", uint8(1))
+	f.Add("[fd00::1]:80", "", `for="[2001:db8::1]:80";proto=https, for=unknown`, "", uint8(1))
+	f.Add("127.0.0.1:1", ",,,", "for=;for=\"", "[::1]:5", uint8(2))
+	f.Add("@", "[::1]", "", "", uint8(0))
+	headers := []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"}
+	ids := make([]*Identity, len(headers))
+	for i, h := range headers {
+		id, err := New(Config{Domain: "d", TrustedProxies: []string{"10.0.0.0/8", "fd00::/8", "127.0.0.1"}, ForwardedHeader: h},
+			nil, WithLogger(quiet))
+		if err != nil {
+			f.Fatal(err)
 		}
-		if fwd != "" {
-			r.Header.Set("Forwarded", fwd)
+		ids[i] = id
+	}
+	f.Fuzz(func(t *testing.T, remote, xff, fwd, realIP string, mode uint8) {
+		id := ids[int(mode)%len(ids)]
+		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
+		for _, h := range [][2]string{{"X-Forwarded-For", xff}, {"Forwarded", fwd}, {"X-Real-IP", realIP}} {
+			if h[1] != "" {
+				r.Header.Set(h[0], h[1])
+			}
 		}
 		got := id.ClientAddr(r)
 		peer := parseHost(remote)
@@ -416,16 +427,72 @@ func FuzzClientIP(f *testing.F) {
 		if got == peer {
 			return
 		}
+		var hops []string
+		switch id.fwdKind {
+		case kindXFF:
+			hops = xffHops(xff)
+		case kindForwarded:
+			hops = forwardedHops(fwd)
+		case kindRealIP:
+			hops = []string{realIP}
+		}
 		found := false
-		for _, h := range append(xffHops(xff), forwardedHops(fwd)...) {
-			if parseHost(h) == got {
+		for _, h := range hops {
+			if h != "" && parseHost(h) == got {
 				found = true
 			}
 		}
 		if !found {
-			t.Fatalf("got %v, which is neither the peer nor in the headers", got)
+			t.Fatalf("%s: got %v, which is neither the peer nor in the header", headers[id.fwdKind], got)
 		}
 	})
+}
+
+// TestForwardWarnings: forwarding headers that are not believed because of
+// where they came from are counted, and logged once per kind.
+func TestForwardWarnings(t *testing.T) {
+	t.Parallel()
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	c, err := Parse("test.yaml", []byte("domain: api\ntrusted_proxies: [10.0.0.0/8]\nrate_limits: [{actions: [{remote_address: {}}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := New(c, nil, WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name    string
+		remote  string
+		headers []string
+		want    ForwardStats
+	}{
+		{"untrusted peer without headers", "203.0.113.1:1", nil, ForwardStats{}},
+		{"trusted proxy with X-Forwarded-For", "10.0.0.1:1", []string{"X-Forwarded-For", "198.51.100.1"}, ForwardStats{}},
+		{"trusted proxy without any header", "10.0.0.1:1", nil, ForwardStats{}},
+		{"untrusted peer with X-Forwarded-For", "203.0.113.1:1", []string{"X-Forwarded-For", "198.51.100.1"}, ForwardStats{Untrusted: 1}},
+		{"untrusted peer with Forwarded", "203.0.113.2:1", []string{"Forwarded", "for=198.51.100.1"}, ForwardStats{Untrusted: 2}},
+		{"untrusted peer with X-Real-IP", "203.0.113.3:1", []string{"X-Real-IP", "198.51.100.1"}, ForwardStats{Untrusted: 3}},
+		{"trusted proxy with Forwarded only", "10.0.0.1:1", []string{"Forwarded", "for=198.51.100.1"}, ForwardStats{Untrusted: 3, OtherHeader: 1}},
+		{"and again", "10.0.0.2:1", []string{"X-Real-IP", "198.51.100.1"}, ForwardStats{Untrusted: 3, OtherHeader: 2}},
+	}
+	for _, s := range steps { // in order: the counts add up
+		id.Descriptors(request(s.remote, s.headers...))
+		if got := id.ForwardStats(); got != s.want {
+			t.Fatalf("%s: %+v, want %+v", s.name, got, s.want)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, msgUntrusted); n != 1 {
+		t.Fatalf("%d warnings about untrusted peers, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, msgOtherHeader); n != 1 {
+		t.Fatalf("%d warnings about another header, want 1:\n%s", n, out)
+	}
+	if !strings.Contains(out, "peer=203.0.113.1 header=X-Forwarded-For") || !strings.Contains(out, "peer=10.0.0.1 header=Forwarded forwarded_header=X-Forwarded-For") {
+		t.Fatalf("warnings do not name the peer and header:\n%s", out)
+	}
 }
 
 // FuzzForwarded checks that parsing Forwarded values never panics and
@@ -479,5 +546,51 @@ func TestDefaultConfig(t *testing.T) {
 	want := []Descriptor{{Entries: []rules.Entry{{Key: "remote_address", Value: "2001:db8::/64"}}, Cost: 1}}
 	if got := id.Descriptors(request("[2001:db8::1]:1", "X-Forwarded-For", "1.2.3.4")); !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
+
+// TestForwardedHeader: only the header named by forwarded_header is
+// believed from a trusted proxy; a client's own copy of another one passes
+// through the proxy untouched and must not choose its address.
+func TestForwardedHeader(t *testing.T) {
+	t.Parallel()
+	const peer = "127.0.0.1:80"
+	tests := []struct {
+		name    string
+		header  string // forwarded_header; "" for the default
+		headers []string
+		want    string
+	}{
+		{"default X-Forwarded-For is believed", "", []string{"X-Forwarded-For", "198.51.100.1"}, "198.51.100.1"},
+		{"default: Forwarded is not believed", "", []string{"Forwarded", "for=198.51.100.1"}, "127.0.0.1"},
+		{"default: X-Real-IP is not believed", "", []string{"X-Real-IP", "198.51.100.1"}, "127.0.0.1"},
+		// The attack: the proxy appends Forwarded and passes the client's
+		// X-Forwarded-For through.
+		{"Forwarded: the client's X-Forwarded-For is ignored", "Forwarded",
+			[]string{"X-Forwarded-For", "6.6.6.6", "Forwarded", "for=198.51.100.1"}, "198.51.100.1"},
+		{"Forwarded: a client's own Forwarded element is left of the proxy's", "Forwarded",
+			[]string{"Forwarded", "for=6.6.6.6, for=198.51.100.1"}, "198.51.100.1"},
+		{"Forwarded: header name in any case", "forwarded", []string{"Forwarded", "for=198.51.100.1"}, "198.51.100.1"},
+		{"Forwarded: quoted IPv6 with a port", "Forwarded", []string{"Forwarded", `for=192.0.2.60;proto=http, for="[2001:db8:cafe::17]:4711"`}, "2001:db8:cafe::/64"},
+		{"Forwarded: an obfuscated identifier stops at the trusted hop", "Forwarded", []string{"Forwarded", "for=_hidden"}, "127.0.0.1"},
+		{"Forwarded: without it, the peer", "Forwarded", []string{"X-Forwarded-For", "6.6.6.6"}, "127.0.0.1"},
+		{"X-Real-IP: believed", "X-Real-IP", []string{"X-Real-IP", "198.51.100.1", "X-Forwarded-For", "6.6.6.6"}, "198.51.100.1"},
+		{"X-Real-IP: the last line, the one the proxy added", "X-Real-IP", []string{"X-Real-IP", "6.6.6.6", "X-Real-IP", "198.51.100.1"}, "198.51.100.1"},
+		{"X-Real-IP: unreadable, the peer", "X-Real-IP", []string{"X-Real-IP", "somewhere"}, "127.0.0.1"},
+		{"X-Real-IP: with a port", "X-Real-IP", []string{"X-Real-IP", "[2001:db8::7]:443"}, "2001:db8::/64"},
+		{"X-Real-IP: without it, the peer", "X-Real-IP", []string{"X-Forwarded-For", "6.6.6.6"}, "127.0.0.1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			doc := "domain: api\ntrusted_proxies: [127.0.0.1]\nrate_limits: [{actions: [{remote_address: {}}]}]\n"
+			if tt.header != "" {
+				doc += "forwarded_header: " + tt.header + "\n"
+			}
+			id := mustParse(t, doc)
+			if got := id.ClientKey(request(peer, tt.headers...)); got != tt.want {
+				t.Fatalf("ClientKey = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -130,8 +130,8 @@ func (co *core) close() error {
 }
 
 // newIdentity reads the identity file at path, or, when path is empty,
-// limits per client address in domain.
-func newIdentity(path, domain string) (*identity.Identity, error) {
+// limits per client address in domain. Its one-time warnings go to log.
+func newIdentity(path, domain string, log *slog.Logger) (*identity.Identity, error) {
 	cfg := identity.DefaultConfig()
 	cfg.Domain = domain
 	if path != "" {
@@ -140,11 +140,35 @@ func newIdentity(path, domain string) (*identity.Identity, error) {
 			return nil, fmt.Errorf("--identity: %w", err)
 		}
 	}
-	id, err := identity.New(cfg, nil)
+	id, err := identity.New(cfg, nil, identity.WithLogger(log))
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
 	return id, nil
+}
+
+// identityMetrics exposes on reg id's counts of the forwarding headers it
+// did not believe, as sluice_forwarded_headers_ignored_total by reason.
+func identityMetrics(reg prometheus.Registerer, id *identity.Identity) error {
+	for _, c := range []struct {
+		reason string
+		count  func(identity.ForwardStats) uint64
+	}{
+		{"untrusted_peer", func(s identity.ForwardStats) uint64 { return s.Untrusted }},
+		{"other_header", func(s identity.ForwardStats) uint64 { return s.OtherHeader }},
+	} {
+		cf := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_forwarded_headers_ignored_total",
+			Help: "Requests whose X-Forwarded-For, Forwarded or X-Real-IP was not believed, by reason: " +
+				"untrusted_peer (the peer is not in trusted_proxies: a proxy missing there, or a client's own header), " +
+				"other_header (a trusted proxy sent another header than forwarded_header).",
+			ConstLabels: prometheus.Labels{"reason": c.reason},
+		}, func() float64 { return float64(c.count(id.ForwardStats())) })
+		if err := reg.Register(cf); err != nil {
+			return fmt.Errorf("register identity metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // newResponder returns the writer of HTTP verdicts for the --response-headers
@@ -161,9 +185,12 @@ func newResponder(mode string, jitter time.Duration) (*respond.Writer, error) {
 
 // newForwardAuth returns the GET /v1/auth handler for nginx auth_request and
 // Traefik ForwardAuth.
-func newForwardAuth(identityPath, headers string, jitter time.Duration, d forwardauth.Decider, log *slog.Logger) (*forwardauth.Handler, error) {
-	id, err := newIdentity(identityPath, "")
+func newForwardAuth(identityPath, headers string, jitter time.Duration, d forwardauth.Decider, log *slog.Logger, reg prometheus.Registerer) (*forwardauth.Handler, error) {
+	id, err := newIdentity(identityPath, "", log)
 	if err != nil {
+		return nil, err
+	}
+	if err := identityMetrics(reg, id); err != nil {
 		return nil, err
 	}
 	rw, err := newResponder(headers, jitter)

@@ -173,6 +173,42 @@ func TestServeForwardAuth(t *testing.T) {
 			t.Fatalf("login %d: %d, want %d", i, resp.StatusCode, want)
 		}
 	}
+
+	// A trusted proxy (loopback, in the example's trusted_proxies) that
+	// names its client in Forwarded where the file believes only
+	// X-Forwarded-For: counted, and logged once.
+	for range 2 {
+		req, err := http.NewRequest(http.MethodGet, s.httpURL+"/v1/auth", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Forwarded", "for=203.0.113.8")
+		resp, err := s.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	resp, err := s.http.Get(s.httpURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`sluice_forwarded_headers_ignored_total{reason="other_header"} 2`,
+		`sluice_forwarded_headers_ignored_total{reason="untrusted_peer"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("/metrics lacks %s", want)
+		}
+	}
+	if rec := s.logs.find("forwarding header ignored: not the forwarded_header"); rec == nil || rec["header"] != "Forwarded" {
+		t.Fatalf("no warning naming the Forwarded header: %v\nlogs:\n%s", rec, s.logs)
+	}
 }
 
 // TestServeSurvivesRedisDeath kills Redis under a load of gRPC calls: no

@@ -75,7 +75,7 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return usageError("proxy: --upstream %q: want an http:// or https:// URL", c.upstream)
 	}
-	id, err := newIdentity(c.identity, c.domain)
+	id, err := newIdentity(c.identity, c.domain, log)
 	if err != nil {
 		return err
 	}
@@ -88,6 +88,9 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 		return err
 	}
 	defer func() { err = errors.Join(err, co.close()) }()
+	if err := identityMetrics(co.reg, id); err != nil {
+		return err
+	}
 
 	pc := proxy.DefaultConfig()
 	pc.Upstream, pc.Identity, pc.Decider, pc.Respond, pc.Logger = up, id, co.decider, rw, log

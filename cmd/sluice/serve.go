@@ -115,7 +115,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 
 	if c.identity != "" {
 		// Forward-auth for nginx auth_request and Traefik ForwardAuth.
-		fa, err := newForwardAuth(c.identity, c.headers, c.retryJitter, decider, log)
+		fa, err := newForwardAuth(c.identity, c.headers, c.retryJitter, decider, log, co.reg)
 		if err != nil {
 			return err
 		}
