@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime/debug"
 	"strings"
 
 	"github.com/peterbourgon/ff/v4"
@@ -60,41 +59,4 @@ func check(ld rules.Loader, path string, stdout, stderr io.Writer) error {
 	domains := set.Domains()
 	fmt.Fprintf(stdout, "%s: ok: %d domain(s): %s (version %s)\n", path, len(domains), strings.Join(domains, ", "), set.Version())
 	return nil
-}
-
-func versionCommand(stdout io.Writer) *ff.Command {
-	return &ff.Command{
-		Name:      "version",
-		Usage:     "sluice version",
-		ShortHelp: "print the version",
-		Flags:     ff.NewFlagSet("version"),
-		Exec: func(context.Context, []string) error {
-			fmt.Fprintln(stdout, versionString())
-			return nil
-		},
-	}
-}
-
-// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
-var version = ""
-
-// versionString returns "sluice VERSION (GOVERSION)", the version taken from
-// the build's -ldflags or else the module's build information.
-func versionString() string {
-	v, gover := version, "unknown Go"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		gover = bi.GoVersion
-		if v == "" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += "+" + s.Value[:12]
-			}
-		}
-	}
-	if v == "" {
-		v = "(devel)"
-	}
-	return "sluice " + v + " (" + gover + ")"
 }

@@ -53,6 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			versionCommand(stdout),
 		},
 	}
+	addConfigFlag(root.Subcommands)
 	root.Exec = func(context.Context, []string) error {
 		fmt.Fprintln(stderr, ffhelp.Command(root))
 		return usageError("no subcommand given")
@@ -69,8 +70,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, ffhelp.Command(sel))
 		return usageError("%v", err)
 	}
-	if err := applyEnv(root.GetSelected().Flags, getenv); err != nil {
-		return usageError("%v", err)
+	if err := configure(root.GetSelected().Flags, getenv); err != nil {
+		return err
 	}
 	return root.Run(ctx)
 }

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// dockerfile is the image's Dockerfile, as the commands it runs.
+type dockerfile struct {
+	build  string            // the RUN line that builds sluice
+	copies map[string]string // image path: repository path, for the last stage's COPY from the context
+	env    []string          // ENV KEY=VALUE, in order
+	user   string            // USER
+	cmd    []string          // ENTRYPOINT then CMD
+}
+
+// readDockerfile reads the repository's Dockerfile. It knows the few
+// instructions that file uses, one per line.
+func readDockerfile(t *testing.T) dockerfile {
+	t.Helper()
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dockerfile{copies: map[string]string{}}
+	var entry, cmd []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		instr, rest, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+		switch instr {
+		case "FROM": // only the last stage is the image
+			d.copies, d.env, d.user = map[string]string{}, nil, ""
+		case "RUN": // in the build stage
+			if strings.Contains(rest, "go build") {
+				d.build = rest
+			}
+		case "COPY":
+			f := strings.Fields(rest)
+			if len(f) == 2 && !strings.HasPrefix(f[0], "--") {
+				d.copies[f[1]] = f[0]
+			}
+		case "ENV":
+			d.env = append(d.env, strings.Fields(rest)...)
+		case "USER":
+			d.user = rest
+		case "ENTRYPOINT":
+			if err := json.Unmarshal([]byte(rest), &entry); err != nil {
+				t.Fatalf("ENTRYPOINT %s: %v", rest, err)
+			}
+		case "CMD":
+			if err := json.Unmarshal([]byte(rest), &cmd); err != nil {
+				t.Fatalf("CMD %s: %v", rest, err)
+			}
+		}
+	}
+	d.cmd = append(entry, cmd...)
+	return d
+}
+
+// TestStaticBinary builds sluice as the Dockerfile does, checks that the
+// binary is static, and runs it as the image runs it: as root, in a chroot
+// holding nothing but the files the Dockerfile copies (no /etc/passwd, no
+// /etc/hosts, no /dev, no /proc), as the image's unprivileged user, with
+// the image's environment and nothing else; it must serve /healthz and a
+// decision on all interfaces. Without root it runs the binary with an
+// empty environment in an empty directory instead.
+func TestStaticBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds sluice: not in -short")
+	}
+	t.Parallel()
+	d := readDockerfile(t)
+	if !strings.HasPrefix(d.build, "CGO_ENABLED=0 go build") {
+		t.Fatalf("the Dockerfile builds with %q, want CGO_ENABLED=0 go build", d.build)
+	}
+	if d.user == "" || strings.HasPrefix(d.user, "0") || strings.HasPrefix(d.user, "root") {
+		t.Fatalf("the Dockerfile's USER is %q, want an unprivileged user", d.user)
+	}
+	uid, gid := userIDs(t, d.user)
+
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, d.cmd[0])
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build with")
+	}
+	build := exec.Command(goBin, "build", "-ldflags=-s -w", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	checkStatic(t, bin)
+
+	for dst, src := range d.copies {
+		b, err := os.ReadFile(filepath.Join("../..", src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(root, dst)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkImageConfig(t, d, root)
+
+	// The image's command, on free ports, still on all interfaces, with
+	// JSON logs to find them.
+	args := append(d.cmd[1:], "--grpc-addr", ":0", "--http-addr", ":0", "--log-format", "json")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var cmd *exec.Cmd
+	if os.Geteuid() == 0 {
+		cmd = exec.CommandContext(ctx, d.cmd[0], args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Chroot:     root,
+			Credential: &syscall.Credential{Uid: uid, Gid: gid},
+		}
+		cmd.Dir = "/"
+		cmd.Env = d.env
+	} else {
+		t.Log("not root: running with an empty environment in an empty directory, without chroot")
+		cmd = exec.CommandContext(ctx, bin, append(args,
+			"--config", filepath.Join(root, "etc/sluice/sluice.yaml"),
+			"--rules", filepath.Join(root, "etc/sluice/rules"))...)
+		cmd.Dir = t.TempDir()
+		cmd.Env = []string{}
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	listening := make(chan map[string]any, 1)
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(io.TeeReader(stderr, logs))
+		for sc.Scan() {
+			var rec map[string]any
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == "listening" {
+				listening <- rec
+			}
+		}
+	}()
+	var rec map[string]any
+	select {
+	case rec = <-listening:
+	case <-copied:
+		t.Fatalf("sluice ended before listening: %v\n%s", cmd.Wait(), logs)
+	}
+
+	httpAddr, _ := rec["http_addr"].(string)
+	host, port, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+		t.Errorf("HTTP listens on %s, want all interfaces", httpAddr)
+	}
+	base := "http://" + net.JoinHostPort("127.0.0.1", port)
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(method, path, body string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("GET", "/healthz", ""); code != 200 {
+		t.Errorf("/healthz = %d %s", code, body)
+	}
+	code, body := get("POST", "/v1/decide", `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"alice"},{"key":"path","value":"/login"}]}]}`)
+	if code != 200 || !strings.Contains(body, `"overallCode":"OK"`) || !strings.Contains(body, `"requestsPerUnit":5`) {
+		t.Errorf("/v1/decide = %d %s, want OK under the example's login limit of 5", code, body)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-copied
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("sluice after SIGTERM: %v\n%s", err, logs)
+	}
+	client.CloseIdleConnections()
+}
+
+// userIDs returns the uid and gid of a Dockerfile USER given as numbers.
+func userIDs(t *testing.T, user string) (uint32, uint32) {
+	t.Helper()
+	u, g, _ := strings.Cut(user, ":")
+	uid, err := strconv.ParseUint(u, 10, 32)
+	if err != nil {
+		t.Fatalf("USER %q: want numeric ids (a scratch-like image has no /etc/passwd to look names up in)", user)
+	}
+	gid := uid
+	if g != "" {
+		if gid, err = strconv.ParseUint(g, 10, 32); err != nil {
+			t.Fatalf("USER %q: %v", user, err)
+		}
+	}
+	return uint32(uid), uint32(gid)
+}
+
+// checkStatic fails unless the ELF file at path asks for no dynamic loader
+// and no shared library.
+func checkStatic(t *testing.T, path string) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("%s has a %v segment: not static", path, p.Type)
+		}
+	}
+	if libs, err := f.ImportedLibraries(); err == nil && len(libs) > 0 {
+		t.Errorf("%s needs %v", path, libs)
+	}
+}
+
+// checkImageConfig checks that the config file the image's environment
+// names sets both listeners to all interfaces.
+func checkImageConfig(t *testing.T, d dockerfile, root string) {
+	t.Helper()
+	var path string
+	for _, kv := range d.env {
+		if k, v, _ := strings.Cut(kv, "="); k == envKey(configFlag) {
+			path = v
+		}
+	}
+	if path == "" {
+		t.Fatalf("the Dockerfile sets no %s", envKey(configFlag))
+	}
+	data, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		t.Fatalf("%s: %v (not copied into the image?)", path, err)
+	}
+	fs := serveFlags(t)
+	if err := applyConfig(fs, path, data); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"grpc-addr", "http-addr"} {
+		host, _, err := net.SplitHostPort(flagValue(t, fs, name))
+		if err != nil || (host != "" && host != "0.0.0.0" && host != "::") {
+			t.Errorf("the image's %s is %q, want all interfaces", name, flagValue(t, fs, name))
+		}
+	}
+}
