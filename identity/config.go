@@ -155,6 +155,12 @@ type HeaderMatcher struct {
 // PathAction yields DescriptorKey=the request path, or DescriptorValue when
 // set, if the path matches Exact, Prefix or Regex (at most one; none
 // matches every path). A path that does not match drops the descriptor.
+// The path is matched and produced normalised: decoded once, ;parameters,
+// trailing spaces and control characters of each segment removed,
+// backslashes read as slashes, dot segments, repeated and trailing slashes
+// resolved, so /login;jsessionid=1, /login%20, /a/../login and //login/
+// all meet a limit on /login. Exact must be written normalised (an error
+// says so otherwise).
 type PathAction struct {
 	// DescriptorKey defaults to "path".
 	DescriptorKey   string `yaml:"descriptor_key"`
@@ -162,6 +168,11 @@ type PathAction struct {
 	Exact           string `yaml:"exact"`
 	Prefix          string `yaml:"prefix"`
 	Regex           string `yaml:"regex"`
+	// IgnoreCase matches the path in lowercase (Exact and Prefix are
+	// lowercased, Regex matches case-insensitively) and produces it in
+	// lowercase, so /Login and /login share one limit. Default false: case
+	// matters, as it does to most servers' routing.
+	IgnoreCase bool `yaml:"ignore_case"`
 }
 
 // MethodAction yields DescriptorKey=the request method.

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -439,61 +438,6 @@ func (a headerMatch) entry(rs *reqState) (rules.Entry, outcome) {
 		return rules.Entry{}, dropped
 	}
 	return a.e, produced
-}
-
-type pathMatch struct {
-	key    string
-	value  string
-	exact  string
-	prefix string
-	re     *regexp.Regexp
-}
-
-func compilePath(p *PathAction) (action, error) {
-	n := 0
-	for _, s := range []string{p.Exact, p.Prefix, p.Regex} {
-		if s != "" {
-			n++
-		}
-	}
-	if n > 1 {
-		return nil, fieldErr(errors.New("want at most one of exact, prefix, regex"), "path")
-	}
-	a := pathMatch{key: or(p.DescriptorKey, "path"), value: p.DescriptorValue, exact: p.Exact, prefix: p.Prefix}
-	if p.Regex != "" {
-		re, err := compileRegex(p.Regex)
-		if err != nil {
-			return nil, fieldErr(err, "path", "regex")
-		}
-		a.re = re
-	}
-	return a, nil
-}
-
-// cleanPath returns the request's path with . and .. elements and repeated
-// slashes resolved, so that /a/../login counts as /login.
-func cleanPath(r *http.Request) string {
-	p := r.URL.Path
-	if p == "" {
-		return "/"
-	}
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	return path.Clean(p)
-}
-
-func (a pathMatch) entry(rs *reqState) (rules.Entry, outcome) {
-	p := cleanPath(rs.r)
-	switch {
-	case a.exact != "" && p != a.exact:
-		return rules.Entry{}, dropped
-	case a.prefix != "" && !strings.HasPrefix(p, a.prefix):
-		return rules.Entry{}, dropped
-	case a.re != nil && !a.re.MatchString(p):
-		return rules.Entry{}, dropped
-	}
-	return rules.Entry{Key: a.key, Value: or(a.value, p)}, produced
 }
 
 // readKey returns the configured key text, from the config or its file.

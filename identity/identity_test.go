@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -593,4 +594,102 @@ func TestForwardedHeader(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readRequest parses a raw request line as net/http's server does.
+func readRequest(t testing.TB, method, target string) *http.Request {
+	t.Helper()
+	r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(method + " " + target + " HTTP/1.1\r\nHost: api.example\r\n\r\n")))
+	if err != nil {
+		t.Fatalf("read %s %s: %v", method, target, err)
+	}
+	r.RemoteAddr = "203.0.113.1:1"
+	return r
+}
+
+// TestPathSpellings: the spellings of /login that reach a login handler in
+// common servers all meet a limit on exact /login; case only with
+// ignore_case.
+func TestPathSpellings(t *testing.T) {
+	t.Parallel()
+	id := mustParse(t, `
+domain: api
+rate_limits:
+  - actions: [{path: {exact: /login, descriptor_key: exact}}]
+  - actions: [{path: {exact: /Login, ignore_case: true, descriptor_key: nocase}}]
+  - actions: [{path: {prefix: /API/, ignore_case: true, descriptor_key: api}}]
+  - actions: [{path: {regex: "^/users/[a-z]+$", ignore_case: true, descriptor_key: user}}]
+  - actions: [{path: {descriptor_key: any}}]
+`)
+	tests := []struct {
+		target string
+		exact  bool   // /login, case-sensitive
+		nocase bool   // /login, ignore_case
+		value  string // the "any" entry: the normalised path
+	}{
+		{"/login", true, true, "/login"},
+		{"/Login", false, true, "/Login"},
+		{"/LOGIN;jsessionid=1", false, true, "/LOGIN"},
+		{"/login;jsessionid=1", true, true, "/login"},
+		{"/login;", true, true, "/login"},
+		{"/login%3Bx=1", true, true, "/login"},
+		{"/login%20", true, true, "/login"},
+		{"/login%09", true, true, "/login"},
+		{"/login%00", true, true, "/login"},
+		{"/login%20%20/", true, true, "/login"},
+		{"/login/", true, true, "/login"},
+		{"//login", true, true, "/login"},
+		{"/./login", true, true, "/login"},
+		{"/a/../login", true, true, "/login"},
+		{"/a/..%2flogin", true, true, "/login"},
+		{"/%2e%2e/login", true, true, "/login"},
+		{"/%6c%6f%67%69%6e", true, true, "/login"},
+		{"/a;x/../login", true, true, "/login"},
+		{"/..;/login", true, true, "/login"},
+		{"/static%5c..%5clogin", true, true, "/login"},
+		{"/login?next=/", true, true, "/login"},
+		{"/login.", false, false, "/login."},
+		{"/login%2520", false, false, "/login%20"},
+		{"/log%20in", false, false, "/log in"},
+		{"/logins", false, false, "/logins"},
+		{"/%ff", false, false, "/\uFFFD"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.target, func(t *testing.T) {
+			t.Parallel()
+			got := map[string]string{}
+			for _, d := range id.Descriptors(readRequest(t, "POST", tt.target)) {
+				got[d.Entries[0].Key] = d.Entries[0].Value
+			}
+			if _, ok := got["exact"]; ok != tt.exact {
+				t.Errorf("exact /login matched: %v, want %v (%v)", ok, tt.exact, got)
+			}
+			if _, ok := got["nocase"]; ok != tt.nocase {
+				t.Errorf("exact /login, ignore_case, matched: %v, want %v (%v)", ok, tt.nocase, got)
+			}
+			if tt.nocase && got["nocase"] != "/login" {
+				t.Errorf("ignore_case value %q, want /login", got["nocase"])
+			}
+			if got["any"] != tt.value {
+				t.Errorf("path %q, want %q", got["any"], tt.value)
+			}
+		})
+	}
+	t.Run("prefix and regex ignore case", func(t *testing.T) {
+		t.Parallel()
+		got := map[string]string{}
+		for _, d := range id.Descriptors(readRequest(t, "GET", "/Api/Users/Bob")) {
+			got[d.Entries[0].Key] = d.Entries[0].Value
+		}
+		if got["api"] != "/api/users/bob" || got["user"] != "" {
+			t.Fatalf("got %v, want api=/api/users/bob and no user", got)
+		}
+		got = map[string]string{}
+		for _, d := range id.Descriptors(readRequest(t, "GET", "/USERS/Bob/")) {
+			got[d.Entries[0].Key] = d.Entries[0].Value
+		}
+		if got["user"] != "/users/bob" || got["api"] != "" {
+			t.Fatalf("got %v, want user=/users/bob and no api", got)
+		}
+	})
 }
