@@ -27,6 +27,7 @@ type coreFlags struct {
 	storeTimeout time.Duration
 	fail         string
 	maxEntries   int
+	nearCache    int
 	logLevel     string
 	logFormat    string
 }
@@ -38,6 +39,7 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", 50*time.Millisecond, withEnv("store-timeout", "longest wait for the store per decision before --fail decides"))
 	fs.StringVar(&c.fail, 0, "fail", "open", withEnv("fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)"))
 	fs.IntVar(&c.maxEntries, 0, "max-entries", 1<<20, withEnv("max-entries", "most keys the memory store holds (about 100 bytes each)"))
+	fs.IntVar(&c.nearCache, 0, "near-cache", 8<<20, withEnv("near-cache", "bytes of denials a node keeps to answer over-limit clients without a Redis call until their retry time, exactly (8 MiB); 0 turns it off"))
 	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
 	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
 }
@@ -87,9 +89,16 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		return nil, err
 	}
 
-	st, err := openStore(c.store, storeOptions{maxEntries: c.maxEntries, log: log})
+	st, err := openStore(c.store, storeOptions{maxEntries: c.maxEntries, nearCache: int64(c.nearCache), log: log})
 	if err != nil {
 		return nil, err
+	}
+	if nc := st.near; nc != nil {
+		hits := func() uint64 { return nc.Stats().NearHits }
+		misses := func() uint64 { return nc.Stats().NearMisses }
+		if err := metrics.NearCache(co.reg, hits, misses); err != nil {
+			return nil, errors.Join(err, st.close())
+		}
 	}
 	watcher, err := c.loader().Watch(c.rules, func(set *rules.Set, err error) {
 		m.Reload(err)

@@ -20,7 +20,9 @@ import (
 
 // TestServersShareOneRedisExactly runs three `sluice serve` on one Redis
 // (and on a Redis Cluster), 64 clients spread over them, on one key with a
-// limit of 1000 a minute: exactly 1000 calls are admitted.
+// limit of 1000 a minute (a sliding log), or 1000 a day (a token bucket,
+// whose denials the servers' near caches answer): exactly 1000 calls are
+// admitted.
 func TestServersShareOneRedisExactly(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -32,45 +34,73 @@ func TestServersShareOneRedisExactly(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			store := tt.store(t)
-			domain := fmt.Sprintf("exact-%s-%d", tt.name, time.Now().UnixNano())
-			rules := copyRules(t, exampleRules)
-			writeFile(t, rules, "domain: "+domain+`
+		for _, limit := range []string{"unit: minute, requests_per_unit: 1000, algorithm: sliding_log", "unit: day, requests_per_unit: 1000, algorithm: token_bucket"} {
+			t.Run(tt.name+"/"+strings.Fields(limit)[len(strings.Fields(limit))-1], func(t *testing.T) {
+				store := tt.store(t)
+				domain := fmt.Sprintf("exact-%s-%d", tt.name, time.Now().UnixNano())
+				rules := copyRules(t, exampleRules)
+				writeFile(t, rules, "domain: "+domain+`
 descriptors:
   - key: client
-    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: sliding_log}
+    rate_limit: {`+limit+`}
 `)
-			var servers []*testServer
-			for range 3 {
-				servers = append(servers, startServer(t, nil, "--rules", rules, "--store", store, "--store-timeout", "2s", "--fail", "closed"))
-			}
-			var admitted, denied, failed atomic.Int64
-			var wg sync.WaitGroup
-			for g := range 64 {
-				wg.Go(func() {
-					s := servers[g%len(servers)]
-					for range 3000 / 64 {
-						resp, err := s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
-							Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", "shared")},
-						})
-						switch {
-						case err != nil:
-							failed.Add(1)
-						case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
-							admitted.Add(1)
-						default:
-							denied.Add(1)
+				var servers []*testServer
+				for range 3 {
+					servers = append(servers, startServer(t, nil, "--rules", rules, "--store", store, "--store-timeout", "2s", "--fail", "closed"))
+				}
+				var admitted, denied, failed atomic.Int64
+				var wg sync.WaitGroup
+				for g := range 64 {
+					wg.Go(func() {
+						s := servers[g%len(servers)]
+						for range 3000 / 64 {
+							resp, err := s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+								Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", "shared")},
+							})
+							switch {
+							case err != nil:
+								failed.Add(1)
+							case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+								admitted.Add(1)
+							default:
+								denied.Add(1)
+							}
 						}
-					}
-				})
-			}
-			wg.Wait()
-			if failed.Load() != 0 || admitted.Load() != 1000 {
-				t.Fatalf("admitted %d, denied %d, failed %d; want exactly 1000 admitted and no failure", admitted.Load(), denied.Load(), failed.Load())
-			}
-		})
+					})
+				}
+				wg.Wait()
+				if failed.Load() != 0 || admitted.Load() != 1000 {
+					t.Fatalf("admitted %d, denied %d, failed %d; want exactly 1000 admitted and no failure", admitted.Load(), denied.Load(), failed.Load())
+				}
+				hits := 0
+				for _, s := range servers {
+					hits += metricValue(t, s, "sluice_near_cache_hits_total")
+				}
+				t.Logf("near cache hits: %d of %d denials", hits, denied.Load())
+				if sliding := strings.Contains(limit, "sliding_log"); sliding != (hits == 0) || (!sliding && hits < 1000) {
+					t.Fatalf("%d near cache hits: want none for a sliding log (exact only), most of the 2000 denials otherwise", hits)
+				}
+			})
+		}
 	}
+}
+
+// metricValue returns the value of the unlabelled integer metric name on
+// s's /metrics.
+func metricValue(t *testing.T, s *testServer, name string) int {
+	t.Helper()
+	body := s.do(t, "GET", "/metrics", "").body
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var n float64
+			if _, err := fmt.Sscan(v, &n); err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return int(n)
+		}
+	}
+	t.Fatalf("/metrics lacks %s:\n%s", name, body)
+	return 0
 }
 
 // TestProxy runs `sluice proxy` in front of a real upstream: requests pass

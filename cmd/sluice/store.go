@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
 )
@@ -16,6 +17,7 @@ import (
 // storeOptions are the flags that shape a store.
 type storeOptions struct {
 	maxEntries int          // memory store: most keys held
+	nearCache  int64        // Redis: the near cache's bytes; 0 turns it off
 	log        *slog.Logger // warns while a Redis store is not connected
 }
 
@@ -24,6 +26,7 @@ type storeOptions struct {
 type openedStore struct {
 	store sluice.Store
 	local sluice.Store
+	near  *localfirst.Store // the near cache in store, or nil
 	close func() error
 }
 
@@ -66,7 +69,17 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		if err != nil {
 			return nil, errors.Join(err, rs.Close())
 		}
-		return &openedStore{store: rs, local: mem, close: func() error { return errors.Join(rs.Close(), mem.Close()) }}, nil
+		closeBoth := func() error { return errors.Join(rs.Close(), mem.Close()) }
+		if o.nearCache <= 0 {
+			return &openedStore{store: rs, local: mem, close: closeBoth}, nil
+		}
+		// Redis is out of process: a denied client is answered here until
+		// its retry time (store/localfirst's near cache, exact).
+		near, err := localfirst.New(rs, localfirst.Config{NearCacheBytes: o.nearCache})
+		if err != nil {
+			return nil, errors.Join(err, closeBoth())
+		}
+		return &openedStore{store: near, local: mem, near: near, close: closeBoth}, nil
 	}
 	return nil, fmt.Errorf("--store %q: unknown store (want memory or a redis:// URL)", spec)
 }

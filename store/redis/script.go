@@ -229,11 +229,17 @@ func (c *call) decision(l sluice.Limit, cost int64) (sluice.Decision, error) {
 // found, with the transition of package sluice: the decision the script
 // made, which it did not pack (see take.lua).
 func replay(l sluice.Limit, rec []byte, now, cost int64) sluice.Decision {
+	s := found(l, rec)
+	return l.TakeMicros(&s, now, cost)
+}
+
+// found returns the sluice.State of rec, the state the script found for a
+// request of l.
+func found(l sluice.Limit, rec []byte) sluice.State {
 	var t, n, x int64
 	if rec[0] == byte(l.Algorithm) { // else none, or another algorithm's: afresh
 		t, n, x = float(rec[1:]), float(rec[9:]), float(rec[17:])
 	}
-	var s sluice.State
 	switch l.Algorithm {
 	case sluice.TokenBucket, sluice.LeakyBucket:
 		// The script keeps the level in hit·µs over x = g, gcd(rate,
@@ -250,13 +256,12 @@ func replay(l sluice.Limit, rec []byte, now, cost int64) sluice.Decision {
 			}
 			n = int64(q)
 		}
-		s = sluice.StateOf(t, n*g, 0)
+		return sluice.StateOf(t, n*g, 0)
 	case sluice.SlidingWindow:
-		s = sluice.StateOf(t, n, x)
+		return sluice.StateOf(t, n, x)
 	default: // fixed_window; gcra, whose n is the latest admission
-		s = sluice.StateOf(t, n, 0)
+		return sluice.StateOf(t, n, 0)
 	}
-	return l.TakeMicros(&s, now, cost)
 }
 
 // decision builds the Decision of l from the script's decision record,

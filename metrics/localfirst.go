@@ -1,0 +1,29 @@
+package metrics
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// NearCache registers on reg the counters of a near cache
+// (store/localfirst): sluice_near_cache_hits_total, the requests it
+// answered without the store, and sluice_near_cache_misses_total, those
+// it sent on. hits and misses are read at each scrape.
+func NearCache(reg prometheus.Registerer, hits, misses func() uint64) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_near_cache_hits_total",
+			Help: "Requests the near cache answered from a denial the store gave, without a store call.",
+		}, func() float64 { return float64(hits()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_near_cache_misses_total",
+			Help: "Requests the near cache had no denial for and sent to the store.",
+		}, func() float64 { return float64(misses()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register near cache metrics: %w", err)
+		}
+	}
+	return nil
+}

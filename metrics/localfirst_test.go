@@ -1,0 +1,34 @@
+package metrics_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicehq/sluice/metrics"
+)
+
+func TestNearCache(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	hits, misses := uint64(7), uint64(3)
+	if err := metrics.NearCache(reg, func() uint64 { return hits }, func() uint64 { return misses }); err != nil {
+		t.Fatal(err)
+	}
+	hits = 9
+	want := `
+# HELP sluice_near_cache_hits_total Requests the near cache answered from a denial the store gave, without a store call.
+# TYPE sluice_near_cache_hits_total counter
+sluice_near_cache_hits_total 9
+# HELP sluice_near_cache_misses_total Requests the near cache had no denial for and sent to the store.
+# TYPE sluice_near_cache_misses_total counter
+sluice_near_cache_misses_total 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	if err := metrics.NearCache(reg, func() uint64 { return 0 }, func() uint64 { return 0 }); err == nil {
+		t.Fatal("registering twice: no error")
+	}
+}

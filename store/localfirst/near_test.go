@@ -1,0 +1,283 @@
+package localfirst
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/storetest"
+	"go.uber.org/goleak"
+)
+
+// TestMain checks that no goroutine outlives the tests (rueidis's own two
+// that end by themselves after a close are not ours; see store/redis).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
+}
+
+// clock is a fake clock in µs, safe for concurrent use.
+type clock struct{ us atomic.Int64 }
+
+func (c *clock) now() time.Time      { return time.UnixMicro(c.us.Load()) }
+func (c *clock) add(d time.Duration) { c.us.Add(d.Microseconds()) }
+func newClock(t time.Time) *clock    { c := &clock{}; c.us.Store(t.UnixMicro()); return c }
+func backendURLs() map[string]func(t *testing.T) string {
+	return map[string]func(t *testing.T) string{
+		"single":  func(t *testing.T) string { return "redis://" + testenv.RedisAddr(t) + "/0" },
+		"cluster": func(t *testing.T) string { return "redis+cluster://" + strings.Join(testenv.RedisClusterAddrs(t), ",") },
+	}
+}
+
+// openRedis opens a Redis store of its own key prefix on url that decides
+// by now (nil: Redis's TIME), closed when the test ends.
+func openRedis(t *testing.T, url string, now func() time.Time) *redis.Store {
+	t.Helper()
+	cfg := redis.DefaultConfig()
+	cfg.KeyPrefix = fmt.Sprintf("localfirsttest:%x:", rand.Uint64())
+	cfg.Now = now
+	cfg.ExpiryMargin = 10 * time.Minute // the fake clocks run ahead of Redis's
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := redis.Open(ctx, url, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// newStore returns next decorated by cfg, failing t on an error.
+func newStore(t *testing.T, next sluice.Store, cfg Config) *Store {
+	t.Helper()
+	s, err := New(next, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestNearCacheIdentical drives one random request stream through a
+// store decorated by the near cache and through the same store alone, on
+// one Redis with one injected clock, and compares every decision; the
+// cache must have answered a good share of them.
+func TestNearCacheIdentical(t *testing.T) {
+	for name, url := range backendURLs() {
+		t.Run(name, func(t *testing.T) {
+			u := url(t)
+			c := newClock(time.Date(2026, 3, 14, 12, 30, 30, 0, time.UTC))
+			exact := openRedis(t, u, c.now)
+			near := newStore(t, openRedis(t, u, c.now), Config{Now: c.now})
+			rng := rand.New(rand.NewPCG(rand.Uint64(), 13))
+			limits := []sluice.Limit{
+				{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Second},
+				{Algorithm: sluice.SlidingWindow, Rate: 7, Period: 300*time.Millisecond + 7*time.Microsecond},
+				{Algorithm: sluice.SlidingLog, Rate: 5, Period: time.Second},
+				{Algorithm: sluice.TokenBucket, Rate: 5, Period: time.Second, Burst: 10},
+				{Algorithm: sluice.LeakyBucket, Rate: 4, Period: time.Second, Burst: 8},
+				{Algorithm: sluice.GCRA, Rate: 6, Period: time.Second, Burst: 6},
+			}
+			ctx := context.Background()
+			for i := range 4000 {
+				// A hot key per limit and a few cold ones, all of one hash tag
+				// per limit so that cluster batches stay on a slot.
+				li := rng.IntN(len(limits))
+				l := limits[li]
+				key := fmt.Sprintf("{l%d}:hot", li)
+				if rng.IntN(4) == 0 {
+					key = fmt.Sprintf("{l%d}:cold%d", li, rng.IntN(5))
+				}
+				switch r := rng.IntN(100); {
+				case r == 0:
+					c.add(l.Period + time.Duration(rng.Int64N(int64(l.Period))))
+				case r < 10:
+					c.add(time.Duration(rng.Int64N(int64(l.Period / time.Duration(l.Rate)))))
+				case r < 40:
+					c.add(time.Duration(rng.Int64N(int64(time.Millisecond))))
+				}
+				cost := int64(1)
+				switch r := rng.IntN(20); {
+				case r == 0:
+					cost = 0
+				case r == 1:
+					cost = 2 + rng.Int64N(3)
+				case r == 2:
+					cost = 20
+				}
+				if rng.IntN(10) == 0 { // a batch of two keys of one tag
+					reqs := []sluice.Request{{Key: key, Limit: l, Cost: cost}, {Key: fmt.Sprintf("{l%d}:hot", li), Limit: l, Cost: 1}}
+					got, want := make([]sluice.Decision, 2), make([]sluice.Decision, 2)
+					if err := near.TakeAll(ctx, reqs, got); err != nil {
+						t.Fatal(err)
+					}
+					if err := exact.TakeAll(ctx, reqs, want); err != nil {
+						t.Fatal(err)
+					}
+					if got[0] != want[0] || got[1] != want[1] {
+						t.Fatalf("request %d, TakeAll(%v):\n got %+v\nwant %+v", i, reqs, got, want)
+					}
+					continue
+				}
+				got, err := near.Take(ctx, key, l, cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := exact.Take(ctx, key, l, cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Fatalf("request %d, Take(%q, %v, %d):\n got %+v\nwant %+v", i, key, l, cost, got, want)
+				}
+			}
+			st := near.Stats()
+			t.Logf("%+v", st)
+			if st.NearHits < 300 {
+				t.Fatalf("the near cache answered %d of 4000 requests: the stream does not test it", st.NearHits)
+			}
+		})
+	}
+}
+
+// TestNearCacheConformance runs the store suite, both tiers, on the near
+// cache over Redis and Redis Cluster with the suite's clock: an exact
+// store. Its nodes are separate decorators over separate Redis stores.
+func TestNearCacheConformance(t *testing.T) {
+	for name, url := range backendURLs() {
+		t.Run(name, func(t *testing.T) {
+			u := url(t)
+			prefix := fmt.Sprintf("localfirsttest:%x:", rand.Uint64())
+			open := func(t *testing.T, now func() time.Time) sluice.Store {
+				cfg := redis.DefaultConfig()
+				cfg.KeyPrefix, cfg.Now, cfg.ExpiryMargin = prefix, now, 10*time.Minute
+				r, err := redis.Open(context.Background(), u, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { r.Close() })
+				return newStore(t, r, Config{Now: now})
+			}
+			t.Run("Contract", func(t *testing.T) {
+				storetest.RunContract(t, func(t *testing.T, now func() time.Time, n int) []sluice.Store {
+					nodes := make([]sluice.Store, n)
+					for i := range nodes {
+						nodes[i] = open(t, now)
+					}
+					return nodes
+				}, storetest.Bound{})
+			})
+			t.Run("Exact", func(t *testing.T) { storetest.RunExact(t, open) })
+		})
+	}
+}
+
+// TestNearCacheRedisTime checks the near cache over Redis deciding by its
+// own TIME, the clock of production: a hot key admits exactly its limit,
+// the cache answers the rest, and its denials agree with the store's.
+func TestNearCacheRedisTime(t *testing.T) {
+	for name, url := range backendURLs() {
+		t.Run(name, func(t *testing.T) {
+			r := openRedis(t, url(t), nil)
+			near := newStore(t, r, Config{})
+			l := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 5, Period: time.Hour, Burst: 5}
+			admitted := 0
+			for range 100 {
+				d, err := near.Take(context.Background(), "{hot}", l, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+					continue
+				}
+				// What Redis says now, without the cache, at cost 0 (a
+				// report: the same state).
+				want, err := r.Take(context.Background(), "{hot}", l, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Remaining != want.Remaining || d.RetryAfter <= 11*time.Minute || d.RetryAfter > 12*time.Minute {
+					t.Fatalf("cached denial %+v, the store reports %+v", d, want)
+				}
+			}
+			if admitted != 5 {
+				t.Fatalf("admitted %d, want 5", admitted)
+			}
+			if st := near.Stats(); st.NearHits != 94 || st.NearEntries != 1 {
+				t.Fatalf("stats %+v: want 94 hits (100 requests, 5 admitted, 1 denial learnt) and 1 entry", st)
+			}
+		})
+	}
+}
+
+// TestNearCacheBounded fills the near cache with more denied keys than
+// its budget holds: it stays within the budget and keeps answering.
+func TestNearCacheBounded(t *testing.T) {
+	c := newClock(time.Date(2026, 3, 14, 12, 30, 30, 0, time.UTC))
+	const budget = 64 << 10
+	near := newStore(t, openRedis(t, "redis://"+testenv.RedisAddr(t)+"/0", c.now), Config{Now: c.now, NearCacheBytes: budget})
+	l := sluice.Limit{Rate: 1, Period: time.Hour}
+	for i := range 2000 {
+		key := fmt.Sprintf("user%04d", i)
+		for range 2 {
+			if _, err := near.Take(context.Background(), key, l, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st := near.Stats()
+	if st.NearBytes > budget || st.NearEntries == 0 {
+		t.Fatalf("stats %+v: want at most %d bytes and some entries", st, budget)
+	}
+	if max := budget / (8 + entryOverhead); st.NearEntries > max {
+		t.Fatalf("%d entries in %d bytes", st.NearEntries, budget)
+	}
+	before := st.NearHits
+	for range 2 {
+		if _, err := near.Take(context.Background(), "user1999", l, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if near.Stats().NearHits != before+2 {
+		t.Fatal("the latest denial is not answered from the cache")
+	}
+}
+
+// TestNearCacheOff checks that a store without TakeState, or a negative
+// budget, leaves every call to the store.
+func TestNearCacheOff(t *testing.T) {
+	mem, err := memory.New(memory.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	r := openRedis(t, "redis://"+testenv.RedisAddr(t)+"/0", nil)
+	for name, s := range map[string]*Store{
+		"memory":   newStore(t, mem, Config{}),
+		"negative": newStore(t, r, Config{NearCacheBytes: -1}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := sluice.Limit{Rate: 1, Period: time.Hour}
+			for range 5 {
+				if _, err := s.Take(context.Background(), "k", l, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st := s.Stats(); st != (Stats{}) {
+				t.Fatalf("stats %+v, want none", st)
+			}
+		})
+	}
+	if !newStore(t, mem, Config{}).NonBlocking() || newStore(t, r, Config{}).NonBlocking() {
+		t.Fatal("NonBlocking is not the decorated store's")
+	}
+}

@@ -1,0 +1,51 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluicehq/sluice"
+)
+
+// TakeState is Take that also returns the key's state after the decision
+// and the script's time it decided at (µs since the Unix epoch, Redis's
+// TIME or Config.Now), for a decorator that answers later requests on
+// the key from that state (store/localfirst's near cache). ok is false for
+// a sliding_log, whose state the script does not return, and for requests
+// decided without Redis.
+func (s *Store) TakeState(ctx context.Context, key string, l sluice.Limit, cost int64) (d sluice.Decision, st sluice.State, now int64, ok bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return d, st, 0, false, fmt.Errorf("redis take %s: %w", key, err)
+	}
+	if d, ok := local(l, cost); ok {
+		return d, st, 0, false, nil
+	}
+	c := &call{n: 1, done: make(chan struct{}, 1), ctx: ctx, slot: s.slot(key)}
+	c.keys = append(c.keysBuf[:0], s.cfg.KeyPrefix+key)
+	blob, err := s.limits.appendRequest(appendGroup(c.blobBuf[:0], modeWrite, 1), l, cost)
+	if err != nil {
+		return d, st, 0, false, fmt.Errorf("redis take %s: %w", key, err)
+	}
+	c.blob = blob
+	if err := s.run(ctx, c); err != nil {
+		return d, st, 0, false, fmt.Errorf("redis take %s: %w", key, err)
+	}
+	if !c.replays() {
+		return decision(l, c.out), st, 0, false, nil
+	}
+	st = found(l, c.out)
+	d = l.TakeMicros(&st, c.now, cost)
+	if d.Allowed != c.allowed {
+		return sluice.Decision{}, st, 0, false, fmt.Errorf("redis take %s: Redis decided allowed=%v, Go's replay %v", key, c.allowed, d.Allowed)
+	}
+	return d, st, c.now, true, nil
+}
+
+// TakeState is Store.TakeState on the connected store, or fails as Take
+// does while there is none.
+func (b *Background) TakeState(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, sluice.State, int64, bool, error) {
+	if s := b.store.Load(); s != nil {
+		return s.TakeState(ctx, key, l, cost)
+	}
+	return sluice.Decision{}, sluice.State{}, 0, false, fmt.Errorf("redis take %s: %w", key, b.notYet())
+}
