@@ -166,7 +166,11 @@ type responseOne struct {
 //
 // The only errors are invalid requests (wrapping ErrInvalidRequest). A store
 // that fails or takes longer than the store timeout never makes Decide fail
-// or wait longer: the fail mode decides, and Response.Mode says which.
+// or wait longer: the fail mode decides, and Response.Mode says which. So
+// it does for a request with a limit the store refuses (an error wrapping
+// sluice.ErrLimit), which, unlike a failure of the store, never opens the
+// circuit breaker for other requests: check rules with the store's
+// sluice.LimitChecker (rules.WithCheck) so that none is ever in force.
 func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	if err := validate(r); err != nil {
 		return nil, err
@@ -340,7 +344,9 @@ func replaced(l *rules.Limit, resp *Response) bool {
 // take decides b.reqs[lo:hi] in one TakeAll on the store, or by the fail
 // mode when the breaker is open or the store fails, and writes the
 // statuses of their descriptors. ctx is the caller's context, tctx the
-// one bounded by the store timeout.
+// one bounded by the store timeout. A store error that wraps
+// sluice.ErrLimit concerns these requests only: the fail mode decides
+// them, and the breaker does not count it.
 func (s *Service) take(ctx, tctx context.Context, resp *Response, b *batch, lo, hi int, shadow bool) {
 	reqs, ds := b.reqs[lo:hi], b.ds[lo:hi]
 	ok, probe := s.br.allow()
@@ -353,6 +359,11 @@ func (s *Service) take(ctx, tctx context.Context, resp *Response, b *batch, lo, 
 			return
 		case ctx.Err() != nil: // the caller gave up: not the store's fault
 			s.br.cancel(probe)
+		case errors.Is(err, sluice.ErrLimit):
+			// A limit of this request the store cannot apply: the
+			// store is fine, and other requests must not lose it.
+			s.br.cancel(probe)
+			s.log.Debug("store refused a limit", "err", err, "fail", s.fail)
 		default:
 			s.br.failure(probe, err)
 			s.log.Debug("store failed", "err", err, "fail", s.fail)

@@ -149,7 +149,6 @@ func (r *recorder) requests() []sluice.Request {
 	return rs
 }
 
-
 // decide calls s.Decide and fails the test on an error.
 func decideOK(t testing.TB, s *decide.Service, r *decide.Request) *decide.Response {
 	t.Helper()

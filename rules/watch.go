@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/sluicehq/sluice"
 )
 
 // debounce is how long a Watcher waits after the last change it sees before
@@ -34,6 +36,7 @@ type Watcher struct {
 	dir      string // the watched directory
 	file     string // the rules file's name when path is a file, else ""
 	onReload func(*Set, error)
+	check    func(sluice.Limit) error // nil: every limit is accepted
 	fw       *fsnotify.Watcher
 	cur      atomic.Pointer[Set]
 
@@ -42,25 +45,40 @@ type Watcher struct {
 	stopped   chan struct{} // closed when the loop returns
 }
 
+// WatchOption changes how a Watcher loads rules.
+type WatchOption func(*Watcher)
+
+// WithCheck makes a Watcher refuse rules that check vetoes (see
+// Set.Check), at the first load and at every reload, as it refuses rules
+// with mistakes: a vetoed set never replaces the one in force. check is
+// typically the store's sluice.LimitChecker.CheckLimit.
+func WithCheck(check func(sluice.Limit) error) WatchOption {
+	return func(w *Watcher) { w.check = check }
+}
+
 // NewWatcher loads the rules at path (a file or a directory, as Load reads
 // them) and watches them. It returns the error of the first load, and
 // starts nothing, if that fails.
 //
 // After each reload, onReload (if not nil) receives the new Set and a nil
-// error, or a nil Set and the error (the rules' Errors, or why the files
-// could not be read or watched) while the previous Set stays in force. It
+// error, or a nil Set and the error (the rules' Errors, including the
+// refusals of a WithCheck option, or why the files could not be read or
+// watched) while the previous Set stays in force. It
 // is called from the Watcher's goroutine, one call at a time, and must not
 // call Close. A reload whose files are unchanged since the last good one
 // is not reported, unless the reload before it failed.
-func NewWatcher(path string, onReload func(*Set, error)) (*Watcher, error) {
-	return Loader{}.Watch(path, onReload)
+func NewWatcher(path string, onReload func(*Set, error), opts ...WatchOption) (*Watcher, error) {
+	return Loader{}.Watch(path, onReload, opts...)
 }
 
 // Watch is NewWatcher with ld reading the rules, at the first load and at
 // every reload.
-func (ld Loader) Watch(path string, onReload func(*Set, error)) (*Watcher, error) {
+func (ld Loader) Watch(path string, onReload func(*Set, error), opts ...WatchOption) (*Watcher, error) {
 	w := &Watcher{ld: ld, path: path, dir: path, onReload: onReload,
 		done: make(chan struct{}), stopped: make(chan struct{})}
+	for _, o := range opts {
+		o(w)
+	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("watch rules %s: %w", path, err)
@@ -77,7 +95,7 @@ func (ld Loader) Watch(path string, onReload func(*Set, error)) (*Watcher, error
 		w.fw.Close()
 		return nil, fmt.Errorf("watch rules %s: %w", path, err)
 	}
-	s, err := ld.Load(path)
+	s, err := w.load()
 	if err != nil {
 		w.fw.Close()
 		return nil, err
@@ -133,7 +151,7 @@ func (w *Watcher) loop() {
 			failed = true
 			timer.Reset(debounce)
 		case <-timer.C:
-			s, err := w.ld.Load(w.path)
+			s, err := w.load()
 			switch {
 			case err != nil:
 				failed = true
@@ -145,6 +163,18 @@ func (w *Watcher) loop() {
 			}
 		}
 	}
+}
+
+// load loads the rules and checks them.
+func (w *Watcher) load() (*Set, error) {
+	s, err := w.ld.Load(w.path)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Check(w.check); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func (w *Watcher) report(s *Set, err error) {

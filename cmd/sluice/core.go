@@ -107,7 +107,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 			return
 		}
 		log.Info("rules reloaded", "rules", c.rules, "version", set.Version(), "domains", set.Domains())
-	})
+	}, rules.WithCheck(st.check))
 	if err != nil {
 		m.Reload(err)
 		return nil, errors.Join(fmt.Errorf("load rules: %w", err), st.close())

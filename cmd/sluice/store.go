@@ -27,32 +27,67 @@ type openedStore struct {
 	store sluice.Store
 	local sluice.Store
 	near  *localfirst.Store // the near cache in store, or nil
+	// check is the store's veto on limits (sluice.LimitChecker), or nil
+	// when it applies every valid limit.
+	check func(sluice.Limit) error
 	close func() error
 }
 
-// openStore opens the store that spec names: "memory" (or "memory://"),
-// the embedded default, or a Redis by URL (redis://, rediss://,
-// redis+cluster://, rediss+cluster://, redis+sentinel://), with an
-// in-process memory store beside it for --fail local.
-func openStore(spec string, o storeOptions) (*openedStore, error) {
+// The kinds of store --store names.
+const (
+	storeMemory = "memory"
+	storeRedis  = "redis"
+)
+
+// storeKind returns the kind of store spec names: storeMemory for
+// "memory" (or "memory://"), storeRedis for a Redis URL (redis://,
+// rediss://, redis+cluster://, rediss+cluster://, redis+sentinel://).
+func storeKind(spec string) (string, error) {
 	scheme := spec
 	if i := strings.Index(spec, "://"); i >= 0 {
 		scheme = spec[:i]
 		if _, err := url.Parse(spec); err != nil {
-			return nil, fmt.Errorf("--store %q: %w", spec, err)
+			return "", fmt.Errorf("--store %q: %w", spec, err)
 		}
 	}
 	switch strings.ToLower(scheme) {
 	case "":
-		return nil, errNoStore
+		return "", errNoStore
 	case "memory":
+		return storeMemory, nil
+	case "redis", "rediss", "redis+sentinel", "redis+cluster", "rediss+cluster":
+		return storeRedis, nil
+	}
+	return "", fmt.Errorf("--store %q: unknown store (want memory or a redis:// URL)", spec)
+}
+
+// limitCheck returns the veto on limits of the kind of store spec names,
+// without opening it: what `sluice check --store` applies.
+func limitCheck(spec string) (func(sluice.Limit) error, error) {
+	kind, err := storeKind(spec)
+	if err != nil || kind != storeRedis {
+		return nil, err
+	}
+	return redis.CheckLimit, nil
+}
+
+// openStore opens the store that spec names (see storeKind): the
+// embedded memory store, or a Redis with an in-process memory store beside
+// it for --fail local.
+func openStore(spec string, o storeOptions) (*openedStore, error) {
+	kind, err := storeKind(spec)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case storeMemory:
 		mem, err := newMemory(o)
 		if err != nil {
 			return nil, err
 		}
 		// The memory store cannot fail, so it is its own local fallback.
 		return &openedStore{store: mem, local: mem, close: mem.Close}, nil
-	case "redis", "rediss", "redis+sentinel", "redis+cluster", "rediss+cluster":
+	default: // storeRedis
 		// A Redis that does not answer yet is no reason not to start: the
 		// fail mode decides until it does.
 		attempts := 0
@@ -71,7 +106,7 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		}
 		closeBoth := func() error { return errors.Join(rs.Close(), mem.Close()) }
 		if o.nearCache <= 0 {
-			return &openedStore{store: rs, local: mem, close: closeBoth}, nil
+			return &openedStore{store: rs, local: mem, check: rs.CheckLimit, close: closeBoth}, nil
 		}
 		// Redis is out of process: a denied client is answered here until
 		// its retry time (store/localfirst's near cache, exact).
@@ -79,9 +114,8 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		if err != nil {
 			return nil, errors.Join(err, closeBoth())
 		}
-		return &openedStore{store: near, local: mem, near: near, close: closeBoth}, nil
+		return &openedStore{store: near, local: mem, near: near, check: rs.CheckLimit, close: closeBoth}, nil
 	}
-	return nil, fmt.Errorf("--store %q: unknown store (want memory or a redis:// URL)", spec)
 }
 
 // newMemory returns a memory store bounded by o.maxEntries.

@@ -28,7 +28,10 @@ type Background struct {
 	once  sync.Once
 }
 
-var _ sluice.Store = (*Background)(nil)
+var (
+	_ sluice.Store        = (*Background)(nil)
+	_ sluice.LimitChecker = (*Background)(nil)
+)
 
 // OpenBackground checks rawURL and cfg (errors no retry can fix are
 // returned at once), then tries to connect as Open does, each attempt
@@ -115,6 +118,10 @@ func (b *Background) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sl
 	}
 	return fmt.Errorf("redis take all: %w", b.notYet())
 }
+
+// CheckLimit implements sluice.LimitChecker, connected or not: see
+// CheckLimit.
+func (b *Background) CheckLimit(l sluice.Limit) error { return CheckLimit(l) }
 
 // Close stops connecting and closes the store if it connected. It is safe
 // to call more than once.

@@ -89,7 +89,7 @@ func (s *Store) now() (string, error) {
 	}
 	us := s.cfg.Now().UnixMicro()
 	if us >= maxExact || us <= -maxExact {
-		return "", fmt.Errorf("clock %d µs: %w", us, ErrInexact)
+		return "", fmt.Errorf("clock %d µs: beyond the script's exact range (±2^52 µs)", us)
 	}
 	return strconv.FormatInt(us, 10), nil
 }

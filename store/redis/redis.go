@@ -163,7 +163,14 @@ type Store struct {
 	closed   atomic.Bool  // set by Close before it drains calls
 }
 
-var _ sluice.Store = (*Store)(nil)
+var (
+	_ sluice.Store        = (*Store)(nil)
+	_ sluice.LimitChecker = (*Store)(nil)
+)
+
+// CheckLimit implements sluice.LimitChecker: it is the package's
+// CheckLimit, and refuses the limits the store cannot decide exactly.
+func (s *Store) CheckLimit(l sluice.Limit) error { return CheckLimit(l) }
 
 // Open connects to the Redis named by rawURL and returns a Store. The URL
 // is one of

@@ -3,7 +3,6 @@ package redis
 import (
 	_ "embed"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -26,7 +25,18 @@ const maxExact = 1 << 52
 // script cannot do exactly in doubles. See the package documentation for
 // the bounds; limits that sluice.Limit.Validate accepts but that break them
 // are rare (a token bucket of 1,000,003 per day, a period of 100 years).
-var ErrInexact = errors.New("limit too large for exact arithmetic in Redis's Lua")
+// It wraps sluice.ErrLimit: such an error concerns the requests with that
+// limit, never the store's health. Store.CheckLimit refuses such limits
+// before they are used.
+var ErrInexact error = inexactError{}
+
+type inexactError struct{}
+
+func (inexactError) Error() string {
+	return "limit too large for exact arithmetic in Redis's Lua (doubles, exact below 2^53)"
+}
+
+func (inexactError) Unwrap() error { return sluice.ErrLimit }
 
 // Script modes.
 const (
@@ -83,11 +93,12 @@ type limitArg struct {
 const limitArgsMax = 4096
 
 // CheckLimit reports whether the Redis store can decide l exactly: nil, or
-// an error wrapping ErrInexact that says which bound l passes (see the
-// package documentation). Limits that sluice.Limit.Validate rejects, or
-// that are decided without Redis (a rate or period of zero), pass. Call it
-// when loading rules for a Redis store, so that such a limit is a
-// configuration error rather than an error on each decision.
+// an error wrapping ErrInexact (and so sluice.ErrLimit) that says which
+// bound l passes (see the package documentation). Limits that
+// sluice.Limit.Validate rejects, or that are decided without Redis (a rate
+// or period of zero), pass. It needs no connection: a rules file can be
+// checked for a Redis store without one. Store.CheckLimit and
+// Background.CheckLimit, the sluice.LimitChecker of the stores, call it.
 func CheckLimit(l sluice.Limit) error {
 	if _, ok := local(l, 0); ok {
 		return nil

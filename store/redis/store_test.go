@@ -345,11 +345,20 @@ func TestInexactLimits(t *testing.T) {
 				t.Skipf("Validate rejects it already: %v", err)
 			}
 			_, err := s.Take(context.Background(), "inexact", tt.limit, 1)
-			if !errors.Is(err, ErrInexact) {
-				t.Fatalf("Take = %v, want ErrInexact", err)
+			if !errors.Is(err, ErrInexact) || !errors.Is(err, sluice.ErrLimit) {
+				t.Fatalf("Take = %v, want ErrInexact, a sluice.ErrLimit", err)
 			}
-			if err := CheckLimit(tt.limit); !errors.Is(err, ErrInexact) {
-				t.Fatalf("CheckLimit = %v, want ErrInexact", err)
+			ds := make([]sluice.Decision, 2)
+			err = s.TakeAll(context.Background(), []sluice.Request{
+				{Key: "exact", Limit: sluice.Limit{Rate: 1, Period: time.Second}, Cost: 1},
+				{Key: "inexact", Limit: tt.limit, Cost: 1},
+			}, ds)
+			if !errors.Is(err, sluice.ErrLimit) {
+				t.Fatalf("TakeAll = %v, want a sluice.ErrLimit", err)
+			}
+			var lc sluice.LimitChecker = s
+			if err := lc.CheckLimit(tt.limit); !errors.Is(err, ErrInexact) || !errors.Is(err, sluice.ErrLimit) {
+				t.Fatalf("CheckLimit = %v, want ErrInexact, a sluice.ErrLimit", err)
 			}
 		})
 	}

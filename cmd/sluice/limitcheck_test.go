@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// inexactRules has, at line 6, a limit the Redis store cannot compute
+// exactly and the memory store can.
+const inexactRules = `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: report
+    rate_limit: {unit: day, requests_per_unit: 1000003, algorithm: token_bucket}
+`
+
+// inexactMsg is how the refusal of that limit starts.
+const inexactMsg = ":6: limit 1000003/24h0m0s token_bucket: "
+
+// TestCheckStore checks that `sluice check --store` refuses, at file:line,
+// the limits that store cannot apply, without contacting it, and that the
+// memory store (the default) accepts them.
+func TestCheckStore(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "inexact.yaml")
+	writeFile(t, path, inexactRules)
+	tests := []struct {
+		name string
+		args []string
+		env  func(string) string
+		code int
+	}{
+		{"memory", []string{"check", path}, env(), 0},
+		{"redis, not contacted", []string{"check", "--store", "redis://127.0.0.1:1", path}, env(), 1},
+		{"redis cluster", []string{"check", "--store", "redis+cluster://127.0.0.1:1,127.0.0.1:2", path}, env(), 1},
+		{"redis from the environment", []string{"check", path}, env("SLUICE_STORE=redis://127.0.0.1:1"), 1},
+		{"unknown store", []string{"check", "--store", "etcd://x", path}, env(), 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), tt.args, tt.env, &stdout, &stderr)
+			if got := exitCode(err); got != tt.code {
+				t.Fatalf("exit code %d (%v), want %d; stderr:\n%s", got, err, tt.code, &stderr)
+			}
+			if tt.code == 1 && !strings.HasPrefix(stderr.String(), path+inexactMsg) {
+				t.Errorf("stderr %q, want %q first", &stderr, path+inexactMsg)
+			}
+		})
+	}
+}
+
+// TestStartRefusesStoreVeto checks that serve and proxy on Redis refuse to
+// start with rules whose limits Redis cannot apply, naming file:line.
+func TestStartRefusesStoreVeto(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, inexactRules)
+	store := "redis://" + testenv.RedisAddr(t)
+	for _, args := range [][]string{
+		{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"},
+		{"proxy", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var stderr bytes.Buffer
+			err := run(ctx, append(args, "--rules", path, "--store", store), env(), &stderr, &stderr)
+			if err == nil || !strings.Contains(err.Error(), path+inexactMsg) {
+				t.Fatalf("%s = %v, want an error at %s", args[0], err, path+inexactMsg)
+			}
+		})
+	}
+}
+
+// TestReloadRefusesStoreVeto checks that serve on Redis keeps its rules
+// when a reload brings a limit Redis cannot apply, logs why at file:line,
+// and still denies a client over its limit.
+func TestReloadRefusesStoreVeto(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	domain := fmt.Sprintf("veto%d", time.Now().UnixNano())
+	rulesFor := func(body string) string { return strings.Replace(body, "domain: api", "domain: "+domain, 1) }
+	writeFile(t, path, rulesFor("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"))
+	s := startServer(t, nil, "--rules", path, "--store", "redis://"+testenv.RedisAddr(t), "--store-timeout", "1s")
+	ask := func() rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", "alice")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	if got := ask(); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("first request: %v", got)
+	}
+	writeFile(t, path, rulesFor(inexactRules))
+	eventually(t, "the vetoed reload is counted", func() bool {
+		return strings.Contains(s.do(t, "GET", "/metrics", "").body, `sluice_rules_reloads_total{result="failure"} 1`)
+	})
+	rec := s.logs.find("rules reload failed; the rules in force stay")
+	if rec == nil || !strings.Contains(fmt.Sprint(rec["err"]), path+inexactMsg) {
+		t.Errorf("vetoed reload logged as %v, want an error at %s", rec, path+inexactMsg)
+	}
+	if got := ask(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("alice over her limit after the vetoed reload: %v, want OVER_LIMIT", got)
+	}
+}

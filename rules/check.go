@@ -1,0 +1,66 @@
+package rules
+
+import (
+	"fmt"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Check calls check on every limit of s, on the limit a store enforces
+// (Limit.Enforced) and, when soft throttling makes that another, on the
+// limit as stated (Limit.Limit), and returns the refusals as Errors, each
+// "file:line: limit ...: why", ordered by file and line (at most 99 of
+// them, then a line that says how many more); nil when check accepts them
+// all. Unlimited limits are not checked. check is typically a
+// store's sluice.LimitChecker.CheckLimit, so that a rules set with a limit
+// the store cannot apply is refused before it is put in force rather than
+// failing on every decision; a nil check accepts everything.
+func (s *Set) Check(check func(sluice.Limit) error) error {
+	if s == nil || check == nil {
+		return nil
+	}
+	var errs Errors
+	n := 0
+	refuse := func(l *Limit, msg string) {
+		if n++; n < maxErrors {
+			errs = append(errs, &Error{File: l.File, Line: l.Line, Msg: msg})
+		}
+	}
+	var walk func(rules []*Rule)
+	walk = func(rules []*Rule) {
+		for _, r := range rules {
+			for _, l := range r.Limits {
+				if l.Unlimited {
+					continue
+				}
+				e := l.Enforced()
+				if err := check(e); err != nil {
+					msg := fmt.Sprintf("limit %s: %v", l.Limit, err)
+					if e != l.Limit {
+						msg = fmt.Sprintf("limit %s, enforced as %s by throttling: soft, exceed_percent: %d: %v", l.Limit, e, l.ExceedPercent, err)
+					}
+					refuse(l, msg)
+					continue
+				}
+				if e != l.Limit {
+					if err := check(l.Limit); err != nil {
+						refuse(l, fmt.Sprintf("limit %s: %v", l.Limit, err))
+					}
+				}
+			}
+			walk(r.Descriptors)
+		}
+	}
+	for _, name := range s.names {
+		walk(s.domains[name].rules)
+	}
+	if n == 0 {
+		return nil
+	}
+	errs.sort()
+	if n >= maxErrors {
+		errs = append(errs, &Error{File: errs[len(errs)-1].File,
+			Msg: fmt.Sprintf("%d more limits refused; the rest are not shown", n-len(errs))})
+	}
+	return errs
+}
