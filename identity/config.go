@@ -43,6 +43,15 @@ type Config struct {
 	// X-Forwarded-For, what nginx's $proxy_add_x_forwarded_for, Traefik,
 	// Caddy and most load balancers append. Case does not matter.
 	ForwardedHeader string `yaml:"forwarded_header"`
+	// ForwardAuthHeaders names the headers forward-auth (sluice serve's
+	// GET /v1/auth) reads the request it is asked about from, and the only
+	// ones: X-Original for nginx's auth_request (X-Original-Method,
+	// X-Original-URI, which the nginx configuration sets), X-Forwarded for
+	// Traefik's ForwardAuth and Caddy's forward_auth (X-Forwarded-Method,
+	// X-Forwarded-Uri). Both take the host from X-Forwarded-Host and the
+	// scheme from X-Forwarded-Proto. Empty: forward-auth refuses the file
+	// (the proxy and the middleware do not use it). Case does not matter.
+	ForwardAuthHeaders string `yaml:"forward_auth_headers"`
 	// IPv4Prefix and IPv6Prefix group client addresses into networks: one
 	// host often holds a whole IPv6 /64. Zero means the default, 32 and 64.
 	IPv4Prefix int `yaml:"ipv4_prefix"`

@@ -33,6 +33,7 @@ type Identity struct {
 	trusted []netip.Prefix
 	fwdKind forwardedKind
 	fwdName string // the canonical key of forwarded_header
+	fwdAuth forwardAuth
 	v4bits  int
 	v6bits  int
 	jwt     *verifier
@@ -189,6 +190,9 @@ func compile(c *Config) (*Identity, error) {
 		return nil, fieldErr(errors.New("set without trusted_proxies: no peer is trusted to set it"), "forwarded_header")
 	}
 	id.fwdKind, id.fwdName = kind, name
+	if id.fwdAuth, err = parseForwardAuth(c.ForwardAuthHeaders); err != nil {
+		return nil, fieldErr(err, "forward_auth_headers")
+	}
 	if c.JWT != nil {
 		v, err := newVerifier(c.JWT)
 		if err != nil {

@@ -1,10 +1,10 @@
 // Package forwardauth is sluice's forward-auth endpoint: an http.Handler
-// for GET /v1/auth that nginx's auth_request and Traefik's ForwardAuth call
-// before they pass a request on. It rebuilds the original request from the
-// headers the proxy sends (X-Original-URI or X-Forwarded-Uri,
-// X-Original-Method or X-Forwarded-Method, X-Forwarded-Host,
-// X-Forwarded-Proto, X-Forwarded-For and the original headers), asks the
-// decision service, and answers 200 or 429 with the rate limit fields.
+// for GET /v1/auth that nginx's auth_request, Traefik's ForwardAuth and
+// Caddy's forward_auth call before they pass a request on. It rebuilds the
+// original request from the headers the identity file names
+// (identity.Identity.Original: nginx's X-Original-* or the X-Forwarded-*
+// of Traefik and Caddy, never both), asks the decision service, and
+// answers 200 or 429 with the rate limit fields.
 package forwardauth
 
 import (
@@ -12,8 +12,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"strings"
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
@@ -61,6 +59,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Identity == nil || cfg.Decider == nil {
 		return nil, errors.New("forwardauth: Identity and Decider are required")
 	}
+	if cfg.Identity.ForwardAuthHeaders() == "" {
+		return nil, errors.New("forwardauth: the identity file names no forward_auth_headers: X-Original (nginx auth_request) or X-Forwarded (Traefik, Caddy)")
+	}
 	h := &Handler{id: cfg.Identity, decider: cfg.Decider, w: cfg.Respond, failClosed: cfg.FailClosed, log: cfg.Logger}
 	if h.w == nil {
 		h.w = respond.New(respond.DefaultConfig())
@@ -76,7 +77,7 @@ func New(cfg Config) (*Handler, error) {
 // method: nginx's auth subrequest keeps the original request's method
 // unless told `proxy_method GET`.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	orig := Original(r)
+	orig := h.id.Original(r)
 	ds := h.id.Descriptors(orig)
 	if len(ds) == 0 { // no limit applies: nothing to decide
 		w.WriteHeader(http.StatusOK)
@@ -96,57 +97,4 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.w.Write(w, resp) {
 		w.WriteHeader(http.StatusOK)
 	}
-}
-
-// Original returns the request a forward-auth call r is about, rebuilt
-// from the proxy's headers: the method from X-Original-Method or
-// X-Forwarded-Method, the URI from X-Original-URI or X-Forwarded-Uri, the
-// host from X-Forwarded-Host and the scheme from X-Forwarded-Proto. Fields
-// with no header keep r's values (method GET, path /); headers and the peer
-// address are r's, so X-Forwarded-For is judged against the trusted
-// proxies as for any request. r is not modified.
-func Original(r *http.Request) *http.Request {
-	o := r.WithContext(r.Context())
-	o.Method = http.MethodGet
-	if m := first(r.Header, "X-Original-Method", "X-Forwarded-Method"); m != "" {
-		o.Method = strings.ToUpper(m)
-	}
-	u := &url.URL{Path: "/"}
-	if raw := first(r.Header, "X-Original-Uri", "X-Forwarded-Uri"); raw != "" {
-		u = parseURI(raw)
-	}
-	o.Host = r.Host
-	if host := first(r.Header, "X-Forwarded-Host"); host != "" {
-		o.Host = host
-	}
-	u.Host = o.Host
-	u.Scheme = "http"
-	if p := first(r.Header, "X-Forwarded-Proto"); p == "https" || p == "http" {
-		u.Scheme = p
-	}
-	o.URL = u
-	o.RequestURI = u.RequestURI()
-	return o
-}
-
-// parseURI reads a request target; an unreadable one keeps its path part,
-// so that a path limit still sees it.
-func parseURI(raw string) *url.URL {
-	if u, err := url.ParseRequestURI(raw); err == nil {
-		return &url.URL{Path: u.Path, RawPath: u.RawPath, RawQuery: u.RawQuery}
-	}
-	p, q, _ := strings.Cut(raw, "?")
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	return &url.URL{Path: p, RawQuery: q}
-}
-
-func first(h http.Header, names ...string) string {
-	for _, n := range names {
-		if v := h.Get(n); v != "" {
-			return v
-		}
-	}
-	return ""
 }

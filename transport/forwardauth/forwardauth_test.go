@@ -35,9 +35,17 @@ descriptors:
 
 func newIdentity(t testing.TB) *identity.Identity {
 	t.Helper()
+	return newIdentityFor(t, identity.ForwardAuthXOriginal)
+}
+
+// newIdentityFor limits per client and on /login, reading the original
+// request from the header family fa.
+func newIdentityFor(t testing.TB, fa string) *identity.Identity {
+	t.Helper()
 	id, err := identity.New(identity.Config{
-		Domain:         "api",
-		TrustedProxies: []string{"127.0.0.1/32"},
+		Domain:             "api",
+		TrustedProxies:     []string{"127.0.0.1/32"},
+		ForwardAuthHeaders: fa,
 		RateLimits: []identity.RateLimit{
 			{Actions: []identity.Action{{RemoteAddress: &identity.RemoteAddress{}}}},
 			{Actions: []identity.Action{{Path: &identity.PathAction{Exact: "/login"}}}},
@@ -49,39 +57,41 @@ func newIdentity(t testing.TB) *identity.Identity {
 	return id
 }
 
-func TestOriginal(t *testing.T) {
+// TestOnlyTheNamedHeaders: behind Traefik or Caddy the client's own
+// headers reach /v1/auth beside the proxy's X-Forwarded-Method and -Uri;
+// a client that adds X-Original-URI must not move its request off a limit
+// on /login, nor a client behind nginx with X-Forwarded-Uri.
+func TestOnlyTheNamedHeaders(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		headers []string
-		method  string
-		uri     string
-		host    string
-		path    string
+		family  string
+		headers []string // the proxy's, then the client's own
 	}{
-		{"nginx", []string{"X-Original-Method", "POST", "X-Original-URI", "/login?next=%2F", "X-Forwarded-Host", "app.example"}, "POST", "http://app.example/login?next=%2F", "app.example", "/login"},
-		{"traefik", []string{"X-Forwarded-Method", "DELETE", "X-Forwarded-Uri", "/v1/items/7", "X-Forwarded-Host", "api.example", "X-Forwarded-Proto", "https"}, "DELETE", "https://api.example/v1/items/7", "api.example", "/v1/items/7"},
-		{"nginx headers win over traefik's", []string{"X-Original-URI", "/a", "X-Forwarded-Uri", "/b"}, "GET", "http://sluice.local/a", "sluice.local", "/a"},
-		{"no headers", nil, "GET", "http://sluice.local/", "sluice.local", "/"},
-		{"unreadable URI keeps its path", []string{"X-Original-URI", "/a b/%zz?q=1"}, "GET", "", "sluice.local", "/a b/%zz"},
-		{"relative URI", []string{"X-Forwarded-Uri", "login"}, "GET", "", "sluice.local", "/login"},
+		{"Traefik or Caddy, the client adds X-Original-*", identity.ForwardAuthXForwarded,
+			[]string{"X-Forwarded-Method", "POST", "X-Forwarded-Uri", "/login", "X-Original-Method", "GET", "X-Original-URI", "/other"}},
+		{"nginx, the client adds X-Forwarded-*", identity.ForwardAuthXOriginal,
+			[]string{"X-Original-Method", "POST", "X-Original-URI", "/login", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/other"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := httptest.NewRequest(http.MethodGet, "http://sluice.local/v1/auth", nil)
-			for i := 0; i+1 < len(tt.headers); i += 2 {
-				r.Header.Set(tt.headers[i], tt.headers[i+1])
+			h, err := forwardauth.New(forwardauth.Config{Identity: newIdentityFor(t, tt.family), Decider: service(t, perIP)})
+			if err != nil {
+				t.Fatal(err)
 			}
-			o := forwardauth.Original(r)
-			if o.Method != tt.method || o.Host != tt.host || o.URL.Path != tt.path {
-				t.Fatalf("got %s %s host %s path %q", o.Method, o.URL, o.Host, o.URL.Path)
-			}
-			if tt.uri != "" && o.URL.String() != tt.uri {
-				t.Fatalf("URL %s, want %s", o.URL, tt.uri)
-			}
-			if r.URL.Path != "/v1/auth" || r.Method != http.MethodGet {
-				t.Fatalf("the auth request was modified: %s %s", r.Method, r.URL)
+			for i, want := range []int{200, 429} { // login: 1 a minute
+				r := httptest.NewRequest(http.MethodGet, "http://sluice/v1/auth", nil)
+				r.RemoteAddr = "127.0.0.1:3000"
+				r.Header.Set("X-Forwarded-For", "198.51.100.1")
+				for j := 0; j+1 < len(tt.headers); j += 2 {
+					r.Header.Set(tt.headers[j], tt.headers[j+1])
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, r)
+				if rec.Code != want {
+					t.Fatalf("login %d: %d (RateLimit %q), want %d", i+1, rec.Code, rec.Header().Get("RateLimit"), want)
+				}
 			}
 		})
 	}
@@ -92,7 +102,7 @@ func TestOriginal(t *testing.T) {
 func TestTraefik(t *testing.T) {
 	t.Parallel()
 	h, err := forwardauth.New(forwardauth.Config{
-		Identity: newIdentity(t),
+		Identity: newIdentityFor(t, identity.ForwardAuthXForwarded),
 		Decider:  service(t, perIP),
 		Respond:  respond.New(respond.Config{Rand: func(int64) int64 { return 0 }, RetryJitter: time.Second}),
 	})
@@ -182,6 +192,10 @@ func TestDeciderErrors(t *testing.T) {
 	}
 	if _, err := forwardauth.New(forwardauth.Config{}); err == nil {
 		t.Fatal("New without Identity and Decider succeeded")
+	}
+	if _, err := forwardauth.New(forwardauth.Config{Identity: newIdentityFor(t, ""), Decider: failing}); err == nil ||
+		!strings.Contains(err.Error(), "forward_auth_headers") {
+		t.Fatalf("New with an identity that names no forward_auth_headers: %v, want an error naming it", err)
 	}
 }
 

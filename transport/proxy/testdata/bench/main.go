@@ -109,7 +109,7 @@ descriptors:
 	if err != nil {
 		return err
 	}
-	id, err := identity.New(identity.Config{Domain: "bench", TrustedProxies: []string{"127.0.0.1"},
+	id, err := identity.New(identity.Config{Domain: "bench", TrustedProxies: []string{"127.0.0.1"}, ForwardAuthHeaders: identity.ForwardAuthXOriginal,
 		RateLimits: []identity.RateLimit{{Actions: []identity.Action{{RemoteAddress: &identity.RemoteAddress{}}}}}}, nil)
 	if err != nil {
 		return err
