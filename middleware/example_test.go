@@ -54,11 +54,16 @@ descriptors:
 		log.Fatal(err)
 	}
 
-	limit := middleware.New(middleware.Config{
+	limit, err := middleware.New(middleware.Config{
 		Identity: id,
 		Decider:  svc,
-		Respond:  respond.New(respond.Config{Mode: respond.IETF}), // no Retry-After jitter here, for the output
+		// The IETF fields and Retry-After, without jitter here, for the
+		// output below; leave Respond nil for every field and 1 s of jitter.
+		Respond: respond.New(respond.Config{Headers: respond.HeaderRateLimit | respond.HeaderRetryAfter, RetryJitter: -1}),
 	})
+	if err != nil {
+		log.Fatal(err)
+	}
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
 	h := limit(hello)
 

@@ -180,30 +180,35 @@ func identityMetrics(reg prometheus.Registerer, id *identity.Identity) error {
 	return nil
 }
 
-// newResponder returns the writer of HTTP verdicts for the --response-headers
-// mode.
-func newResponder(mode string, jitter time.Duration) (*respond.Writer, error) {
-	m, err := respond.ParseMode(mode)
+// headersUsage is the help of --response-headers, the one vocabulary of
+// every way in (respond.ParseHeaders).
+const headersUsage = "rate limit headers sent: all, none, or a list of ratelimit, x-ratelimit, retry-after"
+
+// newResponder returns the writer of the rate limit fields for the
+// --response-headers set and --retry-jitter (0: no jitter), for every way
+// in of the command.
+func newResponder(headers string, jitter time.Duration) (*respond.Writer, error) {
+	h, err := respond.ParseHeaders(headers)
 	if err != nil {
 		return nil, usageError("--response-headers: %v", err)
 	}
-	rc := respond.DefaultConfig()
-	rc.Mode, rc.RetryJitter = m, jitter
-	return respond.New(rc), nil
+	if jitter < 0 {
+		return nil, usageError("--retry-jitter %v is negative", jitter)
+	}
+	if jitter == 0 {
+		jitter = -1 // respond.Config's "no jitter"; zero is its default
+	}
+	return respond.New(respond.Config{Headers: h, RetryJitter: jitter}), nil
 }
 
 // newForwardAuth returns the GET /v1/auth handler for nginx auth_request and
 // Traefik ForwardAuth.
-func newForwardAuth(identityPath, headers string, jitter time.Duration, d forwardauth.Decider, log *slog.Logger, reg prometheus.Registerer) (*forwardauth.Handler, error) {
+func newForwardAuth(identityPath string, rw *respond.Writer, d respond.Decider, log *slog.Logger, reg prometheus.Registerer) (*forwardauth.Handler, error) {
 	id, err := newIdentity(identityPath, "", log)
 	if err != nil {
 		return nil, err
 	}
 	if err := identityMetrics(reg, id); err != nil {
-		return nil, err
-	}
-	rw, err := newResponder(headers, jitter)
-	if err != nil {
 		return nil, err
 	}
 	return forwardauth.New(forwardauth.Config{Identity: id, Decider: d, Respond: rw, Logger: log})

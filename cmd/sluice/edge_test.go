@@ -105,7 +105,8 @@ func metricValue(t *testing.T, s *testServer, name string) int {
 
 // TestProxy runs `sluice proxy` in front of a real upstream: requests pass
 // until the limit, then get 429 with Retry-After and RateLimit headers, and
-// the upstream sees only the admitted ones.
+// the upstream sees only the admitted ones. --response-headers takes the
+// vocabulary of every way in: here no X-RateLimit-*.
 func TestProxy(t *testing.T) {
 	var seen atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -124,7 +125,7 @@ descriptors:
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"proxy", "--upstream", up.URL, "--rules", rules, "--domain", "edge",
-			"--listen", "127.0.0.1:0", "--log-format", "json", "--retry-jitter", "0s"}, env(), io.Discard, logs)
+			"--listen", "127.0.0.1:0", "--log-format", "json", "--retry-jitter", "0s", "--response-headers", "ratelimit,retry-after"}, env(), io.Discard, logs)
 	}()
 	defer func() {
 		cancel()
@@ -158,6 +159,9 @@ descriptors:
 		if got := resp.Header.Get("RateLimit-Policy"); got != `"per-ip";q=3;w=3600` {
 			t.Fatalf("request %d: RateLimit-Policy %q", i, got)
 		}
+		if got := resp.Header.Get("X-RateLimit-Limit"); got != "" {
+			t.Fatalf("request %d: X-RateLimit-Limit %q, not asked for", i, got)
+		}
 		if i == 4 {
 			if ra := resp.Header.Get("Retry-After"); ra == "" || ra == "0" {
 				t.Fatalf("429 without a Retry-After: %q", ra)
@@ -174,70 +178,98 @@ descriptors:
 }
 
 // TestServeForwardAuth calls serve's GET /v1/auth as nginx auth_request
-// does, with the example identity: 5 logins a minute per user.
+// does, with the example identity: 5 logins a minute per user. Serve takes
+// --response-headers in the vocabulary of every way in, for gRPC and
+// forward-auth alike.
 func TestServeForwardAuth(t *testing.T) {
 	if nearMidnight(time.Minute) {
 		t.Skip("too close to a UTC day boundary for the example's daily limits")
 	}
-	s := startServer(t, nil, "--rules", copyRules(t, exampleRules), "--identity", "../../examples/nginx/identity.yaml")
-	user := fmt.Sprintf("forward-auth-%d", time.Now().UnixNano())
-	for i := 1; i <= 6; i++ {
-		req, err := http.NewRequest(http.MethodGet, s.httpURL+"/v1/auth", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("X-Original-URI", "/login")
-		req.Header.Set("X-Original-Method", "POST")
-		req.Header.Set("X-Forwarded-For", "203.0.113.7")
-		req.Header.Set("X-User", user)
-		resp, err := s.http.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		want := http.StatusOK
-		if i == 6 {
-			want = http.StatusTooManyRequests
-		}
-		if resp.StatusCode != want {
-			t.Fatalf("login %d: %d, want %d", i, resp.StatusCode, want)
-		}
-	}
+	for _, tt := range []struct {
+		headers string
+		xlimit  bool // X-RateLimit-* sent
+	}{{"all", true}, {"ratelimit,retry-after", false}} {
+		t.Run(tt.headers, func(t *testing.T) {
+			s := startServer(t, nil, "--rules", copyRules(t, exampleRules), "--identity", "../../examples/nginx/identity.yaml", "--response-headers", tt.headers)
+			user := fmt.Sprintf("forward-auth-%d", time.Now().UnixNano())
+			for i := 1; i <= 6; i++ {
+				req, err := http.NewRequest(http.MethodGet, s.httpURL+"/v1/auth", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("X-Original-URI", "/login")
+				req.Header.Set("X-Original-Method", "POST")
+				req.Header.Set("X-Forwarded-For", "203.0.113.7")
+				req.Header.Set("X-User", user)
+				resp, err := s.http.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				want := http.StatusOK
+				if i == 6 {
+					want = http.StatusTooManyRequests
+				}
+				if resp.StatusCode != want {
+					t.Fatalf("login %d: %d, want %d", i, resp.StatusCode, want)
+				}
+				if resp.Header.Get("RateLimit") == "" || (resp.Header.Get("X-RateLimit-Limit") != "") != tt.xlimit {
+					t.Fatalf("login %d: RateLimit %q, X-RateLimit-Limit %q", i, resp.Header.Get("RateLimit"), resp.Header.Get("X-RateLimit-Limit"))
+				}
+				if (resp.Header.Get("Retry-After") != "") != (i == 6) {
+					t.Fatalf("login %d: Retry-After %q", i, resp.Header.Get("Retry-After"))
+				}
+			}
+			// The gRPC API answers with the same set of headers.
+			resp, err := s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+				Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", user)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			xlimit := false
+			for _, h := range resp.ResponseHeadersToAdd {
+				xlimit = xlimit || h.Key == "X-RateLimit-Limit"
+			}
+			if xlimit != tt.xlimit {
+				t.Fatalf("gRPC headers %v", resp.ResponseHeadersToAdd)
+			}
 
-	// A trusted proxy (loopback, in the example's trusted_proxies) that
-	// names its client in Forwarded where the file believes only
-	// X-Forwarded-For: counted, and logged once.
-	for range 2 {
-		req, err := http.NewRequest(http.MethodGet, s.httpURL+"/v1/auth", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Forwarded", "for=203.0.113.8")
-		resp, err := s.http.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-	}
-	resp, err := s.http.Get(s.httpURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
-		`sluice_forwarded_headers_ignored_total{reason="other_header"} 2`,
-		`sluice_forwarded_headers_ignored_total{reason="untrusted_peer"} 0`,
-	} {
-		if !strings.Contains(string(body), want) {
-			t.Fatalf("/metrics lacks %s", want)
-		}
-	}
-	if rec := s.logs.find("forwarding header ignored: not the forwarded_header"); rec == nil || rec["header"] != "Forwarded" {
-		t.Fatalf("no warning naming the Forwarded header: %v\nlogs:\n%s", rec, s.logs)
+			// A trusted proxy (loopback, in the example's trusted_proxies) that
+			// names its client in Forwarded where the file believes only
+			// X-Forwarded-For: counted, and logged once.
+			for range 2 {
+				req, err := http.NewRequest(http.MethodGet, s.httpURL+"/v1/auth", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Forwarded", "for=203.0.113.8")
+				resp, err := s.http.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+			mresp, err := s.http.Get(s.httpURL + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(mresp.Body)
+			mresp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{
+				`sluice_forwarded_headers_ignored_total{reason="other_header"} 2`,
+				`sluice_forwarded_headers_ignored_total{reason="untrusted_peer"} 0`,
+			} {
+				if !strings.Contains(string(body), want) {
+					t.Fatalf("/metrics lacks %s", want)
+				}
+			}
+			if rec := s.logs.find("forwarding header ignored: not the forwarded_header"); rec == nil || rec["header"] != "Forwarded" {
+				t.Fatalf("no warning naming the Forwarded header: %v\nlogs:\n%s", rec, s.logs)
+			}
+		})
 	}
 }
 

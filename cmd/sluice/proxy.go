@@ -39,9 +39,9 @@ func proxyCommand(stderr io.Writer) *ff.Command {
 	fs.StringVar(&c.listen, 0, "listen", "127.0.0.1:8000", withEnv("listen", "address the proxy listens on; port 0 picks a free port"))
 	fs.StringVar(&c.identity, 0, "identity", "", withEnv("identity", "identity file (Envoy rate_limits actions); default: one limit per client IP"))
 	fs.StringVar(&c.domain, 0, "domain", "api", withEnv("domain", "rules domain of the default per-IP identity (unused with --identity)"))
-	fs.StringVar(&c.headers, 0, "response-headers", "both", withEnv("response-headers", "rate limit headers: both, ietf, x-ratelimit or none"))
+	fs.StringVar(&c.headers, 0, "response-headers", "all", withEnv("response-headers", headersUsage))
 	fs.DurationVar(&c.retryJitter, 0, "retry-jitter", time.Second, withEnv("retry-jitter", "most random time added to Retry-After, in whole seconds"))
-	fs.DurationVar(&c.maxDelay, 0, "max-delay", def.MaxDelay, withEnv("max-delay", "longest an over-limit request may wait for its turn instead of a 429 (0: never wait)"))
+	fs.DurationVar(&c.maxDelay, 0, "max-delay", def.MaxDelay, withEnv("max-delay", "longest a request a leaky_bucket admits is held for its turn; one whose turn is further gets 429 at once (0: never hold)"))
 	fs.IntVar(&c.maxWaiting, 0, "max-waiting", def.MaxWaiting, withEnv("max-waiting", "most requests waiting for their turn at once"))
 	fs.DurationVar(&c.shutdownTimeout, 0, "shutdown-timeout", 10*time.Second, withEnv("shutdown-timeout", "how long a shutdown waits for requests in flight"))
 	return &ff.Command{

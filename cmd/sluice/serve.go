@@ -42,7 +42,7 @@ func serveCommand(stderr io.Writer) *ff.Command {
 	fs.StringVar(&c.httpAddr, 0, "http-addr", "127.0.0.1:8080", withEnv("http-addr", "address of the HTTP API; port 0 picks a free port"))
 	c.coreFlags.register(fs)
 	fs.StringVar(&c.identity, 0, "identity", "", withEnv("identity", "identity file (Envoy rate_limits actions): serves forward-auth on GET /v1/auth"))
-	fs.StringVar(&c.headers, 0, "response-headers", "all", withEnv("response-headers", "rate limit headers sent: all, none, or a list of ratelimit, x-ratelimit, retry-after"))
+	fs.StringVar(&c.headers, 0, "response-headers", "all", withEnv("response-headers", headersUsage))
 	fs.DurationVar(&c.retryJitter, 0, "retry-jitter", time.Second, withEnv("retry-jitter", "most random time added to Retry-After, in whole seconds"))
 	fs.DurationVar(&c.shutdownTimeout, 0, "shutdown-timeout", 10*time.Second, withEnv("shutdown-timeout", "how long a shutdown waits for calls in flight"))
 	fs.BoolVarDefault(&c.reflection, 0, "grpc-reflection", true, withEnv("grpc-reflection", "serve gRPC server reflection (for grpcurl and ghz)"))
@@ -90,9 +90,9 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	headers, err := envoyrls.ParseHeaders(c.headers)
+	rw, err := newResponder(c.headers, c.retryJitter)
 	if err != nil {
-		return usageError("--response-headers: %v", err)
+		return err
 	}
 
 	co, err := newCore(log, c.coreFlags)
@@ -101,7 +101,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	}
 	defer func() { err = errors.Join(err, co.close()) }()
 	decider := co.decider
-	rls := envoyrls.New(decider, envoyrls.Config{Headers: headers, RetryJitter: c.retryJitter})
+	rls := envoyrls.New(decider, envoyrls.Config{Respond: rw})
 	api, err := httpapi.New(httpapi.Config{
 		RateLimiter:  rls,
 		Rules:        co.watcher.Current,
@@ -115,7 +115,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 
 	if c.identity != "" {
 		// Forward-auth for nginx auth_request and Traefik ForwardAuth.
-		fa, err := newForwardAuth(c.identity, c.headers, c.retryJitter, decider, log, co.reg)
+		fa, err := newForwardAuth(c.identity, rw, decider, log, co.reg)
 		if err != nil {
 			return err
 		}

@@ -352,8 +352,13 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	defer conn.Close()
 	body := `{"domain":"api","descriptors":[{"entries":[{"key":"remote_address","value":"192.0.2.1"}]}]}`
 	half := len(body) / 2
-	fmt.Fprintf(conn, "POST /v1/decide HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:half])
-	time.Sleep(100 * time.Millisecond) // let the server take the request in
+	// With Expect: 100-continue the server says 100 Continue once its
+	// handler reads the body: then the call is in flight.
+	fmt.Fprintf(conn, "POST /v1/decide HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:half])
+	br := bufio.NewReader(conn)
+	if cont, err := http.ReadResponse(br, nil); err != nil || cont.StatusCode != http.StatusContinue {
+		t.Fatalf("before the body: %v, %v; want 100 Continue", cont, err)
+	}
 
 	s.cancel()
 	eventually(t, "the listener closes", func() bool {
@@ -373,7 +378,7 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	if _, err := conn.Write([]byte(body[half:])); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatalf("in-flight call: %v", err)
 	}

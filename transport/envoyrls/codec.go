@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/transport/respond"
 )
 
 // RequestError is a request that Envoy's API can express and sluice cannot
@@ -73,8 +74,10 @@ func Decode(req *rlsv3.RateLimitRequest) (*decide.Request, error) {
 }
 
 // Encode converts a decision into Envoy's RateLimitResponse with one status
-// per descriptor and, as selected by cfg.Headers, the rate limit headers
-// Envoy adds to the client's response (response_headers_to_add).
+// per descriptor and the rate limit headers w computes (package respond:
+// the same fields, with the same meaning, as the HTTP ways in send), which
+// Envoy adds to the client's response (response_headers_to_add). A nil w
+// adds none.
 //
 // A status's current_limit carries the rules file's name, rate and unit. A
 // window Envoy's unit enum cannot express alone, such as 5 minutes, is sent
@@ -84,15 +87,15 @@ func Decode(req *rlsv3.RateLimitRequest) (*decide.Request, error) {
 // algorithms requests_per_unit is the sustained rate, not the burst.
 // limit_remaining saturates at 2^32-1, and duration_until_reset is the time
 // until the limit is whole again.
-func Encode(resp *decide.Response, cfg Config) *rlsv3.RateLimitResponse {
+func Encode(resp *decide.Response, w *respond.Writer) *rlsv3.RateLimitResponse {
 	if len(resp.Statuses) == 1 {
-		return encodeOne(resp, cfg)
+		return encodeOne(resp, w)
 	}
-	return encodeMany(resp, cfg)
+	return encodeMany(resp, w)
 }
 
 // encodeMany is Encode for any number of statuses.
-func encodeMany(resp *decide.Response, cfg Config) *rlsv3.RateLimitResponse {
+func encodeMany(resp *decide.Response, w *respond.Writer) *rlsv3.RateLimitResponse {
 	out := &rlsv3.RateLimitResponse{
 		OverallCode: code(resp.Overall),
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(resp.Statuses)),
@@ -110,9 +113,23 @@ func encodeMany(resp *decide.Response, cfg Config) *rlsv3.RateLimitResponse {
 		}
 		out.Statuses[i] = ds
 	}
-	out.ResponseHeadersToAdd = appendHeaders(nil, resp, cfg)
+	if w != nil {
+		f := w.Fields(resp)
+		if f.Len() > 0 {
+			// The header values and their pointers in one allocation each.
+			hvs := make([]corev3.HeaderValue, f.Len())
+			out.ResponseHeadersToAdd = make([]*corev3.HeaderValue, f.Len())
+			for i := range f.Len() {
+				hvs[i].Key, hvs[i].Value = f.Field(i)
+				out.ResponseHeadersToAdd[i] = &hvs[i]
+			}
+		}
+	}
 	return out
 }
+
+// maxFields is the most header fields respond.Fields holds.
+const maxFields = 6
 
 // oneAnswer is every message of the answer to a request with one
 // descriptor, the common case, allocated at once.
@@ -122,13 +139,13 @@ type oneAnswer struct {
 	status   rlsv3.RateLimitResponse_DescriptorStatus
 	limit    rlsv3.RateLimitResponse_RateLimit
 	reset    durationpb.Duration
-	headers  [len(fieldSet{}.f)]*corev3.HeaderValue
-	values   [len(fieldSet{}.f)]corev3.HeaderValue
+	headers  [maxFields]*corev3.HeaderValue
+	values   [maxFields]corev3.HeaderValue
 }
 
 // encodeOne is Encode for a response with one status, in two allocations:
 // the messages and the headers' values.
-func encodeOne(resp *decide.Response, cfg Config) *rlsv3.RateLimitResponse {
+func encodeOne(resp *decide.Response, w *respond.Writer) *rlsv3.RateLimitResponse {
 	a := &oneAnswer{}
 	st := &resp.Statuses[0]
 	a.resp.OverallCode = code(resp.Overall)
@@ -147,14 +164,15 @@ func encodeOne(resp *decide.Response, cfg Config) *rlsv3.RateLimitResponse {
 	}
 	a.statuses[0] = &a.status
 	a.resp.Statuses = a.statuses[:]
-	var fs fieldSet
-	fs.build(resp, cfg)
-	for i, f := range fs.f[:fs.n] {
-		a.values[i].Key, a.values[i].Value = f[0], f[1]
-		a.headers[i] = &a.values[i]
-	}
-	if fs.n > 0 {
-		a.resp.ResponseHeadersToAdd = a.headers[:fs.n]
+	if w != nil {
+		f := w.Fields(resp)
+		for i := range f.Len() {
+			a.values[i].Key, a.values[i].Value = f.Field(i)
+			a.headers[i] = &a.values[i]
+		}
+		if f.Len() > 0 {
+			a.resp.ResponseHeadersToAdd = a.headers[:f.Len()]
+		}
 	}
 	return &a.resp
 }

@@ -3,7 +3,7 @@ package envoyrls
 import (
 	"errors"
 	"math"
-	"strconv"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/transport/respond"
 )
 
 // desc builds a descriptor from key/value pairs.
@@ -222,9 +223,9 @@ func TestEncodeStatuses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			in := &decide.Response{Overall: tt.st.Code, Statuses: []decide.Status{tt.st}}
-			resp := Encode(in, Config{})
-			for _, cfg := range []Config{{}, {Headers: AllHeaders}} {
-				if one, many := encodeOne(in, cfg), encodeMany(in, cfg); !proto.Equal(one, many) {
+			resp := Encode(in, nil)
+			for _, w := range []*respond.Writer{nil, respond.New(respond.Config{RetryJitter: -1})} {
+				if one, many := encodeOne(in, w), encodeMany(in, w); !proto.Equal(one, many) {
 					t.Errorf("encodeOne %v\nencodeMany %v", one, many)
 				}
 			}
@@ -261,151 +262,33 @@ func TestEncodeStatuses(t *testing.T) {
 	}
 }
 
-func TestHeaderFields(t *testing.T) {
-	t.Parallel()
-	perUser := limit("per-user", "l1", "minute", 1, 100, time.Minute)
-	perIP := limit("", "api/ip", "second", 1, 10, time.Second)
-	shadow := limit("shadow", "l3", "day", 1, 5, 24*time.Hour)
-	twoLimits := &decide.Response{Overall: decide.OK, Statuses: []decide.Status{
-		{Code: decide.OK, Limit: perUser, Decision: sluice.Decision{Allowed: true, Limit: 100, Remaining: 40, ResetAfter: 11500 * time.Millisecond}},
-		{Code: decide.OK, Limit: perIP, Decision: sluice.Decision{Allowed: true, Limit: 10, Remaining: 3, ResetAfter: 200 * time.Millisecond}},
-		{Code: decide.OK, Limit: shadow, Shadow: true, ShadowOverLimit: true, Decision: sluice.Decision{Limit: 5, ResetAfter: time.Hour}},
-		{Code: decide.OK},
-	}}
-	denied := &decide.Response{Overall: decide.OverLimit, Statuses: []decide.Status{
-		{Code: decide.OverLimit, Limit: perUser, Decision: sluice.Decision{Limit: 100, Remaining: 0, ResetAfter: 12 * time.Second, RetryAfter: 2500 * time.Millisecond}},
-	}}
-	never := &decide.Response{Overall: decide.OverLimit, Statuses: []decide.Status{
-		{Code: decide.OverLimit, Limit: perUser, Decision: sluice.Decision{Limit: 100, Remaining: 0, ResetAfter: 12 * time.Second, RetryAfter: sluice.Never}},
-	}}
-	overBeatsFewer := &decide.Response{Overall: decide.OverLimit, Statuses: []decide.Status{
-		{Code: decide.OK, Limit: perIP, Decision: sluice.Decision{Allowed: true, Limit: 10, Remaining: 0, ResetAfter: time.Second}},
-		{Code: decide.OverLimit, Limit: perUser, Decision: sluice.Decision{Limit: 100, Remaining: 5, ResetAfter: 20 * time.Second, RetryAfter: 20 * time.Second}},
-	}}
-	tests := []struct {
-		name    string
-		resp    *decide.Response
-		headers Headers
-		want    [][2]string
-	}{
-		{
-			name: "all headers, two limits, shadow and unmatched left out", resp: twoLimits, headers: AllHeaders,
-			want: [][2]string{
-				{"RateLimit-Policy", `"per-user";q=100;w=60, "api/ip";q=10;w=1`},
-				{"RateLimit", `"per-user";r=40;t=12, "api/ip";r=3;t=1`},
-				{"X-RateLimit-Limit", "10"},
-				{"X-RateLimit-Remaining", "3"},
-				{"X-RateLimit-Reset", "1"},
-			},
-		},
-		{
-			name: "only the draft's fields", resp: twoLimits, headers: RateLimitHeaders,
-			want: [][2]string{
-				{"RateLimit-Policy", `"per-user";q=100;w=60, "api/ip";q=10;w=1`},
-				{"RateLimit", `"per-user";r=40;t=12, "api/ip";r=3;t=1`},
-			},
-		},
-		{
-			name: "denied gets Retry-After rounded up", resp: denied, headers: XRateLimitHeaders | RetryAfterHeader,
-			want: [][2]string{
-				{"X-RateLimit-Limit", "100"},
-				{"X-RateLimit-Remaining", "0"},
-				{"X-RateLimit-Reset", "12"},
-				{"Retry-After", "3"},
-			},
-		},
-		{
-			name: "the denying limit binds before the one with fewer remaining", resp: overBeatsFewer, headers: XRateLimitHeaders,
-			want: [][2]string{
-				{"X-RateLimit-Limit", "100"},
-				{"X-RateLimit-Remaining", "5"},
-				{"X-RateLimit-Reset", "20"},
-			},
-		},
-		{
-			name: "no Retry-After when waiting never helps", resp: never, headers: RetryAfterHeader,
-			want: nil,
-		},
-		{
-			name: "none", resp: denied, headers: 0,
-			want: nil,
-		},
-		{
-			name: "no enforced limit, no headers", resp: &decide.Response{Overall: decide.OK, Statuses: []decide.Status{{Code: decide.OK}}}, headers: AllHeaders,
-			want: nil,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got := HeaderFields(tt.resp, Config{Headers: tt.headers})
-			if len(got) != len(tt.want) {
-				t.Fatalf("headers %q, want %q", got, tt.want)
-			}
-			for i := range got {
-				if got[i] != tt.want[i] {
-					t.Errorf("header %d: %q, want %q", i, got[i], tt.want[i])
-				}
-			}
-		})
-	}
-}
-
-func TestRetryAfterJitter(t *testing.T) {
+// TestEncodeHeaders: the headers Encode adds are the fields package respond
+// computes, in its order, and none without a writer.
+func TestEncodeHeaders(t *testing.T) {
 	t.Parallel()
 	resp := &decide.Response{Overall: decide.OverLimit, Statuses: []decide.Status{
-		{Code: decide.OverLimit, Limit: limit("", "l", "second", 1, 1, time.Second), Decision: sluice.Decision{Limit: 1, ResetAfter: time.Second, RetryAfter: 1500 * time.Millisecond}},
+		{Code: decide.OverLimit, Limit: limit("per-user", "l1", "minute", 1, 100, time.Minute), Decision: sluice.Decision{Limit: 100, ResetAfter: 12 * time.Second, RetryAfter: 2500 * time.Millisecond}},
 	}}
-	seen := map[int64]bool{}
-	for range 200 {
-		h := HeaderFields(resp, Config{Headers: RetryAfterHeader, RetryJitter: 3 * time.Second})
-		if len(h) != 1 || h[0][0] != "Retry-After" {
-			t.Fatalf("headers %q, want Retry-After only", h)
-		}
-		s, err := strconv.ParseInt(h[0][1], 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s < 2 || s > 5 {
-			t.Fatalf("Retry-After %d, want 2..5 (never before the real 1.5s, at most 3s of jitter)", s)
-		}
-		seen[s] = true
+	w := respond.New(respond.Config{RetryJitter: -1})
+	want := [][2]string{
+		{"RateLimit-Policy", `"per-user";q=100;w=60`},
+		{"RateLimit", `"per-user";r=0;t=3`},
+		{"X-RateLimit-Limit", "100"},
+		{"X-RateLimit-Remaining", "0"},
+		{"X-RateLimit-Reset", "3"},
+		{"Retry-After", "3"},
 	}
-	if len(seen) < 2 {
-		t.Errorf("Retry-After took only the values %v in 200 tries: no jitter", seen)
-	}
-}
-
-func TestParseHeaders(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name    string
-		in      string
-		want    Headers
-		wantErr bool
-	}{
-		{name: "all", in: "all", want: AllHeaders},
-		{name: "none", in: "none", want: 0},
-		{name: "empty", in: "", want: 0},
-		{name: "list", in: "ratelimit, Retry-After", want: RateLimitHeaders | RetryAfterHeader},
-		{name: "unknown", in: "ratelimit,x-foo", wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			got, err := ParseHeaders(tt.in)
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("ParseHeaders(%q) error %v, want error %v", tt.in, err, tt.wantErr)
-			}
-			if got != tt.want {
-				t.Errorf("ParseHeaders(%q) = %v, want %v", tt.in, got, tt.want)
-			}
-			if !tt.wantErr {
-				if back, err := ParseHeaders(got.String()); err != nil || back != got {
-					t.Errorf("ParseHeaders(%q) = %v, %v; want %v", got.String(), back, err, got)
-				}
-			}
-		})
+	for _, enc := range []func(*decide.Response, *respond.Writer) *rlsv3.RateLimitResponse{Encode, encodeMany} {
+		var got [][2]string
+		for _, h := range enc(resp, w).ResponseHeadersToAdd {
+			got = append(got, [2]string{h.Key, h.Value})
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("headers %q, want %q", got, want)
+		}
+		if hs := enc(resp, nil).ResponseHeadersToAdd; hs != nil {
+			t.Errorf("without a writer: headers %v", hs)
+		}
 	}
 }
 
@@ -417,14 +300,14 @@ func BenchmarkCodec(b *testing.B) {
 		Code: decide.OK, Limit: limit("per-user", "l1", "second", 1, 30, time.Second),
 		Decision: sluice.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 33 * time.Millisecond},
 	}}}
-	cfg := DefaultConfig()
+	w := respond.New(respond.Config{})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, err := Decode(req); err != nil {
 				b.Fatal(err)
 			}
-			if out := Encode(resp, cfg); len(out.Statuses) != 1 {
+			if out := Encode(resp, w); len(out.Statuses) != 1 {
 				b.Fatal("no status")
 			}
 		}

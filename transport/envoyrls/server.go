@@ -17,14 +17,22 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/transport/respond"
 )
 
-// Decider decides on rate limit requests; *decide.Service is one. An error
-// means the request was invalid.
-type Decider interface {
-	Decide(ctx context.Context, req *decide.Request) (*decide.Response, error)
+// Config configures the Envoy rate limit service. The zero value is the
+// default.
+type Config struct {
+	// Respond computes the rate limit headers added to the client's
+	// response (response_headers_to_add): the fields the HTTP ways in
+	// send, with the same vocabulary of header sets. Nil:
+	// respond.New(respond.Config{}), every field and 1 s of jitter.
+	Respond *respond.Writer
 }
+
+// DefaultConfig returns the configuration sluice serve uses: the zero
+// value.
+func DefaultConfig() Config { return Config{} }
 
 // ServiceName is the gRPC service name of Envoy's rate limit service, as
 // health checks ask for it.
@@ -34,17 +42,21 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // health service. It is safe for concurrent use.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	d      Decider
-	cfg    Config
+	d      respond.Decider
+	w      *respond.Writer
 	health *health.Server
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
 
-// New returns a Server that asks d and answers as cfg says. Its health
+// New returns a Server that asks d (*decide.Service is one; its errors
+// mean the request was invalid) and answers as cfg says. Its health
 // service reports SERVING for "" and ServiceName until Shutdown.
-func New(d Decider, cfg Config) *Server {
-	s := &Server{d: d, cfg: cfg, health: health.NewServer()}
+func New(d respond.Decider, cfg Config) *Server {
+	if cfg.Respond == nil {
+		cfg.Respond = respond.New(respond.Config{})
+	}
+	s := &Server{d: d, w: cfg.Respond, health: health.NewServer()}
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return s
 }
@@ -75,5 +87,5 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return Encode(resp, s.cfg), nil
+	return Encode(resp, s.w), nil
 }

@@ -91,7 +91,7 @@ func TestShouldRateLimit(t *testing.T) {
 		}
 		return resp, nil
 	}}
-	client := rlsv3.NewRateLimitServiceClient(serve(t, New(d, Config{Headers: AllHeaders})))
+	client := rlsv3.NewRateLimitServiceClient(serve(t, New(d, Config{})))
 	ctx := context.Background()
 	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "alice")}}
 

@@ -1,11 +1,8 @@
 package forwardauth_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/transport/forwardauth"
@@ -148,52 +144,12 @@ func TestTraefik(t *testing.T) {
 	}
 }
 
-// decider is a hand-written fake Decider.
-type decider struct {
-	decide func(context.Context, *decide.Request) (*decide.Response, error)
-}
-
-func (d decider) Decide(ctx context.Context, r *decide.Request) (*decide.Response, error) {
-	return d.decide(ctx, r)
-}
-
-func TestDeciderErrors(t *testing.T) {
+func TestNewErrors(t *testing.T) {
 	t.Parallel()
-	failing := decider{func(context.Context, *decide.Request) (*decide.Response, error) {
-		return nil, errors.New("unknown domain")
-	}}
-	unix := newIdentity(t) // a peer without an address has no remote_address
-	tests := []struct {
-		name       string
-		failClosed bool
-		remote     string
-		want       int
-	}{
-		{"fail open by default", false, "192.0.2.1:1", 200},
-		{"fail closed", true, "192.0.2.1:1", 503},
-		{"no descriptors: nothing to decide, even fail closed", true, "@", 200},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			h, err := forwardauth.New(forwardauth.Config{Identity: unix, Decider: failing, FailClosed: tt.failClosed,
-				Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := httptest.NewRecorder()
-			r := httptest.NewRequest(http.MethodGet, "/v1/auth", nil)
-			r.RemoteAddr = tt.remote
-			h.ServeHTTP(rec, r)
-			if rec.Code != tt.want {
-				t.Fatalf("status %d, want %d", rec.Code, tt.want)
-			}
-		})
-	}
 	if _, err := forwardauth.New(forwardauth.Config{}); err == nil {
 		t.Fatal("New without Identity and Decider succeeded")
 	}
-	if _, err := forwardauth.New(forwardauth.Config{Identity: newIdentityFor(t, ""), Decider: failing}); err == nil ||
+	if _, err := forwardauth.New(forwardauth.Config{Identity: newIdentityFor(t, ""), Decider: service(t, perIP)}); err == nil ||
 		!strings.Contains(err.Error(), "forward_auth_headers") {
 		t.Fatalf("New with an identity that names no forward_auth_headers: %v, want an error naming it", err)
 	}

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/transport/respond"
 )
 
 // RateLimiter answers Envoy's rate limit requests; *envoyrls.Server is one.
@@ -180,7 +181,7 @@ func setHeaders(h http.Header, resp *rlsv3.RateLimitResponse) {
 	// One slice for all the values rather than one each.
 	vals := make([]string, len(hvs))
 	for i, hv := range hvs {
-		k := canonicalKey(hv.GetKey())
+		k := respond.CanonicalKey(hv.GetKey())
 		if old, ok := h[k]; ok {
 			h[k] = append(old, hv.GetValue())
 			continue
@@ -188,26 +189,6 @@ func setHeaders(h http.Header, resp *rlsv3.RateLimitResponse) {
 		vals[i] = hv.GetValue()
 		h[k] = vals[i : i+1 : i+1]
 	}
-}
-
-// canonicalKey returns the canonical form of a header name, without
-// allocating for the names sluice sends.
-func canonicalKey(k string) string {
-	switch k {
-	case "RateLimit-Policy":
-		return "Ratelimit-Policy"
-	case "RateLimit":
-		return "Ratelimit"
-	case "X-RateLimit-Limit":
-		return "X-Ratelimit-Limit"
-	case "X-RateLimit-Remaining":
-		return "X-Ratelimit-Remaining"
-	case "X-RateLimit-Reset":
-		return "X-Ratelimit-Reset"
-	case "Retry-After":
-		return "Retry-After"
-	}
-	return http.CanonicalHeaderKey(k)
 }
 
 // encodeResponse appends resp to b in protobuf's canonical JSON, compact.

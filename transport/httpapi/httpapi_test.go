@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/transport/envoyrls"
+	"github.com/sluicehq/sluice/transport/respond"
 )
 
 // fakeDecider admits the first two hits of each user and denies the rest,
@@ -77,7 +79,7 @@ func newServer(t *testing.T, loaded bool) (*httptest.Server, *Handler, *promethe
 	reg.MustRegister(calls)
 	calls.Inc()
 	cfg := DefaultConfig()
-	cfg.RateLimiter = envoyrls.New(&fakeDecider{}, envoyrls.Config{Headers: envoyrls.AllHeaders})
+	cfg.RateLimiter = envoyrls.New(&fakeDecider{}, envoyrls.Config{Respond: respond.New(respond.Config{RetryJitter: -1})})
 	cfg.Rules = func() *rules.Set {
 		if !loaded {
 			return nil
@@ -194,6 +196,53 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestJSONRetryAfterAgrees: the Retry-After of a 429 from /json is the one
+// in its body's responseHeadersToAdd, with a jitter whose every draw
+// differs, and no earlier than the reset the body states.
+func TestJSONRetryAfterAgrees(t *testing.T) {
+	t.Parallel()
+	var draws atomic.Int64
+	w := respond.New(respond.Config{RetryJitter: 5 * time.Second, Rand: func(n int64) int64 { return draws.Add(1) % n }})
+	cfg := DefaultConfig()
+	cfg.RateLimiter = envoyrls.New(&fakeDecider{}, envoyrls.Config{Respond: w})
+	cfg.Rules = func() *rules.Set { return nil }
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	for i := range 2 {
+		if r := do(t, "POST", srv.URL+"/json", aliceJSON); r.code != 200 {
+			t.Fatalf("request %d: %d %s", i, r.code, r.body)
+		}
+	}
+	for i := range 3 {
+		r := do(t, "POST", srv.URL+"/json", aliceJSON)
+		var body struct {
+			Statuses []struct {
+				DurationUntilReset string `json:"durationUntilReset"`
+			} `json:"statuses"`
+			ResponseHeadersToAdd []struct{ Key, Value string } `json:"responseHeadersToAdd"`
+		}
+		if err := json.Unmarshal([]byte(r.body), &body); err != nil || r.code != 429 || len(body.Statuses) != 1 {
+			t.Fatalf("denial %d: %d %s (%v)", i, r.code, r.body, err)
+		}
+		inBody := ""
+		for _, kv := range body.ResponseHeadersToAdd {
+			if kv.Key == "Retry-After" {
+				inBody = kv.Value
+			}
+		}
+		header := r.header.Get("Retry-After")
+		reset, err := time.ParseDuration(body.Statuses[0].DurationUntilReset)
+		secs, _ := strconv.ParseInt(header, 10, 64)
+		if header == "" || header != inBody || err != nil || time.Duration(secs)*time.Second < reset {
+			t.Fatalf("denial %d: Retry-After %q, in the body %q, reset %q", i, header, inBody, body.Statuses[0].DurationUntilReset)
+		}
+	}
+}
+
 func TestRoutes(t *testing.T) {
 	t.Parallel()
 	srv, h, _ := newServer(t, true)
@@ -297,13 +346,4 @@ func FuzzDecodeJSON(f *testing.F) {
 			}
 		}
 	})
-}
-
-func TestCanonicalKey(t *testing.T) {
-	t.Parallel()
-	for _, k := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After", "x-custom-header"} {
-		if got, want := canonicalKey(k), http.CanonicalHeaderKey(k); got != want {
-			t.Errorf("canonicalKey(%q) = %q, want %q", k, got, want)
-		}
-	}
 }

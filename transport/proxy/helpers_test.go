@@ -48,6 +48,23 @@ func (c *clock) Slept() []time.Duration {
 	return append([]time.Duration(nil), c.slept...)
 }
 
+// decider is a hand-written fake Decider.
+type decider func(context.Context, *decide.Request) (*decide.Response, error)
+
+func (d decider) Decide(ctx context.Context, r *decide.Request) (*decide.Response, error) {
+	return d(ctx, r)
+}
+
+// signalSleep returns the proxy's default Sleep, a real timer, that
+// signals on entered as it starts to wait.
+func signalSleep(entered chan<- struct{}) func(context.Context, time.Duration) error {
+	sleep := proxy.DefaultConfig().Sleep
+	return func(ctx context.Context, d time.Duration) error {
+		entered <- struct{}{}
+		return sleep(ctx, d)
+	}
+}
+
 // service returns the real decision service over the memory store; a nil
 // clk means the store's real clock.
 func service(t testing.TB, rulesYAML string, clk *clock) *decide.Service {
@@ -80,7 +97,7 @@ func newProxy(t testing.TB, upstream string, cfg proxy.Config) *proxy.Proxy {
 		cfg.Identity = everyone(t)
 	}
 	if cfg.Respond == nil {
-		cfg.Respond = respond.New(respond.Config{RetryJitter: 0})
+		cfg.Respond = respond.New(respond.Config{RetryJitter: -1}) // no jitter
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -1,10 +1,15 @@
 // Package proxy is sluice's reverse proxy: it decides each request before
-// forwarding it to one upstream, answers 429 with the rate limit fields when
-// it is over a limit, and in queue mode holds a request for its turn
-// instead (up to MaxDelay, at most MaxWaiting at once): a leaky_bucket
-// limit's admitted requests wait their turn, and a request over another
-// limit waits for its retry time when that comes soon enough. Bodies stream
-// through untouched; upstream failures give 502 and upstream timeouts 504.
+// forwarding it to one upstream (respond.Guard, the step every HTTP way in
+// takes) and answers 429 with the rate limit fields when it is over a limit.
+// In queue mode (MaxDelay above zero) a request that a leaky_bucket limit
+// admits with a turn ahead (sluice.Decision.Wait) is held until its turn
+// and then forwarded, at most MaxWaiting at once; a request whose turn is
+// further than MaxDelay, or that finds MaxWaiting held, is answered 429 at
+// once, and so is a request over its limit: the proxy never holds a request
+// it may then refuse. A leaky bucket's queue is burst / rate long, so a
+// MaxDelay of at least that serves every request the bucket admits. Bodies
+// stream through untouched; upstream failures give 502 and upstream
+// timeouts 504.
 package proxy
 
 import (
@@ -20,16 +25,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/transport/respond"
 )
-
-// Decider decides a request; *decide.Service is one.
-type Decider interface {
-	Decide(ctx context.Context, r *decide.Request) (*decide.Response, error)
-}
 
 // Config configures a Proxy. Start from DefaultConfig.
 type Config struct {
@@ -38,14 +37,15 @@ type Config struct {
 	Upstream *url.URL
 	// Identity turns requests into descriptors. Required.
 	Identity *identity.Identity
-	// Decider decides. Required.
-	Decider Decider
+	// Decider decides; *decide.Service is one. Required.
+	Decider respond.Decider
 	// Respond writes the rate limit fields and 429s. Nil:
-	// respond.New(respond.DefaultConfig()).
+	// respond.New(respond.Config{}), every field and 1 s of jitter.
 	Respond *respond.Writer
-	// MaxDelay is the longest a request is held for its turn instead of
-	// being rejected; zero disables queueing (leaky_bucket waits are then
-	// not applied). Default 0.
+	// MaxDelay is the longest a request a leaky_bucket admits is held for
+	// its turn; a request whose turn is further is answered 429 at once.
+	// Zero disables queueing: leaky_bucket turns are not waited for.
+	// Default 0.
 	MaxDelay time.Duration
 	// MaxWaiting bounds the requests held at once; past it, 429. Zero or
 	// negative means the default, 1024.
@@ -93,12 +93,9 @@ func DefaultConfig() Config {
 // for concurrent use and starts no goroutines of its own beyond those of
 // its http.Transport.
 type Proxy struct {
-	id         *identity.Identity
-	decider    Decider
-	w          *respond.Writer
+	guard      *respond.Guard
 	maxDelay   time.Duration
 	maxWaiting int64
-	failClosed bool
 	log        *slog.Logger
 	sleep      func(context.Context, time.Duration) error
 	rp         *httputil.ReverseProxy
@@ -112,9 +109,6 @@ var _ http.Handler = (*Proxy)(nil)
 func New(cfg Config) (*Proxy, error) {
 	if cfg.Upstream == nil || cfg.Upstream.Host == "" || (cfg.Upstream.Scheme != "http" && cfg.Upstream.Scheme != "https") {
 		return nil, fmt.Errorf("proxy: upstream %v: want an http or https URL with a host", cfg.Upstream)
-	}
-	if cfg.Identity == nil || cfg.Decider == nil {
-		return nil, errors.New("proxy: Identity and Decider are required")
 	}
 	if cfg.MaxDelay < 0 {
 		return nil, fmt.Errorf("proxy: MaxDelay %v is negative", cfg.MaxDelay)
@@ -138,16 +132,17 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = def.Sleep
 	}
-	if cfg.Respond == nil {
-		cfg.Respond = respond.New(respond.DefaultConfig())
+	g, err := respond.NewGuard("proxy", respond.GuardConfig{
+		Identity: cfg.Identity, Decider: cfg.Decider, Respond: cfg.Respond,
+		FailClosed: cfg.FailClosed, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
 	}
 	p := &Proxy{
-		id:         cfg.Identity,
-		decider:    cfg.Decider,
-		w:          cfg.Respond,
+		guard:      g,
 		maxDelay:   cfg.MaxDelay,
 		maxWaiting: int64(cfg.MaxWaiting),
-		failClosed: cfg.FailClosed,
 		log:        cfg.Logger,
 		sleep:      cfg.Sleep,
 	}
@@ -202,83 +197,53 @@ func (p *Proxy) Close() error {
 // Waiting returns how many requests are held for their turn right now.
 func (p *Proxy) Waiting() int { return int(p.waiting.Load()) }
 
-// ServeHTTP decides r and forwards it, holds it for its turn, or answers
-// 429.
+// ServeHTTP decides r and forwards it, holds it for its turn and then
+// forwards it, or answers 429.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ds := p.id.Descriptors(r)
-	if len(ds) == 0 { // no limit applies: nothing to decide
+	resp, pass := p.guard.Check(w, r)
+	if !pass {
+		return // answered, or the client is gone
+	}
+	if resp == nil || p.maxDelay == 0 {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
-	req := decide.Request{Domain: p.id.Domain(), Descriptors: ds}
-	var waited time.Duration
-	for {
-		resp, err := p.decider.Decide(r.Context(), &req)
-		if err != nil {
-			if r.Context().Err() != nil {
-				return // the client is gone
-			}
-			p.log.LogAttrs(r.Context(), slog.LevelWarn, "proxy decision failed", slog.String("error", err.Error()))
-			if p.failClosed {
-				http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
-				return
-			}
-			p.rp.ServeHTTP(w, r)
-			return
-		}
-		over := respond.Denied(resp)
-		wait := resp.RetryAfter()
-		if !over {
-			wait = queueWait(resp)
-		}
-		if !over && (wait == 0 || p.maxDelay == 0) {
-			p.w.SetHeaders(w.Header(), resp)
-			p.rp.ServeHTTP(w, r)
-			return
-		}
-		// Past a bound, or over a limit with no retry time (a fail-closed
-		// denial): 429.
-		if p.maxDelay == 0 || wait <= 0 || wait == sluice.Never || waited+wait > p.maxDelay {
-			p.deny(w, resp, wait)
-			return
-		}
-		if n := p.waiting.Add(1); n > p.maxWaiting {
-			p.waiting.Add(-1)
-			p.deny(w, resp, wait)
-			return
-		}
-		err = p.sleep(r.Context(), wait)
-		p.waiting.Add(-1)
-		if err != nil {
-			return // the client gave up waiting
-		}
-		waited += wait
-		if !over {
-			// Admitted by a leaky_bucket: this was its turn.
-			p.w.SetHeaders(w.Header(), resp)
-			p.rp.ServeHTTP(w, r)
-			return
-		}
+	wait := queueWait(resp)
+	if wait == 0 {
+		p.rp.ServeHTTP(w, r)
+		return
 	}
+	// Admitted by a leaky_bucket with a turn ahead: hold it until then, or
+	// refuse it now if its turn is too far or the queue is full.
+	if wait > p.maxDelay {
+		p.tooFar(w, resp)
+		return
+	}
+	if n := p.waiting.Add(1); n > p.maxWaiting {
+		p.waiting.Add(-1)
+		p.tooFar(w, resp)
+		return
+	}
+	err := p.sleep(r.Context(), wait)
+	p.waiting.Add(-1)
+	if err != nil {
+		return // the client gave up waiting
+	}
+	p.rp.ServeHTTP(w, r)
 }
 
-// deny answers 429 for resp. An admitted request that would wait too long
-// (resp is OK) is told to retry after its wait.
-func (p *Proxy) deny(w http.ResponseWriter, resp *decide.Response, wait time.Duration) {
-	if !respond.Denied(resp) {
-		// The leaky bucket admitted it, but its turn is too far: report the
-		// wait as the retry time.
-		st := make([]decide.Status, len(resp.Statuses))
-		copy(st, resp.Statuses)
-		for i := range st {
-			if st[i].Decision.Wait > 0 {
-				st[i].Code = decide.OverLimit
-				st[i].Decision.RetryAfter = st[i].Decision.Wait
-			}
+// tooFar answers 429 for a request a leaky_bucket admitted with a turn the
+// proxy will not wait for: it is told to retry after its turn.
+func (p *Proxy) tooFar(w http.ResponseWriter, resp *decide.Response) {
+	st := make([]decide.Status, len(resp.Statuses))
+	copy(st, resp.Statuses)
+	for i := range st {
+		if st[i].Decision.Wait > 0 && !st[i].Shadow {
+			st[i].Code = decide.OverLimit
+			st[i].Decision.RetryAfter = st[i].Decision.Wait
 		}
-		resp = &decide.Response{Overall: decide.OverLimit, Statuses: st}
 	}
-	p.w.Deny(w, resp)
+	p.guard.Writer().Deny(w, &decide.Response{Overall: decide.OverLimit, Statuses: st})
 }
 
 // queueWait returns the longest Wait of resp's enforced limits: how long a

@@ -5,13 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -24,16 +24,21 @@ import (
 	"github.com/sluicehq/sluice/transport/proxy"
 )
 
-// echo is an upstream that records the order of the requests it sees.
+// echo is an upstream that records the order of the requests it sees and
+// signals each on arrived, if set.
 type echo struct {
-	mu   sync.Mutex
-	seen []string
+	mu      sync.Mutex
+	seen    []string
+	arrived chan<- struct{}
 }
 
 func (e *echo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.seen = append(e.seen, r.Header.Get("X-Seq"))
 	e.mu.Unlock()
+	if e.arrived != nil {
+		e.arrived <- struct{}{}
+	}
 	fmt.Fprintf(w, "ok %s", r.Header.Get("X-Seq"))
 }
 
@@ -94,46 +99,32 @@ descriptors:
 	}
 }
 
-// TestQueueRetriesWithinMaxDelay: over a fixed window, a request whose
-// retry comes within MaxDelay waits for it and passes; one whose retry is
-// too far is rejected at once.
-func TestQueueRetriesWithinMaxDelay(t *testing.T) {
+// TestQueueRefusesOverLimitAtOnce: in queue mode, a request over a limit
+// is answered 429 at once, however soon its retry comes: nothing holds a
+// place for it, so a wait could end in a refusal.
+func TestQueueRefusesOverLimitAtOnce(t *testing.T) {
 	t.Parallel()
 	const rulesYAML = `
 domain: api
 descriptors:
   - {key: all, rate_limit: {unit: second, requests_per_unit: 2}}
 `
-	tests := []struct {
-		name     string
-		maxDelay time.Duration
-		status   int
-		slept    []time.Duration
-	}{
-		{"retry within max delay", 500 * time.Millisecond, 200, []time.Duration{300 * time.Millisecond}},
-		{"retry beyond max delay", 299 * time.Millisecond, 429, nil},
-		{"queue mode off", 0, 429, nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, maxDelay := range []time.Duration{0, 299 * time.Millisecond, 500 * time.Millisecond} {
+		t.Run(maxDelay.String(), func(t *testing.T) {
 			t.Parallel()
 			upstream := httptest.NewServer(&echo{})
 			t.Cleanup(upstream.Close)
 			clk := &clock{now: t0.Add(700 * time.Millisecond)}
-			p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, rulesYAML, clk), MaxDelay: tt.maxDelay, Sleep: clk.Sleep})
-			for i := range 3 {
+			p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, rulesYAML, clk), MaxDelay: maxDelay, Sleep: clk.Sleep})
+			for i, want := range []int{200, 200, 429} {
 				rec := httptest.NewRecorder()
 				p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-				want := 200
-				if i == 2 {
-					want = tt.status
-				}
 				if rec.Code != want {
 					t.Fatalf("request %d: %d, want %d", i, rec.Code, want)
 				}
 			}
-			if got := clk.Slept(); !slices.Equal(got, tt.slept) {
-				t.Fatalf("slept %v, want %v", got, tt.slept)
+			if got := clk.Slept(); len(got) != 0 {
+				t.Fatalf("slept %v, want no wait", got)
 			}
 		})
 	}
@@ -147,7 +138,9 @@ descriptors:
 `
 
 // TestQueueLeakyBucket: the leaky bucket admits 5, each waiting 100 ms
-// after the one before; the proxy holds each for its turn, up to MaxDelay.
+// after the one before; the proxy holds each for its turn, up to MaxDelay,
+// and refuses at once the one whose turn is further and the one the bucket
+// denies.
 func TestQueueLeakyBucket(t *testing.T) {
 	t.Parallel()
 	upstream := httptest.NewServer(&echo{})
@@ -156,28 +149,74 @@ func TestQueueLeakyBucket(t *testing.T) {
 	frozen := &clock{now: t0} // the store's time stands still: every decision at t0
 	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, leaky, frozen), MaxDelay: 350 * time.Millisecond, Sleep: clk.Sleep})
 	var codes []int
-	var retry string
+	var retries []string
 	for range 6 {
 		rec := httptest.NewRecorder()
 		p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 		codes = append(codes, rec.Code)
 		if rec.Code == 429 {
-			retry = rec.Header().Get("Retry-After")
+			retries = append(retries, rec.Header().Get("Retry-After"))
 		}
 	}
-	// Waits 0, 100, 200, 300 ms pass; 400 ms is beyond MaxDelay; the sixth
-	// is over the bucket, retries every 100 ms while the store's time
-	// stands still, and is rejected when the next retry would pass
-	// MaxDelay.
+	// Waits 0, 100, 200, 300 ms pass; 400 ms is beyond MaxDelay and is
+	// told to come back after its turn; the sixth is over the bucket.
 	if want := []int{200, 200, 200, 200, 429, 429}; !slices.Equal(codes, want) {
 		t.Fatalf("statuses %v, want %v", codes, want)
 	}
-	if retry != "1" {
-		t.Fatalf("Retry-After %q, want 1", retry)
+	if !slices.Equal(retries, []string{"1", "1"}) {
+		t.Fatalf("Retry-After %q, want 1 and 1", retries)
 	}
 	ms := time.Millisecond
-	if got, want := clk.Slept(), []time.Duration{100 * ms, 200 * ms, 300 * ms, 100 * ms, 100 * ms, 100 * ms}; !slices.Equal(got, want) {
+	if got, want := clk.Slept(), []time.Duration{100 * ms, 200 * ms, 300 * ms}; !slices.Equal(got, want) {
 		t.Fatalf("slept %v, want %v", got, want)
+	}
+}
+
+// TestQueueServesWhomItHolds is the issue's scene with the shipped
+// examples/queue/rules.yaml (a leaky bucket of 5 a second holding 15, per
+// client IP) and --max-delay 3s: of 30 requests at one instant, the 15 the
+// bucket admits are each held for their turn and served, and the other 15
+// are refused at once; no request that waited is refused.
+func TestQueueServesWhomItHolds(t *testing.T) {
+	t.Parallel()
+	yaml, err := os.ReadFile("../../examples/queue/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &echo{}
+	upstream := httptest.NewServer(up)
+	t.Cleanup(upstream.Close)
+	clk := &clock{now: t0}
+	frozen := &clock{now: t0}       // all 30 arrive at once
+	idc := identity.DefaultConfig() // per client IP, as sluice proxy without --identity
+	idc.Domain = "api"
+	id, err := identity.New(idc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProxy(t, upstream.URL, proxy.Config{Identity: id, Decider: service(t, string(yaml), frozen), MaxDelay: 3 * time.Second, Sleep: clk.Sleep})
+	served, refused := 0, 0
+	for i := range 30 {
+		before := len(clk.Slept())
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		waited := len(clk.Slept()) > before
+		switch {
+		case rec.Code == 200:
+			served++
+		case rec.Code == 429 && !waited:
+			refused++
+		default:
+			t.Fatalf("request %d: %d after waiting %v", i, rec.Code, waited)
+		}
+	}
+	if served != 15 || refused != 15 || len(up.Seen()) != 15 {
+		t.Fatalf("served %d, refused %d, upstream saw %d; want 15, 15, 15", served, refused, len(up.Seen()))
+	}
+	// The first admitted goes at once, the others 200 ms apart: 200 ms ..
+	// 2.8 s.
+	if got := clk.Slept(); len(got) != 14 || got[0] != 200*time.Millisecond || got[13] != 2800*time.Millisecond {
+		t.Fatalf("slept %v, want 14 waits from 200 ms to 2.8 s", got)
 	}
 }
 
@@ -186,15 +225,17 @@ func TestQueueLeakyBucket(t *testing.T) {
 // Their turns are 100 ms apart, so that a busy machine does not swap them.
 func TestQueueKeepsOrder(t *testing.T) {
 	t.Parallel()
-	up := &echo{}
+	arrived := make(chan struct{}, 10)
+	up := &echo{arrived: arrived}
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
+	entered := make(chan struct{}, 10)
 	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, `
 domain: api
 descriptors:
   - key: all
     rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket, burst: 6}
-`, nil), MaxDelay: time.Second})
+`, nil), MaxDelay: time.Second, Sleep: signalSleep(entered)})
 	front := httptest.NewServer(p)
 	t.Cleanup(front.Close)
 	var wg sync.WaitGroup
@@ -208,10 +249,12 @@ descriptors:
 				t.Errorf("request %d: %d %q", i, resp.StatusCode, body)
 			}
 		}()
-		// Send the next one only once this one holds its place in the queue
-		// or has passed: only request i can make the count reach i+1.
-		for p.Waiting()+len(up.Seen()) < i+1 {
-			time.Sleep(time.Millisecond)
+		// Send the next one only once this one holds its place in the
+		// queue, or, the first, has passed.
+		if i == 0 {
+			<-arrived
+		} else {
+			<-entered
 		}
 	}
 	wg.Wait()
@@ -270,10 +313,12 @@ func TestQueueBound(t *testing.T) {
 }
 
 // TestQueueClientGivesUp: a client that leaves while held is not
-// forwarded, with the default (real timer) sleep.
+// forwarded, with a real timer.
 func TestQueueClientGivesUp(t *testing.T) {
 	t.Parallel()
-	up := &echo{}
+	arrived := make(chan struct{}, 10)
+	entered := make(chan struct{}, 10)
+	up := &echo{arrived: arrived}
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
 	frozen := &clock{now: t0}
@@ -282,17 +327,19 @@ domain: api
 descriptors:
   - key: all
     rate_limit: {unit: minute, requests_per_unit: 1, algorithm: leaky_bucket, burst: 2}
-`, frozen), MaxDelay: time.Hour})
+`, frozen), MaxDelay: time.Hour, Sleep: signalSleep(entered)})
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	<-arrived
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		p.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
 	}()
-	for p.Waiting() == 0 {
-		time.Sleep(time.Millisecond)
+	<-entered
+	if p.Waiting() != 1 {
+		t.Fatalf("waiting %d, want 1", p.Waiting())
 	}
 	cancel()
 	select {
@@ -432,58 +479,12 @@ func TestNewErrors(t *testing.T) {
 	}{
 		{"upstream without a host", proxy.Config{Upstream: &url.URL{Path: "/x"}, Identity: everyone(t), Decider: service(t, "domain: api\n", nil)}},
 		{"no upstream", proxy.Config{Identity: everyone(t), Decider: service(t, "domain: api\n", nil)}},
-		{"no identity", proxy.Config{Decider: service(t, "domain: api\n", nil)}},
+		{"no identity", proxy.Config{Upstream: &url.URL{Scheme: "http", Host: "x"}, Decider: service(t, "domain: api\n", nil)}},
+		{"negative MaxDelay", proxy.Config{Upstream: &url.URL{Scheme: "http", Host: "x"}, Identity: everyone(t), Decider: service(t, "domain: api\n", nil), MaxDelay: -1}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := proxy.New(tt.cfg); err == nil {
 				t.Fatal("New succeeded")
-			}
-		})
-	}
-}
-
-// decider is a hand-written fake Decider.
-type decider struct {
-	decide func(context.Context, *decide.Request) (*decide.Response, error)
-}
-
-func (d decider) Decide(ctx context.Context, r *decide.Request) (*decide.Response, error) {
-	return d.decide(ctx, r)
-}
-
-func TestDeciderErrors(t *testing.T) {
-	t.Parallel()
-	upstream := httptest.NewServer(&echo{})
-	t.Cleanup(upstream.Close)
-	failing := decider{func(context.Context, *decide.Request) (*decide.Response, error) { return nil, errors.New("boom") }}
-	byKey, err := identity.New(identity.Config{Domain: "api", RateLimits: []identity.RateLimit{
-		{Actions: []identity.Action{{RequestHeaders: &identity.RequestHeaders{HeaderName: "X-Key", DescriptorKey: "key"}}}},
-	}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name       string
-		failClosed bool
-		key        string
-		want       int
-	}{
-		{"fail open by default", false, "k", 200},
-		{"fail closed", true, "k", 503},
-		{"no descriptors: nothing to decide, even fail closed", true, "", 200},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			p := newProxy(t, upstream.URL, proxy.Config{Identity: byKey, Decider: failing, FailClosed: tt.failClosed, MaxDelay: time.Second})
-			r := httptest.NewRequest(http.MethodGet, "/", nil)
-			if tt.key != "" {
-				r.Header.Set("X-Key", tt.key)
-			}
-			rec := httptest.NewRecorder()
-			p.ServeHTTP(rec, r)
-			if rec.Code != tt.want {
-				t.Fatalf("%d, want %d", rec.Code, tt.want)
 			}
 		})
 	}
@@ -497,10 +498,10 @@ func TestDenialWithoutRetry(t *testing.T) {
 	upstream := httptest.NewServer(&echo{})
 	t.Cleanup(upstream.Close)
 	var calls atomic.Int64
-	closed := decider{func(context.Context, *decide.Request) (*decide.Response, error) {
+	closed := decider(func(context.Context, *decide.Request) (*decide.Response, error) {
 		calls.Add(1)
 		return &decide.Response{Overall: decide.OverLimit, Statuses: []decide.Status{{Code: decide.OverLimit}}}, nil
-	}}
+	})
 	p := newProxy(t, upstream.URL, proxy.Config{Decider: closed, MaxDelay: time.Second})
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))

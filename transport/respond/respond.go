@@ -1,13 +1,50 @@
-// Package respond writes sluice's verdicts on HTTP requests, for every HTTP
-// way in (the forward-auth endpoint, the reverse proxy, the middleware):
-// the IETF RateLimit and RateLimit-Policy fields (draft-ietf-httpapi-
-// ratelimit-headers, revision 11), X-RateLimit-Limit/-Remaining/-Reset, and
-// for denied requests 429 Too Many Requests with a jittered Retry-After and
-// a small JSON body.
+// Package respond is the one implementation of sluice's answers on HTTP,
+// for every way in: the rate limit header fields (which the gRPC service
+// also hands Envoy in response_headers_to_add), the 429 answer, and Guard,
+// the step "descriptors from the request, decide, answer 429 or go on" that
+// the forward-auth endpoint, the reverse proxy and the middleware share.
+//
+// # Fields
+//
+// The fields are those of the IETF draft draft-ietf-httpapi-ratelimit-headers,
+// revision 11 (RateLimit-Policy and RateLimit), the widely used
+// X-RateLimit-Limit, -Remaining and -Reset (as Envoy's ratelimit service and
+// Kong send them), and Retry-After on a denial. Every enforced limit of a
+// response is one item of RateLimit-Policy and RateLimit, named by the rules
+// file's `name` or else the limit's ID. A limit maps onto the draft's
+// parameters so that every algorithm tells the same story:
+//
+//   - q, the quota (draft-11 section 3.1.1: "the quota allocated for client
+//     activity"), is what the limit admits at once, sluice.Decision.Limit:
+//     the rate of the window algorithms, the burst of token_bucket,
+//     leaky_bucket and gcra. So r never exceeds q: a token bucket of 30 a
+//     second holding 100 says q=100, not q=30.
+//   - w, the window (section 3.1.3, whole seconds, at least 1), is the time
+//     the limit takes to refill q from nothing: the period of the window
+//     algorithms, burst × period / rate for the buckets (100 / 30 a second:
+//     w=4, rounded up so that q/w never overstates the rate).
+//   - r, the available quota (section 4.1.1), is the hits that would pass
+//     now, sluice.Decision.Remaining.
+//   - t, the effective window (section 4.1.2: the seconds "within which the
+//     client can use no more than the available quota"), is, for a limit the
+//     request is over, the seconds until a request of its cost passes (its
+//     retry time), and otherwise the seconds until the limit is whole again,
+//     rounded up. Within t the client can use no more than r.
+//
+// X-RateLimit-Limit, -Remaining and -Reset are q, r and t of the limit that
+// binds: on a denial the one with the longest retry, else the one with the
+// least remaining. Retry-After is the longest retry time of the limits the
+// request is over, rounded up to whole seconds, at least 1, plus a random
+// jitter (Config.RetryJitter) so that denied clients do not retry in
+// lockstep: never earlier than the end of any denied item's t, as section 6
+// of the draft asks. It is drawn once per response: the header, the 429 body
+// and, over gRPC, response_headers_to_add carry the same number.
 package respond
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -18,159 +55,313 @@ import (
 	"github.com/sluicehq/sluice/decide"
 )
 
-// Mode selects the rate limit fields a response carries. The zero value is
-// Both.
-type Mode uint8
+// Headers selects the rate limit header fields a response carries, as a
+// set. The zero value means the default, AllHeaders; NoHeaders selects
+// none. ParseHeaders reads the one vocabulary every way in uses (the
+// --response-headers flag of sluice serve and sluice proxy).
+type Headers uint8
 
 const (
-	// Both sends the IETF fields and X-RateLimit-*.
-	Both Mode = iota
-	// IETF sends RateLimit-Policy and RateLimit only.
-	IETF
-	// XRateLimit sends X-RateLimit-Limit, -Remaining and -Reset only.
-	XRateLimit
-	// None sends no rate limit fields; denied requests still get
-	// Retry-After.
-	None
+	// HeaderRateLimit selects the IETF fields RateLimit-Policy and
+	// RateLimit.
+	HeaderRateLimit Headers = 1 << iota
+	// HeaderXRateLimit selects X-RateLimit-Limit, -Remaining and -Reset.
+	HeaderXRateLimit
+	// HeaderRetryAfter selects Retry-After on a denial.
+	HeaderRetryAfter
+	// NoHeaders selects no field: denials still get 429 and the JSON body
+	// with retry_after.
+	NoHeaders
+
+	// AllHeaders selects every field.
+	AllHeaders = HeaderRateLimit | HeaderXRateLimit | HeaderRetryAfter
 )
 
-var modeNames = [...]string{Both: "both", IETF: "ietf", XRateLimit: "x-ratelimit", None: "none"}
-
-// String returns the mode as ParseMode reads it.
-func (m Mode) String() string {
-	if int(m) < len(modeNames) {
-		return modeNames[m]
-	}
-	return "Mode(" + strconv.Itoa(int(m)) + ")"
+var headerNames = [...]struct {
+	name string
+	h    Headers
+}{
+	{"ratelimit", HeaderRateLimit},
+	{"x-ratelimit", HeaderXRateLimit},
+	{"retry-after", HeaderRetryAfter},
 }
 
-// ParseMode reads "ietf", "x-ratelimit", "both" or "none"; "all" and
-// "ratelimit", the words of sluice serve's --response-headers, mean both
-// and ietf.
-func ParseMode(s string) (Mode, error) {
-	for m, name := range modeNames {
-		if strings.EqualFold(s, name) {
-			return Mode(m), nil
+// ParseHeaders reads "all", "none" (or nothing), or a comma-separated list
+// of "ratelimit", "x-ratelimit" and "retry-after", in any case.
+func ParseHeaders(s string) (Headers, error) {
+	var h Headers
+	for _, f := range strings.Split(s, ",") {
+		f = strings.ToLower(strings.TrimSpace(f))
+		switch f {
+		case "all":
+			h |= AllHeaders
+			continue
+		case "none", "":
+			continue
+		}
+		found := false
+		for _, n := range headerNames {
+			if f == n.name {
+				h |= n.h
+				found = true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("unknown response header set %q (want all, none, or a list of ratelimit, x-ratelimit, retry-after)", f)
 		}
 	}
-	switch strings.ToLower(s) {
-	case "all":
-		return Both, nil
-	case "ratelimit":
-		return IETF, nil
+	if h == 0 {
+		return NoHeaders, nil
 	}
-	return 0, fmt.Errorf("unknown header mode %q (want ietf, x-ratelimit, both or none)", s)
+	return h, nil
+}
+
+// set returns the fields h selects: the zero value is AllHeaders.
+func (h Headers) set() Headers {
+	switch {
+	case h == 0:
+		return AllHeaders
+	case h&NoHeaders != 0:
+		return 0
+	}
+	return h
+}
+
+// String returns h in the syntax ParseHeaders reads.
+func (h Headers) String() string {
+	h = h.set()
+	switch h {
+	case 0:
+		return "none"
+	case AllHeaders:
+		return "all"
+	}
+	var names []string
+	for _, n := range headerNames {
+		if h&n.h != 0 {
+			names = append(names, n.name)
+		}
+	}
+	return strings.Join(names, ",")
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler for flags and config
 // files.
-func (m *Mode) UnmarshalText(b []byte) error {
-	v, err := ParseMode(string(b))
+func (h *Headers) UnmarshalText(b []byte) error {
+	v, err := ParseHeaders(string(b))
 	if err != nil {
 		return err
 	}
-	*m = v
+	*h = v
 	return nil
 }
 
 // MarshalText implements encoding.TextMarshaler.
-func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+func (h Headers) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
 
-// Config configures a Writer.
+// Config configures a Writer. The zero value is the default: every field,
+// up to 1 s of jitter.
 type Config struct {
-	// Mode selects the rate limit fields. Default Both.
-	Mode Mode
+	// Headers selects the fields. Zero means AllHeaders.
+	Headers Headers
 	// RetryJitter is the most added at random to Retry-After, in whole
 	// seconds, so that denied clients do not retry in lockstep. Zero means
-	// no jitter. Default 1s.
+	// the default, 1 s; a negative value means no jitter.
 	RetryJitter time.Duration
-	// Rand returns a uniform random number in [0, n). Default
-	// math/rand/v2's Int64N, which is safe for concurrent use; tests pass
-	// their own.
+	// Rand returns a uniform random number in [0, n): the jitter's source.
+	// Nil means math/rand/v2's Int64N, which is safe for concurrent use;
+	// tests pass their own.
 	Rand func(n int64) int64
 }
 
-// DefaultConfig returns the configuration every HTTP way in uses unless
-// told otherwise.
-func DefaultConfig() Config {
-	return Config{
-		Mode:        Both,        // RateLimit, RateLimit-Policy and X-RateLimit-*
-		RetryJitter: time.Second, // Retry-After is the real wait plus 0 or 1 s
-		Rand:        rand.Int64N, // shared, concurrency-safe source
-	}
-}
+// DefaultRetryJitter is the jitter of a zero Config.RetryJitter.
+const DefaultRetryJitter = time.Second
 
-// Writer writes verdicts as HTTP responses. It is immutable and safe for
-// concurrent use.
+// Writer computes and writes the rate limit fields of verdicts. It is
+// immutable and safe for concurrent use.
 type Writer struct {
-	mode   Mode
-	jitter int64 // whole seconds
-	rand   func(int64) int64
+	headers Headers
+	jitter  int64 // whole seconds
+	rand    func(int64) int64
 }
 
-// New returns a Writer for cfg; a nil Rand takes the default.
+// New returns a Writer for cfg; zero fields take their defaults.
 func New(cfg Config) *Writer {
-	w := &Writer{mode: cfg.Mode, jitter: int64(cfg.RetryJitter / time.Second), rand: cfg.Rand}
+	w := &Writer{headers: cfg.Headers.set(), rand: cfg.Rand}
+	switch {
+	case cfg.RetryJitter == 0:
+		w.jitter = int64(DefaultRetryJitter / time.Second)
+	case cfg.RetryJitter > 0:
+		w.jitter = int64(cfg.RetryJitter / time.Second)
+	}
 	if w.rand == nil {
 		w.rand = rand.Int64N
 	}
 	return w
 }
 
+// Fields are the rate limit header fields of one response, computed once:
+// at most six name/value pairs whose values share one string, and the
+// response's retry time. The zero value has no fields and no retry time.
+type Fields struct {
+	n      int
+	names  [6]string
+	values [6]string
+	retry  string // whole seconds with jitter; "" when allowed or no wait helps
+}
+
+// Len returns the number of fields.
+func (f *Fields) Len() int { return f.n }
+
+// Field returns the name and value of field i, 0 <= i < Len(), in a fixed
+// order: RateLimit-Policy, RateLimit, X-RateLimit-Limit,
+// X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After (those selected).
+func (f *Fields) Field(i int) (name, value string) { return f.names[i], f.values[i] }
+
+// RetryAfter returns the response's Retry-After in whole seconds, the value
+// of the field when it is selected, and false when the response is not a
+// denial or no wait lets the request pass (its cost exceeds a limit).
+func (f *Fields) RetryAfter() (string, bool) { return f.retry, f.retry != "" }
+
+// Set sets the fields in h, replacing what h held under their names.
+func (f *Fields) Set(h http.Header) {
+	if f.n == 0 {
+		return
+	}
+	vals := make([]string, f.n) // one array for all the fields' slices
+	for i := range f.n {
+		vals[i] = f.values[i]
+		h[CanonicalKey(f.names[i])] = vals[i : i+1 : i+1] // full: an Add to one field copies
+	}
+}
+
+// CanonicalKey returns http.CanonicalHeaderKey(name), without allocating
+// for the names of the fields Fields computes.
+func CanonicalKey(name string) string {
+	switch name {
+	case "RateLimit-Policy":
+		return "Ratelimit-Policy"
+	case "RateLimit":
+		return "Ratelimit"
+	case "X-RateLimit-Limit":
+		return "X-Ratelimit-Limit"
+	case "X-RateLimit-Remaining":
+		return "X-Ratelimit-Remaining"
+	case "X-RateLimit-Reset":
+		return "X-Ratelimit-Reset"
+	case "Retry-After":
+		return "Retry-After"
+	}
+	return http.CanonicalHeaderKey(name)
+}
+
+// Fields computes the fields of resp as the package documentation
+// describes them, drawing the jitter of its Retry-After once. Only enforced
+// limits count: descriptors no limit matched, unlimited ones and those in
+// shadow mode add nothing, so a response without an enforced limit gets no
+// rate limit fields (a denial still gets its retry time).
+func (w *Writer) Fields(resp *decide.Response) Fields {
+	var f Fields
+	if resp == nil {
+		return f
+	}
+	var buf [256]byte
+	b := buf[:0]
+	var ends [6]int
+	cut := func(name string) { f.names[f.n], ends[f.n] = name, len(b); f.n++ }
+	if binding := Binding(resp); binding >= 0 {
+		if w.headers&HeaderRateLimit != 0 {
+			b = appendItems(b, resp, true)
+			cut("RateLimit-Policy")
+			b = appendItems(b, resp, false)
+			cut("RateLimit")
+		}
+		if w.headers&HeaderXRateLimit != 0 {
+			st := &resp.Statuses[binding]
+			b = strconv.AppendInt(b, quota(st), 10)
+			cut("X-RateLimit-Limit")
+			b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
+			cut("X-RateLimit-Remaining")
+			b = strconv.AppendInt(b, effectiveWindow(st), 10)
+			cut("X-RateLimit-Reset")
+		}
+	}
+	retryStart := len(b)
+	if s, ok := w.retryAfter(resp); ok {
+		b = strconv.AppendInt(b, s, 10)
+		if w.headers&HeaderRetryAfter != 0 {
+			cut("Retry-After")
+		}
+	}
+	all := string(b)
+	start := 0
+	for i := range f.n {
+		f.values[i] = all[start:ends[i]]
+		start = ends[i]
+	}
+	f.retry = all[retryStart:]
+	return f
+}
+
+// SetHeaders sets the rate limit fields of resp in h, as Fields computes
+// them.
+func (w *Writer) SetHeaders(h http.Header, resp *decide.Response) {
+	f := w.Fields(resp)
+	f.Set(h)
+}
+
+// Deny writes the 429 response for a denied resp: the rate limit fields,
+// Retry-After, and the body {"error":"rate limited","retry_after":N} with
+// the same N (without retry_after when no wait helps).
+func (w *Writer) Deny(rw http.ResponseWriter, resp *decide.Response) {
+	f := w.Fields(resp)
+	h := rw.Header()
+	f.Set(h)
+	body := make([]byte, 0, 64)
+	body = append(body, `{"error":"rate limited"`...)
+	if s, ok := f.RetryAfter(); ok {
+		body = append(body, `,"retry_after":`...)
+		body = append(body, s...)
+	}
+	body = append(body, "}\n"...)
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	h["Cache-Control"] = []string{"no-store"}
+	rw.WriteHeader(http.StatusTooManyRequests)
+	_, _ = rw.Write(body) // the client may be gone; nothing to do about it
+}
+
+// Write answers for resp: for a denial it writes the 429 response and
+// returns false; otherwise it sets the rate limit fields on rw's headers,
+// writes nothing else and returns true, for the caller to go on.
+func (w *Writer) Write(rw http.ResponseWriter, resp *decide.Response) (allowed bool) {
+	if Denied(resp) {
+		w.Deny(rw, resp)
+		return false
+	}
+	w.SetHeaders(rw.Header(), resp)
+	return true
+}
+
 // Denied reports whether resp denies the request.
 func Denied(resp *decide.Response) bool { return resp != nil && resp.Overall == decide.OverLimit }
 
-// SetHeaders sets the rate limit fields of resp in h, as the mode selects.
-// Only enforced limits count: descriptors no limit matched, unlimited ones
-// and those in shadow mode add nothing, so a response without an enforced
-// limit gets no fields.
-//
-// Every enforced limit is one item of RateLimit-Policy and RateLimit, named
-// by the rules file's `name` or else the limit's ID: q is its rate, w its period in seconds, r the hits remaining
-// and t the seconds until it is whole again, rounded up.
-// X-RateLimit-Limit/-Remaining/-Reset describe the limit that binds: on a
-// denial the one with the longest retry, else the one with the least
-// remaining, with Reset in seconds from now as Envoy sends it.
-func (w *Writer) SetHeaders(h http.Header, resp *decide.Response) {
-	if w.mode == None || resp == nil {
-		return
+// retryAfter returns the Retry-After of a denied resp in whole seconds: the
+// longest retry time rounded up, at least 1, plus the jitter. It reports
+// false for an allowed resp and when no wait helps.
+func (w *Writer) retryAfter(resp *decide.Response) (int64, bool) {
+	if !Denied(resp) {
+		return 0, false
 	}
-	binding := Binding(resp)
-	if binding < 0 {
-		return
+	d := resp.RetryAfter()
+	if d == sluice.Never {
+		return 0, false
 	}
-	// Every value is written into one buffer, converted to one string and
-	// cut from it, and the values' slices share one array: two
-	// allocations for all the fields instead of two or more each.
-	var buf [256]byte
-	b := buf[:0]
-	var ends [5]int
-	var keys [5]string
-	n := 0
-	cut := func(key string) { keys[n], ends[n] = key, len(b); n++ }
-	if w.mode != XRateLimit {
-		b = AppendPolicy(b, resp)
-		cut("Ratelimit-Policy")
-		b = AppendState(b, resp)
-		cut("Ratelimit")
+	s := max(CeilSeconds(d), 1)
+	if w.jitter > 0 {
+		s += w.rand(w.jitter + 1)
 	}
-	if w.mode == Both || w.mode == XRateLimit {
-		st := &resp.Statuses[binding]
-		b = strconv.AppendInt(b, Quota(st), 10)
-		cut("X-Ratelimit-Limit")
-		b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
-		cut("X-Ratelimit-Remaining")
-		b = strconv.AppendInt(b, CeilSeconds(st.Decision.ResetAfter), 10)
-		cut("X-Ratelimit-Reset")
-	}
-	s := string(b)
-	vals := make([]string, n)
-	start := 0
-	for i := range n {
-		vals[i] = s[start:ends[i]]
-		start = ends[i]
-		h[keys[i]] = vals[i : i+1 : i+1] // full: an Add to one field copies
-	}
+	return s, true
 }
 
 // enforced reports whether st counts in the rate limit fields: a limit
@@ -192,22 +383,23 @@ func Binding(resp *decide.Response) int {
 	return binding
 }
 
-// AppendPolicy appends the value of RateLimit-Policy for resp to b: one
-// item per enforced limit, `"name";q=RATE;w=SECONDS`.
-func AppendPolicy(b []byte, resp *decide.Response) []byte {
-	return appendItems(b, resp, true)
+// binds reports whether a describes a tighter limit than b: over the
+// limit before allowed, then a longer retry, then fewer remaining.
+func binds(a, b *decide.Status) bool {
+	ao, bo := a.Code == decide.OverLimit, b.Code == decide.OverLimit
+	if ao != bo {
+		return ao
+	}
+	if ao && a.Decision.RetryAfter != b.Decision.RetryAfter {
+		return a.Decision.RetryAfter > b.Decision.RetryAfter
+	}
+	return a.Decision.Remaining < b.Decision.Remaining
 }
 
-// AppendState appends the value of RateLimit for resp to b: one item per
-// enforced limit, `"name";r=REMAINING;t=SECONDS`.
-func AppendState(b []byte, resp *decide.Response) []byte {
-	return appendItems(b, resp, false)
-}
-
-// appendItems appends one structured-field item per enforced limit, named
-// by the rules' `name` or else the limit's ID, with the parameters of
-// RateLimit-Policy when policy, else those of RateLimit. (A flag rather
-// than a func parameter, so that b does not escape to the heap.)
+// appendItems appends one structured-field item per enforced limit, with
+// the parameters of RateLimit-Policy (q, w) when policy, else those of
+// RateLimit (r, t). (A flag rather than a func parameter, so that b does
+// not escape to the heap.)
 func appendItems(b []byte, resp *decide.Response, policy bool) []byte {
 	first := true
 	for i := range resp.Statuses {
@@ -226,84 +418,58 @@ func appendItems(b []byte, resp *decide.Response, policy bool) []byte {
 		b = appendSFString(b, name)
 		if policy {
 			b = append(b, ";q="...)
-			b = strconv.AppendInt(b, Quota(st), 10)
+			b = strconv.AppendInt(b, quota(st), 10)
 			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, CeilSeconds(st.Limit.Period()), 10)
+			b = strconv.AppendInt(b, window(st), 10)
 		} else {
 			b = append(b, ";r="...)
 			b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
 			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, CeilSeconds(st.Decision.ResetAfter), 10)
+			b = strconv.AppendInt(b, effectiveWindow(st), 10)
 		}
 	}
 	return b
 }
 
-// binds reports whether a describes a tighter limit than b: over the
-// limit before allowed, then a longer retry, then fewer remaining.
-func binds(a, b *decide.Status) bool {
-	ao, bo := a.Code == decide.OverLimit, b.Code == decide.OverLimit
-	if ao != bo {
-		return ao
-	}
-	if ao && a.Decision.RetryAfter != b.Decision.RetryAfter {
-		return a.Decision.RetryAfter > b.Decision.RetryAfter
-	}
-	return a.Decision.Remaining < b.Decision.Remaining
+// quota returns q: what st's limit admits at once, as its decision states
+// it (the nominal capacity, also under soft throttling).
+func quota(st *decide.Status) int64 { return st.Decision.Limit }
+
+// window returns w: the seconds st's limit takes to refill its quota from
+// nothing, capacity × period / rate rounded up, at least 1.
+func window(st *decide.Status) int64 {
+	l := st.Limit.Limit
+	return max(CeilSeconds(refill(quota(st), l.Rate, l.Period)), 1)
 }
 
-// Quota returns the hits the status's limit admits per period: the rules'
-// rate, as the Envoy transport reports it.
-func Quota(st *decide.Status) int64 { return st.Limit.Limit.Rate }
-
-// RetryAfter returns the Retry-After of a denied resp in whole seconds: the
-// real wait rounded up, at least 1, plus a random jitter of up to the
-// configured seconds, so never earlier than the limit lets the request
-// pass. It reports false when no wait helps (the cost exceeds the limit).
-func (w *Writer) RetryAfter(resp *decide.Response) (int64, bool) {
-	d := resp.RetryAfter()
-	if d == sluice.Never {
-		return 0, false
+// refill returns capacity × period / rate, rounded up to the nanosecond,
+// or the longest Duration when that is longer.
+func refill(capacity, rate int64, period time.Duration) time.Duration {
+	if capacity == rate || rate <= 0 || capacity <= 0 || period <= 0 {
+		return period
 	}
-	s := max(CeilSeconds(d), 1)
-	if w.jitter > 0 {
-		s += w.rand(w.jitter + 1)
+	hi, lo := bits.Mul64(uint64(capacity), uint64(period))
+	if hi >= uint64(rate) {
+		return math.MaxInt64
 	}
-	return s, true
+	q, r := bits.Div64(hi, lo, uint64(rate))
+	if r != 0 {
+		q++
+	}
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(q)
 }
 
-// Deny writes the 429 response for a denied resp: the rate limit fields,
-// Retry-After, and the body {"error":"rate limited","retry_after":N}
-// (without retry_after when no wait helps).
-func (w *Writer) Deny(rw http.ResponseWriter, resp *decide.Response) {
-	h := rw.Header()
-	w.SetHeaders(h, resp)
-	body := make([]byte, 0, 64)
-	body = append(body, `{"error":"rate limited"`...)
-	if s, ok := w.RetryAfter(resp); ok {
-		v := strconv.FormatInt(s, 10)
-		h["Retry-After"] = []string{v}
-		body = append(body, `,"retry_after":`...)
-		body = append(body, v...)
+// effectiveWindow returns t: for a limit the request is over, the seconds
+// until a request of its cost passes; otherwise the seconds until the
+// limit is whole again. Rounded up.
+func effectiveWindow(st *decide.Status) int64 {
+	if st.Code == decide.OverLimit && st.Decision.RetryAfter != sluice.Never {
+		return CeilSeconds(st.Decision.RetryAfter)
 	}
-	body = append(body, "}\n"...)
-	h["Content-Type"] = []string{"application/json"}
-	h["Content-Length"] = []string{strconv.Itoa(len(body))}
-	h["Cache-Control"] = []string{"no-store"}
-	rw.WriteHeader(http.StatusTooManyRequests)
-	_, _ = rw.Write(body) // the client may be gone; nothing to do about it
-}
-
-// Write answers for resp: for a denial it writes the 429 response and
-// returns false; otherwise it sets the rate limit fields on rw's headers,
-// writes nothing else and returns true, for the caller to go on.
-func (w *Writer) Write(rw http.ResponseWriter, resp *decide.Response) (allowed bool) {
-	if Denied(resp) {
-		w.Deny(rw, resp)
-		return false
-	}
-	w.SetHeaders(rw.Header(), resp)
-	return true
+	return CeilSeconds(st.Decision.ResetAfter)
 }
 
 // CeilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.

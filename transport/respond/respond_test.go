@@ -74,7 +74,7 @@ func TestWindow(t *testing.T) {
 			t.Parallel()
 			clk := &clock{now: t0}
 			svc := service(t, perUser, clk)
-			w := respond.New(respond.Config{Mode: respond.Both, RetryJitter: 2 * time.Second, Rand: jitter.rand})
+			w := respond.New(respond.Config{Headers: respond.AllHeaders, RetryJitter: 2 * time.Second, Rand: jitter.rand})
 			req := &decide.Request{Domain: "api", Descriptors: []decide.Descriptor{{Entries: []decide.Entry{{Key: "user", Value: "alice"}}, Cost: 1}}}
 			for _, p := range points {
 				clk.Set(p.at)
@@ -129,9 +129,11 @@ func TestRetryAfterNeverZeroNorEarly(t *testing.T) {
 	for _, d := range []time.Duration{0, time.Microsecond, 999 * time.Millisecond, time.Second, time.Second + 1, 90 * time.Minute} {
 		resp := &decide.Response{Overall: decide.OverLimit, Statuses: []decide.Status{{Code: decide.OverLimit, Decision: sluice.Decision{RetryAfter: d}}}}
 		for range 50 {
-			s, ok := w.RetryAfter(resp)
-			if !ok || s < 1 || time.Duration(s)*time.Second < d || time.Duration(s-1)*time.Second > d+time.Second {
-				t.Fatalf("RetryAfter(%v) = %d, %v: want at least 1 s, not before %v, at most 1 s jitter", d, s, ok, d)
+			f := w.Fields(resp)
+			v, ok := f.RetryAfter()
+			s, err := strconv.ParseInt(v, 10, 64)
+			if !ok || err != nil || s < 1 || time.Duration(s)*time.Second < d || time.Duration(s-1)*time.Second > d+time.Second {
+				t.Fatalf("RetryAfter(%v) = %q, %v: want at least 1 s, not before %v, at most 1 s jitter", d, v, ok, d)
 			}
 		}
 	}
@@ -143,76 +145,89 @@ func TestRetryAfterNeverZeroNorEarly(t *testing.T) {
 	}
 }
 
-func TestModes(t *testing.T) {
+// TestOneRetryPerResponse: the jitter is drawn once per response, and the
+// header and the body carry that one number, even when every draw differs.
+func TestOneRetryPerResponse(t *testing.T) {
 	t.Parallel()
-	ip := &rules.Limit{ID: "a1b2", Limit: sluice.Limit{Rate: 100, Period: time.Second}}
-	user := &rules.Limit{Name: `we"ird`, Limit: sluice.Limit{Rate: 5, Period: time.Minute}}
-	resp := &decide.Response{Overall: decide.OK, Statuses: []decide.Status{
-		{Code: decide.OK, Limit: ip, Decision: sluice.Decision{Allowed: true, Limit: 100, Remaining: 40, ResetAfter: 300 * time.Millisecond}},
-		{Code: decide.OK, Limit: user, Decision: sluice.Decision{Allowed: true, Limit: 5, Remaining: 2, ResetAfter: 20 * time.Second}},
-		{Code: decide.OK}, // no rule matched
-		{Code: decide.OK, Limit: ip, Shadow: true, ShadowOverLimit: true},
-	}}
-	both := map[string]string{
-		"RateLimit-Policy":      `"a1b2";q=100;w=1, "we\"ird";q=5;w=60`,
-		"RateLimit":             `"a1b2";r=40;t=1, "we\"ird";r=2;t=20`,
-		"X-RateLimit-Limit":     "5",
-		"X-RateLimit-Remaining": "2",
-		"X-RateLimit-Reset":     "20",
+	var mu sync.Mutex
+	draws := int64(0)
+	next := func(n int64) int64 { // 0, 1, 2, ... modulo n: no two draws in a row agree
+		mu.Lock()
+		defer mu.Unlock()
+		draws++
+		return draws % n
 	}
-	only := func(names ...string) map[string]string {
-		m := map[string]string{}
-		for k := range both {
-			m[k] = ""
+	w := respond.New(respond.Config{RetryJitter: 5 * time.Second, Rand: next})
+	resp := &decide.Response{Overall: decide.OverLimit, Statuses: []decide.Status{{Code: decide.OverLimit,
+		Limit: &rules.Limit{ID: "l", Limit: sluice.Limit{Rate: 5, Period: time.Minute}}, Decision: sluice.Decision{Limit: 5, ResetAfter: 34 * time.Second, RetryAfter: 34 * time.Second}}}}
+	for i := range 5 {
+		rec := httptest.NewRecorder()
+		w.Deny(rec, resp)
+		ra := rec.Header().Get("Retry-After")
+		if body := `{"error":"rate limited","retry_after":` + ra + "}\n"; ra == "" || rec.Body.String() != body {
+			t.Fatalf("response %d: Retry-After %q, body %q", i, ra, rec.Body)
 		}
-		for _, n := range names {
-			m[n] = both[n]
+		if s, _ := strconv.Atoi(ra); s < 34 || s > 39 {
+			t.Fatalf("response %d: Retry-After %d, want 34..39", i, s)
 		}
-		return m
 	}
-	tests := []struct {
-		name string
-		mode string
-		want map[string]string
+	if draws != 5 {
+		t.Fatalf("%d draws for 5 responses, want 5", draws)
+	}
+}
+
+// TestBucketFields: a token bucket of 30 a second holding 100 advertises
+// its burst as the quota, refilled in 4 s (100/30 rounded up), and the
+// remaining never exceeds the quota, over a real decision service.
+func TestBucketFields(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: t0}
+	svc := service(t, `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {name: per-user, unit: second, requests_per_unit: 30, algorithm: token_bucket, burst: 100}
+`, clk)
+	w := respond.New(respond.Config{RetryJitter: -1})
+	req := &decide.Request{Domain: "api", Descriptors: []decide.Descriptor{{Entries: []decide.Entry{{Key: "user", Value: "alice"}}, Cost: 1}}}
+	steps := []struct {
+		at       time.Duration
+		requests int
+		policy   string
+		state    string
+		xlimit   string
+		retry    string
 	}{
-		{"both", "both", both},
-		{"ietf", "ietf", only("RateLimit-Policy", "RateLimit")},
-		{"x-ratelimit", "X-RateLimit", only("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")},
-		{"none", "none", only()},
+		{0, 5, `"per-user";q=100;w=4`, `"per-user";r=95;t=1`, "100", ""},
+		{0, 95, `"per-user";q=100;w=4`, `"per-user";r=0;t=4`, "100", ""},
+		// Over the limit: t is the time until one token is back (34 ms,
+		// rounded up), and Retry-After is no earlier.
+		{0, 1, `"per-user";q=100;w=4`, `"per-user";r=0;t=1`, "100", "1"},
+		{2 * time.Second, 1, `"per-user";q=100;w=4`, `"per-user";r=59;t=2`, "100", ""},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			m, err := respond.ParseMode(tt.mode)
+	for _, s := range steps {
+		clk.Set(s.at)
+		var rec *httptest.ResponseRecorder
+		for range s.requests {
+			resp, err := svc.Decide(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := http.Header{}
-			respond.New(respond.Config{Mode: m}).SetHeaders(h, resp)
-			for k, v := range tt.want {
-				if got := h.Get(k); got != v {
-					t.Errorf("%s = %q, want %q", k, got, v)
-				}
-			}
-		})
-	}
-	for _, a := range []struct {
-		s    string
-		want respond.Mode
-	}{{"all", respond.Both}, {"RateLimit", respond.IETF}, {"x-ratelimit", respond.XRateLimit}} {
-		if m, err := respond.ParseMode(a.s); err != nil || m != a.want {
-			t.Errorf("ParseMode(%q) = %v, %v; want %v", a.s, m, err, a.want)
+			rec = httptest.NewRecorder()
+			w.Write(rec, resp)
 		}
-	}
-	if _, err := respond.ParseMode("retry-after"); err == nil {
-		t.Fatal("ParseMode(retry-after) succeeded")
+		h := rec.Header()
+		if h.Get("RateLimit-Policy") != s.policy || h.Get("RateLimit") != s.state || h.Get("X-RateLimit-Limit") != s.xlimit || h.Get("Retry-After") != s.retry {
+			t.Errorf("+%v: RateLimit-Policy %q RateLimit %q X-RateLimit-Limit %q Retry-After %q; want %q %q %q %q", s.at,
+				h.Get("RateLimit-Policy"), h.Get("RateLimit"), h.Get("X-RateLimit-Limit"), h.Get("Retry-After"), s.policy, s.state, s.xlimit, s.retry)
+		}
 	}
 }
 
 func TestNoEnforcedLimitNoFields(t *testing.T) {
 	t.Parallel()
 	h := http.Header{}
-	respond.New(respond.DefaultConfig()).SetHeaders(h, &decide.Response{Overall: decide.OK, Statuses: []decide.Status{{Code: decide.OK}}})
+	respond.New(respond.Config{}).SetHeaders(h, &decide.Response{Overall: decide.OK, Statuses: []decide.Status{{Code: decide.OK}}})
 	if len(h) != 0 {
 		t.Fatalf("headers %v, want none", h)
 	}
@@ -227,7 +242,7 @@ func BenchmarkSetHeaders(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := respond.New(respond.DefaultConfig())
+	w := respond.New(respond.Config{})
 	b.ReportAllocs()
 	for b.Loop() {
 		w.SetHeaders(make(http.Header, 8), resp)

@@ -1,0 +1,97 @@
+package respond
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/identity"
+)
+
+// Decider decides a request; *decide.Service is one. It is the one
+// declaration of what every way in needs from package decide.
+type Decider interface {
+	Decide(ctx context.Context, r *decide.Request) (*decide.Response, error)
+}
+
+// GuardConfig configures a Guard: it is the Config of the middleware and
+// of forward-auth, and part of the proxy's. Identity and Decider are
+// required; the other fields' zero values are their defaults.
+type GuardConfig struct {
+	// Identity turns requests into descriptors. Required.
+	Identity *identity.Identity
+	// Decider decides; *decide.Service is one. Required.
+	Decider Decider
+	// Respond writes the rate limit fields and 429s. Nil: New(Config{}),
+	// every field and 1 s of jitter.
+	Respond *Writer
+	// FailClosed answers 503 when the Decider returns an error; by default
+	// (false) the request goes on. The decision service applies its own
+	// fail mode to store failures, so such errors are rare: an invalid
+	// request, an unknown domain.
+	FailClosed bool
+	// Logger receives Decider errors. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Guard is the step every HTTP way in takes before it lets a request go
+// on: descriptors from the request, a decision, and the answer when the
+// request stops there. It is safe for concurrent use.
+type Guard struct {
+	id         *identity.Identity
+	decider    Decider
+	w          *Writer
+	failClosed bool
+	log        *slog.Logger
+	msg        string
+}
+
+// NewGuard returns a Guard for cfg, or an error when Identity or Decider is
+// missing. name names the way in in log messages ("proxy", "forward-auth",
+// "middleware").
+func NewGuard(name string, cfg GuardConfig) (*Guard, error) {
+	if cfg.Identity == nil || cfg.Decider == nil {
+		return nil, fmt.Errorf("%s: identity and decider are required", name)
+	}
+	g := &Guard{id: cfg.Identity, decider: cfg.Decider, w: cfg.Respond, failClosed: cfg.FailClosed, log: cfg.Logger, msg: name + " decision failed"}
+	if g.w == nil {
+		g.w = New(Config{})
+	}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	return g, nil
+}
+
+// Writer returns the Writer the Guard answers with.
+func (g *Guard) Writer() *Writer { return g.w }
+
+// Check decides the request r describes and reports whether it goes on.
+// When it does (pass), the rate limit fields of resp are set on w's
+// headers, and resp is the decision: nil when r has no descriptor (no
+// limit applies) or the Decider failed and the Guard fails open. When it
+// does not, w has been answered (429, or 503 when the Decider failed and
+// the Guard fails closed) or the client is gone, and nothing more is to be
+// written. r's context bounds the decision.
+func (g *Guard) Check(w http.ResponseWriter, r *http.Request) (resp *decide.Response, pass bool) {
+	ds := g.id.Descriptors(r)
+	if len(ds) == 0 { // no limit applies: nothing to decide
+		return nil, true
+	}
+	req := decide.Request{Domain: g.id.Domain(), Descriptors: ds}
+	resp, err := g.decider.Decide(r.Context(), &req)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return nil, false // the client is gone: nobody to answer
+		}
+		g.log.LogAttrs(r.Context(), slog.LevelWarn, g.msg, slog.String("error", err.Error()))
+		if g.failClosed {
+			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
+			return nil, false
+		}
+		return nil, true
+	}
+	return resp, g.w.Write(w, resp)
+}
