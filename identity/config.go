@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -87,7 +88,25 @@ type JWTConfig struct {
 	// Issuer and Audience, when set, must match the token's iss and aud.
 	Issuer   string `yaml:"issuer"`
 	Audience string `yaml:"audience"`
+	// Require lists claims a token must carry to be believed, such as exp:
+	// without it a token that has no exp is good for ever. Default none:
+	// the signature is checked, and exp, nbf and iat when present. At most
+	// 16 names.
+	Require []string `yaml:"require"`
+	// Leeway is the clock skew allowed to exp, nbf and iat: a token is
+	// still believed Leeway after its exp, and already Leeway before its
+	// nbf or iat; one issued further in the future is not. Zero means the
+	// default, 30s; at most 10m, written with a unit ("45s").
+	Leeway time.Duration `yaml:"leeway"`
 }
+
+// JWT defaults and bounds.
+const (
+	defaultLeeway = 30 * time.Second // clock skew between issuer and sluice
+	maxLeeway     = 10 * time.Minute
+	maxRequire    = 16  // claim names in Require
+	maxClaimName  = 128 // bytes of one name
+)
 
 // RateLimit is one descriptor to produce, as an Envoy route's rate limit.
 type RateLimit struct {

@@ -75,6 +75,10 @@ const (
 // action produces one entry of a descriptor from a request.
 type action interface {
 	entry(rs *reqState) (rules.Entry, outcome)
+	// needs tells the linter what a request needs for the action to
+	// produce its entry, whether lacking it drops the descriptor, and
+	// whether the action always produces.
+	needs() (need string, drops, always bool)
 }
 
 // reqState holds what several actions of one request share, computed once.

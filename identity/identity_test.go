@@ -173,7 +173,7 @@ func TestJWTAndHybrid(t *testing.T) {
 		{"not a bearer", "Basic YWxpY2U6cHc=", "anonymous"},
 		{"garbage", "Bearer not.a.jwt", "anonymous"},
 		{"forged: another secret", sign(t, jwt.SigningMethodHS256, []byte("another secret of 32 bytes......"), valid), "anonymous"},
-		{"expired", sign(t, jwt.SigningMethodHS256, []byte(hsKey), jwt.MapClaims{"sub": "alice", "iss": "sluice-test", "exp": t0.Add(-time.Second).Unix()}), "anonymous"},
+		{"expired (beyond the 30 s leeway)", sign(t, jwt.SigningMethodHS256, []byte(hsKey), jwt.MapClaims{"sub": "alice", "iss": "sluice-test", "exp": t0.Add(-time.Minute).Unix()}), "anonymous"},
 		{"not yet valid", sign(t, jwt.SigningMethodHS256, []byte(hsKey), jwt.MapClaims{"sub": "alice", "iss": "sluice-test", "nbf": t0.Add(time.Minute).Unix()}), "anonymous"},
 		{"wrong issuer", sign(t, jwt.SigningMethodHS256, []byte(hsKey), jwt.MapClaims{"sub": "alice", "iss": "evil"}), "anonymous"},
 		{"alg none", sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, valid), "anonymous"},
@@ -350,6 +350,12 @@ func TestConfigErrors(t *testing.T) {
 		{"header without name", "domain: api\nrate_limits:\n  - actions:\n      - request_headers: {descriptor_key: k}\n", "rate_limits[0].actions[0].request_headers.header_name: required"},
 		{"bad jwt algorithm", "domain: api\njwt:\n  algorithm: none\n  key: x\n", "test.yaml:3: jwt.algorithm: want HS256, RS256 or ES256"},
 		{"bad RS256 key", "domain: api\njwt:\n  algorithm: RS256\n  key: not a pem\n", "test.yaml:4: jwt.key: RS256 public key"},
+		{"negative leeway", "domain: api\njwt:\n  algorithm: HS256\n  key: k\n  leeway: -1s\n", "test.yaml:5: jwt.leeway: want 0 (the default, 30s) to 10m0s, got -1s"},
+		{"huge leeway", "domain: api\njwt: {algorithm: HS256, key: k, leeway: 1h}\n", "jwt.leeway: want 0 (the default, 30s) to 10m0s, got 1h0m0s"},
+		{"leeway without a unit", "domain: api\njwt: {algorithm: HS256, key: k, leeway: 30}\n", "test.yaml:2: cannot unmarshal !!int `30` into time.Duration"},
+		{"leeway not a duration", "domain: api\njwt: {algorithm: HS256, key: k, leeway: soon}\n", "test.yaml:2: cannot unmarshal"},
+		{"required claim twice", "domain: api\njwt:\n  algorithm: HS256\n  key: k\n  require:\n    - exp\n    - exp\n", "test.yaml:7: jwt.require[1]: \"exp\" is listed twice"},
+		{"empty required claim", "domain: api\njwt: {algorithm: HS256, key: k, require: [\"\"]}\n", "jwt.require[0]: want a claim name of 1 to 128 bytes"},
 		{"bad prefix", "domain: api\nipv6_prefix: 129\n", "test.yaml:2: ipv6_prefix: must be 1 to 128"},
 		{"wrong type", "domain: api\nipv6_prefix: wide\n", "test.yaml:2: cannot unmarshal"},
 		{"unknown forwarded header", "domain: api\ntrusted_proxies: [127.0.0.1]\nforwarded_header: X-Client-IP\n", "test.yaml:3: forwarded_header: want X-Forwarded-For, Forwarded or X-Real-IP"},
@@ -540,7 +546,7 @@ func TestDefaultConfig(t *testing.T) {
 		t.Fatal("DefaultConfig without a domain is valid")
 	}
 	c.Domain = "api"
-	id, err := New(c, nil)
+	id, err := New(c, nil, WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -692,4 +698,52 @@ rate_limits:
 			t.Fatalf("got %v, want user=/users/bob and no api", got)
 		}
 	})
+}
+
+// TestJWTRequireAndLeeway: require lists claims a token must carry, a
+// token issued in the future is not believed, and leeway allows for clock
+// skew on exp, nbf and iat (30 s unless set).
+func TestJWTRequireAndLeeway(t *testing.T) {
+	t.Parallel()
+	key := []byte(hsKey)
+	strict := mustParse(t, `
+domain: api
+jwt: {algorithm: HS256, key: "`+hsKey+`", require: [exp, sub], leeway: 10s}
+rate_limits: [{actions: [{jwt_claim: {claim: sub, descriptor_key: user, default_value: anonymous}}]}]
+`)
+	lenient := mustParse(t, `
+domain: api
+jwt: {algorithm: HS256, key: "`+hsKey+`"}
+rate_limits: [{actions: [{jwt_claim: {claim: tenant, descriptor_key: user, default_value: anonymous}}]}]
+`)
+	tests := []struct {
+		name   string
+		id     *Identity
+		claims jwt.MapClaims
+		want   string
+	}{
+		{"strict: exp and sub", strict, jwt.MapClaims{"sub": "alice", "tenant": "alice", "exp": t0.Add(time.Hour).Unix()}, "alice"},
+		{"strict: no exp", strict, jwt.MapClaims{"sub": "alice", "tenant": "alice"}, "anonymous"},
+		{"strict: exp null", strict, jwt.MapClaims{"sub": "alice", "exp": nil}, "anonymous"},
+		{"strict: no sub", strict, jwt.MapClaims{"tenant": "alice", "exp": t0.Add(time.Hour).Unix()}, "anonymous"},
+		{"strict: expired within the leeway", strict, jwt.MapClaims{"sub": "alice", "exp": t0.Add(-9 * time.Second).Unix()}, "alice"},
+		{"strict: expired beyond the leeway", strict, jwt.MapClaims{"sub": "alice", "exp": t0.Add(-11 * time.Second).Unix()}, "anonymous"},
+		{"strict: issued in the future, within the leeway", strict, jwt.MapClaims{"sub": "alice", "exp": t0.Add(time.Hour).Unix(), "iat": t0.Add(9 * time.Second).Unix()}, "alice"},
+		{"strict: issued in the future", strict, jwt.MapClaims{"sub": "alice", "exp": t0.Add(time.Hour).Unix(), "iat": t0.Add(time.Hour).Unix()}, "anonymous"},
+		{"strict: not before, beyond the leeway", strict, jwt.MapClaims{"sub": "alice", "exp": t0.Add(time.Hour).Unix(), "nbf": t0.Add(11 * time.Second).Unix()}, "anonymous"},
+		{"default: no exp is accepted", lenient, jwt.MapClaims{"tenant": "acme"}, "acme"},
+		{"default: issued in the future", lenient, jwt.MapClaims{"tenant": "acme", "iat": t0.Add(time.Hour).Unix()}, "anonymous"},
+		{"default: issued 29 s ahead (30 s leeway)", lenient, jwt.MapClaims{"tenant": "acme", "iat": t0.Add(29 * time.Second).Unix()}, "acme"},
+		{"default: expired 29 s ago (30 s leeway)", lenient, jwt.MapClaims{"tenant": "acme", "exp": t0.Add(-29 * time.Second).Unix()}, "acme"},
+		{"default: expired 31 s ago", lenient, jwt.MapClaims{"tenant": "acme", "exp": t0.Add(-31 * time.Second).Unix()}, "anonymous"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ds := tt.id.Descriptors(request("203.0.113.1:1", "Authorization", sign(t, jwt.SigningMethodHS256, key, tt.claims)))
+			if len(ds) != 1 || ds[0].Entries[0].Value != tt.want {
+				t.Fatalf("got %+v, want user=%s", ds, tt.want)
+			}
+		})
+	}
 }

@@ -14,9 +14,10 @@ import (
 
 // verifier checks bearer tokens against one configured key.
 type verifier struct {
-	key    crypto.PublicKey // []byte for HS256
-	parser *jwt.Parser
-	now    func() time.Time
+	key     crypto.PublicKey // []byte for HS256
+	parser  *jwt.Parser
+	now     func() time.Time
+	require []string // claims that must be present
 }
 
 func newVerifier(c *JWTConfig) (*verifier, error) {
@@ -39,10 +40,36 @@ func newVerifier(c *JWTConfig) (*verifier, error) {
 	default:
 		return nil, fieldErr(fmt.Errorf("want HS256, RS256 or ES256, got %q", c.Algorithm), "jwt", "algorithm")
 	}
+	leeway := c.Leeway
+	switch {
+	case leeway == 0:
+		leeway = defaultLeeway
+	case leeway < 0 || leeway > maxLeeway:
+		return nil, fieldErr(fmt.Errorf("want 0 (the default, %v) to %v, got %v", defaultLeeway, maxLeeway, c.Leeway), "jwt", "leeway")
+	}
+	if len(c.Require) > maxRequire {
+		return nil, fieldErr(fmt.Errorf("at most %d claims, got %d", maxRequire, len(c.Require)), "jwt", "require")
+	}
+	seen := make(map[string]bool, len(c.Require))
+	for i, name := range c.Require {
+		switch {
+		case name == "" || len(name) > maxClaimName:
+			return nil, fieldErr(fmt.Errorf("want a claim name of 1 to %d bytes", maxClaimName), "jwt", "require", i)
+		case seen[name]:
+			return nil, fieldErr(fmt.Errorf("%q is listed twice", name), "jwt", "require", i)
+		}
+		seen[name] = true
+	}
+	v.require = c.Require
 	opts := []jwt.ParserOption{
 		jwt.WithValidMethods([]string{c.Algorithm}),
 		jwt.WithJSONNumber(),
 		jwt.WithTimeFunc(func() time.Time { return v.now() }),
+		jwt.WithLeeway(leeway),
+		jwt.WithIssuedAt(), // a token issued in the future is refused
+	}
+	if seen["exp"] {
+		opts = append(opts, jwt.WithExpirationRequired())
 	}
 	if c.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(c.Issuer))
@@ -55,8 +82,8 @@ func newVerifier(c *JWTConfig) (*verifier, error) {
 }
 
 // claims returns the claims of r's bearer token if it verifies, else nil:
-// a missing, malformed, unverifiable, expired or not yet valid token is
-// anonymous.
+// a missing, malformed, unverifiable, expired, not yet valid or future
+// token, or one without a required claim, is anonymous.
 func (v *verifier) claims(r *http.Request) map[string]any {
 	tok, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
@@ -66,6 +93,11 @@ func (v *verifier) claims(r *http.Request) map[string]any {
 	t, err := v.parser.ParseWithClaims(tok, claims, func(*jwt.Token) (any, error) { return v.key, nil })
 	if err != nil || !t.Valid {
 		return nil
+	}
+	for _, name := range v.require {
+		if claims[name] == nil { // absent, or null
+			return nil
+		}
 	}
 	return claims
 }

@@ -5,26 +5,32 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/peterbourgon/ff/v4"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/rules"
 )
 
 func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Command {
 	var c coreFlags // only --max-rules-size and --store
+	var identityPath string
 	fs := ff.NewFlagSet("check")
+	fs.StringVar(&identityPath, 0, "identity", "", "an identity file to check as well, or alone")
 	fs.IntVar(&c.maxRulesSize, 0, "max-rules-size", rules.DefaultMaxFileBytes, "largest rules file read, in bytes (16 MiB); a directory may hold 4 times as much")
 	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "the store the rules are for, as serve's --store: memory or a redis URL"))
 	return &ff.Command{
 		Name:      "check",
-		Usage:     "sluice check [--store URL] FILE|DIR",
-		ShortHelp: "validate rules files",
+		Usage:     "sluice check [--store URL] [--identity FILE] FILE|DIR",
+		ShortHelp: "validate rules and identity files",
 		LongHelp: "Loads the rules as serve would and prints every mistake as file:line: message,\n" +
 			"exiting with status 1 if there is any. Without an argument, checks $SLUICE_RULES.\n" +
-			"With --store, a limit that store cannot apply is a mistake too (the store is not contacted).",
+			"With --store, a limit that store cannot apply is a mistake too (the store is not contacted).\n" +
+			"With --identity, checks that identity file too (or alone, given no rules), and warns of\n" +
+			"settings that leave a way around the limits, such as requests that yield no descriptor.",
 		Flags: fs,
 		Exec: func(_ context.Context, args []string) error {
 			path := getenv(envKey("rules"))
@@ -33,14 +39,21 @@ func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Comm
 				path = args[0]
 			case len(args) > 1:
 				return usageError("check: want one FILE or DIR, got %d arguments", len(args))
-			case path == "":
+			case path == "" && identityPath == "":
 				return usageError("check: want a FILE or DIR")
+			}
+			var domain string
+			if identityPath != "" {
+				var err error
+				if domain, err = checkIdentity(identityPath, stdout, stderr); err != nil || path == "" {
+					return err
+				}
 			}
 			limits, err := limitCheck(c.store)
 			if err != nil {
 				return usageError("check: %v", err)
 			}
-			return check(c.loader(), path, limits, stdout, stderr)
+			return check(c.loader(), path, limits, domain, stdout, stderr)
 		},
 	}
 }
@@ -49,7 +62,7 @@ func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Comm
 // unless it is nil (the store's veto, as serve applies it), and reports
 // each mistake on its own line of stderr as file:line: message, or a
 // summary of the rules on stdout.
-func check(ld rules.Loader, path string, limits func(sluice.Limit) error, stdout, stderr io.Writer) error {
+func check(ld rules.Loader, path string, limits func(sluice.Limit) error, domain string, stdout, stderr io.Writer) error {
 	set, err := ld.Load(path)
 	if err == nil {
 		err = set.Check(limits)
@@ -58,6 +71,9 @@ func check(ld rules.Loader, path string, limits func(sluice.Limit) error, stdout
 		var es rules.Errors
 		if !errors.As(err, &es) {
 			return err
+		}
+		if _, ierr := identity.Load(path); ierr == nil {
+			return &exitError{code: 1, msg: fmt.Sprintf("check %s: an identity file, not rules: check it with sluice check --identity %s", path, path)}
 		}
 		for _, e := range es {
 			fmt.Fprintln(stderr, e.Error())
@@ -69,6 +85,30 @@ func check(ld rules.Loader, path string, limits func(sluice.Limit) error, stdout
 		return &exitError{code: 1, msg: fmt.Sprintf("check %s: %d %s", path, len(es), noun)}
 	}
 	domains := set.Domains()
+	if domain != "" && !slices.Contains(domains, domain) {
+		fmt.Fprintf(stderr, "warning: %s: no rules for the identity file's domain %s: every request passes\n", path, domain)
+	}
 	fmt.Fprintf(stdout, "%s: ok: %d domain(s): %s (version %s)\n", path, len(domains), strings.Join(domains, ", "), set.Version())
 	return nil
+}
+
+// checkIdentity checks the identity file at path: its mistakes as
+// file:line: message on stderr (then an exitError), its warnings as
+// "warning: file:line: ...", and a summary on stdout. It returns the
+// file's domain.
+func checkIdentity(path string, stdout, stderr io.Writer) (string, error) {
+	c, ws, err := identity.LintFile(path)
+	if err != nil {
+		var ce *identity.ConfigError
+		if !errors.As(err, &ce) {
+			return "", err
+		}
+		fmt.Fprintln(stderr, ce.Error())
+		return "", &exitError{code: 1, msg: fmt.Sprintf("check %s: 1 mistake", path)}
+	}
+	for _, w := range ws {
+		fmt.Fprintf(stderr, "warning: %v\n", w)
+	}
+	fmt.Fprintf(stdout, "%s: ok: identity for domain %s, %d rate limit(s), %d warning(s)\n", path, c.Domain, len(c.RateLimits), len(ws))
+	return c.Domain, nil
 }

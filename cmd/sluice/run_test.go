@@ -24,6 +24,25 @@ descriptors:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	jwtOnly := filepath.Join(dir, "jwt-only.yaml")
+	if err := os.WriteFile(jwtOnly, []byte(`domain: api
+forward_auth_headers: X-Forwarded
+jwt: {algorithm: HS256, key: "0123456789abcdef0123456789abcdef"}
+rate_limits:
+  - actions:
+      - jwt_claim: {claim: sub, descriptor_key: user}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badIdentity := filepath.Join(dir, "bad-identity.yaml")
+	if err := os.WriteFile(badIdentity, []byte("domain: api\nforwarded_header: X-Client-IP\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	otherDomain := filepath.Join(dir, "other-domain.yaml")
+	if err := os.WriteFile(otherDomain, []byte("domain: web\nforward_auth_headers: X-Original\nrate_limits: [{actions: [{remote_address: {}}]}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const exampleIdentity = "../../examples/nginx/identity.yaml"
 	tests := []struct {
 		name    string
 		args    []string
@@ -31,12 +50,22 @@ descriptors:
 		code    int // 0: success
 		stdout  string
 		stderrs []string // lines of stderr, as prefixes
+		err     string   // in the error run returns
 	}{
 		{name: "example rules", args: []string{"check", exampleRules}, stdout: "ok: 1 domain(s): api"},
 		{name: "rules from the environment", args: []string{"check"}, env: env("SLUICE_RULES=" + exampleRules), stdout: "ok: 1 domain(s): api"},
 		{name: "broken file", args: []string{"check", broken}, code: 1, stderrs: []string{broken + ":4: ", broken + ":6: "}},
 		{name: "missing file", args: []string{"check", filepath.Join(dir, "nope.yaml")}, code: 1},
 		{name: "file above --max-rules-size", args: []string{"check", "--max-rules-size", "100", exampleRules}, code: 1, stderrs: []string{exampleRules + ": too large: "}},
+		{name: "identity alone", args: []string{"check", "--identity", exampleIdentity}, stdout: exampleIdentity + ": ok: identity for domain api, 3 rate limit(s), 0 warning(s)"},
+		{name: "identity and rules", args: []string{"check", "--identity", exampleIdentity, exampleRules}, stdout: "ok: 1 domain(s): api"},
+		{name: "identity whose requests can yield no descriptor", args: []string{"check", "--identity", jwtOnly}, stdout: "2 warning(s)",
+			stderrs: []string{"warning: " + jwtOnly + ":4: rate_limits: a request can yield no descriptor and pass unlimited (rate_limits[0] needs a verified token with claim sub)", "warning: " + jwtOnly + ":3: jwt.require: tokens without exp"}},
+		{name: "invalid identity", args: []string{"check", "--identity", badIdentity, exampleRules}, code: 1, stderrs: []string{badIdentity + ":2: forwarded_header: want X-Forwarded-For, Forwarded or X-Real-IP"}},
+		{name: "identity for a domain without rules", args: []string{"check", "--identity", otherDomain, exampleRules}, stdout: "ok: 1 domain(s): api",
+			stderrs: []string{"warning: " + exampleRules + ": no rules for the identity file's domain web: every request passes"}},
+		{name: "an identity file given as rules", args: []string{"check", exampleIdentity}, code: 1,
+			err: "an identity file, not rules: check it with sluice check --identity " + exampleIdentity},
 		{name: "no path", args: []string{"check"}, code: 2},
 		{name: "two paths", args: []string{"check", "a", "b"}, code: 2},
 	}
@@ -51,6 +80,9 @@ descriptors:
 			err := run(context.Background(), tt.args, getenv, &stdout, &stderr)
 			if got := exitCode(err); got != tt.code {
 				t.Fatalf("exit code %d (%v), want %d; stderr:\n%s", got, err, tt.code, &stderr)
+			}
+			if tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
+				t.Errorf("error %v, want it to contain %q", err, tt.err)
 			}
 			if !strings.Contains(stdout.String(), tt.stdout) {
 				t.Errorf("stdout %q does not contain %q", &stdout, tt.stdout)
