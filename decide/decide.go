@@ -134,6 +134,9 @@ type batch struct {
 	// span[i] is the range of descriptor i in reqs.
 	span []span
 	key  []byte
+	// blocked are the limits that deny every request (rules.Limit.Block),
+	// decided without the store.
+	blocked []ref
 }
 
 type span struct {
@@ -143,7 +146,7 @@ type span struct {
 
 // reset empties b for a request of n descriptors.
 func (b *batch) reset(n int) {
-	b.reqs, b.refs, b.ds = b.reqs[:0], b.refs[:0], b.ds[:0]
+	b.reqs, b.refs, b.ds, b.blocked = b.reqs[:0], b.refs[:0], b.ds[:0], b.blocked[:0]
 	if cap(b.span) < n {
 		b.span = make([]span, n)
 	}
@@ -218,6 +221,9 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	b.reset(n)
 	s.collect(b, r, resp, replaces)
 	if len(b.reqs) == 0 {
+		if block(resp, b) {
+			resp.Overall = OverLimit
+		}
 		return resp, nil
 	}
 	if cap(b.ds) < len(b.reqs) {
@@ -236,6 +242,16 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	for main < len(b.refs) && !b.span[b.refs[main].desc].shadow {
 		main++
 	}
+	for _, br := range b.blocked {
+		if !resp.Statuses[br.desc].Shadow {
+			// A blocking limit denies the request: the others only report
+			// what is left, as when a limit of the TakeAll denies.
+			for k := range b.reqs[:main] {
+				b.reqs[k].Cost = 0
+			}
+			break
+		}
+	}
 	if main > 0 {
 		s.take(ctx, tctx, resp, b, 0, main, false)
 	}
@@ -244,12 +260,33 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 		s.take(ctx, tctx, resp, b, lo, hi, true)
 		lo = hi
 	}
+	block(resp, b)
 	for i := range resp.Statuses {
 		if resp.Statuses[i].Code == OverLimit {
 			resp.Overall = OverLimit
 		}
 	}
 	return resp, nil
+}
+
+// block writes the statuses of the descriptors whose limit denies every
+// request (rules.Limit.Block, Envoy's requests_per_unit: 0): over the
+// limit, nothing remaining, retry after the limit's period; in shadow mode
+// OK and ShadowOverLimit. It reports whether any enforcing descriptor was
+// blocked.
+func block(resp *Response, b *batch) bool {
+	denied := false
+	for _, br := range b.blocked {
+		st := &resp.Statuses[br.desc]
+		p := br.limit.Limit.Period
+		st.Limit, st.Decision = br.limit, sluice.Decision{ResetAfter: p, RetryAfter: p}
+		if st.Shadow {
+			st.Code, st.ShadowOverLimit = OK, true
+			continue
+		}
+		st.Code, denied = OverLimit, true
+	}
+	return denied
 }
 
 // release returns b to the pool without the keys and limits it refers to.
@@ -303,6 +340,10 @@ func (s *Service) collect(b *batch, r *Request, resp *Response, replaces bool) {
 			client := -1 // end of the client part in b.key
 			for _, l := range rule.Limits {
 				if l.Unlimited || (replaces && replaced(l, resp)) {
+					continue
+				}
+				if l.Block {
+					b.blocked = append(b.blocked, ref{desc: i, limit: l})
 					continue
 				}
 				if client < 0 {

@@ -11,10 +11,11 @@ import (
 // limit as stated (Limit.Limit), and returns the refusals as Errors, each
 // "file:line: limit ...: why", ordered by file and line (at most 99 of
 // them, then a line that says how many more); nil when check accepts them
-// all. Unlimited limits are not checked. check is typically a
-// store's sluice.LimitChecker.CheckLimit, so that a rules set with a limit
-// the store cannot apply is refused before it is put in force rather than
-// failing on every decision; a nil check accepts everything.
+// all. Unlimited and blocking limits, which no store takes, are not
+// checked. check is typically a store's sluice.LimitChecker.CheckLimit, so
+// that a rules set with a limit the store cannot apply is refused before it
+// is put in force rather than failing on every decision; a nil check
+// accepts everything.
 func (s *Set) Check(check func(sluice.Limit) error) error {
 	if s == nil || check == nil {
 		return nil
@@ -30,8 +31,8 @@ func (s *Set) Check(check func(sluice.Limit) error) error {
 	walk = func(rules []*Rule) {
 		for _, r := range rules {
 			for _, l := range r.Limits {
-				if l.Unlimited {
-					continue
+				if l.Unlimited || l.Block {
+					continue // never taken from a store
 				}
 				e := l.Enforced()
 				if err := check(e); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/store/memory"
@@ -103,5 +104,116 @@ descriptors:
 		if got := admitted(s.user, s.send); got != s.want {
 			t.Errorf("step %d (%v, %s sends %d): %d admitted, want %d", i, s.at, s.user, s.send, got, s.want)
 		}
+	}
+}
+
+// countingStore counts the requests that reach the store it wraps.
+type countingStore struct {
+	sluice.Store
+	reqs atomic.Int64
+}
+
+func (c *countingStore) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
+	c.reqs.Add(1)
+	return c.Store.Take(ctx, key, l, cost)
+}
+
+func (c *countingStore) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	c.reqs.Add(int64(len(reqs)))
+	return c.Store.TakeAll(ctx, reqs, ds)
+}
+
+// TestBlockingLimit loads Envoy's requests_per_unit: 0 (block a client)
+// and decides with the real decide and memory store: the blocked client is
+// always over the limit without a store call, even while the store is
+// down (fail open), other clients are counted as usual, a request blocked
+// by one descriptor consumes nothing of its others, and in shadow mode a
+// block only reports that it would deny.
+func TestBlockingLimit(t *testing.T) {
+	t.Parallel()
+	set, err := rules.Parse("rules.yaml", []byte(`
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: user
+    value: mallory
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	mc := memory.DefaultConfig()
+	mc.Now = func() time.Time { return t0 }
+	mem, err := memory.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &countingStore{Store: mem}
+	dc := decide.DefaultConfig()
+	dc.Rules = func() *rules.Set { return set }
+	dc.Store = st
+	dc.Now = func() time.Time { return t0 }
+	dc.Logger = slog.New(slog.DiscardHandler)
+	svc, err := decide.New(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(descs ...[]decide.Entry) *decide.Response {
+		t.Helper()
+		r := &decide.Request{Domain: "edge"}
+		for _, es := range descs {
+			r.Descriptors = append(r.Descriptors, decide.Descriptor{Entries: es, Cost: 1})
+		}
+		resp, err := svc.Decide(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	ip := func(a string) []decide.Entry { return []decide.Entry{{Key: "remote_address", Value: a}} }
+	user := func(u string) []decide.Entry { return []decide.Entry{{Key: "user", Value: u}} }
+
+	for i := range 3 {
+		resp := ask(ip("50.0.0.5"))
+		s := resp.Statuses[0]
+		if resp.Overall != decide.OverLimit || s.Limit == nil || !s.Limit.Block || s.Decision.RetryAfter != time.Second {
+			t.Errorf("blocked IP, request %d: %v %+v; want OVER_LIMIT by the blocking limit, retry after 1s", i, resp.Overall, s)
+		}
+	}
+	if n := st.reqs.Load(); n != 0 {
+		t.Errorf("%d store requests for a blocked client, want 0", n)
+	}
+	// Another IP and a user beside the blocked IP: the request is denied
+	// and consumes nothing, so the user still has both of a minute's 2.
+	if resp := ask(user("alice"), ip("50.0.0.5")); resp.Overall != decide.OverLimit || resp.Statuses[0].Code != decide.OK {
+		t.Errorf("alice with the blocked IP: %v, statuses %+v; want OVER_LIMIT with alice's own OK", resp.Overall, resp.Statuses)
+	}
+	for i, want := range []decide.Code{decide.OK, decide.OK, decide.OverLimit} {
+		if got := ask(user("alice"), ip("10.0.0.1")).Overall; got != want {
+			t.Errorf("alice, request %d: %v, want %v", i, got, want)
+		}
+	}
+	// Shadow mode: OK, and the status says it would have been denied.
+	resp := ask(user("mallory"))
+	if s := resp.Statuses[0]; resp.Overall != decide.OK || !s.Shadow || !s.ShadowOverLimit {
+		t.Errorf("mallory in shadow mode: %v %+v; want OK with ShadowOverLimit", resp.Overall, s)
+	}
+	// The store down, fail open: the block holds, other clients pass.
+	if err := mem.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ask(ip("50.0.0.5")).Overall; got != decide.OverLimit {
+		t.Errorf("blocked IP with the store down: %v, want OVER_LIMIT", got)
+	}
+	if resp := ask(ip("10.0.0.9")); resp.Overall != decide.OK || resp.Mode != decide.ModeOpen {
+		t.Errorf("another IP with the store down: %v in mode %v, want OK in fail_open", resp.Overall, resp.Mode)
 	}
 }

@@ -7,15 +7,29 @@ import (
 	"strings"
 )
 
-// Error is one mistake in a rules file, at a line of it.
+// Error is one mistake in rules: at a line of a rules file, or, in rules
+// given as Go values (NewSet), at a path.
 type Error struct {
-	File string
-	Line int // 1-based; 0 when the mistake is the file's as a whole
+	File string // "" for Go values
+	Line int    // 1-based; 0 when the mistake is the file's as a whole, or there is no file
+	// Path places the mistake by what it is in: the domain, then each
+	// descriptor down to it as key or key=value, then rate_limit or
+	// rate_limits[i], joined by /: "api/user/path=/login/rate_limits[1]".
+	// Set for every mistake the schema finds, whether from a file or from
+	// Go values; empty for mistakes of the YAML itself.
+	Path string
 	Msg  string
 }
 
-// Error returns "file:line: msg", or "file: msg" without a line.
+// Error returns "file:line: msg", or "file: msg" without a line, or
+// "path: msg" without a file.
 func (e *Error) Error() string {
+	if e.File == "" {
+		if e.Path == "" {
+			return e.Msg
+		}
+		return e.Path + ": " + e.Msg
+	}
 	if e.Line <= 0 {
 		return e.File + ": " + e.Msg
 	}

@@ -48,14 +48,14 @@ func ExampleParse_errors() {
 domain: api
 descriptors:
   - key: user
-    rate_limit: {unit: fortnight, requests_per_unit: 0}
+    rate_limit: {unit: fortnight, requests_per_unit: -1}
   - key: user
     rate_limit: {unit: second, requests_per_unit: 5, burst: 10}
 `))
 	fmt.Println(err)
 	// Output:
 	// rules.yaml:5: unit: unknown unit "fortnight" (want second, minute, hour, day, week, month or year)
-	// rules.yaml:5: requests_per_unit: must be at least 1, got 0
+	// rules.yaml:5: requests_per_unit: must be at least 0 (0 denies every request), got -1
 	// rules.yaml:6: duplicate descriptor key "user" without value (first at line 4)
 	// rules.yaml:7: burst: fixed_window has no burst; use token_bucket, leaky_bucket or gcra
 }

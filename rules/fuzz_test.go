@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -48,6 +49,17 @@ func FuzzLoad(f *testing.F) {
 			return
 		}
 		checkValid(t, s)
+		// The same document as Go values, decoded by the yaml package's
+		// own decoder where it can, builds the same rules.
+		if specs, err := decodeSpecs(data); err == nil && len(specs) == len(s.Domains()) {
+			g, err := NewSet(specs...)
+			if err != nil {
+				t.Fatalf("NewSet of the file's specs: %v", err)
+			}
+			if got, want := rendered(t, g), rendered(t, s); !reflect.DeepEqual(got, want) {
+				t.Fatalf("NewSet renders\n%v\nthe file\n%v", got, want)
+			}
+		}
 		if len(s.Domains()) == 0 {
 			t.Fatal("a Set without domains")
 		}

@@ -49,6 +49,11 @@ type Limit struct {
 	// Unlimited is Envoy's `unlimited: true`: the descriptor matches and is
 	// never limited.
 	Unlimited bool
+	// Block is Envoy's `requests_per_unit: 0`: every request is over the
+	// limit and nothing is counted. Limit then holds the algorithm and
+	// period with a zero Rate, which is not a valid sluice.Limit: a
+	// blocking limit is never taken from a store.
+	Block bool
 	// Throttling and ExceedPercent are sluice's `throttling` and
 	// `exceed_percent`. ExceedPercent is at least 1 with Soft and 0 with
 	// Hard; Limit scaled by (100 + ExceedPercent)/100 still validates.
@@ -99,6 +104,7 @@ type limitJSON struct {
 	ID              string     `json:"id"`
 	Name            string     `json:"name,omitempty"`
 	Unlimited       bool       `json:"unlimited,omitempty"`
+	Block           bool       `json:"block,omitempty"`
 	Unit            string     `json:"unit,omitempty"`
 	UnitMultiplier  int64      `json:"unit_multiplier,omitempty"`
 	RequestsPerUnit int64      `json:"requests_per_unit,omitempty"`
@@ -111,11 +117,12 @@ type limitJSON struct {
 	Line            int        `json:"line"`
 }
 
-// MarshalJSON renders l with the rules file's field names, plus its ID and
-// its period as a Go duration ("5m0s").
+// MarshalJSON renders l with the rules file's field names, plus its ID,
+// its period as a Go duration ("5m0s") and block: true when it denies
+// every request (requests_per_unit 0, left out).
 func (l *Limit) MarshalJSON() ([]byte, error) {
 	v := limitJSON{
-		ID: l.ID, Name: l.Name, Unlimited: l.Unlimited, Throttling: l.Throttling,
+		ID: l.ID, Name: l.Name, Unlimited: l.Unlimited, Block: l.Block, Throttling: l.Throttling,
 		ExceedPercent: l.ExceedPercent, Replaces: l.Replaces, Line: l.Line,
 	}
 	if !l.Unlimited {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 )
 
@@ -34,6 +33,11 @@ type Loader struct {
 	// MaxTotalBytes caps the sizes of all the rules files of a directory
 	// together. Zero or negative means DefaultMaxTotalBytes (64 MiB).
 	MaxTotalBytes int64
+	// MergeDomains lets one domain be stated in several documents or
+	// files, as Envoy's ratelimit does with MERGE_DOMAIN_CONFIG: their
+	// top-level descriptors are joined, in file order, and must not repeat
+	// a key and value. False (the default) refuses a repeated domain.
+	MergeDomains bool
 }
 
 // maxFile returns the cap on one file, the default when unset.
@@ -78,7 +82,7 @@ func (ld Loader) Load(path string) (*Set, error) {
 	if len(srcs) == 0 {
 		return nil, Errors{{File: path, Msg: "no rules: the directory has no *.yaml or *.yml files"}}
 	}
-	return build(srcs)
+	return ld.build(srcs)
 }
 
 // Parse reads one rules file's contents; name stands for the file in
@@ -92,7 +96,7 @@ func (ld Loader) Parse(name string, data []byte) (*Set, error) {
 	if int64(len(data)) > ld.maxFile() {
 		return nil, Errors{ld.tooLarge(name, int64(len(data)))}
 	}
-	return build([]source{{name, data}})
+	return ld.build([]source{{name, data}})
 }
 
 // tooLarge is the Error of a file of size bytes above the cap; size is
@@ -200,30 +204,28 @@ func isRulesFile(name string) bool {
 }
 
 // build decodes and validates srcs into a Set.
-func build(srcs []source) (*Set, error) {
+func (ld Loader) build(srcs []source) (*Set, error) {
 	var errs Errors
-	s := &Set{domains: map[string]*domain{}}
+	var parsed []*parsedDomain
 	h := sha256.New()
 	for _, src := range srcs {
 		fmt.Fprintf(h, "%d:%s%d:", len(src.name), src.name, len(src.data))
 		h.Write(src.data)
-		for _, p := range decodeFile(src, &errs) {
-			if first, dup := s.domains[p.name]; dup {
-				errs = append(errs, &Error{File: p.file, Line: p.line,
-					Msg: fmt.Sprintf("duplicate domain %q (first at %s:%d)", p.name, first.file, first.line)})
-				continue
+		specs, c := decodeFile(src, &errs)
+		for _, ds := range specs {
+			if c.rp.over {
+				break
 			}
-			d := &domain{name: p.name, file: p.file, line: p.line, rules: p.rules}
-			d.root.index(d.rules)
-			s.domains[p.name] = d
-			s.names = append(s.names, p.name)
+			if p := c.domain(ds, ""); p != nil {
+				parsed = append(parsed, p)
+			}
 		}
 	}
+	s := assemble(parsed, ld.MergeDomains, &errs)
 	if len(errs) > 0 {
 		errs.sort()
 		return nil, errs
 	}
-	slices.Sort(s.names)
 	s.version = hex.EncodeToString(h.Sum(nil)[:8])
 	return s, nil
 }

@@ -136,7 +136,13 @@ func checkValid(t *testing.T, s *Set) {
 				if l.Unlimited {
 					continue
 				}
-				if err := l.Limit.Validate(); err != nil {
+				if l.Block {
+					one := l.Limit
+					one.Rate = 1
+					if l.Limit.Rate != 0 || l.Limit.Burst != 0 || l.Throttling != Hard || one.Validate() != nil {
+						t.Errorf("%s: blocking limit %v: want a zero rate and burst, hard throttling and a valid period", r.Path, l.Limit)
+					}
+				} else if err := l.Limit.Validate(); err != nil {
 					t.Errorf("%s: limit %v does not validate: %v", r.Path, l.Limit, err)
 				}
 				if want := unitLengths[l.Unit] * time.Duration(l.UnitMultiplier); l.Period() != want || want == 0 {
@@ -487,4 +493,51 @@ func TestSizeCaps(t *testing.T) {
 	write(t, filepath.Join(sdir, "b.yaml"), string(padded(201, false)))
 	_, err = Loader{MaxFileBytes: 200, MaxTotalBytes: 1000}.Load(sdir)
 	wantCap(t, err, filepath.Join(sdir, "b.yaml"), "201 bytes, above the cap of 200 bytes on one rules file")
+}
+
+// TestMergeDomains splits one domain over several files, as Envoy's
+// MERGE_DOMAIN_CONFIG allows: refused by default, joined with
+// Loader.MergeDomains (limits of either file may replace the other's), and
+// a descriptor stated in two files refused with both places named.
+func TestMergeDomains(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.yaml"), "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {name: per_user, unit: second, requests_per_unit: 5}\n")
+	write(t, filepath.Join(dir, "b.yaml"), "domain: api\ndescriptors:\n  - key: user\n    value: bob\n    rate_limit: {unit: second, requests_per_unit: 50, replaces: [{name: per_user}]}\n---\ndomain: web\n")
+
+	_, err := Load(dir)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "b.yaml")+`:1: duplicate domain "api" (first at `+filepath.Join(dir, "a.yaml")+":1)") {
+		t.Errorf("Load without merging: %v, want a duplicate domain", err)
+	}
+	s, err := Loader{MergeDomains: true}.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkValid(t, s)
+	if got := strings.Join(s.Domains(), ","); got != "api,web" {
+		t.Errorf("Domains() = %s", got)
+	}
+	for user, rate := range map[string]int64{"alice": 5, "bob": 50} {
+		r, err := s.Match("api", []Entry{{"user", user}})
+		if err != nil || r == nil || r.Limits[0].Limit.Rate != rate {
+			t.Errorf("Match(user=%s) = %v, %v; want the %d/s rule", user, r, err, rate)
+		}
+	}
+
+	write(t, filepath.Join(dir, "c.yml"), "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 9}\n")
+	_, err = Loader{MergeDomains: true}.Load(dir)
+	if err == nil || err.Error() != filepath.Join(dir, "c.yml")+`:3: duplicate descriptor key "user" without value in domain "api" (first at `+filepath.Join(dir, "a.yaml")+":3)" {
+		t.Errorf("Load with a descriptor in two files: %v", err)
+	}
+
+	g, err := Loader{MergeDomains: true}.NewSet(
+		DomainSpec{Domain: "api", Descriptors: []DescriptorSpec{{Key: "user", RateLimit: &RateLimitSpec{Unit: "second", RequestsPerUnit: 5}}}},
+		DomainSpec{Domain: "api", Descriptors: []DescriptorSpec{{Key: "ip", RateLimit: &RateLimitSpec{Unit: "second", RequestsPerUnit: 7}}}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := g.Match("api", []Entry{{"ip", "1.2.3.4"}}); r == nil || r.Limits[0].Limit.Rate != 7 {
+		t.Errorf("NewSet with merging: Match(ip) = %v", r)
+	}
 }

@@ -3,9 +3,12 @@
 // and validated with file:line errors, and matches request descriptors to
 // their limits.
 //
-// Load reads a file or a directory into an immutable Set; Set.Match finds
-// the rule of a descriptor with Envoy's semantics; a Watcher reloads the
-// rules when their files change and keeps the last good Set in force.
+// Load reads a file or a directory into an immutable Set, and NewSet builds
+// one from Go values (DomainSpec, the schema of a rules document) with the
+// same validation: yaml.go is the YAML plumbing, schema.go the schema and
+// its checks that every source goes through. Set.Match finds the rule of a
+// descriptor with Envoy's semantics; a Watcher reloads the rules when their
+// files change and keeps the last good Set in force.
 package rules
 
 import (
@@ -36,6 +39,15 @@ type Rule struct {
 	// ShadowMode is Envoy's shadow_mode: the limits are taken and counted,
 	// but the answer is always OK.
 	ShadowMode bool
+	// QuotaMode is Envoy's quota_mode: a request over this descriptor's
+	// limit is denied only if every quota-mode descriptor of the request is
+	// over its limit (and no other descriptor denies it).
+	QuotaMode bool
+	// Metadata is Envoy's metadata of the descriptor, JSON-like data (see
+	// DescriptorSpec) that Envoy's ratelimit returns in a response's
+	// dynamic metadata; nil when the rules state none. It must not be
+	// modified.
+	Metadata map[string]any
 	// DetailedMetric is Envoy's detailed_metric: metrics of this
 	// descriptor name the request's values at every level (see
 	// AppendMetricKey).
@@ -58,10 +70,11 @@ type Rule struct {
 	// dots ("messaging.message_type_marketing.to_number").
 	Path string
 
-	depth int     // 0 at the top level
-	path  []*Rule // the rules from the top level down to this one
-	glob  glob    // the compiled Value when it holds a *
-	sub   level   // lookup tables of Descriptors
+	errPath string  // the rule's Error.Path
+	depth   int     // 0 at the top level
+	path    []*Rule // the rules from the top level down to this one
+	glob    glob    // the compiled Value when it holds a *
+	sub     level   // lookup tables of Descriptors
 }
 
 // Depth returns how many entries a descriptor needs to land on r: 1 for a

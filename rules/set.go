@@ -135,16 +135,18 @@ func (s *Set) Version() string {
 
 // ruleJSON is how a Rule shows in the rules in force.
 type ruleJSON struct {
-	Key            string     `json:"key"`
-	Value          string     `json:"value,omitempty"`
-	Path           string     `json:"path"`
-	Line           int        `json:"line"`
-	Limits         []*Limit   `json:"limits,omitempty"`
-	ShadowMode     bool       `json:"shadow_mode,omitempty"`
-	DetailedMetric bool       `json:"detailed_metric,omitempty"`
-	ValueToMetric  bool       `json:"value_to_metric,omitempty"`
-	ShareThreshold bool       `json:"share_threshold,omitempty"`
-	Descriptors    []ruleJSON `json:"descriptors,omitempty"`
+	Key            string         `json:"key"`
+	Value          string         `json:"value,omitempty"`
+	Path           string         `json:"path"`
+	Line           int            `json:"line"`
+	Limits         []*Limit       `json:"limits,omitempty"`
+	ShadowMode     bool           `json:"shadow_mode,omitempty"`
+	QuotaMode      bool           `json:"quota_mode,omitempty"`
+	Metadata       map[string]any `json:"metadata,omitempty"`
+	DetailedMetric bool           `json:"detailed_metric,omitempty"`
+	ValueToMetric  bool           `json:"value_to_metric,omitempty"`
+	ShareThreshold bool           `json:"share_threshold,omitempty"`
+	Descriptors    []ruleJSON     `json:"descriptors,omitempty"`
 }
 
 type domainJSON struct {
@@ -159,7 +161,7 @@ func rulesJSON(rules []*Rule) []ruleJSON {
 	for i, r := range rules {
 		out[i] = ruleJSON{
 			Key: r.Key, Value: r.Value, Path: r.Path, Line: r.Line, Limits: r.Limits,
-			ShadowMode: r.ShadowMode, DetailedMetric: r.DetailedMetric,
+			ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode, Metadata: r.Metadata, DetailedMetric: r.DetailedMetric,
 			ValueToMetric: r.ValueToMetric, ShareThreshold: r.ShareThreshold,
 			Descriptors: rulesJSON(r.Descriptors),
 		}

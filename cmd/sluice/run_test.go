@@ -20,7 +20,7 @@ descriptors:
   - key: user
     rate_limit: {unit: fortnight, requests_per_unit: 5}
   - key: ip
-    rate_limit: {unit: second, requests_per_unit: 0}
+    rate_limit: {unit: second, requests_per_unit: -1}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,782 @@
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// DomainSpec is one domain's rules as data: the schema of a document of a
+// rules file (Envoy ratelimit's format with sluice's extensions). Load
+// decodes rules files into it and NewSet takes it as Go values; both go
+// through the same validation. The json and yaml tags name the fields as
+// rules files do, so a DomainSpec marshalled as JSON or YAML is a rules
+// document that loads into the same rules, and a rules database can keep
+// its rules in this form.
+type DomainSpec struct {
+	Domain      string           `json:"domain" yaml:"domain"`
+	Descriptors []DescriptorSpec `json:"descriptors,omitempty" yaml:"descriptors,omitempty"`
+}
+
+// DescriptorSpec is one descriptor of a DomainSpec; Rule describes what
+// each field means. At most one of RateLimit and RateLimits is set.
+type DescriptorSpec struct {
+	Key            string           `json:"key" yaml:"key"`
+	Value          string           `json:"value,omitempty" yaml:"value,omitempty"`
+	RateLimit      *RateLimitSpec   `json:"rate_limit,omitempty" yaml:"rate_limit,omitempty"`
+	RateLimits     []RateLimitSpec  `json:"rate_limits,omitempty" yaml:"rate_limits,omitempty"`
+	Descriptors    []DescriptorSpec `json:"descriptors,omitempty" yaml:"descriptors,omitempty"`
+	ShadowMode     bool             `json:"shadow_mode,omitempty" yaml:"shadow_mode,omitempty"`
+	QuotaMode      bool             `json:"quota_mode,omitempty" yaml:"quota_mode,omitempty"`
+	DetailedMetric bool             `json:"detailed_metric,omitempty" yaml:"detailed_metric,omitempty"`
+	ValueToMetric  bool             `json:"value_to_metric,omitempty" yaml:"value_to_metric,omitempty"`
+	ShareThreshold bool             `json:"share_threshold,omitempty" yaml:"share_threshold,omitempty"`
+	// Metadata is Envoy's metadata: data of the JSON kinds (maps with
+	// string keys, lists, strings, numbers, booleans and nil), kept with
+	// the rule for the transport to return.
+	Metadata map[string]any `json:"metadata,omitempty" yaml:"metadata,omitempty"`
+}
+
+// RateLimitSpec is one limit of a DescriptorSpec; Limit describes what
+// each field means. A zero field other than RequestsPerUnit means its
+// default: Algorithm fixed_window, Burst the rate, UnitMultiplier 1,
+// Throttling hard. RequestsPerUnit 0 is Envoy's: every request is denied.
+type RateLimitSpec struct {
+	Unit            string        `json:"unit,omitempty" yaml:"unit,omitempty"`
+	RequestsPerUnit int64         `json:"requests_per_unit" yaml:"requests_per_unit"`
+	Unlimited       bool          `json:"unlimited,omitempty" yaml:"unlimited,omitempty"`
+	Name            string        `json:"name,omitempty" yaml:"name,omitempty"`
+	Replaces        []ReplaceSpec `json:"replaces,omitempty" yaml:"replaces,omitempty"`
+	Algorithm       string        `json:"algorithm,omitempty" yaml:"algorithm,omitempty"`
+	Burst           int64         `json:"burst,omitempty" yaml:"burst,omitempty"`
+	UnitMultiplier  int64         `json:"unit_multiplier,omitempty" yaml:"unit_multiplier,omitempty"`
+	Throttling      string        `json:"throttling,omitempty" yaml:"throttling,omitempty"`
+	ExceedPercent   int64         `json:"exceed_percent,omitempty" yaml:"exceed_percent,omitempty"`
+}
+
+// ReplaceSpec names a limit that a RateLimitSpec replaces (Envoy's
+// replaces: [{name: ...}]).
+type ReplaceSpec struct {
+	Name string `json:"name" yaml:"name"`
+}
+
+// NewSet builds a Set from Go values with the validation Load applies to
+// rules files (see Loader.NewSet).
+func NewSet(domains ...DomainSpec) (*Set, error) { return Loader{}.NewSet(domains...) }
+
+// NewSet builds a Set from Go values, validated as Load validates rules
+// files; with ld.MergeDomains a domain may come in several parts. Mistakes
+// are returned all at once as Errors whose Path locates each (the domain,
+// then key=value of each descriptor down to it); File and Line are empty.
+// The Set's Version is a digest of domains.
+func (ld Loader) NewSet(domains ...DomainSpec) (*Set, error) {
+	var errs Errors
+	rp := &report{errs: &errs}
+	c := &checker{rp: rp}
+	var parsed []*parsedDomain
+	for i := range domains {
+		if rp.over {
+			break
+		}
+		if p := c.domain(&domains[i], fmt.Sprintf("domains[%d]", i)); p != nil {
+			parsed = append(parsed, p)
+		}
+	}
+	s := assemble(parsed, ld.MergeDomains, &errs)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	b, err := json.Marshal(domains)
+	if err != nil { // the checker refused what JSON cannot hold
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	s.version = hex.EncodeToString(sum[:8])
+	return s, nil
+}
+
+// report collects the mistakes of one source (a rules file, or the Go
+// values of one NewSet call), up to maxErrors of them.
+type report struct {
+	file string // "" for Go values
+	errs *Errors
+	n    int  // mistakes found in the source
+	over bool // too many mistakes, or too large: stop
+}
+
+// maxErrors bounds the mistakes reported for one source.
+const maxErrors = 100
+
+// add reports a mistake at line of the file (0: the file as a whole), or
+// at path for Go values.
+func (rp *report) add(line int, path, msg string) {
+	if rp.over {
+		return
+	}
+	rp.n++
+	switch {
+	case rp.n < maxErrors:
+		e := &Error{File: rp.file, Line: line, Path: path, Msg: msg}
+		if rp.file == "" {
+			e.Line = 0
+		}
+		*rp.errs = append(*rp.errs, e)
+	case rp.n == maxErrors:
+		*rp.errs = append(*rp.errs, &Error{File: rp.file, Msg: fmt.Sprintf("more than %d mistakes; the rest are not shown", maxErrors-1)})
+		rp.over = true
+	}
+}
+
+// spot is where a mapping of a rules file is: its line, the lines of its
+// keys and values, and which fields the YAML decoder found wrong (and
+// reported) before the schema saw them.
+type spot struct {
+	line   int
+	keys   map[string][2]int // field: key line, value line
+	bad    map[string]bool   // fields already reported
+	broken bool              // a mistake inside the mapping itself was reported
+}
+
+// checker validates specs and builds the rules they describe. spots, set
+// by the YAML decoder, place each spec in its file; without them (Go
+// values) mistakes are placed by path.
+type checker struct {
+	rp    *report
+	spots map[any]*spot
+}
+
+// spot returns the spot of a spec, nil for Go values.
+func (c *checker) spot(owner any) *spot {
+	if c.spots == nil {
+		return nil
+	}
+	return c.spots[owner]
+}
+
+// line returns the line of field's value in owner's mapping, or of the
+// mapping when field is "" or absent.
+func (c *checker) line(owner any, field string) int {
+	sp := c.spot(owner)
+	if sp == nil {
+		return 0
+	}
+	if l, ok := sp.keys[field]; ok {
+		return l[1]
+	}
+	return sp.line
+}
+
+// keyLine returns the line of field's key in owner's mapping, or of the
+// mapping when absent.
+func (c *checker) keyLine(owner any, field string) int {
+	sp := c.spot(owner)
+	if sp == nil {
+		return 0
+	}
+	if l, ok := sp.keys[field]; ok {
+		return l[0]
+	}
+	return sp.line
+}
+
+// bad reports whether the YAML decoder already reported field of owner.
+func (c *checker) bad(owner any, field string) bool {
+	sp := c.spot(owner)
+	return sp != nil && sp.bad[field]
+}
+
+// broken reports whether the YAML decoder reported a mistake in owner's
+// own mapping or in one of its fields.
+func (c *checker) broken(owner any) bool {
+	sp := c.spot(owner)
+	if sp == nil {
+		return false
+	}
+	for _, b := range sp.bad {
+		if b {
+			return true
+		}
+	}
+	return sp.broken
+}
+
+func (c *checker) errorf(line int, path, format string, args ...any) {
+	c.rp.add(line, path, fmt.Sprintf(format, args...))
+}
+
+// first names where an earlier thing was, for "(first at ...)": its line
+// in a file, or its index among Go values.
+func (c *checker) first(line, index int) string {
+	if c.rp.file != "" {
+		return "line " + strconv.Itoa(line)
+	}
+	return "index " + strconv.Itoa(index)
+}
+
+// parsedDomain is one domain as one source states it, validated.
+type parsedDomain struct {
+	name     string
+	file     string
+	line     int
+	where    string // "file:line", or domains[i] for Go values
+	rp       *report
+	rules    []*Rule
+	names    map[string]bool // names of the domain's limits
+	replaces []replaceRef
+}
+
+// replaceRef is one entry of a limit's replaces, to check once the whole
+// domain is known.
+type replaceRef struct {
+	name string
+	line int
+	path string
+	rp   *report
+}
+
+// domain validates one domain; where names it for Go values.
+func (c *checker) domain(ds *DomainSpec, where string) *parsedDomain {
+	p := &parsedDomain{name: ds.Domain, file: c.rp.file, line: c.line(ds, "domain"), rp: c.rp, names: map[string]bool{}}
+	if c.rp.file != "" {
+		p.where = fmt.Sprintf("%s:%d", c.rp.file, p.line)
+	} else {
+		p.where = where
+	}
+	path := ds.Domain
+	if path == "" {
+		path = where
+	}
+	if ds.Domain == "" && !c.bad(ds, "domain") {
+		c.errorf(c.line(ds, "domain"), path, "domain: must not be empty")
+	}
+	p.rules = c.descriptors(ds.Descriptors, p, nil, path)
+	if p.name == "" {
+		return nil
+	}
+	return p
+}
+
+// descriptors validates a list of descriptors nested in parent (nil at the
+// top level), reporting descriptors that repeat a key and value.
+func (c *checker) descriptors(specs []DescriptorSpec, p *parsedDomain, parent *Rule, path string) []*Rule {
+	var out []*Rule
+	type at struct{ line, index int }
+	seen := map[Entry]at{}
+	for i := range specs {
+		if c.rp.over {
+			return out
+		}
+		ds := &specs[i]
+		r := c.descriptor(ds, p, parent, path)
+		if r == nil {
+			continue
+		}
+		e := Entry{r.Key, r.Value}
+		if first, dup := seen[e]; dup {
+			if r.Value == "" {
+				c.errorf(r.Line, r.errPath, "duplicate descriptor key %q without value (first at %s)", r.Key, c.first(first.line, first.index))
+			} else {
+				c.errorf(r.Line, r.errPath, "duplicate descriptor key %q value %q (first at %s)", r.Key, r.Value, c.first(first.line, first.index))
+			}
+			continue
+		}
+		seen[e] = at{r.Line, i}
+		out = append(out, r)
+	}
+	return out
+}
+
+// descriptor validates one descriptor and what it nests.
+func (c *checker) descriptor(ds *DescriptorSpec, p *parsedDomain, parent *Rule, path string) *Rule {
+	r := &Rule{File: c.rp.file, Line: c.line(ds, ""), Domain: p.name, Key: ds.Key, Value: ds.Value,
+		ShadowMode: ds.ShadowMode, QuotaMode: ds.QuotaMode, DetailedMetric: ds.DetailedMetric,
+		ValueToMetric: ds.ValueToMetric, ShareThreshold: ds.ShareThreshold}
+	r.errPath = path + "/" + ds.Key
+	if ds.Value != "" {
+		r.errPath += "=" + ds.Value
+	}
+	ok := !c.bad(ds, "key") && !c.bad(ds, "value")
+	if ds.Key == "" && !c.bad(ds, "key") {
+		c.errorf(c.line(ds, "key"), r.errPath, "key: must not be empty")
+		ok = false
+	}
+	r.glob = compileGlob(r.Value)
+	if r.ShareThreshold && !r.Wildcard() {
+		c.errorf(c.keyLine(ds, "share_threshold"), r.errPath, "share_threshold: only a wildcard value (with *) can share its threshold")
+	}
+	if len(ds.Metadata) > 0 && !c.bad(ds, "metadata") {
+		if err := checkJSONData(ds.Metadata, 0); err != nil {
+			c.errorf(c.line(ds, "metadata"), r.errPath, "metadata: %v", err)
+		} else {
+			r.Metadata = ds.Metadata
+		}
+	}
+
+	r.Path = p.name + "." + r.Key
+	if r.Value != "" {
+		r.Path += "_" + r.Value
+	}
+	if parent != nil {
+		r.depth = parent.depth + 1
+		r.Path = parent.Path + "." + r.Path[len(p.name)+1:]
+		r.path = append(r.path, parent.path...)
+	}
+	r.path = append(r.path, r)
+
+	switch {
+	case ds.RateLimit != nil && len(ds.RateLimits) > 0:
+		c.errorf(c.keyLine(ds, "rate_limits"), r.errPath, "descriptor: rate_limit and rate_limits together; put every limit in rate_limits")
+	case ds.RateLimit != nil:
+		if l := c.rateLimit(ds.RateLimit, "rate_limit", p, r.errPath+"/rate_limit"); l != nil {
+			r.Limits = []*Limit{l}
+		}
+	case len(ds.RateLimits) > 0:
+		r.Limits = c.rateLimits(ds.RateLimits, p, r.errPath)
+	}
+	setIDs(r)
+	r.Descriptors = c.descriptors(ds.Descriptors, p, r, r.errPath)
+	if !ok {
+		return nil
+	}
+	return r
+}
+
+// maxDataDepth bounds the nesting of metadata, as JSON decoders do.
+const maxDataDepth = 100
+
+// checkJSONData reports a value in v that JSON cannot hold as it is: other
+// kinds than maps with string keys, lists, strings, numbers, booleans and
+// nil, or floats that are not finite.
+func checkJSONData(v any, depth int) error {
+	if depth > maxDataDepth {
+		return fmt.Errorf("nested more than %d deep", maxDataDepth)
+	}
+	switch x := v.(type) {
+	case nil, string, bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		return nil
+	case float32:
+		return checkJSONData(float64(x), depth)
+	case float64:
+		if math.IsInf(x, 0) || math.IsNaN(x) {
+			return fmt.Errorf("%v is not a JSON number", x)
+		}
+		return nil
+	case map[string]any:
+		for k, e := range x {
+			if err := checkJSONData(e, depth+1); err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+		}
+		return nil
+	case []any:
+		for i, e := range x {
+			if err := checkJSONData(e, depth+1); err != nil {
+				return fmt.Errorf("[%d]: %w", i, err)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("a %s is not JSON data", reflect.TypeOf(v))
+}
+
+// rateLimits validates a list of limits that all apply to one descriptor.
+func (c *checker) rateLimits(specs []RateLimitSpec, p *parsedDomain, path string) []*Limit {
+	var out []*Limit
+	type at struct{ line, index int }
+	seen := map[sluice.Limit]at{}
+	for i := range specs {
+		ls := &specs[i]
+		where := fmt.Sprintf("%s/rate_limits[%d]", path, i)
+		l := c.rateLimit(ls, "rate_limits", p, where)
+		if l == nil {
+			continue
+		}
+		if l.Unlimited && len(specs) > 1 {
+			c.errorf(l.Line, where, "rate_limits: an unlimited limit cannot sit beside others")
+			continue
+		}
+		if first, dup := seen[l.Limit]; dup && !l.Unlimited {
+			c.errorf(l.Line, where, "rate_limits: the same limit twice (first at %s)", c.first(first.line, first.index))
+			continue
+		}
+		seen[l.Limit] = at{l.Line, i}
+		out = append(out, l)
+	}
+	return out
+}
+
+// unitNames lists the units for messages.
+const unitNames = "second, minute, hour, day, week, month or year"
+
+// rateLimit validates one limit; what names it in messages (rate_limit or
+// rate_limits) and path places it for Go values.
+func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, path string) *Limit {
+	start := c.rp.n
+	l := &Limit{File: c.rp.file, Line: c.line(ls, ""), Name: ls.Name}
+	if l.Name != "" {
+		p.names[l.Name] = true
+	}
+	l.Replaces = c.replaces(ls, p, path)
+	if ls.Unlimited {
+		l.Unlimited = true
+		// Envoy's ratelimit rejects a unit beside unlimited and ignores
+		// requests_per_unit; sluice's extensions make no sense there either.
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"unit", ls.Unit != ""}, {"algorithm", ls.Algorithm != ""}, {"burst", ls.Burst != 0},
+			{"unit_multiplier", ls.UnitMultiplier != 0}, {"throttling", ls.Throttling != ""},
+			{"exceed_percent", ls.ExceedPercent != 0},
+		} {
+			if f.set && !c.bad(ls, f.name) {
+				c.errorf(c.keyLine(ls, f.name), path, "%s: not allowed with unlimited: true", f.name)
+			}
+		}
+		if c.rp.n > start || c.broken(ls) {
+			return nil
+		}
+		return l
+	}
+
+	var period time.Duration
+	unitLine := c.line(ls, "unit")
+	switch {
+	case c.bad(ls, "unit"):
+	case ls.Unit == "":
+		c.errorf(c.line(ls, ""), path, "%s: missing unit (%s)", what, unitNames)
+	default:
+		l.Unit = strings.ToLower(ls.Unit) // Envoy's ratelimit reads SECOND as second
+		var ok bool
+		if period, ok = unitPeriod(l.Unit); !ok {
+			c.errorf(unitLine, path, "unit: unknown unit %q (want %s)", ls.Unit, unitNames)
+		}
+	}
+	l.UnitMultiplier = 1
+	if m := ls.UnitMultiplier; m != 0 && !c.bad(ls, "unit_multiplier") {
+		line := c.line(ls, "unit_multiplier")
+		switch {
+		case m < 1:
+			c.errorf(line, path, "unit_multiplier: must be at least 1, got %d", m)
+		case period > 0 && m > math.MaxInt64/int64(period):
+			c.errorf(line, path, "unit_multiplier: %d %ss is too long", m, l.Unit)
+		default:
+			l.UnitMultiplier = m
+			unitLine = line
+		}
+	}
+	l.Limit.Period = period * time.Duration(l.UnitMultiplier)
+
+	rateLine := c.line(ls, "requests_per_unit")
+	switch v := ls.RequestsPerUnit; {
+	case c.bad(ls, "requests_per_unit"):
+	case v < 0:
+		c.errorf(rateLine, path, "requests_per_unit: must be at least 0 (0 denies every request), got %d", v)
+	case v == 0:
+		l.Block = true // Envoy's meaning: every request is over the limit
+	default:
+		l.Limit.Rate = v
+	}
+	algLine := c.line(ls, "algorithm")
+	if ls.Algorithm != "" && !c.bad(ls, "algorithm") {
+		a, err := sluice.ParseAlgorithm(ls.Algorithm)
+		if err != nil {
+			c.errorf(algLine, path, "algorithm: %v", err)
+		}
+		l.Limit.Algorithm = a
+	}
+	burstLine := c.line(ls, "burst")
+	if b := ls.Burst; b != 0 && !c.bad(ls, "burst") {
+		if b < 1 {
+			c.errorf(burstLine, path, "burst: must be at least 1, got %d", b)
+		}
+		l.Limit.Burst = b
+	}
+	throttleLine := c.line(ls, "throttling")
+	switch ls.Throttling {
+	case "", "hard":
+		l.Throttling = Hard
+	case "soft":
+		l.Throttling = Soft
+	default:
+		if !c.bad(ls, "throttling") {
+			c.errorf(throttleLine, path, "throttling: want hard or soft, got %q", ls.Throttling)
+		}
+	}
+	switch v := ls.ExceedPercent; {
+	case c.bad(ls, "exceed_percent"):
+	case v != 0 && l.Throttling != Soft:
+		c.errorf(c.keyLine(ls, "exceed_percent"), path, "exceed_percent: only with throttling: soft")
+	case v != 0 && (v < 1 || v > 1_000_000):
+		c.errorf(c.line(ls, "exceed_percent"), path, "exceed_percent: must be between 1 and 1000000, got %d", v)
+	case v != 0:
+		l.ExceedPercent = v
+	case l.Throttling == Soft:
+		c.errorf(throttleLine, path, "throttling: soft needs exceed_percent (how far past the limit to admit)")
+	}
+	if c.rp.n > start || c.broken(ls) {
+		return nil
+	}
+	if l.Block {
+		// Nothing is counted: a burst or soft throttling would mean nothing.
+		if l.Limit.Burst != 0 {
+			c.errorf(c.keyLine(ls, "burst"), path, "burst: not allowed with requests_per_unit: 0 (every request is denied)")
+		}
+		if l.Throttling == Soft {
+			c.errorf(c.keyLine(ls, "throttling"), path, "throttling: soft is not allowed with requests_per_unit: 0 (every request is denied)")
+		}
+		if c.rp.n > start {
+			return nil
+		}
+		// The period must still be one the algorithms could count in.
+		check := l.Limit
+		check.Rate = 1
+		if err := check.Validate(); err != nil {
+			c.errorf(unitLine, path, "unit: %v", err)
+			return nil
+		}
+		return l
+	}
+	if err := l.Limit.Validate(); err != nil {
+		var fe *sluice.FieldError
+		if errors.As(err, &fe) {
+			switch fe.Field {
+			case "Rate":
+				c.errorf(rateLine, path, "requests_per_unit: %s", fe.Reason)
+			case "Burst":
+				c.errorf(burstLine, path, "burst: %s", fe.Reason)
+			case "Period":
+				c.errorf(unitLine, path, "unit: %s", fe.Reason)
+			case "Algorithm":
+				c.errorf(algLine, path, "algorithm: %s", fe.Reason)
+			default:
+				c.errorf(l.Line, path, "%s: %s", what, err)
+			}
+		} else {
+			c.errorf(l.Line, path, "%s: %v", what, err)
+		}
+		return nil
+	}
+	if l.Throttling == Soft {
+		if err := softLimit(l.Limit, l.ExceedPercent).Validate(); err != nil {
+			c.errorf(throttleLine, path, "exceed_percent: %d%% past %s is too large: %v", l.ExceedPercent, l.Limit, err)
+			return nil
+		}
+		if softLimit(l.Limit, l.ExceedPercent) == l.Limit {
+			c.errorf(throttleLine, path, "exceed_percent: %d%% past %s admits nothing more (the excess rounds down to 0); raise exceed_percent", l.ExceedPercent, l.Limit)
+			return nil
+		}
+	}
+	return l
+}
+
+// replaces validates Envoy's replaces of a limit: names to resolve once the
+// whole domain is known.
+func (c *checker) replaces(ls *RateLimitSpec, p *parsedDomain, path string) []string {
+	var out []string
+	for i := range ls.Replaces {
+		rs := &ls.Replaces[i]
+		if c.bad(rs, "name") {
+			continue
+		}
+		line := c.line(rs, "name")
+		switch {
+		case rs.Name == "":
+			c.errorf(line, path, "replaces: name must not be empty")
+		case rs.Name == ls.Name:
+			c.errorf(line, path, "replaces: a limit cannot replace itself (%q)", rs.Name)
+		default:
+			out = append(out, rs.Name)
+			p.replaces = append(p.replaces, replaceRef{rs.Name, line, path, c.rp})
+		}
+	}
+	return out
+}
+
+// softLimit scales the rate and burst of l by (100+percent)/100, rounded
+// down: what soft throttling admits. It is exact for every rate, burst and
+// percent; a result beyond int64 saturates at math.MaxInt64 (which
+// sluice.Limit.Validate then refuses). percent must not be negative.
+func softLimit(l sluice.Limit, percent int64) sluice.Limit {
+	scale := func(v int64) int64 {
+		hi, lo := bits.Mul64(uint64(v), uint64(100+percent))
+		if hi >= 100 { // the quotient needs more than 64 bits
+			return math.MaxInt64
+		}
+		q, _ := bits.Div64(hi, lo, 100)
+		if q > math.MaxInt64 {
+			return math.MaxInt64
+		}
+		return int64(q)
+	}
+	l.Rate = scale(l.Rate)
+	if l.Burst > 0 {
+		l.Burst = scale(l.Burst)
+	}
+	return l
+}
+
+// unitPeriod returns the period of a rules file's unit, as Envoy's
+// ratelimit divides time: a month is 30 days and a year 365 days.
+func unitPeriod(unit string) (time.Duration, bool) {
+	const day = 24 * time.Hour
+	switch unit {
+	case "second":
+		return time.Second, true
+	case "minute":
+		return time.Minute, true
+	case "hour":
+		return time.Hour, true
+	case "day":
+		return day, true
+	case "week":
+		return 7 * day, true
+	case "month":
+		return 30 * day, true
+	case "year":
+		return 365 * day, true
+	}
+	return 0, false
+}
+
+// setIDs gives each limit of r its ID. Limits of r that share an algorithm
+// and a period are told apart by their order among themselves.
+func setIDs(r *Rule) {
+	type kind struct {
+		alg    sluice.Algorithm
+		period time.Duration
+	}
+	var seen map[kind]int
+	for _, l := range r.Limits {
+		k := kind{l.Limit.Algorithm, l.Limit.Period}
+		n := 0
+		if len(r.Limits) > 1 {
+			if seen == nil {
+				seen = make(map[kind]int, len(r.Limits))
+			}
+			n = seen[k]
+			seen[k] = n + 1
+		}
+		l.ID = limitID(r, l, n)
+	}
+}
+
+// limitID derives a limit's ID from what it counts: its place (domain,
+// then each level's key and value), its algorithm and its period, and,
+// when nth > 0, its order among the limits of the same descriptor with
+// that algorithm and period. The rate and burst are left out, so that
+// changing them keeps the count.
+func limitID(r *Rule, l *Limit, nth int) string {
+	h := sha256.New()
+	var buf []byte
+	str := func(s string) {
+		buf = binary.AppendUvarint(buf[:0], uint64(len(s)))
+		h.Write(buf)
+		io.WriteString(h, s)
+	}
+	num := func(v int64) {
+		buf = binary.AppendVarint(buf[:0], v)
+		h.Write(buf)
+	}
+	str(r.Domain)
+	for _, p := range r.path {
+		str(p.Key)
+		str(p.Value)
+	}
+	if l.Unlimited {
+		str("unlimited")
+	} else {
+		str(l.Limit.Algorithm.String())
+		num(l.Limit.Period.Microseconds())
+	}
+	if nth > 0 {
+		num(int64(nth))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// assemble makes a Set of validated domains, in the order their sources
+// came: a domain stated twice is a mistake unless merge is set, in which
+// case its top-level descriptors are joined (Envoy's MERGE_DOMAIN_CONFIG)
+// and must not repeat a key and value. Then each limit's replaces must name
+// a limit of its domain. The Set has no version yet.
+func assemble(parsed []*parsedDomain, merge bool, errs *Errors) *Set {
+	s := &Set{domains: map[string]*domain{}}
+	firsts := map[string]*parsedDomain{}
+	parts := map[string][]*parsedDomain{}
+	for _, p := range parsed {
+		first, dup := firsts[p.name]
+		if dup && !merge {
+			p.rp.add(p.line, p.name, fmt.Sprintf("duplicate domain %q (first at %s)", p.name, first.where))
+			continue
+		}
+		if !dup {
+			firsts[p.name] = p
+			d := &domain{name: p.name, file: p.file, line: p.line}
+			s.domains[p.name] = d
+			s.names = append(s.names, p.name)
+		}
+		d := s.domains[p.name]
+		type at struct {
+			rule *Rule
+			p    *parsedDomain
+		}
+		seen := make(map[Entry]at, len(d.rules))
+		for _, r := range d.rules {
+			seen[Entry{r.Key, r.Value}] = at{r, nil}
+		}
+		for _, r := range p.rules {
+			if f, dup := seen[Entry{r.Key, r.Value}]; dup {
+				where := f.rule.errPath
+				if f.rule.File != "" {
+					where = fmt.Sprintf("%s:%d", f.rule.File, f.rule.Line)
+				}
+				what := fmt.Sprintf("value %q", r.Value)
+				if r.Value == "" {
+					what = "without value"
+				}
+				p.rp.add(r.Line, r.errPath, fmt.Sprintf("duplicate descriptor key %q %s in domain %q (first at %s)", r.Key, what, p.name, where))
+				continue
+			}
+			d.rules = append(d.rules, r)
+		}
+		parts[p.name] = append(parts[p.name], p)
+	}
+	for name, ps := range parts {
+		names := map[string]bool{}
+		for _, p := range ps {
+			for n := range p.names {
+				names[n] = true
+			}
+		}
+		for _, p := range ps {
+			for _, r := range p.replaces {
+				if !names[r.name] {
+					r.rp.add(r.line, r.path, fmt.Sprintf("replaces: no limit named %q in domain %q", r.name, name))
+				}
+			}
+		}
+	}
+	if len(*errs) > 0 {
+		errs.sort()
+		return nil
+	}
+	for _, d := range s.domains {
+		d.root.index(d.rules)
+	}
+	slices.Sort(s.names)
+	return s
+}
