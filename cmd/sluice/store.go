@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -114,7 +115,12 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		if err != nil {
 			return nil, errors.Join(err, closeBoth())
 		}
-		return &openedStore{store: near, local: mem, near: near, check: rs.CheckLimit, close: closeBoth}, nil
+		closeAll := func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return errors.Join(near.Close(ctx), closeBoth())
+		}
+		return &openedStore{store: near, local: mem, near: near, check: rs.CheckLimit, close: closeAll}, nil
 	}
 }
 

@@ -26,7 +26,9 @@ package localfirst
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,14 +36,15 @@ import (
 )
 
 // Stater is an optional interface of a sluice.Store that can hand back
-// the state a Take left. store/redis implements it.
+// the state a decision left. store/redis implements it.
 type Stater interface {
-	// TakeState is Take that also returns the key's state after the
-	// decision and the instant of the store's clock it decided at, in µs
-	// since the Unix epoch. ok is false when the store has no such state
-	// for the request (a sliding_log, a request decided without the
-	// store); the state and instant are then meaningless.
-	TakeState(ctx context.Context, key string, l sluice.Limit, cost int64) (d sluice.Decision, st sluice.State, now int64, ok bool, err error)
+	// TakeState decides r as TakeAll does a batch of one, and also
+	// returns the key's state after the decision and the instant of the
+	// store's clock it decided at, in µs since the Unix epoch. ok is false
+	// when the store has no such state for the request (a sliding_log, a
+	// request decided without the store); the state and instant are then
+	// meaningless.
+	TakeState(ctx context.Context, r sluice.Request) (d sluice.Decision, st sluice.State, now int64, ok bool, err error)
 }
 
 // Config configures a Store. The zero value of each field means its
@@ -50,64 +53,159 @@ type Config struct {
 	// NearCacheBytes bounds the memory the near cache holds, keys
 	// included (default 8 MiB). Negative turns the near cache off.
 	NearCacheBytes int64
-	// Now is the clock the near cache measures time with (default
-	// time.Now). Only differences of its readings matter.
+	// Sync is how decisions reach the store (default Exact).
+	Sync Sync
+	// LeaseLifetime is how long a lease lasts at most (default 500ms); a
+	// lease of a window algorithm also ends with its window. Longer leases
+	// spare store calls on keys of a steady rate and hold unused quota
+	// away from other nodes longer.
+	LeaseLifetime time.Duration
+	// MaxLease is the most hits one lease carries (default 1000); a lease
+	// is also at most a sixteenth of its limit's capacity.
+	MaxLease int64
+	// LeaseBytes bounds the memory of the lease table, keys included
+	// (default 8 MiB); keys that find it full are decided by the store.
+	LeaseBytes int64
+	// Now is the clock the Store measures time with (default time.Now).
+	// Only differences of its readings matter.
 	Now func() time.Time
 }
 
-// defaultNearCacheBytes is NearCacheBytes's default: 8 MiB, about 40,000
-// denied keys of 30 bytes.
-const defaultNearCacheBytes = 8 << 20
+// The defaults of Config's fields.
+const (
+	// defaultNearCacheBytes is NearCacheBytes's default: 8 MiB, about
+	// 40,000 denied keys of 30 bytes.
+	defaultNearCacheBytes = 8 << 20
+	// defaultLeaseLifetime is LeaseLifetime's default: within the 100 ms
+	// to 1 s that keeps a dead node's unused leases short-lived.
+	defaultLeaseLifetime = 500 * time.Millisecond
+	// defaultMaxLease is MaxLease's default.
+	defaultMaxLease = 1000
+	// defaultLeaseBytes is LeaseBytes's default: 8 MiB, about 30,000 keys.
+	defaultLeaseBytes = 8 << 20
+)
 
-// Store is a sluice.Store that decorates another with the near cache. It
-// is safe for concurrent use and starts no goroutines.
+// Store is a sluice.Store that decorates another with the near cache and,
+// in lease mode, leases. It is safe for concurrent use. In lease mode it
+// runs one goroutine that returns ended leases; Close stops it.
 type Store struct {
 	next   sluice.Store
-	stater Stater // next's, or nil: then no near cache
+	stater Stater // next's, or nil: then neither near cache nor leases
+	leaser Leaser // next's in lease mode, or nil
 	now    func() time.Time
 	near   *nearCache // nil when off
+	leases *leases    // nil unless lease mode
 
-	hits   atomic.Uint64
-	misses atomic.Uint64
+	hits, misses atomic.Uint64 // the near cache's
+	leaseHits    atomic.Uint64
+	grants       atomic.Uint64
+	returned     atomic.Uint64
+	returnErrors atomic.Uint64
+	calls        atomic.Uint64
+
+	pendMu sync.Mutex
+	pend   []returning // unused hits to return at the next sweep
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
 }
 
-var _ sluice.Store = (*Store)(nil)
+var (
+	_ sluice.Store        = (*Store)(nil)
+	_ sluice.LimitChecker = (*Store)(nil)
+)
 
 // New returns next decorated as cfg says. The near cache needs next to be
-// a Stater; over any other store it stays off and every call goes to next.
+// a Stater and lease mode a Leaser; over any other store they stay off
+// and every call goes to next.
 func New(next sluice.Store, cfg Config) (*Store, error) {
 	if next == nil {
-		return nil, fmt.Errorf("localfirst: no store")
+		return nil, errors.New("localfirst: no store")
+	}
+	if cfg.Sync >= numSyncs {
+		return nil, fmt.Errorf("localfirst: unknown sync mode %d", cfg.Sync)
+	}
+	if cfg.LeaseLifetime < 0 || cfg.MaxLease < 0 || cfg.LeaseBytes < 0 {
+		return nil, errors.New("localfirst: LeaseLifetime, MaxLease and LeaseBytes must not be negative")
 	}
 	if cfg.NearCacheBytes == 0 {
 		cfg.NearCacheBytes = defaultNearCacheBytes
+	}
+	if cfg.LeaseLifetime == 0 {
+		cfg.LeaseLifetime = defaultLeaseLifetime
+	}
+	if cfg.MaxLease == 0 {
+		cfg.MaxLease = defaultMaxLease
+	}
+	if cfg.LeaseBytes == 0 {
+		cfg.LeaseBytes = defaultLeaseBytes
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	s := &Store{next: next, now: cfg.Now}
-	if st, ok := next.(Stater); ok && cfg.NearCacheBytes > 0 {
-		s.stater = st
+	st, ok := next.(Stater)
+	if !ok {
+		return s, nil
+	}
+	s.stater = st
+	if cfg.NearCacheBytes > 0 {
 		s.near = newNearCache(cfg.NearCacheBytes)
 	}
+	if le, ok := next.(Leaser); ok && cfg.Sync == Lease {
+		s.leaser = le
+		s.leases = newLeases(cfg.LeaseBytes, cfg.LeaseLifetime, cfg.MaxLease)
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		go s.sweep(s.stop, s.done)
+	}
 	return s, nil
+}
+
+// Close returns every lease's unused hits to the store, within ctx's
+// time, and stops the Store's goroutine; it does not close the decorated
+// store. It is safe to call more than once.
+func (s *Store) Close(ctx context.Context) error {
+	var err error
+	s.once.Do(func() {
+		if s.leases == nil {
+			return
+		}
+		close(s.stop)
+		<-s.done
+		err = s.returnLeases(ctx, true)
+	})
+	return err
 }
 
 // Stats are a Store's counters since New.
 type Stats struct {
 	// NearHits counts requests the near cache answered.
 	NearHits uint64
-	// NearMisses counts requests the near cache could not answer and sent
-	// to the store.
+	// NearMisses counts requests the near cache could not answer.
 	NearMisses uint64
 	// NearEntries and NearBytes are what the near cache holds now.
 	NearEntries int
 	NearBytes   int64
+	// LeaseHits counts requests admitted from a lease without a store
+	// call.
+	LeaseHits uint64
+	// Grants counts leases taken; Returned the hits given back;
+	// ReturnErrors the returns that failed (their hits stay taken).
+	Grants, Returned, ReturnErrors uint64
+	// StoreCalls counts the calls made to the decorated store: decisions,
+	// grants and returns.
+	StoreCalls uint64
 }
 
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
-	st := Stats{NearHits: s.hits.Load(), NearMisses: s.misses.Load()}
+	st := Stats{
+		NearHits: s.hits.Load(), NearMisses: s.misses.Load(),
+		LeaseHits: s.leaseHits.Load(), Grants: s.grants.Load(),
+		Returned: s.returned.Load(), ReturnErrors: s.returnErrors.Load(),
+		StoreCalls: s.calls.Load(),
+	}
 	if s.near != nil {
 		st.NearEntries, st.NearBytes = s.near.size()
 	}
@@ -117,46 +215,59 @@ func (s *Store) Stats() Stats {
 // Take applies cost hits of l to key: cost 0 only reports. It implements
 // sluice.Store.
 func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	if s.near == nil {
-		return s.next.Take(ctx, key, l, cost)
-	}
-	if err := ctx.Err(); err != nil {
-		return sluice.Decision{}, fmt.Errorf("localfirst take %s: %w", key, err)
-	}
-	sent := s.now()
-	if d, ok := s.near.lookup(key, l, cost, sent); ok {
-		s.hits.Add(1)
-		return d, nil
-	}
-	s.misses.Add(1)
-	d, st, at, ok, err := s.stater.TakeState(ctx, key, l, cost)
-	if err != nil {
-		return d, err
-	}
-	s.learn(key, l, cost, d, st, at, ok, sent)
-	return d, nil
+	return s.take(ctx, sluice.Request{Key: key, Limit: l, Cost: cost})
 }
 
-// learn keeps what a store's decision on key says: a denial with its state
-// goes into the near cache, an admission ends what the cache held.
-func (s *Store) learn(key string, l sluice.Limit, cost int64, d sluice.Decision, st sluice.State, at int64, ok bool, sent time.Time) {
-	switch {
-	case d.Allowed:
-		if cost > 0 {
-			s.near.drop(key)
+// take decides r: from the near cache, a lease, or the store.
+func (s *Store) take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
+	if s.stater == nil {
+		s.calls.Add(1)
+		if r.Group == "" {
+			return s.next.Take(ctx, r.Key, r.Limit, r.Cost)
 		}
-	case ok && cost > 0 && d.RetryAfter > 0 && d.RetryAfter != sluice.Never:
-		s.near.put(key, &nearEntry{limit: l, cost: cost, state: st, at: at, sent: sent, until: sent.Add(d.RetryAfter)})
+		var ds [1]sluice.Decision
+		err := s.next.TakeAll(ctx, []sluice.Request{r}, ds[:])
+		return ds[0], err
+	}
+	if err := ctx.Err(); err != nil {
+		return sluice.Decision{}, fmt.Errorf("localfirst take %s: %w", r.Key, err)
+	}
+	now := s.now()
+	if s.near != nil {
+		if d, ok := s.near.lookup(r.Key, r.Limit, r.Cost, now); ok {
+			s.hits.Add(1)
+			return d, nil
+		}
+		s.misses.Add(1)
+	}
+	if s.leases != nil && r.Cost > 0 && s.leaser.Leasable(r.Limit) {
+		return s.takeLease(ctx, r, now)
+	}
+	return s.exact(ctx, r, now)
+}
+
+// learn keeps what a store's decision on r says: a denial with its state
+// goes into the near cache, an admission ends what the cache held.
+func (s *Store) learn(r sluice.Request, d sluice.Decision, st sluice.State, at int64, ok bool, sent time.Time) {
+	switch {
+	case s.near == nil:
+	case d.Allowed:
+		if r.Cost > 0 {
+			s.near.drop(r.Key)
+		}
+	case ok && r.Cost > 0 && d.RetryAfter > 0 && d.RetryAfter != sluice.Never:
+		s.near.put(r.Key, &nearEntry{limit: r.Limit, cost: r.Cost, state: st, at: at, sent: sent, until: sent.Add(d.RetryAfter)})
 	}
 }
 
 // TakeAll applies every request if all of them are allowed and none of
 // them otherwise, writing request i's decision to ds[i]. It implements
-// sluice.Store. A batch of one request is a Take; a batch whose every
-// request the near cache holds a denial for is answered from it; any
-// other batch goes to the store.
+// sluice.Store. A batch of one request is decided as Take decides; a
+// batch whose every request the near cache holds a denial for is
+// answered from it; any other batch goes to the store.
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
-	if s.near == nil {
+	if s.stater == nil {
+		s.calls.Add(1)
 		return s.next.TakeAll(ctx, reqs, ds)
 	}
 	if len(ds) < len(reqs) {
@@ -167,23 +278,29 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	}
 	if len(reqs) == 1 {
 		var err error
-		ds[0], err = s.Take(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].Cost)
+		ds[0], err = s.take(ctx, reqs[0])
 		return err
 	}
-	now := s.now()
-	cached := len(reqs) > 0
-	for i, r := range reqs {
-		if ds[i], cached = s.near.lookup(r.Key, r.Limit, r.Cost, now); !cached {
-			break
+	if s.near != nil {
+		now := s.now()
+		cached := len(reqs) > 0
+		for i, r := range reqs {
+			if ds[i], cached = s.near.lookup(r.Key, r.Limit, r.Cost, now); !cached {
+				break
+			}
 		}
+		if cached {
+			s.hits.Add(uint64(len(reqs)))
+			return nil
+		}
+		s.misses.Add(uint64(len(reqs)))
 	}
-	if cached {
-		s.hits.Add(uint64(len(reqs)))
-		return nil
-	}
-	s.misses.Add(uint64(len(reqs)))
+	s.calls.Add(1)
 	if err := s.next.TakeAll(ctx, reqs, ds); err != nil {
 		return err
+	}
+	if s.near == nil {
+		return nil
 	}
 	for i := range reqs {
 		if !ds[i].Allowed {
@@ -198,8 +315,17 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	return nil
 }
 
+// CheckLimit implements sluice.LimitChecker: the decorated store's veto,
+// if it has one.
+func (s *Store) CheckLimit(l sluice.Limit) error {
+	if c, ok := s.next.(sluice.LimitChecker); ok {
+		return c.CheckLimit(l)
+	}
+	return nil
+}
+
 // NonBlocking reports whether the decorated store never blocks (see
-// decide.NonBlocking): the near cache does not change that.
+// decide.NonBlocking): the near cache and leases do not change that.
 func (s *Store) NonBlocking() bool {
 	nb, ok := s.next.(interface{ NonBlocking() bool })
 	return ok && nb.NonBlocking()

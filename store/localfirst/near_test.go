@@ -272,12 +272,37 @@ func TestNearCacheOff(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if st := s.Stats(); st != (Stats{}) {
-				t.Fatalf("stats %+v, want none", st)
+			if st := s.Stats(); st != (Stats{StoreCalls: 5}) {
+				t.Fatalf("stats %+v, want 5 store calls and nothing else", st)
 			}
 		})
 	}
 	if !newStore(t, mem, Config{}).NonBlocking() || newStore(t, r, Config{}).NonBlocking() {
 		t.Fatal("NonBlocking is not the decorated store's")
+	}
+}
+
+// TestGroupKept checks that a request's Group reaches the store whether
+// the request comes alone or in a batch: one counter either way.
+func TestGroupKept(t *testing.T) {
+	for name, url := range backendURLs() {
+		t.Run(name, func(t *testing.T) {
+			for _, sync := range []Sync{Exact, Lease} {
+				t.Run(sync.String(), func(t *testing.T) {
+					s := newStore(t, openRedis(t, url(t), nil), Config{Sync: sync})
+					defer s.Close(context.Background())
+					l := sluice.Limit{Rate: 1, Period: time.Hour}
+					one := []sluice.Request{{Key: "k", Group: "alice", Limit: l, Cost: 1}}
+					two := []sluice.Request{{Key: "k", Group: "alice", Limit: l, Cost: 1}, {Key: "k2", Group: "alice", Limit: l, Cost: 1}}
+					ds := make([]sluice.Decision, 2)
+					if err := s.TakeAll(context.Background(), one, ds); err != nil || !ds[0].Allowed {
+						t.Fatalf("the first hit: %+v, %v", ds[0], err)
+					}
+					if err := s.TakeAll(context.Background(), two, ds); err != nil || ds[0].Allowed {
+						t.Fatalf("a batch after the one hit the limit admits: %+v, %v", ds, err)
+					}
+				})
+			}
+		})
 	}
 }

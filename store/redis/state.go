@@ -7,21 +7,23 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// TakeState is Take that also returns the key's state after the decision
-// and the script's time it decided at (µs since the Unix epoch, Redis's
-// TIME or Config.Now), for a decorator that answers later requests on
-// the key from that state (store/localfirst's near cache). ok is false for
-// a sliding_log, whose state the script does not return, and for requests
-// decided without Redis.
-func (s *Store) TakeState(ctx context.Context, key string, l sluice.Limit, cost int64) (d sluice.Decision, st sluice.State, now int64, ok bool, err error) {
+// TakeState decides r as TakeAll does a batch of one, and also returns
+// the key's state after the decision and the script's time it decided at
+// (µs since the Unix epoch, Redis's TIME or Config.Now), for a decorator
+// that answers later requests on the key from that state
+// (store/localfirst). ok is false for a sliding_log, whose state the
+// script does not return, and for requests decided without Redis.
+func (s *Store) TakeState(ctx context.Context, r sluice.Request) (d sluice.Decision, st sluice.State, now int64, ok bool, err error) {
+	key, l, cost := r.Key, r.Limit, r.Cost
 	if err := ctx.Err(); err != nil {
 		return d, st, 0, false, fmt.Errorf("redis take %s: %w", key, err)
 	}
 	if d, ok := local(l, cost); ok {
 		return d, st, 0, false, nil
 	}
-	c := &call{n: 1, done: make(chan struct{}, 1), ctx: ctx, slot: s.slot(key)}
-	c.keys = append(c.keysBuf[:0], s.cfg.KeyPrefix+key)
+	name := s.name(key, r.Group)
+	c := &call{n: 1, done: make(chan struct{}, 1), ctx: ctx, slot: s.slot(name)}
+	c.keys = append(c.keysBuf[:0], name)
 	blob, err := s.limits.appendRequest(appendGroup(c.blobBuf[:0], modeWrite, 1), l, cost)
 	if err != nil {
 		return d, st, 0, false, fmt.Errorf("redis take %s: %w", key, err)
@@ -43,9 +45,9 @@ func (s *Store) TakeState(ctx context.Context, key string, l sluice.Limit, cost 
 
 // TakeState is Store.TakeState on the connected store, or fails as Take
 // does while there is none.
-func (b *Background) TakeState(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, sluice.State, int64, bool, error) {
+func (b *Background) TakeState(ctx context.Context, r sluice.Request) (sluice.Decision, sluice.State, int64, bool, error) {
 	if s := b.store.Load(); s != nil {
-		return s.TakeState(ctx, key, l, cost)
+		return s.TakeState(ctx, r)
 	}
-	return sluice.Decision{}, sluice.State{}, 0, false, fmt.Errorf("redis take %s: %w", key, b.notYet())
+	return sluice.Decision{}, sluice.State{}, 0, false, fmt.Errorf("redis take %s: %w", r.Key, b.notYet())
 }

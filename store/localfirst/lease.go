@@ -1,0 +1,372 @@
+package localfirst
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Sync says how a Store's decisions reach the store it decorates.
+type Sync uint8
+
+// The sync modes.
+const (
+	// Exact decisions are the store's, but for the near cache's denials:
+	// one store call per decision.
+	Exact Sync = iota
+	// Lease decisions come from leases: a node takes part of a hot key's
+	// quota from the store in one atomic call (the store debits it),
+	// admits from it by itself, and gives back what it did not use when
+	// the lease ends. Never more than the limit; fewer by at most the
+	// leases outstanding. For the algorithms the store can take leases
+	// back on (Leaser.Leasable); the others decide exactly.
+	Lease
+	numSyncs
+)
+
+var syncNames = [numSyncs]string{Exact: "exact", Lease: "lease"}
+
+// String returns the mode's name as flags and rules write it.
+func (s Sync) String() string {
+	if s < numSyncs {
+		return syncNames[s]
+	}
+	return fmt.Sprintf("Sync(%d)", s)
+}
+
+// ParseSync returns the mode named s: "exact" or "lease".
+func ParseSync(s string) (Sync, error) {
+	for i, name := range syncNames {
+		if s == name {
+			return Sync(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown sync mode %q (want %s)", s, strings.Join(syncNames[:], " or "))
+}
+
+// Leaser is an optional interface of a Stater store that takes back the
+// unused hits of leases. store/redis implements it.
+type Leaser interface {
+	Stater
+	// Leasable reports whether the store takes back leases of l.
+	Leasable(l sluice.Limit) bool
+	// ReturnLeases gives back rets[i].Cost unused hits of a lease taken
+	// in the window that starts at windows[i] (µs on the store's clock),
+	// as if never taken, and returns how many it gave back.
+	ReturnLeases(ctx context.Context, rets []sluice.Request, windows []int64) (int64, error)
+}
+
+// leaseShards is how many independently locked parts the lease table has.
+const leaseShards = 32
+
+// leaseOverhead is what a lease entry costs besides its key's bytes,
+// rounded up: the entry (about 190 bytes), its pointer and a map slot.
+const leaseOverhead = 256
+
+// leases holds, per key, the lease a node admits from and what sizes the
+// next one. It is bounded in bytes: a key that finds it full is decided
+// by the store. Safe for concurrent use.
+type leases struct {
+	seed     maphash.Seed
+	budget   int64 // bytes per shard
+	lifetime time.Duration
+	maxLease int64
+	shards   [leaseShards]leaseShard
+}
+
+type leaseShard struct {
+	mu    sync.Mutex
+	m     map[string]*leaseEntry
+	bytes int64
+	_     [40]byte
+}
+
+// leaseEntry is one key's lease. Times are Config.Now's.
+type leaseEntry struct {
+	req      sluice.Request  // the key, group and limit (Cost unused)
+	left     int64           // hits of the lease not yet admitted
+	granted  int64           // the lease's size
+	window   int64           // start of the window it was taken in, µs on the store's clock
+	grant    sluice.Decision // the store's decision on the grant
+	at       time.Time       // when the grant was asked for
+	until    time.Time       // when the lease ends
+	seen     time.Time       // the key's latest request
+	size     int64           // the next lease's size; below 2, no lease
+	granting bool            // a grant is in flight: others go to the store
+}
+
+func newLeases(bytes int64, lifetime time.Duration, maxLease int64) *leases {
+	ls := &leases{seed: maphash.MakeSeed(), budget: max(bytes/leaseShards, 1), lifetime: lifetime, maxLease: maxLease}
+	for i := range ls.shards {
+		ls.shards[i].m = make(map[string]*leaseEntry)
+	}
+	return ls
+}
+
+func (ls *leases) shard(key string) *leaseShard {
+	return &ls.shards[maphash.String(ls.seed, key)%leaseShards]
+}
+
+// most returns the largest lease of l: MaxLease, and at most a sixteenth
+// of the capacity, so that a few nodes' leases leave the store most of a
+// quota.
+func (ls *leases) most(l sluice.Limit) int64 {
+	return max(min(ls.maxLease, l.Capacity()/16), 1)
+}
+
+// returning is a lease's unused part on its way back to the store.
+type returning struct {
+	req    sluice.Request
+	window int64
+}
+
+// decision returns what a lease decides on a request it admits at now.
+func (e *leaseEntry) decision(now time.Time) sluice.Decision {
+	capa := e.req.Limit.Capacity()
+	return sluice.Decision{
+		Allowed:    true,
+		Limit:      capa,
+		Remaining:  min(max(e.grant.Remaining+e.left, 0), capa),
+		ResetAfter: max(e.grant.ResetAfter-now.Sub(e.at), 0),
+	}
+}
+
+// end ends e's lease at now if it has one, adjusting the next size to
+// how it was used, and returns its unused part, if any. mu is held.
+func (ls *leases) end(e *leaseEntry, now time.Time) (returning, bool) {
+	if e.granted == 0 {
+		return returning{}, false
+	}
+	switch {
+	case e.left < e.granted/4 && now.Before(e.until): // used up early: a hot key
+		e.size = min(2*e.size, ls.most(e.req.Limit))
+	case 2*e.left > e.granted: // mostly unused
+		e.size /= 2
+	}
+	r := returning{e.req, e.window}
+	r.req.Cost = e.left
+	e.left, e.granted = 0, 0
+	return r, r.req.Cost > 0
+}
+
+// takeLease decides r, a request of a leasable limit, in lease mode.
+func (s *Store) takeLease(ctx context.Context, r sluice.Request, now time.Time) (sluice.Decision, error) {
+	ls := s.leases
+	key, l, cost := r.Key, r.Limit, r.Cost
+	id := r // the entry's request: key, group and limit
+	id.Cost = 0
+	sh := ls.shard(key)
+	sh.mu.Lock()
+	e := sh.m[key]
+	if e == nil {
+		size := int64(len(key)) + leaseOverhead
+		if sh.bytes+size <= ls.budget || sh.evict(now, ls.lifetime, size, ls.budget) {
+			sh.m[key] = &leaseEntry{req: id, seen: now}
+			sh.bytes += size
+		}
+		sh.mu.Unlock()
+		return s.exact(ctx, r, now) // a key seen once goes to the store
+	}
+	if e.req != id { // the rules changed: a new lease of the new limit
+		if back, ok := ls.end(e, now); ok {
+			s.pending(back)
+		}
+		e.req, e.size = id, 0
+	}
+	if e.granted > 0 && e.left >= cost && now.Before(e.until) {
+		e.left -= cost
+		e.seen = now
+		d := e.decision(now)
+		sh.mu.Unlock()
+		s.leaseHits.Add(1)
+		return d, nil
+	}
+	var back []returning
+	if b, ok := ls.end(e, now); ok {
+		back = append(back, b)
+	}
+	if now.Sub(e.seen) < ls.lifetime { // seen again soon: worth a lease
+		e.size = max(e.size, 2)
+	}
+	e.seen = now
+	if e.size < 2 || e.granting {
+		sh.mu.Unlock()
+		s.giveBack(ctx, back)
+		return s.exact(ctx, r, now)
+	}
+	e.granting = true
+	want := max(e.size, cost)
+	sh.mu.Unlock()
+
+	s.giveBack(ctx, back)
+	g := r
+	g.Cost = want
+	d, st, at, ok, err := s.stater.TakeState(ctx, g)
+	s.calls.Add(1)
+	if err == nil && !d.Allowed && ok && want > cost {
+		// The store has less than the lease left. What it decides on this
+		// request alone, at the same instant: a denial leaves the state as
+		// it was, so a replay on it is the store's own answer.
+		alone := st
+		if da := l.TakeMicros(&alone, at, cost); !da.Allowed {
+			d = da
+		} else { // take half of what is left, so that other nodes find some
+			g.Cost = max(cost, d.Remaining/2)
+			want = g.Cost
+			d, st, at, ok, err = s.stater.TakeState(ctx, g)
+			s.calls.Add(1)
+		}
+	}
+	sh.mu.Lock()
+	e.granting = false
+	granted := err == nil && d.Allowed && ok && want > cost && e.req == id
+	if granted {
+		p := l.Period.Microseconds()
+		window := at - at%p
+		e.granted, e.left, e.window, e.grant, e.at = want, want-cost, window, d, now
+		e.until = now.Add(min(ls.lifetime, time.Duration(window+p-at)*time.Microsecond))
+		s.grants.Add(1)
+	} else if err == nil && !d.Allowed {
+		e.size = max(e.size/2, 1)
+	}
+	var out sluice.Decision
+	if granted {
+		out = e.decision(now)
+	}
+	sh.mu.Unlock()
+	switch {
+	case err != nil:
+		return sluice.Decision{}, err
+	case granted:
+		return out, nil
+	case d.Allowed && want > cost && ok:
+		// granted, but the key's entry moved on meanwhile (the rules
+		// changed): the surplus goes back
+		s.giveBack(ctx, []returning{{sluice.Request{Key: key, Group: r.Group, Limit: l, Cost: want - cost}, at - at%l.Period.Microseconds()}})
+	case !d.Allowed && want > cost && !ok:
+		// no state to answer this request from
+		return s.exact(ctx, r, now)
+	}
+	s.learn(r, d, st, at, ok, now)
+	return d, nil
+}
+
+// exact decides r by the store, through the near cache.
+func (s *Store) exact(ctx context.Context, r sluice.Request, now time.Time) (sluice.Decision, error) {
+	s.calls.Add(1)
+	d, st, at, ok, err := s.stater.TakeState(ctx, r)
+	if err != nil {
+		return d, err
+	}
+	s.learn(r, d, st, at, ok, now)
+	return d, nil
+}
+
+// evict makes room for size bytes in a full shard by forgetting keys
+// without a lease that have not been seen for a lifetime, at random, and
+// reports whether it did. mu is held.
+func (sh *leaseShard) evict(now time.Time, lifetime time.Duration, size, budget int64) bool {
+	for k, e := range sh.m {
+		if sh.bytes+size <= budget {
+			break
+		}
+		if e.granted == 0 && !e.granting && now.Sub(e.seen) >= lifetime {
+			delete(sh.m, k)
+			sh.bytes -= int64(len(k)) + leaseOverhead
+		}
+	}
+	return sh.bytes+size <= budget
+}
+
+// pending queues r for the next ReturnExpired.
+func (s *Store) pending(r returning) {
+	s.pendMu.Lock()
+	s.pend = append(s.pend, r)
+	s.pendMu.Unlock()
+}
+
+// giveBack returns leases' unused hits to the store. A return that fails
+// leaves them taken: fewer admitted, never more.
+func (s *Store) giveBack(ctx context.Context, back []returning) {
+	if len(back) == 0 {
+		return
+	}
+	reqs, windows := make([]sluice.Request, len(back)), make([]int64, len(back))
+	for i, r := range back {
+		reqs[i], windows[i] = r.req, r.window
+	}
+	s.calls.Add(1)
+	n, err := s.leaser.ReturnLeases(context.WithoutCancel(ctx), reqs, windows)
+	s.returned.Add(uint64(max(n, 0)))
+	if err != nil {
+		s.returnErrors.Add(1)
+	}
+}
+
+// ReturnExpired gives back to the store the unused hits of every lease
+// that has ended by now, and forgets keys not seen for two lifetimes. The
+// Store calls it every half lifetime by itself; tests call it to end
+// leases at an instant of their clock. With all set, it ends every lease,
+// ended or not (Close does).
+func (s *Store) ReturnExpired(ctx context.Context) error {
+	return s.returnLeases(ctx, false)
+}
+
+func (s *Store) returnLeases(ctx context.Context, all bool) error {
+	if s.leases == nil {
+		return nil
+	}
+	now := s.now()
+	s.pendMu.Lock()
+	back := s.pend
+	s.pend = nil
+	s.pendMu.Unlock()
+	ls := s.leases
+	for i := range ls.shards {
+		sh := &ls.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.granting {
+				continue
+			}
+			if e.granted > 0 && (all || !now.Before(e.until)) {
+				if r, ok := ls.end(e, now); ok {
+					back = append(back, r)
+				}
+			}
+			if e.granted == 0 && now.Sub(e.seen) >= 2*ls.lifetime {
+				delete(sh.m, k)
+				sh.bytes -= int64(len(k)) + leaseOverhead
+			}
+		}
+		sh.mu.Unlock()
+	}
+	before := s.returnErrors.Load()
+	s.giveBack(ctx, back)
+	if s.returnErrors.Load() != before {
+		return fmt.Errorf("localfirst: returning %d leases failed", len(back))
+	}
+	return nil
+}
+
+// sweep calls ReturnExpired every half lifetime until stop is closed.
+func (s *Store) sweep(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(max(s.leases.lifetime/2, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), max(s.leases.lifetime, time.Second))
+			_ = s.ReturnExpired(ctx) // counted in Stats.ReturnErrors
+			cancel()
+		}
+	}
+}
