@@ -41,6 +41,7 @@ type Metrics struct {
 	reloads       *prometheus.CounterVec
 	reloadOK      prometheus.Gauge
 	mode          *modeCollector
+	envoy         atomic.Pointer[envoyStats] // nil unless EnvoyStats was called
 
 	mu     sync.RWMutex
 	series map[string]*[3]prometheus.Counter // by metric key: ok, over_limit, shadow_over_limit
@@ -109,6 +110,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // Reload records a load or reload of the rules that failed with err, or
 // succeeded when err is nil. The server calls it after each attempt.
 func (m *Metrics) Reload(err error) {
+	if e := m.envoy.Load(); e != nil {
+		e.reload(err != nil)
+	}
 	if err != nil {
 		m.reloads.WithLabelValues("failure").Inc()
 		m.reloadOK.Set(0)
@@ -127,6 +131,7 @@ func (m *Metrics) observe(r *decide.Request, resp *decide.Response) {
 	if resp.Mode != decide.ModeStore && resp.Mode <= decide.MaxMode {
 		m.failByMode[resp.Mode].Inc()
 	}
+	envoy := m.envoy.Load()
 	bp := m.bufs.Get().(*[]byte)
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
@@ -149,6 +154,9 @@ func (m *Metrics) observe(r *decide.Request, resp *decide.Response) {
 		}
 		*bp = b
 		m.counters(b, r.Domain, st.Rule != nil)[res].Inc()
+		if envoy != nil && st.Rule != nil {
+			envoy.observe(b, st, r.Descriptors[i].Cost)
+		}
 	}
 	m.bufs.Put(bp)
 }

@@ -38,6 +38,11 @@ func DefaultConfig() Config { return Config{} }
 // health checks ask for it.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
+// HealthName is the service name under which Envoy's ratelimit service
+// reports its gRPC health, so that probes and Envoy health checks written
+// for it ask sluice the same question.
+const HealthName = "ratelimit"
+
 // Server implements RateLimitService on a Decider, and the standard gRPC
 // health service. It is safe for concurrent use.
 type Server struct {
@@ -51,13 +56,15 @@ var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
 
 // New returns a Server that asks d (*decide.Service is one; its errors
 // mean the request was invalid) and answers as cfg says. Its health
-// service reports SERVING for "" and ServiceName until Shutdown.
+// service reports SERVING for "", ServiceName and HealthName until
+// Shutdown.
 func New(d respond.Decider, cfg Config) *Server {
 	if cfg.Respond == nil {
 		cfg.Respond = respond.New(respond.Config{})
 	}
 	s := &Server{d: d, w: cfg.Respond, health: health.NewServer()}
 	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(HealthName, healthpb.HealthCheckResponse_SERVING)
 	return s
 }
 

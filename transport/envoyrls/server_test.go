@@ -162,15 +162,18 @@ func TestHealth(t *testing.T) {
 	s := New(fakeDecider{}, DefaultConfig())
 	client := healthpb.NewHealthClient(serve(t, s))
 	ctx := context.Background()
-	for _, svc := range []string{"", ServiceName} {
+	names := []string{"", ServiceName, "ratelimit"} // "ratelimit": Envoy's ratelimit's name
+	for _, svc := range names {
 		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || resp.Status != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("Check(%q) = %v, %v; want SERVING", svc, resp, err)
 		}
 	}
 	s.Shutdown()
-	resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: ServiceName})
-	if err != nil || resp.Status != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Errorf("after Shutdown, Check = %v, %v; want NOT_SERVING", resp, err)
+	for _, svc := range names[1:] {
+		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("after Shutdown, Check(%q) = %v, %v; want NOT_SERVING", svc, resp, err)
+		}
 	}
 }

@@ -7,12 +7,16 @@
 //
 // Routes:
 //
-//	POST /v1/decide  decide; 200 with the verdict in the body
-//	POST /json       decide as Envoy's ratelimit does: 429 when over the limit
-//	GET  /healthz    200 while the process serves
-//	GET  /readyz     200 once rules are loaded, 503 before and while draining
-//	GET  /v1/rules   the rules in force, as JSON
-//	GET  /metrics    Prometheus metrics of the registry given
+//	POST /v1/decide    decide; 200 with the verdict in the body
+//	POST /json         decide as Envoy's ratelimit does: 429 when over the limit
+//	GET  /healthz      200 while the process serves
+//	GET  /readyz       200 once rules are loaded, 503 before and while draining
+//	GET  /healthcheck  Envoy ratelimit's health check: 200 "OK", 500 when not ready
+//	GET  /v1/rules     the rules in force, as JSON
+//	GET  /metrics      Prometheus metrics of the registry given
+//
+// Ops serves the same health, readiness and metrics alone, for a listener
+// of their own.
 package httpapi
 
 import (
@@ -24,11 +28,9 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"sync/atomic"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -71,9 +73,9 @@ func DefaultConfig() Config {
 // Handler is the HTTP API. It is safe for concurrent use, including Handle
 // while serving.
 type Handler struct {
-	cfg      Config
-	mux      *http.ServeMux
-	draining atomic.Bool
+	cfg Config
+	mux *http.ServeMux
+	ops *Ops // health, readiness, /healthcheck and /metrics
 }
 
 // New returns the API's handler.
@@ -84,38 +86,29 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultConfig().MaxBodyBytes
 	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux()}
+	ops, err := NewOps(OpsConfig{Rules: cfg.Rules, Mode: cfg.Mode, Gatherer: cfg.Gatherer})
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), ops: ops}
 	h.mux.HandleFunc("POST /v1/decide", func(w http.ResponseWriter, r *http.Request) { h.decide(w, r, false) })
 	h.mux.HandleFunc("POST /json", func(w http.ResponseWriter, r *http.Request) { h.decide(w, r, true) })
-	h.mux.HandleFunc("GET /healthz", h.healthz)
-	h.mux.HandleFunc("GET /readyz", h.readyz)
 	h.mux.HandleFunc("GET /v1/rules", h.rules)
-	if cfg.Gatherer != nil {
-		h.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
-	}
+	ops.mount(h.mux)
 	return h, nil
 }
 
 // Handle mounts handler at pattern, in http.ServeMux's syntax ("GET
 // /v1/auth"). It returns an error for a pattern that is invalid or
 // conflicts with a route already mounted.
-func (h *Handler) Handle(pattern string, handler http.Handler) (err error) {
-	if handler == nil {
-		return fmt.Errorf("mount %q: nil handler", pattern)
-	}
-	// ServeMux reports bad patterns by panicking; turn that into an error.
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("mount %q: %v", pattern, r)
-		}
-	}()
-	h.mux.Handle(pattern, handler)
-	return nil
+func (h *Handler) Handle(pattern string, handler http.Handler) error {
+	return handle(h.mux, pattern, handler)
 }
 
-// Drain makes /readyz answer 503 so that load balancers stop sending
-// requests before the server shuts down. Other routes keep answering.
-func (h *Handler) Drain() { h.draining.Store(true) }
+// Drain makes /readyz answer 503 and /healthcheck 500 so that load
+// balancers stop sending requests before the server shuts down. Other
+// routes keep answering.
+func (h *Handler) Drain() { h.ops.Drain() }
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
@@ -225,31 +218,6 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
-}
-
-func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// readyz answers {"status": "ready", "mode": ..., "rules": version} once
-// rules are loaded, and 503 with the status "not ready" or "draining"
-// otherwise.
-func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
-	body := map[string]string{"status": "ready"}
-	if h.cfg.Mode != nil {
-		body["mode"] = h.cfg.Mode()
-	}
-	code := http.StatusOK
-	set := h.cfg.Rules()
-	switch {
-	case h.draining.Load():
-		code, body["status"] = http.StatusServiceUnavailable, "draining"
-	case set == nil:
-		code, body["status"], body["reason"] = http.StatusServiceUnavailable, "not ready", "rules not loaded"
-	default:
-		body["rules"] = set.Version()
-	}
-	writeJSON(w, code, body)
 }
 
 func (h *Handler) rules(w http.ResponseWriter, _ *http.Request) {

@@ -265,6 +265,8 @@ func TestRoutes(t *testing.T) {
 		{"healthz", "GET", srv.URL + "/healthz", 200, `"status":"ok"`},
 		{"readyz", "GET", srv.URL + "/readyz", 200, `"mode":"store"`},
 		{"readyz before rules", "GET", idle.URL + "/readyz", 503, `rules not loaded`},
+		{"healthcheck", "GET", srv.URL + "/healthcheck", 200, "OK"},
+		{"healthcheck before rules", "GET", idle.URL + "/healthcheck", 500, ""},
 		{"rules", "GET", srv.URL + "/v1/rules", 200, `"per-user"`},
 		{"rules before rules", "GET", idle.URL + "/v1/rules", 503, `rules not loaded`},
 		{"metrics", "GET", srv.URL + "/metrics", 200, "test_calls_total 1"},
@@ -299,6 +301,9 @@ func TestDrain(t *testing.T) {
 	}
 	if r.code != 503 || body["status"] != "draining" {
 		t.Errorf("readyz while draining: %d %v, want 503 draining", r.code, body)
+	}
+	if r := do(t, "GET", srv.URL+"/healthcheck", ""); r.code != 500 {
+		t.Errorf("healthcheck while draining: %d, want 500 as Envoy's ratelimit answers", r.code)
 	}
 	if r := do(t, "POST", srv.URL+"/v1/decide", aliceJSON); r.code != 200 {
 		t.Errorf("decide while draining: %d, want 200", r.code)

@@ -1,0 +1,195 @@
+package metrics
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/decide"
+)
+
+// DefaultNearLimitRatio is the share of a limit past which Envoy's
+// ratelimit counts hits as near_limit: its NEAR_LIMIT_RATIO default.
+const DefaultNearLimitRatio = 0.8
+
+// envoyStats exports Envoy ratelimit's per-descriptor counters under the
+// names that its statsd_exporter mapping (and its own Prometheus sink)
+// gives them, so that dashboards built on Envoy's ratelimit keep working:
+// ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,
+// over_limit,shadow_mode} with the labels domain, key1 and key2, the
+// first three dot-separated parts of Envoy's stat name of the descriptor
+// (key2 is empty for a descriptor of one level), and
+// ratelimit_service_config_load_{success,error}. The counters count hits,
+// as Envoy's do: a descriptor with hits_addend 5 adds 5.
+type envoyStats struct {
+	ratio                   float64
+	total, within, near     *prometheus.CounterVec
+	over, shadow            *prometheus.CounterVec
+	loadSuccess, loadFailed prometheus.Counter
+
+	mu     sync.RWMutex
+	series map[string]*envoySeries // by Envoy stat name
+}
+
+// envoySeries are the counters of one stat name.
+type envoySeries struct {
+	total, within, near, over, shadow prometheus.Counter
+}
+
+// EnvoyStats registers Envoy ratelimit's counters on reg and counts every
+// decision from now on in them too, with nearLimitRatio as Envoy's
+// NEAR_LIMIT_RATIO (0 means DefaultNearLimitRatio). Call it once, before
+// decisions are made.
+func (m *Metrics) EnvoyStats(reg prometheus.Registerer, nearLimitRatio float64) error {
+	if nearLimitRatio == 0 {
+		nearLimitRatio = DefaultNearLimitRatio
+	}
+	if nearLimitRatio < 0 || nearLimitRatio > 1 || math.IsNaN(nearLimitRatio) {
+		return fmt.Errorf("near limit ratio %v: want a number between 0 and 1", nearLimitRatio)
+	}
+	labels := []string{"domain", "key1", "key2"}
+	vec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_rate_limit_" + name,
+			Help: help + " (Envoy ratelimit's name; domain, key1 and key2 are the first parts of its stat name of the descriptor).",
+		}, labels)
+	}
+	e := &envoyStats{
+		ratio:  nearLimitRatio,
+		total:  vec("total_hits", "Hits of descriptors that have a limit"),
+		within: vec("within_limit", "Hits within the limit"),
+		near:   vec("near_limit", "Hits past the near-limit ratio of the limit, within it or the first over it"),
+		over:   vec("over_limit", "Hits over the limit, shadow mode included"),
+		shadow: vec("shadow_mode", "Hits over a limit in shadow mode, which were allowed"),
+		loadSuccess: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_service_config_load_success",
+			Help: "Rules loads and reloads that succeeded (Envoy ratelimit's name).",
+		}),
+		loadFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_service_config_load_error",
+			Help: "Rules loads and reloads that failed (Envoy ratelimit's name).",
+		}),
+		series: make(map[string]*envoySeries),
+	}
+	for _, c := range []prometheus.Collector{e.total, e.within, e.near, e.over, e.shadow, e.loadSuccess, e.loadFailed} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register Envoy metrics: %w", err)
+		}
+	}
+	m.envoy.Store(e)
+	return nil
+}
+
+// reload counts a rules load that failed when failed is true.
+func (e *envoyStats) reload(failed bool) {
+	if failed {
+		e.loadFailed.Inc()
+		return
+	}
+	e.loadSuccess.Inc()
+}
+
+// observe counts the hits of one descriptor whose Envoy stat name is key
+// and whose verdict is st, as Envoy's ratelimit counts them. A descriptor
+// without a limit (no rule, or unlimited) is not counted, as in Envoy.
+func (e *envoyStats) observe(key []byte, st *decide.Status, hits int64) {
+	if st.Limit == nil || hits <= 0 {
+		return
+	}
+	s := e.get(key)
+	h := float64(hits)
+	s.total.Add(h)
+	within, near, over := envoyCounts(st.Decision.Limit, st.Decision.Remaining, hits,
+		st.Code == decide.OverLimit || st.ShadowOverLimit, e.ratio)
+	if within > 0 {
+		s.within.Add(float64(within))
+	}
+	if near > 0 {
+		s.near.Add(float64(near))
+	}
+	if over > 0 {
+		s.over.Add(float64(over))
+		if st.ShadowOverLimit {
+			s.shadow.Add(float64(over))
+		}
+	}
+}
+
+// envoyCounts splits the hits of one descriptor into Envoy's within_limit,
+// near_limit and over_limit, from the limit, what remains after the
+// decision and whether it was over the limit. Envoy's arithmetic, on the
+// count before and after the hits: over the limit, the hits past it are
+// over_limit (all of them when the count was already past it) and those
+// between the near-limit threshold and the limit are near_limit; within
+// it, all are within_limit and those past the threshold near_limit too.
+// sluice takes nothing for a denied request, so there the count after is
+// what it would have been.
+func envoyCounts(limit, remaining, hits int64, overLimit bool, ratio float64) (within, near, over int64) {
+	threshold := int64(math.Floor(float64(limit) * ratio))
+	used := max(limit-remaining, 0)
+	if overLimit {
+		before, after := used, used+hits
+		if before >= limit {
+			return 0, 0, hits
+		}
+		return 0, limit - max(threshold, before), after - limit
+	}
+	after := used
+	before := after - hits
+	if after > threshold {
+		if before >= threshold {
+			near = hits
+		} else {
+			near = after - threshold
+		}
+	}
+	return hits, near, 0
+}
+
+// get returns the counters of the stat name key, creating them on first
+// use; past maxCached names the cache starts over (the counters stay).
+func (e *envoyStats) get(key []byte) *envoySeries {
+	e.mu.RLock()
+	s := e.series[string(key)]
+	e.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	domain, key1, key2 := envoyLabels(key)
+	s = &envoySeries{
+		total:  e.total.WithLabelValues(domain, key1, key2),
+		within: e.within.WithLabelValues(domain, key1, key2),
+		near:   e.near.WithLabelValues(domain, key1, key2),
+		over:   e.over.WithLabelValues(domain, key1, key2),
+		shadow: e.shadow.WithLabelValues(domain, key1, key2),
+	}
+	e.mu.Lock()
+	if len(e.series) >= maxCached {
+		clear(e.series)
+	}
+	e.series[string(key)] = s
+	e.mu.Unlock()
+	return s
+}
+
+// envoyLabels returns the domain, key1 and key2 labels of an Envoy stat
+// name: its first three dot-separated parts after Envoy's sanitizing (':'
+// and '|' become '_'), as the statsd_exporter mapping captures them.
+func envoyLabels(key []byte) (domain, key1, key2 string) {
+	parts := bytes.SplitN(key, []byte("."), 4)
+	label := func(i int) string {
+		if i >= len(parts) {
+			return ""
+		}
+		return string(bytes.Map(func(r rune) rune {
+			if r == ':' || r == '|' {
+				return '_'
+			}
+			return r
+		}, parts[i]))
+	}
+	return label(0), label(1), label(2)
+}

@@ -1,0 +1,132 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/rules"
+)
+
+// OpsConfig configures the operational endpoints.
+type OpsConfig struct {
+	// Rules returns the rules in force, or nil until they are loaded.
+	// Required.
+	Rules func() *rules.Set
+	// Mode says where decisions come from now (decide.Service's Mode:
+	// "store", or a fail mode while the store is down), for /readyz. Nil
+	// leaves it out.
+	Mode func() string
+	// Gatherer is the registry /metrics serves; nil leaves /metrics out.
+	Gatherer prometheus.Gatherer
+}
+
+// Ops serves the operational endpoints of a sluice process: the HTTP API
+// mounts them, and so does an ops listener of their own (--ops-addr). It
+// is safe for concurrent use.
+//
+//	GET /healthz      200 while the process serves
+//	GET /readyz       200 once rules are loaded, 503 before and while draining
+//	GET /healthcheck  Envoy ratelimit's: 200 "OK" while ready, 500 otherwise
+//	GET /metrics      Prometheus metrics of the Gatherer, if any
+type Ops struct {
+	cfg      OpsConfig
+	mux      *http.ServeMux
+	draining atomic.Bool
+}
+
+// NewOps returns the operational endpoints.
+func NewOps(cfg OpsConfig) (*Ops, error) {
+	if cfg.Rules == nil {
+		return nil, errors.New("httpapi: OpsConfig.Rules is required")
+	}
+	o := &Ops{cfg: cfg, mux: http.NewServeMux()}
+	o.mount(o.mux)
+	return o, nil
+}
+
+// mount adds the endpoints to mux.
+func (o *Ops) mount(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", o.healthz)
+	mux.HandleFunc("GET /readyz", o.readyz)
+	mux.HandleFunc("GET /healthcheck", o.healthcheck)
+	if o.cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(o.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+}
+
+// Handle mounts handler at pattern beside the endpoints (pprof, say); see
+// Handler.Handle.
+func (o *Ops) Handle(pattern string, handler http.Handler) error {
+	return handle(o.mux, pattern, handler)
+}
+
+// Drain makes /readyz answer 503 and /healthcheck 500, so that load
+// balancers stop sending requests before the process shuts down. The
+// other endpoints keep answering.
+func (o *Ops) Drain() { o.draining.Store(true) }
+
+// ServeHTTP implements http.Handler.
+func (o *Ops) ServeHTTP(w http.ResponseWriter, r *http.Request) { o.mux.ServeHTTP(w, r) }
+
+// handle mounts handler at pattern on mux, returning an error where
+// ServeMux would panic: an invalid pattern, or one that conflicts with a
+// route already mounted.
+func handle(mux *http.ServeMux, pattern string, handler http.Handler) (err error) {
+	if handler == nil {
+		return fmt.Errorf("mount %q: nil handler", pattern)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("mount %q: %v", pattern, r)
+		}
+	}()
+	mux.Handle(pattern, handler)
+	return nil
+}
+
+func (o *Ops) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// ready returns the readiness body and its status code.
+func (o *Ops) ready() (int, map[string]string) {
+	body := map[string]string{"status": "ready"}
+	if o.cfg.Mode != nil {
+		body["mode"] = o.cfg.Mode()
+	}
+	code := http.StatusOK
+	set := o.cfg.Rules()
+	switch {
+	case o.draining.Load():
+		code, body["status"] = http.StatusServiceUnavailable, "draining"
+	case set == nil:
+		code, body["status"], body["reason"] = http.StatusServiceUnavailable, "not ready", "rules not loaded"
+	default:
+		body["rules"] = set.Version()
+	}
+	return code, body
+}
+
+// readyz answers {"status": "ready", "mode": ..., "rules": version} once
+// rules are loaded, and 503 with the status "not ready" or "draining"
+// otherwise.
+func (o *Ops) readyz(w http.ResponseWriter, _ *http.Request) {
+	code, body := o.ready()
+	writeJSON(w, code, body)
+}
+
+// healthcheck answers as Envoy's ratelimit does, for probes written for
+// it: 200 with the body "OK" when ready, 500 with no body otherwise.
+func (o *Ops) healthcheck(w http.ResponseWriter, _ *http.Request) {
+	if code, _ := o.ready(); code != http.StatusOK {
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("OK")) //nolint:errcheck // the client went away; nothing to do
+}
