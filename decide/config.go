@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -103,18 +104,21 @@ func (f Fail) fallback() Mode {
 	return ModeOpen
 }
 
-// Config configures a Service. Start from DefaultConfig.
+// Config configures a Service. Start from DefaultConfig, or from the zero
+// Config with Store set: a zero field means its default, as stated at each
+// field and in DefaultConfig.
 type Config struct {
 	// Rules returns the rules in force; it is called once per decision and
 	// must be safe for concurrent use (rules.Watcher's Current is). A nil
 	// Set is a set without domains: every request is OK with no limit.
+	// Default: no rules.
 	Rules func() *rules.Set
 	// Store keeps the counters. Required.
 	Store sluice.Store
 	// StoreTimeout bounds the store calls of one decision together; a call
-	// that takes longer fails and Fail decides. Zero or negative means no
-	// timeout beyond the caller's context; a store that is NonBlocking is
-	// called without one. Default 50ms.
+	// that takes longer fails and Fail decides. Default 50ms. Negative
+	// means no timeout beyond the caller's context. A store that is
+	// NonBlocking is called without one.
 	StoreTimeout time.Duration
 	// Fail says how to decide while the store fails. Default FailOpen.
 	Fail Fail
@@ -123,7 +127,8 @@ type Config struct {
 	Local sluice.Store
 	// BreakerFailures is how many store calls in a row must fail before
 	// the Service stops calling the store for BreakerCoolDown and decides
-	// by Fail alone. Zero or negative disables the breaker. Default 5.
+	// by Fail alone. Default 5. Negative disables the breaker: every
+	// decision calls the store.
 	BreakerFailures int
 	// BreakerCoolDown is how long the Service leaves the store alone once
 	// the breaker opens; then one decision probes the store and, if it
@@ -135,17 +140,87 @@ type Config struct {
 	// Now is the breaker's clock. Default time.Now. The stores read their
 	// own clocks.
 	Now func() time.Time
+
+	// The caps on one request; a request beyond one is invalid
+	// (ErrInvalidRequest, naming the cap). They cannot be lifted, only
+	// set: negative is an error.
+
+	// MaxDescriptors is the most descriptors of one request. Default 64.
+	MaxDescriptors int
+	// MaxEntries is the most entries of one descriptor. Default 32.
+	MaxEntries int
+	// MaxValueBytes is the longest key or value of an entry, in bytes.
+	// Default 4096.
+	MaxValueBytes int
+	// DigestAbove is the length in bytes above which a descriptor's value
+	// is kept in store keys as a digest of a fixed size (SHA-256 truncated
+	// to 128 bits, in 29 bytes) instead of itself, so that long values
+	// make short keys in every store. Default 256.
+	DigestAbove int
 }
 
 // DefaultConfig returns a Config with every default filled in and no Rules
-// or Store.
+// or Store: what every zero field of a Config means.
 func DefaultConfig() Config {
 	return Config{
-		StoreTimeout:    50 * time.Millisecond,
-		Fail:            FailOpen,
-		BreakerFailures: 5,
-		BreakerCoolDown: time.Second,
+		StoreTimeout:    50 * time.Millisecond, // a Redis round trip is ~0.1-1ms
+		Fail:            FailOpen,              // a store outage lifts the limits, not the service
+		BreakerFailures: 5,                     // in a row
+		BreakerCoolDown: time.Second,           // then one probe
 		Logger:          slog.Default(),
 		Now:             time.Now,
+		MaxDescriptors:  64,   // Envoy's filters send a handful
+		MaxEntries:      32,   // deeper than any rules tree in practice
+		MaxValueBytes:   4096, // 4 KiB: a long URL, a JWT claim
+		DigestAbove:     256,  // longer values cost a digest, shorter ones are kept as they are
 	}
+}
+
+// withDefaults returns c with each zero field set to its default, or an
+// error for a field no default can fix.
+func (c Config) withDefaults() (Config, error) {
+	def := DefaultConfig()
+	switch {
+	case c.Store == nil:
+		return c, errors.New("decide: no store")
+	case c.Fail > FailLocal:
+		return c, fmt.Errorf("decide: unknown fail mode %d", c.Fail)
+	case c.Fail == FailLocal && c.Local == nil:
+		return c, errors.New("decide: fail mode local needs a local store")
+	case c.BreakerCoolDown < 0:
+		return c, fmt.Errorf("decide: BreakerCoolDown must not be negative, got %v", c.BreakerCoolDown)
+	case c.MaxDescriptors < 0 || c.MaxEntries < 0 || c.MaxValueBytes < 0 || c.DigestAbove < 0:
+		return c, errors.New("decide: MaxDescriptors, MaxEntries, MaxValueBytes and DigestAbove must not be negative")
+	}
+	if c.Rules == nil {
+		c.Rules = func() *rules.Set { return nil }
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = def.StoreTimeout
+	}
+	if c.BreakerFailures == 0 {
+		c.BreakerFailures = def.BreakerFailures
+	}
+	if c.BreakerCoolDown == 0 {
+		c.BreakerCoolDown = def.BreakerCoolDown
+	}
+	if c.Logger == nil {
+		c.Logger = def.Logger
+	}
+	if c.Now == nil {
+		c.Now = def.Now
+	}
+	if c.MaxDescriptors == 0 {
+		c.MaxDescriptors = def.MaxDescriptors
+	}
+	if c.MaxEntries == 0 {
+		c.MaxEntries = def.MaxEntries
+	}
+	if c.MaxValueBytes == 0 {
+		c.MaxValueBytes = def.MaxValueBytes
+	}
+	if c.DigestAbove == 0 {
+		c.DigestAbove = def.DigestAbove
+	}
+	return c, nil
 }

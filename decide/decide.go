@@ -55,43 +55,32 @@ type Service struct {
 	batches      sync.Pool // *batch
 	fallbackMode Mode
 	ready        func() bool // the store's Ready, or nil
+	caps         caps
+}
+
+// caps are the limits on one request: Config's MaxDescriptors, MaxEntries,
+// MaxValueBytes and DigestAbove.
+type caps struct {
+	descriptors, entries, value, digest int
 }
 
 // New returns a Service for cfg. Zero fields of cfg take the defaults of
-// DefaultConfig, except StoreTimeout and BreakerFailures, whose zero
-// disables them; Store is required, and Local with FailLocal.
+// DefaultConfig; Store is required, and Local with FailLocal.
 func New(cfg Config) (*Service, error) {
-	def := DefaultConfig()
-	if cfg.Store == nil {
-		return nil, errors.New("decide: no store")
-	}
-	if cfg.Fail > FailLocal {
-		return nil, fmt.Errorf("decide: unknown fail mode %d", cfg.Fail)
-	}
-	if cfg.Fail == FailLocal && cfg.Local == nil {
-		return nil, errors.New("decide: fail mode local needs a local store")
-	}
-	if cfg.Rules == nil {
-		cfg.Rules = func() *rules.Set { return nil }
-	}
-	if cfg.BreakerCoolDown <= 0 {
-		cfg.BreakerCoolDown = def.BreakerCoolDown
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = def.Logger
-	}
-	if cfg.Now == nil {
-		cfg.Now = def.Now
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	s := &Service{
 		rules:        cfg.Rules,
 		store:        cfg.Store,
 		local:        cfg.Local,
-		timeout:      cfg.StoreTimeout,
+		timeout:      max(cfg.StoreTimeout, 0),
 		fail:         cfg.Fail,
 		coolDown:     cfg.BreakerCoolDown,
 		log:          cfg.Logger,
 		fallbackMode: cfg.Fail.fallback(),
+		caps:         caps{descriptors: cfg.MaxDescriptors, entries: cfg.MaxEntries, value: cfg.MaxValueBytes, digest: cfg.DigestAbove},
 		br: breaker{
 			failures: int64(max(cfg.BreakerFailures, 0)),
 			coolDown: cfg.BreakerCoolDown,
@@ -132,8 +121,9 @@ type batch struct {
 	refs []ref
 	ds   []sluice.Decision
 	// span[i] is the range of descriptor i in reqs.
-	span []span
-	key  []byte
+	span    []span
+	key     []byte
+	entries []Entry // a descriptor's entries with long values digested
 	// blocked are the limits that deny every request (rules.Limit.Block),
 	// decided without the store.
 	blocked []ref
@@ -175,7 +165,7 @@ type responseOne struct {
 // circuit breaker for other requests: check rules with the store's
 // sluice.LimitChecker (rules.WithCheck) so that none is ever in force.
 func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
-	if err := validate(r); err != nil {
+	if err := s.caps.validate(r); err != nil {
 		return nil, err
 	}
 	n := len(r.Descriptors)
@@ -293,30 +283,45 @@ func block(resp *Response, b *batch) bool {
 func (s *Service) release(b *batch) {
 	clear(b.reqs)
 	clear(b.refs)
+	clear(b.blocked)
+	clear(b.entries[:cap(b.entries)])
 	s.batches.Put(b)
 }
 
-// validate checks what Decide needs of a request.
-func validate(r *Request) error {
+// validate checks what Decide needs of a request, and that it is within
+// the caps.
+func (c *caps) validate(r *Request) error {
 	switch {
 	case r == nil:
 		return fmt.Errorf("%w: no request", ErrInvalidRequest)
 	case r.Domain == "":
 		return fmt.Errorf("%w: no domain", ErrInvalidRequest)
+	case len(r.Domain) > c.value:
+		return fmt.Errorf("%w: domain of %d bytes, more than the cap of %d", ErrInvalidRequest, len(r.Domain), c.value)
 	case len(r.Descriptors) == 0:
 		return fmt.Errorf("%w: no descriptors", ErrInvalidRequest)
+	case len(r.Descriptors) > c.descriptors:
+		return fmt.Errorf("%w: %d descriptors, more than the cap of %d per request", ErrInvalidRequest, len(r.Descriptors), c.descriptors)
 	}
 	for i := range r.Descriptors {
 		d := &r.Descriptors[i]
-		if len(d.Entries) == 0 {
+		switch {
+		case len(d.Entries) == 0:
 			return fmt.Errorf("%w: descriptor %d: no entries", ErrInvalidRequest, i)
-		}
-		if d.Cost < 0 {
+		case len(d.Entries) > c.entries:
+			return fmt.Errorf("%w: descriptor %d: %d entries, more than the cap of %d per descriptor", ErrInvalidRequest, i, len(d.Entries), c.entries)
+		case d.Cost < 0:
 			return fmt.Errorf("%w: descriptor %d: negative cost %d", ErrInvalidRequest, i, d.Cost)
 		}
 		for j := range d.Entries {
-			if d.Entries[j].Key == "" {
+			e := &d.Entries[j]
+			switch {
+			case e.Key == "":
 				return fmt.Errorf("%w: descriptor %d: entry %d: empty key", ErrInvalidRequest, i, j)
+			case len(e.Key) > c.value:
+				return fmt.Errorf("%w: descriptor %d: entry %d: key of %d bytes, more than the cap of %d", ErrInvalidRequest, i, j, len(e.Key), c.value)
+			case len(e.Value) > c.value:
+				return fmt.Errorf("%w: descriptor %d: entry %d: value of %d bytes, more than the cap of %d", ErrInvalidRequest, i, j, len(e.Value), c.value)
 			}
 		}
 	}
@@ -347,7 +352,12 @@ func (s *Service) collect(b *batch, r *Request, resp *Response, replaces bool) {
 					continue
 				}
 				if client < 0 {
-					b.key = appendClient(b.key[:0], rule, l, d.Entries)
+					entries := d.Entries
+					if s.caps.digests(entries) {
+						b.entries = appendDigested(b.entries[:0], entries, s.caps.digest)
+						entries = b.entries
+					}
+					b.key = appendClient(b.key[:0], rule, l, entries)
 					client = len(b.key)
 				}
 				b.key = append(append(b.key[:client], l.ID...), b.key[:client]...)

@@ -62,7 +62,7 @@ func TestFailModes(t *testing.T) {
 			fake := &fakeStore{takeAll: tt.store(t)}
 			cfg := decide.DefaultConfig()
 			cfg.Store, cfg.Fail, cfg.StoreTimeout = fake, tt.fail, 10*time.Millisecond
-			cfg.BreakerFailures = 0 // every decision goes to the store
+			cfg.BreakerFailures = -1 // no breaker: every decision goes to the store
 			if tt.fail == decide.FailLocal {
 				cfg.Local = newMemory(t, clk)
 			}

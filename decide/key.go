@@ -1,6 +1,12 @@
 package decide
 
-import "github.com/sluicehq/sluice/rules"
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"strings"
+
+	"github.com/sluicehq/sluice/rules"
+)
 
 // appendClient appends the client part of the store keys of a descriptor
 // that matched rule r: the request's values as rules.Rule.AppendKey writes
@@ -19,4 +25,35 @@ func appendClient(b []byte, r *rules.Rule, l *rules.Limit, entries []Entry) []by
 	n := len(b)
 	b = r.AppendKey(b, l, entries)
 	return append(b[:n], b[n+len(l.ID):]...)
+}
+
+// digestPrefix begins the digest that stands for a value in store keys. No
+// value kept as itself begins with it (such a value is digested too), so a
+// digest never names the same counter as a value.
+const digestPrefix = "sha256:"
+
+// digests reports whether any value of entries is kept in store keys as
+// its digest: longer than c.digest bytes, or beginning with digestPrefix.
+func (c *caps) digests(entries []Entry) bool {
+	for i := range entries {
+		if v := entries[i].Value; len(v) > c.digest || strings.HasPrefix(v, digestPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// appendDigested appends entries to dst with each value that is longer
+// than above bytes, or begins with digestPrefix, replaced by its digest:
+// digestPrefix and the first 128 bits of its SHA-256 in unpadded base64url,
+// 29 bytes in all.
+func appendDigested(dst, entries []Entry, above int) []Entry {
+	for _, e := range entries {
+		if len(e.Value) > above || strings.HasPrefix(e.Value, digestPrefix) {
+			sum := sha256.Sum256([]byte(e.Value))
+			e.Value = digestPrefix + base64.RawURLEncoding.EncodeToString(sum[:16])
+		}
+		dst = append(dst, e)
+	}
+	return dst
 }

@@ -36,7 +36,7 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&c.rules, 0, "rules", "", withEnv("rules", "rules file or directory of *.yaml files (required)"))
 	fs.IntVar(&c.maxRulesSize, 0, "max-rules-size", rules.DefaultMaxFileBytes, withEnv("max-rules-size", "largest rules file read, in bytes (16 MiB); a directory may hold 4 times as much"))
 	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master"))
-	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", 50*time.Millisecond, withEnv("store-timeout", "longest wait for the store per decision before --fail decides"))
+	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", decide.DefaultConfig().StoreTimeout, withEnv("store-timeout", "longest wait for the store per decision before --fail decides (negative: no bound)"))
 	fs.StringVar(&c.fail, 0, "fail", "open", withEnv("fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)"))
 	fs.IntVar(&c.maxEntries, 0, "max-entries", 1<<20, withEnv("max-entries", "most keys the memory store holds (about 100 bytes each)"))
 	fs.IntVar(&c.nearCache, 0, "near-cache", 8<<20, withEnv("near-cache", "bytes of denials a node keeps to answer over-limit clients without a Redis call until their retry time, exactly (8 MiB); 0 turns it off"))

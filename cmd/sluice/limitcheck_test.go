@@ -11,6 +11,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -119,5 +121,22 @@ func TestReloadRefusesStoreVeto(t *testing.T) {
 	}
 	if got := ask(); got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("alice over her limit after the vetoed reload: %v, want OVER_LIMIT", got)
+	}
+}
+
+// TestRequestCapsOverGRPC checks that a call beyond decide's caps is
+// answered InvalidArgument naming the cap: 60,000 descriptors in one call.
+func TestRequestCapsOverGRPC(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, nil, "--rules", exampleRules)
+	descs := make([]*ratelimitv3.RateLimitDescriptor, 60000)
+	for i := range descs {
+		descs[i] = descriptor("user", fmt.Sprint("u", i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: descs})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "60000 descriptors, more than the cap of 64") {
+		t.Fatalf("60,000 descriptors: %v, want InvalidArgument naming the cap", err)
 	}
 }

@@ -40,7 +40,7 @@ var (
 // made before OpenBackground returns, so that a Redis that answers is used
 // from the first decision.
 func OpenBackground(rawURL string, cfg Config, retry time.Duration, failed func(error)) (*Background, error) {
-	opt, cluster, err := check(rawURL, cfg)
+	cfg, opt, cluster, err := check(rawURL, cfg)
 	if err != nil {
 		return nil, err
 	}

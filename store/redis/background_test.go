@@ -62,7 +62,7 @@ func TestBackgroundErrors(t *testing.T) {
 		t.Error("a bad URL was accepted")
 	}
 	cfg := DefaultConfig()
-	cfg.MaxBatch = 0
+	cfg.MaxBatch = -1
 	if _, err := OpenBackground("redis://127.0.0.1:1", cfg, time.Second, nil); err == nil {
 		t.Error("a bad config was accepted")
 	}

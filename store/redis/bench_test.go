@@ -65,7 +65,7 @@ func BenchmarkTake(b *testing.B) {
 			benchmarkTake(b, cfg)
 		})
 	}
-	for _, window := range []time.Duration{0, 10 * time.Microsecond, 40 * time.Microsecond} {
+	for _, window := range []time.Duration{-1, 10 * time.Microsecond, 40 * time.Microsecond} { // -1: never wait
 		b.Run(fmt.Sprintf("inflight=2/window=%v", window), func(b *testing.B) {
 			cfg := DefaultConfig()
 			cfg.MaxInFlight, cfg.BatchWindow = 2, window

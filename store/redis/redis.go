@@ -66,11 +66,13 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// Config configures a Store. Start from DefaultConfig.
+// Config configures a Store. Start from DefaultConfig, or from the zero
+// Config: a zero field means its default, as stated at each field and in
+// DefaultConfig.
 type Config struct {
-	// KeyPrefix is put before every key (default "sluice:"). It must not
-	// contain '{' or '}', so that a key's own hash tag decides its
-	// cluster slot.
+	// KeyPrefix is put before every key (default "sluice:"; there is
+	// always a prefix). It must not contain '{' or '}', so that a key's
+	// own hash tag decides its cluster slot.
 	KeyPrefix string
 	// MaxBatch is the most decisions one batch carries (default 128). A
 	// batch is one script call per cluster slot it touches (outside a
@@ -83,17 +85,17 @@ type Config struct {
 	// queue, and leaves once a yield brings nothing. When no call is in
 	// flight, Redis is idle and a batch leaves at once with what is queued,
 	// so a light load pays no window; under load, batches grow, and Redis
-	// spends less per decision. 0 never waits.
+	// spends less per decision. Negative: never wait.
 	BatchWindow time.Duration
 	// MaxInFlight is how many batches may be in flight at once (one worker
 	// goroutine each). Decisions that arrive meanwhile wait for the next
-	// batch, so fewer batches in flight make larger ones. The default, 0,
-	// means 2: Redis runs one script at a time, and two batches keep it
-	// busy while the next one gathers. In a cluster a batch's script calls
-	// go to every node at once, pipelined, so 2 serve there too: more
-	// workers only make smaller batches and more round trips (a local 3+3
-	// cluster on two cores: 66,000 decisions/s with 2, 37,000-46,000 with
-	// 6, 15,000-18,000 with 48; BenchmarkTakeCluster).
+	// batch, so fewer batches in flight make larger ones. Default 2: Redis
+	// runs one script at a time, and two batches keep it busy while the
+	// next one gathers. In a cluster a batch's script calls go to every
+	// node at once, pipelined, so 2 serve there too: more workers only
+	// make smaller batches and more round trips (a local 3+3 cluster on two
+	// cores: 66,000 decisions/s with 2, 37,000-46,000 with 6,
+	// 15,000-18,000 with 48; BenchmarkTakeCluster).
 	MaxInFlight int
 	// Timeout bounds a script call that carries a decision whose context
 	// has no deadline (default 1s); such a decision waits at most about
@@ -112,24 +114,52 @@ type Config struct {
 	// Nil (the default) means Redis's own TIME, read inside the script, so
 	// that every sluice server agrees. Tests pass a fake clock.
 	Now func() time.Time
-	// TLS configures rediss:// connections. Nil means the system's roots
-	// and the URL's host name.
+	// TLS configures rediss:// connections. Nil (the default) means the
+	// system's roots and the URL's host name.
 	TLS *tls.Config
 }
 
-// DefaultConfig returns the default configuration.
+// DefaultConfig returns the default configuration: what every zero field
+// of a Config means.
 func DefaultConfig() Config {
 	return Config{
-		KeyPrefix:    "sluice:",
-		MaxBatch:     128,
-		BatchWindow:  20 * time.Microsecond,
-		MaxInFlight:  0,
-		Timeout:      time.Second,
-		DialTimeout:  time.Second,
-		ExpiryMargin: time.Second,
-		Now:          nil,
-		TLS:          nil,
+		KeyPrefix:    "sluice:",             // the key space of a shared Redis needs one
+		MaxBatch:     128,                   // ~250µs of Redis time per full batch
+		BatchWindow:  20 * time.Microsecond, // a few goroutine yields
+		MaxInFlight:  2,                     // one batch in Redis, one gathering
+		Timeout:      time.Second,           // calls whose context has no deadline
+		DialTimeout:  time.Second,           // per node
+		ExpiryMargin: time.Second,           // beyond the reset time; at most twice
+		Now:          nil,                   // Redis's TIME
+		TLS:          nil,                   // system roots, the URL's host name
 	}
+}
+
+// withDefaults returns c with each zero field set to its default.
+func (c Config) withDefaults() Config {
+	def := DefaultConfig()
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = def.KeyPrefix
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = def.MaxBatch
+	}
+	if c.BatchWindow == 0 {
+		c.BatchWindow = def.BatchWindow
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = def.MaxInFlight
+	}
+	if c.Timeout == 0 {
+		c.Timeout = def.Timeout
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = def.DialTimeout
+	}
+	if c.ExpiryMargin == 0 {
+		c.ExpiryMargin = def.ExpiryMargin
+	}
+	return c
 }
 
 // ErrClosed is returned by the methods of a closed Store.
@@ -183,33 +213,33 @@ func (s *Store) CheckLimit(l sluice.Limit) error { return CheckLimit(l) }
 //
 // The port defaults to 6379. ctx bounds the connection check.
 func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
-	opt, cluster, err := check(rawURL, cfg)
+	cfg, opt, cluster, err := check(rawURL, cfg)
 	if err != nil {
 		return nil, err
 	}
 	return connect(ctx, rawURL, cfg, opt, cluster)
 }
 
-// check checks rawURL and cfg, which no retry can fix, and returns the
-// client options the URL makes and whether it names a cluster.
-func check(rawURL string, cfg Config) (rueidis.ClientOption, bool, error) {
+// check checks rawURL and cfg, which no retry can fix, and returns cfg
+// with its defaults, the client options the URL makes and whether it names
+// a cluster.
+func check(rawURL string, cfg Config) (Config, rueidis.ClientOption, bool, error) {
+	cfg = cfg.withDefaults()
 	opt, cluster, err := parseURL(rawURL, cfg)
 	if err != nil {
-		return opt, cluster, err
+		return cfg, opt, cluster, err
 	}
 	switch {
 	case strings.ContainsAny(cfg.KeyPrefix, "{}"):
 		err = fmt.Errorf("redis store: KeyPrefix %q must not contain '{' or '}'", cfg.KeyPrefix)
 	case cfg.MaxBatch < 1:
 		err = fmt.Errorf("redis store: MaxBatch must be at least 1, got %d", cfg.MaxBatch)
-	case cfg.MaxInFlight < 0:
-		err = fmt.Errorf("redis store: MaxInFlight must not be negative, got %d", cfg.MaxInFlight)
-	case cfg.Timeout <= 0:
-		err = fmt.Errorf("redis store: Timeout must be positive, got %v", cfg.Timeout)
-	case cfg.BatchWindow < 0 || cfg.ExpiryMargin < 0 || cfg.DialTimeout < 0:
-		err = errors.New("redis store: BatchWindow, ExpiryMargin and DialTimeout must not be negative")
+	case cfg.MaxInFlight < 1:
+		err = fmt.Errorf("redis store: MaxInFlight must be at least 1, got %d", cfg.MaxInFlight)
+	case cfg.Timeout < 0 || cfg.ExpiryMargin < 0 || cfg.DialTimeout < 0:
+		err = errors.New("redis store: Timeout, ExpiryMargin and DialTimeout must not be negative")
 	}
-	return opt, cluster, err
+	return cfg, opt, cluster, err
 }
 
 // connect connects with the options check made.
@@ -222,9 +252,6 @@ func connect(ctx context.Context, rawURL string, cfg Config, opt rueidis.ClientO
 	if err != nil {
 		client.Close()
 		return nil, fmt.Errorf("redis store %s: %w", redact(rawURL), err)
-	}
-	if cfg.MaxInFlight == 0 {
-		cfg.MaxInFlight = 2
 	}
 	base, cancel := context.WithCancel(context.Background())
 	s := &Store{

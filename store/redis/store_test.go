@@ -83,10 +83,11 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 		edit func(*Config)
 	}{
 		{"brace in prefix", func(c *Config) { c.KeyPrefix = "a{b}" }},
-		{"zero batch", func(c *Config) { c.MaxBatch = 0 }},
+		{"negative batch", func(c *Config) { c.MaxBatch = -1 }},
 		{"negative in flight", func(c *Config) { c.MaxInFlight = -1 }},
-		{"zero timeout", func(c *Config) { c.Timeout = 0 }},
-		{"negative window", func(c *Config) { c.BatchWindow = -1 }},
+		{"negative timeout", func(c *Config) { c.Timeout = -1 }},
+		{"negative dial timeout", func(c *Config) { c.DialTimeout = -1 }},
+		{"negative margin", func(c *Config) { c.ExpiryMargin = -1 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -97,6 +98,33 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 				t.Fatal("Open accepted the config")
 			}
 		})
+	}
+}
+
+// TestZeroConfig checks that a zero Config is the default one, field by
+// field, that a negative BatchWindow (never wait) is kept, and that a
+// store opened with a zero Config decides.
+func TestZeroConfig(t *testing.T) {
+	t.Parallel()
+	def := DefaultConfig()
+	zero, _, _, err := check("redis://127.0.0.1:1", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if zero.KeyPrefix != def.KeyPrefix || zero.MaxBatch != def.MaxBatch || zero.BatchWindow != def.BatchWindow ||
+		zero.MaxInFlight != def.MaxInFlight || zero.Timeout != def.Timeout || zero.DialTimeout != def.DialTimeout ||
+		zero.ExpiryMargin != def.ExpiryMargin || zero.Now != nil || zero.TLS != nil {
+		t.Errorf("the zero Config means %+v, want the defaults %+v", zero, def)
+	}
+	if got, _, _, _ := check("redis://127.0.0.1:1", Config{BatchWindow: -1}); got.BatchWindow != -1 {
+		t.Errorf("BatchWindow -1 became %v, want it kept (never wait)", got.BatchWindow)
+	}
+	s := open(t, "redis://"+testenv.RedisAddr(t), Config{KeyPrefix: fmt.Sprintf("zero%x:", rand.Uint64())})
+	if s.cfg.MaxInFlight != def.MaxInFlight || s.cfg.Timeout != def.Timeout {
+		t.Errorf("opened with %+v, want the defaults", s.cfg)
+	}
+	if d, err := s.Take(context.Background(), "k", sluice.Limit{Rate: 1, Period: time.Minute}, 1); err != nil || !d.Allowed {
+		t.Fatalf("Take with a zero Config = %+v, %v", d, err)
 	}
 }
 
@@ -389,7 +417,7 @@ func TestBatchSizes(t *testing.T) {
 		name   string
 		batch  int
 		window time.Duration
-	}{{"one per call", 1, 0}, {"window", 128, 200 * time.Microsecond}} {
+	}{{"one per call", 1, -1}, {"window", 128, 200 * time.Microsecond}} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testConfig((&fakeClock{now: t0}).Now)
 			cfg.MaxBatch, cfg.BatchWindow = tt.batch, tt.window
