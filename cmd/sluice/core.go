@@ -27,6 +27,7 @@ type coreFlags struct {
 	storeTimeout time.Duration
 	fail         string
 	maxEntries   int
+	maxMemory    byteSize
 	nearCache    int
 	logLevel     string
 	logFormat    string
@@ -38,7 +39,9 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master"))
 	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", decide.DefaultConfig().StoreTimeout, withEnv("store-timeout", "longest wait for the store per decision before --fail decides (negative: no bound)"))
 	fs.StringVar(&c.fail, 0, "fail", "open", withEnv("fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)"))
-	fs.IntVar(&c.maxEntries, 0, "max-entries", 1<<20, withEnv("max-entries", "most keys the memory store holds (about 100 bytes each)"))
+	c.maxMemory = defaultMaxMemory
+	fs.Value(0, "max-memory", &c.maxMemory, withEnv("max-memory", "most memory the memory store's keys make the server hold, such as 256MiB or 1GiB (about 288 bytes a client)"))
+	fs.IntVar(&c.maxEntries, 0, "max-entries", 0, withEnv("max-entries", "most keys the memory store holds besides --max-memory; 0: no limit but --max-memory"))
 	fs.IntVar(&c.nearCache, 0, "near-cache", 8<<20, withEnv("near-cache", "bytes of denials a node keeps to answer over-limit clients without a Redis call until their retry time, exactly (8 MiB); 0 turns it off"))
 	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
 	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
@@ -56,6 +59,7 @@ type core struct {
 	reg     *prometheus.Registry
 	watcher *rules.Watcher
 	decider *metrics.Decider
+	stores  *openedStore
 	closers []func() error // in the order to call them
 }
 
@@ -89,7 +93,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		return nil, err
 	}
 
-	st, err := openStore(c.store, storeOptions{maxEntries: c.maxEntries, nearCache: int64(c.nearCache), log: log})
+	st, err := openStore(c.store, storeOptions{maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), nearCache: int64(c.nearCache), log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +116,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		m.Reload(err)
 		return nil, errors.Join(fmt.Errorf("load rules: %w", err), st.close())
 	}
-	co.watcher = watcher
+	co.watcher, co.stores = watcher, st
 	co.closers = append(co.closers, watcher.Close, st.close)
 	m.Reload(nil)
 	log.Info("rules loaded", "rules", c.rules, "version", watcher.Current().Version(), "domains", watcher.Current().Domains())

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/memory"
@@ -17,7 +19,8 @@ import (
 
 // storeOptions are the flags that shape a store.
 type storeOptions struct {
-	maxEntries int          // memory store: most keys held
+	maxEntries int          // memory store: most keys held; 0: no limit but maxMemory
+	maxMemory  int64        // memory store: most bytes; 0: memory.Config's default
 	nearCache  int64        // Redis: the near cache's bytes; 0 turns it off
 	log        *slog.Logger // warns while a Redis store is not connected
 }
@@ -124,17 +127,38 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 	}
 }
 
-// newMemory returns a memory store bounded by o.maxEntries.
+// newMemory returns a memory store bounded by o.maxMemory and o.maxEntries.
 func newMemory(o storeOptions) (*memory.Store, error) {
-	cfg := memory.DefaultConfig()
-	if o.maxEntries > 0 {
-		cfg.MaxEntries = o.maxEntries
-	}
-	mem, err := memory.New(cfg)
+	mem, err := memory.New(memory.Config{MaxBytes: o.maxMemory, MaxEntries: o.maxEntries})
 	if err != nil {
 		return nil, fmt.Errorf("memory store: %w", err)
 	}
 	return mem, nil
+}
+
+// defaultMaxMemory is --max-memory's default: memory.Config's, 256 MiB.
+const defaultMaxMemory = byteSize(memory.DefaultMaxBytes)
+
+// maxMemoryCap is the largest --max-memory accepted: 1 PiB.
+const maxMemoryCap = 1 << 50
+
+// byteSize is a flag value of bytes written as a size: 268435456, 256MiB,
+// 1.5GiB or 300MB (humanize.ParseBytes: KiB, MiB, GiB are powers of 1024;
+// kB, MB, GB powers of 1000).
+type byteSize int64
+
+func (b *byteSize) String() string { return humanize.IBytes(uint64(*b)) }
+
+func (b *byteSize) Set(s string) error {
+	n, err := humanize.ParseBytes(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("want a size such as 256MiB or 1GiB: %w", err)
+	case n == 0 || n > maxMemoryCap:
+		return fmt.Errorf("%s: want more than 0 and at most 1PiB", s)
+	}
+	*b = byteSize(n)
+	return nil
 }
 
 // errNoStore is returned for an empty --store.

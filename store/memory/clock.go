@@ -18,26 +18,32 @@ type coarseClock struct {
 	once sync.Once
 }
 
-// newCoarseClock starts a clock that ticks every resolution. Its goroutine
-// runs until stop is called.
+// newCoarseClock starts a clock that reads the system clock every
+// resolution. Its goroutine runs until close is called.
 func newCoarseClock(resolution time.Duration) *coarseClock {
+	tick := time.NewTicker(resolution)
+	return startClock(tick.C, func() int64 { return time.Now().UnixMicro() }, tick.Stop)
+}
+
+// startClock starts a clock that reads now (µs) at once and at every tick
+// that ticks delivers, until close is called, which then calls stop.
+func startClock(ticks <-chan time.Time, now func() int64, stop func()) *coarseClock {
 	c := &coarseClock{stop: make(chan struct{}), done: make(chan struct{})}
-	c.us.Store(time.Now().UnixMicro())
-	go c.run(resolution)
+	c.us.Store(now())
+	go c.run(ticks, now, stop)
 	return c
 }
 
-func (c *coarseClock) run(resolution time.Duration) {
+func (c *coarseClock) run(ticks <-chan time.Time, now func() int64, stop func()) {
 	defer close(c.done)
-	tick := time.NewTicker(resolution)
-	defer tick.Stop()
+	defer stop()
 	for {
 		select {
 		case <-c.stop:
 			return
-		case <-tick.C:
+		case <-ticks:
 			// The tick's own time may be stale if this goroutine ran late.
-			c.advance(time.Now().UnixMicro())
+			c.advance(now())
 		}
 	}
 }

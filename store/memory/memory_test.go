@@ -3,9 +3,9 @@ package memory
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,11 +74,13 @@ func TestNewRejects(t *testing.T) {
 		name   string
 		change func(*Config)
 	}{
-		{"no entries", func(c *Config) { c.MaxEntries = 0 }},
+		{"negative bytes", func(c *Config) { c.MaxBytes = -1 }},
+		{"negative entries", func(c *Config) { c.MaxEntries = -1 }},
 		{"shards not a power of two", func(c *Config) { c.Shards = 12 }},
-		{"no shards", func(c *Config) { c.Shards = 0 }},
+		{"negative shards", func(c *Config) { c.Shards = -2 }},
 		{"more shards than entries", func(c *Config) { c.MaxEntries, c.Shards = 4, 8 }},
-		{"no clock resolution", func(c *Config) { c.ClockResolution = 0 }},
+		{"too few bytes per shard", func(c *Config) { c.MaxBytes, c.Shards = 1<<20, 64 }},
+		{"negative clock resolution", func(c *Config) { c.ClockResolution = -time.Millisecond }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := ok
@@ -92,14 +94,39 @@ func TestNewRejects(t *testing.T) {
 }
 
 func TestDefaultConfig(t *testing.T) {
-	cfg := DefaultConfig()
-	s := newStore(t, cfg)
-	if n := len(s.shards); n&(n-1) != 0 || n < 16 {
-		t.Fatalf("%d shards by default: want a power of two, at least 16", n)
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"DefaultConfig", DefaultConfig()},
+		{"zero", Config{}}, // every zero field means its default
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t, tc.cfg)
+			if n := len(s.shards); n&(n-1) != 0 || n < 16 {
+				t.Fatalf("%d shards by default: want a power of two, at least 16", n)
+			}
+			if s.clock == nil {
+				t.Fatal("no coarse clock by default")
+			}
+			var total int64
+			for i := range s.shards {
+				if b := s.shards[i].budget; b < math.MaxUint32/4 {
+					t.Fatalf("shard %d: an entry budget of %d by default, want none", i, b)
+				}
+				total += s.shards[i].maxBytes
+			}
+			if want := liveBytes(defaultMaxBytes); total > want || total < want-int64(len(s.shards)) {
+				t.Fatalf("the shards may hold %d bytes of live data, want %d (256 MiB and GC headroom)", total, want)
+			}
+			d, err := s.Take(context.Background(), "k", sluice.Limit{Rate: 2, Period: time.Minute}, 1)
+			if err != nil || !d.Allowed || d.Remaining != 1 {
+				t.Fatalf("Take on the default store: %+v, %v", d, err)
+			}
+		})
 	}
-	d, err := s.Take(context.Background(), "k", sluice.Limit{Rate: 2, Period: time.Minute}, 1)
-	if err != nil || !d.Allowed || d.Remaining != 1 {
-		t.Fatalf("Take on the default store: %+v, %v", d, err)
+	if c := DefaultConfig(); c.MaxBytes != defaultMaxBytes || c.ClockResolution != time.Millisecond || c.Shards != defaultShards(defaultMaxBytes, 0) {
+		t.Fatalf("DefaultConfig() = %+v", c)
 	}
 }
 
@@ -133,8 +160,9 @@ func randomIPv6(rng *rand.Rand) string {
 }
 
 // entries returns the number of live entries and checks the shards'
-// bookkeeping: the index finds every live entry, and only those, and every
-// other slot is free.
+// bookkeeping: the index finds every live entry, and only those, every
+// other slot is free, and the bytes each shard accounts for are those of
+// its pages, index, keys and logs, within its budget.
 func entries(t testing.TB, s *Store) int {
 	t.Helper()
 	n := 0
@@ -154,18 +182,26 @@ func entries(t testing.TB, s *Store) int {
 			}
 		}
 		live := 0
+		vars := int64(0)
 		for j := range sh.used {
 			e := sh.at(j)
-			if !e.live {
+			if !e.live() {
 				continue
 			}
 			live++
+			vars += keyBytes(e.key, e.state.HeapBytes())
 			if k, ok := sh.lookup(s.hash(e.key), e.key); !ok || k != j {
 				t.Errorf("shard %d: slot %d holds %q, the index finds %d, %v", i, j, e.key, k, ok)
 			}
 		}
 		if linked != live || live != int(sh.count) {
 			t.Errorf("shard %d: %d in the index, %d live entries, count %d", i, linked, live, sh.count)
+		}
+		if want := int64(len(sh.pages))*pageBytes + 8*int64(len(sh.index)) + vars; sh.bytes != want || sh.vars != vars {
+			t.Errorf("shard %d accounts for %d bytes (%d of keys and logs), holds %d (%d)", i, sh.bytes, sh.vars, want, vars)
+		}
+		if sh.bytes > sh.maxBytes {
+			t.Errorf("shard %d holds %d bytes, budget %d", i, sh.bytes, sh.maxBytes)
 		}
 		n += live
 		sh.mu.Unlock()
@@ -294,7 +330,7 @@ func TestEvictionOnlyForgets(t *testing.T) {
 			l := sluice.Limit{Algorithm: a, Rate: 3, Period: 500 * time.Millisecond}
 			unbounded := map[string]*sluice.State{}
 			forgotten := 0
-			for range 3000 {
+			for range 10000 {
 				c.advance(time.Duration(rng.Int64N(int64(20 * time.Millisecond))).Truncate(time.Microsecond))
 				k := fmt.Sprintf("key:%d", rng.IntN(64))
 				cost := rng.Int64N(3)
@@ -334,60 +370,68 @@ func TestEvictionOnlyForgets(t *testing.T) {
 	}
 }
 
-// TestCoarseClock checks the store's clock against time.Now: never ahead,
-// never going back, and usually within a few resolutions behind.
+// TestCoarseClock drives the coarse clock's goroutine with ticks and a
+// system clock of its own: it reads the clock at start and at each tick,
+// and never goes back when the system clock does.
 func TestCoarseClock(t *testing.T) {
-	const resolution = time.Millisecond
-	c := newCoarseClock(resolution)
-	defer c.close()
-	prev := c.now()
-	var lags []int64
-	changes := 0
-	deadline := time.Now().Add(10 * time.Second) // only reached on a machine far too loaded
-	for changes < 50 && time.Now().Before(deadline) {
-		before := time.Now().UnixMicro()
+	readings := []int64{100, 200, 150, 300, 300, 250, 301}
+	ticks := make(chan time.Time) // unbuffered: a send returns once the goroutine takes it
+	next := 0
+	now := func() int64 { v := readings[next]; next++; return v }
+	stopped := false
+	c := startClock(ticks, now, func() { stopped = true })
+	if got := c.now(); got != 100 {
+		t.Fatalf("at start: %d, want 100", got)
+	}
+	high := int64(100)
+	for k := 1; k < len(readings); k++ {
+		ticks <- time.Time{}
+		// The goroutine has taken tick k; it has applied every tick
+		// before it, and applies this one at most.
 		got := c.now()
-		after := time.Now().UnixMicro()
-		if got < prev {
-			t.Fatalf("the clock went back from %d to %d", prev, got)
+		if got < high || got > max(high, readings[k]) {
+			t.Fatalf("after tick %d: %d, want between %d and %d", k, got, high, max(high, readings[k]))
 		}
-		if got > after {
-			t.Fatalf("the clock reads %dµs ahead of time.Now", got-after)
-		}
-		if got != prev {
-			changes++
-		}
-		lags = append(lags, before-got)
-		prev = got
-		time.Sleep(resolution / 4)
+		high = max(high, readings[k])
 	}
-	if changes < 50 {
-		t.Fatalf("the clock changed %d times in 10s, resolution %v", changes, resolution)
+	c.close()
+	c.close() // a second close is harmless
+	if got, want := c.now(), int64(301); got != want {
+		t.Fatalf("after the last tick: %d, want %d", got, want)
 	}
-	slices.Sort(lags)
-	median := time.Duration(lags[len(lags)/2]) * time.Microsecond
-	t.Logf("lag behind time.Now: median %v, max %v", median, time.Duration(lags[len(lags)-1])*time.Microsecond)
-	if median > 5*resolution {
-		t.Fatalf("the clock lags time.Now by %v (median), resolution %v", median, resolution)
+	if !stopped {
+		t.Fatal("close did not stop the ticker")
+	}
+}
+
+// TestCoarseClockStartsAtNow checks that the real clock starts at the
+// system clock's time.
+func TestCoarseClockStartsAtNow(t *testing.T) {
+	before := time.Now().UnixMicro()
+	c := newCoarseClock(time.Hour) // no tick during the test
+	defer c.close()
+	if got, after := c.now(), time.Now().UnixMicro(); got < before || got > after {
+		t.Fatalf("the clock starts at %d, outside [%d, %d]", got, before, after)
 	}
 }
 
 func TestAdvanceNeverGoesBack(t *testing.T) {
-	c := &coarseClock{}
 	for _, tc := range []struct {
-		name string
-		set  int64
-		want int64
+		name            string
+		from, set, want int64
 	}{
-		{"forward", 100, 100},
-		{"back", 50, 100},
-		{"same", 100, 100},
-		{"forward again", 101, 101},
+		{"forward", 0, 100, 100},
+		{"back", 100, 50, 100},
+		{"same", 100, 100, 100},
+		{"forward again", 100, 101, 101},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := &coarseClock{}
+			c.us.Store(tc.from)
 			c.advance(tc.set)
 			if got := c.now(); got != tc.want {
-				t.Fatalf("after advance(%d): %d, want %d", tc.set, got, tc.want)
+				t.Fatalf("at %d, after advance(%d): %d, want %d", tc.from, tc.set, got, tc.want)
 			}
 		})
 	}
@@ -465,18 +509,5 @@ func TestZeroAllocations(t *testing.T) {
 				t.Errorf("TakeAll on held keys: %v allocations", n)
 			}
 		})
-	}
-}
-
-func TestNonBlocking(t *testing.T) {
-	s, err := New(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var st sluice.Store = s
-	nb, ok := st.(interface{ NonBlocking() bool })
-	if !ok || !nb.NonBlocking() {
-		t.Fatal("the memory store does not declare that it never blocks")
 	}
 }

@@ -3,6 +3,7 @@ package memory
 import (
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"strings"
 	"sync"
 	"time"
@@ -23,9 +24,24 @@ type entry struct {
 	// after its last update), in units of 2^expiryShift ns since the Unix
 	// epoch, rounded up: an entry is never expired early.
 	expiry uint32
-	alg    sluice.Algorithm // the algorithm state belongs to
-	ref    bool             // used since the eviction hand last passed (CLOCK)
-	live   bool             // the slot holds a key; free slots are the zero entry
+	// meta holds, in its low byte, 1 + the algorithm state belongs to, or
+	// 0 in a slot that holds no key; above it, the shard's insertion
+	// count, mod 2^24, when the key was last used (allowed or denied),
+	// which eviction ages it by.
+	meta uint32
+}
+
+// stampMask keeps the 24 bits of an insertion count that an entry stores.
+const stampMask = 1<<24 - 1
+
+func (e *entry) live() bool            { return uint8(e.meta) != 0 }
+func (e *entry) alg() sluice.Algorithm { return sluice.Algorithm(uint8(e.meta) - 1) }
+func (e *entry) stamp() uint32         { return e.meta >> 8 }
+
+// meta returns an entry's meta for a use under alg at the shard's
+// insertion count tick.
+func meta(alg sluice.Algorithm, tick uint32) uint32 {
+	return tick<<8 | (uint32(alg)+1)&0xff
 }
 
 // pageBits sets the number of entries in a page of a shard's slab.
@@ -34,6 +50,12 @@ const pageBits = 8
 // page is a fixed block of entries. The slab grows a page at a time, so
 // that it never copies entries nor holds much more than it uses.
 type page [1 << pageBits]entry
+
+// slotBytes is what a slot costs: its entry and its place in the free list.
+const slotBytes = int64(unsafe.Sizeof(entry{})) + 4
+
+// pageBytes is what a page costs, with the free list's room for its slots.
+const pageBytes = slotBytes << pageBits
 
 // shardState is a shard without its padding.
 //
@@ -49,10 +71,15 @@ type shardState struct {
 	pages []*page
 	used  uint32   // slots handed out from pages, live or free
 	free  []uint32 // slots below used that hold no entry
-	hand  uint32   // the CLOCK hand: the next slot eviction looks at
+	hand  uint32   // the next slot eviction looks at
+	tick  uint32   // keys inserted into the shard, mod 2^24
 	// budget is the most live entries the shard holds.
 	budget uint32
-	seed   maphash.Seed // the store's, to find an evicted key's home
+	// bytes is the memory the shard accounts for: its pages, its index,
+	// its keys and its states' logs, of which vars are the keys and logs;
+	// maxBytes is the most it may hold.
+	bytes, vars, maxBytes int64
+	seed                  maphash.Seed // the store's, to find an evicted key's home
 }
 
 // cacheLine is the padding unit: two 64-byte lines, since x86 prefetches
@@ -103,14 +130,75 @@ func (sh *shard) takeNew(h uint64, key string, l sluice.Limit, cost, now int64) 
 	return d
 }
 
+// keyBytes returns what key and a state holding logBytes of log cost.
+func keyBytes(key string, logBytes int64) int64 {
+	return allocBytes(int64(len(key))) + logBytes
+}
+
+// allocBytes returns about how much heap an allocation of n bytes takes:
+// Go rounds small objects up to size classes, 16 bytes apart up to 256 and
+// about an eighth apart above, and large ones up to 8 KiB pages.
+func allocBytes(n int64) int64 {
+	switch {
+	case n <= 0:
+		return 0
+	case n <= 256:
+		return (n + 15) &^ 15
+	case n <= 32<<10:
+		step := int64(1) << (bits.Len64(uint64(n-1)) - 3)
+		return (n + step - 1) &^ (step - 1)
+	default:
+		return (n + 8<<10 - 1) &^ (8<<10 - 1)
+	}
+}
+
+// growth returns the bytes that inserting one more entry adds beyond the
+// key's own: a page when no slot is free, a larger index when the index
+// would be more than 3/4 full.
+func (sh *shard) growth() int64 {
+	var n int64
+	if len(sh.free) == 0 && sh.used&(1<<pageBits-1) == 0 {
+		n += pageBytes
+	}
+	if (sh.count+1)*4 > uint32(len(sh.index))*3 {
+		n += 8 * int64(max(2*len(sh.index), 8)-len(sh.index))
+	}
+	return n
+}
+
+// fits reports whether an entry whose key and state cost b bytes fits
+// beside those the shard holds.
+func (sh *shard) fits(b int64) bool {
+	return sh.count < sh.budget && sh.bytes+b+sh.growth() <= sh.maxBytes
+}
+
+// tooLarge reports whether an entry whose key and state cost b bytes would
+// not fit even in the shard emptied of every other.
+func (sh *shard) tooLarge(b int64) bool {
+	fixed := sh.bytes - sh.vars
+	if len(sh.pages) == 0 {
+		fixed += pageBytes
+	}
+	if len(sh.index) == 0 {
+		fixed += 8 * 8
+	}
+	return sh.budget == 0 || fixed+b > sh.maxBytes
+}
+
 // insert adds an entry for key, whose hash is h and which is not in the
 // shard, evicting others if the shard is at its budget. The caller holds
-// sh.mu. A new entry starts without its reference bit, so that a flood of
-// keys seen once evicts its own kind before the keys in use.
+// sh.mu. A key and state that alone would take more than the shard's
+// budget are not kept: the key stays as a fresh key.
 func (sh *shard) insert(h uint64, key string, alg sluice.Algorithm, st sluice.State, exp uint32, now int64) {
-	if sh.count >= sh.budget {
-		sh.evict(now)
+	b := keyBytes(key, st.HeapBytes())
+	if !sh.fits(b) {
+		if sh.tooLarge(b) {
+			return
+		}
+		sh.evict(now, b)
 	}
+	sh.bytes += b + sh.growth()
+	sh.vars += b
 	var i uint32
 	if n := len(sh.free); n > 0 {
 		i = sh.free[n-1]
@@ -122,13 +210,37 @@ func (sh *shard) insert(h uint64, key string, alg sluice.Algorithm, st sluice.St
 		}
 		sh.used++
 	}
+	sh.tick = (sh.tick + 1) & stampMask
 	key = strings.Clone(key) // do not keep the caller's larger buffer alive
-	*sh.at(i) = entry{key: key, state: st, expiry: exp, alg: alg, live: true}
+	*sh.at(i) = entry{key: key, state: st, expiry: exp, meta: meta(alg, sh.tick)}
 	if (sh.count+1)*4 > uint32(len(sh.index))*3 { // at most 3/4 full
 		sh.grow()
 	}
 	sh.link(uint32(h>>32), i)
 	sh.count++
+}
+
+// takeLog applies cost hits of l, a sliding_log limit, at now (µs) to e,
+// which the shard holds, accounting for its log's change in size. The
+// caller holds sh.mu.
+func (sh *shard) takeLog(e *entry, l sluice.Limit, now, cost int64) sluice.Decision {
+	before := e.state.HeapBytes()
+	d := l.TakeMicros(&e.state, now, cost)
+	e.expiry = expiry(now, d.ResetAfter)
+	e.meta = meta(l.Algorithm, sh.tick)
+	sh.relog(e.state.HeapBytes()-before, now)
+	return d
+}
+
+// relog accounts for a change of d bytes in the heap that an entry's state
+// holds (only sliding_log states hold any), and evicts if that takes the
+// shard over its budget. The caller holds sh.mu.
+func (sh *shard) relog(d int64, now int64) {
+	sh.bytes += d
+	sh.vars += d
+	if d > 0 && sh.bytes > sh.maxBytes {
+		sh.evict(now, 0)
+	}
 }
 
 // link puts slot i, whose key's tag is tag, in the index.
@@ -182,35 +294,48 @@ func (sh *shard) unlink(tag, i uint32) {
 	}
 }
 
-// evict frees slots: every expired entry first and then, if that freed
-// fewer than a sixteenth of the budget, entries unused since the CLOCK hand
-// last passed them, until it has freed that many. Freeing a batch at a
-// time keeps the sweep's cost per insertion constant. The caller holds
+// evict makes room for an entry whose key and state cost b bytes. It frees
+// every expired entry first (a state as good as fresh restricts nothing)
+// and then, until it has freed a sixteenth of the entries and the new one
+// fits, the entries unused longest: those not used (allowed or denied)
+// while the last count/2 keys were inserted into the shard, as the hand
+// finds them. Should a whole turn of the hand find too few such entries
+// (more than 7/16 of the shard's keys in use), it halves that age and goes
+// on, so that it approximates least-recently-used order. Freeing a batch at
+// a time keeps the sweep's cost per insertion constant. The caller holds
 // sh.mu.
-func (sh *shard) evict(now int64) {
+func (sh *shard) evict(now int64, b int64) {
 	limit := expiredBy(now)
-	want := max(int(sh.budget/16), 1)
+	want := max(int(sh.count/16), 1)
 	freed := 0
 	for i := range sh.used {
-		if e := sh.at(i); e.live && e.expiry <= limit {
+		if e := sh.at(i); e.live() && e.expiry <= limit {
 			sh.remove(i, e)
 			freed++
 		}
 	}
-	for freed < want && sh.count > 0 {
+	age := sh.count / 2
+	seen := uint32(0) // slots looked at since age last changed
+	for (freed < want || !sh.fits(b)) && sh.count > 0 {
 		if sh.hand >= sh.used {
 			sh.hand = 0
 		}
 		i := sh.hand
 		sh.hand++
+		if seen++; seen > sh.used {
+			age, seen = age/2, 0
+		}
 		e := sh.at(i)
-		switch {
-		case !e.live:
-		case e.ref:
-			e.ref = false
-		default:
+		if !e.live() {
+			continue
+		}
+		switch a := (sh.tick - e.stamp()) & stampMask; {
+		case a >= age:
 			sh.remove(i, e)
 			freed++
+		case a >= 1<<23:
+			// Keep a long unused entry's age from wrapping round to young.
+			e.meta = meta(e.alg(), sh.tick-1<<23)
 		}
 	}
 }
@@ -218,6 +343,9 @@ func (sh *shard) evict(now int64) {
 // remove frees slot i, which holds e.
 func (sh *shard) remove(i uint32, e *entry) {
 	sh.unlink(uint32(maphash.String(sh.seed, e.key)>>32), i)
+	b := keyBytes(e.key, e.state.HeapBytes())
+	sh.bytes -= b
+	sh.vars -= b
 	*e = entry{}
 	sh.free = append(sh.free, i)
 	sh.count--

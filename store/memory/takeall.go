@@ -74,7 +74,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 			sl := slot{key: r.Key, h: h, sh: sh, alg: r.Limit.Algorithm}
 			if j, ok := sh.lookup(h, r.Key); ok {
 				sl.e = sh.at(j)
-				sl.alg = sl.e.alg
+				sl.alg = sl.e.alg()
 				sl.st = sl.e.state.Clone()
 			}
 			k = len(slots)
@@ -93,6 +93,8 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	}
 	if allowed {
 		commit(slots, now)
+	} else {
+		touch(slots)
 	}
 	for _, i := range locks {
 		s.shards[i].mu.Unlock()
@@ -116,6 +118,17 @@ func findSlot(slots []slot, byKey map[string]int, key string) int {
 	return -1
 }
 
+// touch marks the entries of a denied batch as used: a client over its
+// limit that keeps sending is in use, and a store that forgot it first
+// would hand it a fresh allowance.
+func touch(slots []slot) {
+	for k := range slots {
+		if e := slots[k].e; e != nil {
+			e.meta = meta(e.alg(), slots[k].sh.tick)
+		}
+	}
+}
+
 // commit writes an allowed batch's states to the store: first to the
 // entries that exist, then new entries, since inserting may evict and must
 // not evict an entry before it is written.
@@ -126,14 +139,26 @@ func commit(slots []slot, now int64) {
 		if e == nil {
 			continue
 		}
-		e.state, e.alg = sl.st, sl.alg
+		before := e.state.HeapBytes()
+		e.state = sl.st
 		e.expiry = expiry(now, sl.last.ResetAfter)
-		e.ref = true
+		e.meta = meta(sl.alg, sl.sh.tick)
+		if d := e.state.HeapBytes() - before; d != 0 { // a sliding_log's
+			// Accounted now, evicted for below: evicting here could free
+			// an entry this loop has yet to write.
+			sl.sh.bytes += d
+			sl.sh.vars += d
+		}
 	}
 	for k := range slots {
 		sl := &slots[k]
 		if sl.e == nil && sl.last.ResetAfter > 0 {
 			sl.sh.insert(sl.h, sl.key, sl.alg, sl.st, expiry(now, sl.last.ResetAfter), now)
+		}
+	}
+	for k := range slots {
+		if sh := slots[k].sh; sh.bytes > sh.maxBytes {
+			sh.evict(now, 0)
 		}
 	}
 }
