@@ -212,7 +212,7 @@ func BenchmarkMillionKeys(b *testing.B) {
 			l := benchLimit(b, a)
 			now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 			cfg := DefaultConfig()
-			cfg.MaxEntries = 2 * n // room for all: measure keys, not eviction
+			cfg.MaxBytes = 1 << 30 // room for all: measure keys, not eviction
 			cfg.Now = func() time.Time { return now }
 
 			var before, after runtime.MemStats
