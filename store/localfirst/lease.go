@@ -97,7 +97,7 @@ type leaseEntry struct {
 	until    time.Time       // when the lease ends
 	seen     time.Time       // the key's latest request
 	size     int64           // the next lease's size; below 2, no lease
-	granting bool            // a grant is in flight: others go to the store
+	granting chan struct{}   // while a grant is in flight; closed when it lands
 }
 
 func newLeases(bytes int64, lifetime time.Duration, maxLease int64) *leases {
@@ -143,7 +143,7 @@ func (ls *leases) end(e *leaseEntry, now time.Time) (returning, bool) {
 		return returning{}, false
 	}
 	switch {
-	case e.left < e.granted/4 && now.Before(e.until): // used up early: a hot key
+	case e.left <= e.granted/4 && now.Before(e.until): // used up early: a hot key
 		e.size = min(2*e.size, ls.most(e.req.Limit))
 	case 2*e.left > e.granted: // mostly unused
 		e.size /= 2
@@ -154,8 +154,26 @@ func (ls *leases) end(e *leaseEntry, now time.Time) (returning, bool) {
 	return r, r.req.Cost > 0
 }
 
-// takeLease decides r, a request of a leasable limit, in lease mode.
+// takeLease decides r, a request of a leasable limit, in lease mode. A
+// request that finds a grant of its key in flight waits for it, once.
 func (s *Store) takeLease(ctx context.Context, r sluice.Request, now time.Time) (sluice.Decision, error) {
+	for wait := true; ; wait = false {
+		d, inFlight, err := s.tryLease(ctx, r, now, wait)
+		if inFlight == nil {
+			return d, err
+		}
+		select {
+		case <-inFlight:
+		case <-ctx.Done():
+			return sluice.Decision{}, fmt.Errorf("localfirst take %s: %w", r.Key, ctx.Err())
+		}
+		now = s.now()
+	}
+}
+
+// tryLease is takeLease's one attempt: when wait is set and a grant of the
+// key is in flight, it returns that grant's channel instead of deciding.
+func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, wait bool) (sluice.Decision, chan struct{}, error) {
 	ls := s.leases
 	key, l, cost := r.Key, r.Limit, r.Cost
 	id := r // the entry's request: key, group and limit
@@ -170,7 +188,8 @@ func (s *Store) takeLease(ctx context.Context, r sluice.Request, now time.Time) 
 			sh.bytes += size
 		}
 		sh.mu.Unlock()
-		return s.exact(ctx, r, now) // a key seen once goes to the store
+		d, err := s.exact(ctx, r, now) // a key seen once goes to the store
+		return d, nil, err
 	}
 	if e.req != id { // the rules changed: a new lease of the new limit
 		if back, ok := ls.end(e, now); ok {
@@ -184,7 +203,12 @@ func (s *Store) takeLease(ctx context.Context, r sluice.Request, now time.Time) 
 		d := e.decision(now)
 		sh.mu.Unlock()
 		s.leaseHits.Add(1)
-		return d, nil
+		return d, nil, nil
+	}
+	if e.granting != nil && wait {
+		ch := e.granting
+		sh.mu.Unlock()
+		return sluice.Decision{}, ch, nil
 	}
 	var back []returning
 	if b, ok := ls.end(e, now); ok {
@@ -194,12 +218,13 @@ func (s *Store) takeLease(ctx context.Context, r sluice.Request, now time.Time) 
 		e.size = max(e.size, 2)
 	}
 	e.seen = now
-	if e.size < 2 || e.granting {
+	if e.size < 2 || e.granting != nil {
 		sh.mu.Unlock()
 		s.giveBack(ctx, back)
-		return s.exact(ctx, r, now)
+		d, err := s.exact(ctx, r, now)
+		return d, nil, err
 	}
-	e.granting = true
+	e.granting = make(chan struct{})
 	want := max(e.size, cost)
 	sh.mu.Unlock()
 
@@ -223,7 +248,8 @@ func (s *Store) takeLease(ctx context.Context, r sluice.Request, now time.Time) 
 		}
 	}
 	sh.mu.Lock()
-	e.granting = false
+	close(e.granting)
+	e.granting = nil
 	granted := err == nil && d.Allowed && ok && want > cost && e.req == id
 	if granted {
 		p := l.Period.Microseconds()
@@ -241,19 +267,23 @@ func (s *Store) takeLease(ctx context.Context, r sluice.Request, now time.Time) 
 	sh.mu.Unlock()
 	switch {
 	case err != nil:
-		return sluice.Decision{}, err
+		return sluice.Decision{}, nil, err
 	case granted:
-		return out, nil
+		if s.near != nil { // a denial this node knew of is over
+			s.near.drop(key)
+		}
+		return out, nil, nil
 	case d.Allowed && want > cost && ok:
 		// granted, but the key's entry moved on meanwhile (the rules
 		// changed): the surplus goes back
 		s.giveBack(ctx, []returning{{sluice.Request{Key: key, Group: r.Group, Limit: l, Cost: want - cost}, at - at%l.Period.Microseconds()}})
 	case !d.Allowed && want > cost && !ok:
 		// no state to answer this request from
-		return s.exact(ctx, r, now)
+		d, err := s.exact(ctx, r, now)
+		return d, nil, err
 	}
 	s.learn(r, d, st, at, ok, now)
-	return d, nil
+	return d, nil, nil
 }
 
 // exact decides r by the store, through the near cache.
@@ -275,7 +305,7 @@ func (sh *leaseShard) evict(now time.Time, lifetime time.Duration, size, budget 
 		if sh.bytes+size <= budget {
 			break
 		}
-		if e.granted == 0 && !e.granting && now.Sub(e.seen) >= lifetime {
+		if e.granted == 0 && e.granting == nil && now.Sub(e.seen) >= lifetime {
 			delete(sh.m, k)
 			sh.bytes -= int64(len(k)) + leaseOverhead
 		}
@@ -331,7 +361,7 @@ func (s *Store) returnLeases(ctx context.Context, all bool) error {
 		sh := &ls.shards[i]
 		sh.mu.Lock()
 		for k, e := range sh.m {
-			if e.granting {
+			if e.granting != nil {
 				continue
 			}
 			if e.granted > 0 && (all || !now.Before(e.until)) {

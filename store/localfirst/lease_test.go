@@ -1,0 +1,245 @@
+package localfirst
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/storetest"
+)
+
+// leaseBound is lease mode's stated bound for nodes nodes of cfg: never
+// more than the limit; fewer by at most every node's largest lease.
+func leaseBound(cfg Config) storetest.Bound {
+	ls := newLeases(1, cfg.LeaseLifetime, max(cfg.MaxLease, defaultMaxLease))
+	return storetest.Bound{
+		Under: func(l sluice.Limit, nodes int) int64 {
+			if !redis.Leasable(l) {
+				return 0
+			}
+			return int64(nodes) * ls.most(l)
+		},
+	}
+}
+
+// openLeaseNodes returns n lease-mode Stores, each over a Redis store of
+// its own on url sharing prefix, deciding by now; closed (leases
+// returned) when the test ends.
+func openLeaseNodes(t *testing.T, url, prefix string, now func() time.Time, n int, cfg Config) []*Store {
+	t.Helper()
+	nodes := make([]*Store, n)
+	for i := range nodes {
+		rc := redis.DefaultConfig()
+		rc.KeyPrefix, rc.Now, rc.ExpiryMargin = prefix, now, 10*time.Minute
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := redis.Open(ctx, url, rc)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cfg
+		c.Sync, c.Now = Lease, now
+		s := newStore(t, r, c)
+		nodes[i] = s
+		t.Cleanup(func() {
+			if err := s.Close(context.Background()); err != nil {
+				t.Error(err)
+			}
+			r.Close()
+		})
+	}
+	return nodes
+}
+
+// TestLeaseContract runs the store suite's contract tier on lease mode
+// over Redis and Redis Cluster, 1 and 3 nodes, with the bound lease mode
+// states: at most the limit, at least the limit minus the nodes' leases.
+func TestLeaseContract(t *testing.T) {
+	for name, url := range backendURLs() {
+		t.Run(name, func(t *testing.T) {
+			u := url(t)
+			storetest.RunContract(t, func(t *testing.T, now func() time.Time, n int) []sluice.Store {
+				prefix := fmt.Sprintf("localfirsttest:%x:", rand.Uint64())
+				var out []sluice.Store
+				for _, s := range openLeaseNodes(t, u, prefix, now, n, Config{}) {
+					out = append(out, s)
+				}
+				return out
+			}, leaseBound(Config{}))
+		})
+	}
+}
+
+// abandon stops s as a node that dies does: its leases are not returned.
+func abandon(s *Store) {
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+	})
+}
+
+// outstanding returns the unused hits of s's leases of key taken in the
+// window that starts at window.
+func outstanding(s *Store, key string, window int64) int64 {
+	var n int64
+	for i := range s.leases.shards {
+		sh := &s.leases.shards[i]
+		sh.mu.Lock()
+		if e := sh.m[key]; e != nil && e.granted > 0 && e.window == window {
+			n += e.left
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// FuzzLeases drives three lease-mode nodes on one Redis, one key, with
+// interleavings of requests, clock steps past and within lease lifetimes,
+// sweeps that return ended leases, and nodes that die holding leases, and
+// checks them against the quota: a fixed window of 160 hits admits at
+// most 160 in any window, and once the live nodes have returned their
+// leases, what was admitted in the window, what the dead nodes still hold
+// and what the store has left add up to exactly 160.
+func FuzzLeases(f *testing.F) {
+	f.Add([]byte{0, 8, 16, 0, 8, 16, 0, 0, 0, 4, 0, 5, 7, 0, 8, 6, 0, 16})
+	f.Add([]byte{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 1, 1})
+	f.Add([]byte{0, 9, 18, 27, 36, 45, 54, 63, 4, 12, 20, 28, 5, 13, 21, 15, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 252, 2, 2, 2, 2, 2, 2, 2, 7, 2, 2})
+	url := "redis://" + testenv.RedisAddr(f) + "/0"
+	clk := newClock(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
+	rc := redis.DefaultConfig()
+	rc.KeyPrefix, rc.Now, rc.ExpiryMargin = fmt.Sprintf("localfirstfuzz:%x:", rand.Uint64()), clk.now, 10*time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var backs [4]*redis.Store // three nodes' and the referee's
+	for i := range backs {
+		r, err := redis.Open(ctx, url, rc)
+		if err != nil {
+			f.Fatal(err)
+		}
+		defer r.Close()
+		backs[i] = r
+	}
+	l := sluice.Limit{Rate: 160, Period: 2 * time.Second}
+	p := l.Period.Microseconds()
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 400 {
+			ops = ops[:400]
+		}
+		key := fmt.Sprintf("k%x", rand.Uint64())
+		clk.add(time.Hour) // a fresh key at a fresh time
+		cfg := Config{Sync: Lease, Now: clk.now}
+		var nodes [3]*Store
+		for i := range nodes {
+			nodes[i] = newStore(t, backs[i], cfg)
+		}
+		defer func() {
+			for _, s := range nodes {
+				s.Close(context.Background())
+			}
+		}()
+		admitted := map[int64]int64{} // by window start
+		lost := map[int64]int64{}     // what dead nodes held, by window start
+		for _, b := range ops {
+			node := int(b/8) % 3
+			now := clk.us.Load()
+			w := now - now%p
+			switch b % 8 {
+			case 0, 1, 2, 3:
+				cost := 1 + int64(b%2)*int64(b/24%3)
+				d, err := nodes[node].Take(context.Background(), key, l, cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted[w] += cost
+					if admitted[w] > l.Rate {
+						t.Fatalf("window %d admitted %d, more than %d", w, admitted[w], l.Rate)
+					}
+				}
+			case 4:
+				clk.add(time.Duration(b/8) * 10 * time.Millisecond)
+			case 5:
+				if err := nodes[node].ReturnExpired(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			case 6:
+				clk.add(defaultLeaseLifetime + time.Millisecond)
+			case 7: // the node dies with its leases; a new one takes its place
+				abandon(nodes[node])
+				lost[w] += outstanding(nodes[node], key, w)
+				nodes[node] = newStore(t, backs[node], cfg)
+			}
+		}
+		for _, s := range nodes {
+			if err := s.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now := clk.us.Load()
+		w := now - now%p
+		d, err := backs[3].Take(context.Background(), key, l, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := admitted[w] + lost[w] + d.Remaining; got != l.Rate {
+			t.Fatalf("window %d: admitted %d + held by dead nodes %d + left in the store %d = %d, want %d",
+				w, admitted[w], lost[w], d.Remaining, got, l.Rate)
+		}
+	})
+}
+
+// TestLeaseHotKey runs 3 nodes, 16 goroutines each, on one hot key at one
+// instant: at most the limit, at least the limit minus the stated bound,
+// and few store calls per decision.
+func TestLeaseHotKey(t *testing.T) {
+	for name, url := range backendURLs() {
+		t.Run(name, func(t *testing.T) {
+			clk := newClock(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+			nodes := openLeaseNodes(t, url(t), fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.now, 3, Config{})
+			l := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 10000, Period: time.Hour}
+			const goroutines, each = 48, 300
+			var admitted atomic.Int64
+			errs := make(chan error, goroutines)
+			for g := range goroutines {
+				go func() {
+					for range each {
+						d, err := nodes[g%3].Take(context.Background(), "{hot}", l, 1)
+						if err != nil {
+							errs <- err
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for range goroutines {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			var calls uint64
+			for _, s := range nodes {
+				calls += s.Stats().StoreCalls
+			}
+			under := leaseBound(Config{}).Under(l, 3)
+			n := admitted.Load()
+			t.Logf("admitted %d of %d (bound %d), %d store calls: %.4f per decision", n, goroutines*each, under, calls, float64(calls)/(goroutines*each))
+			if n > l.Rate || n < l.Rate-under {
+				t.Fatalf("admitted %d, want %d at most and %d at least", n, l.Rate, l.Rate-under)
+			}
+			if calls > goroutines*each/20 {
+				t.Fatalf("%d store calls for %d decisions: more than 0.05 per decision", calls, goroutines*each)
+			}
+		})
+	}
+}
