@@ -39,13 +39,7 @@ func TestBackground(t *testing.T) {
 		t.Fatalf("connected %v after %d failures", b.Connected() != nil, failures.Load())
 	}
 	r.Restart()
-	deadline := time.Now().Add(10 * time.Second)
-	for b.Connected() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("not connected 10s after Redis started")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "connected after Redis started", func() bool { return b.Connected() != nil })
 	for i, want := range []bool{true, true, false} {
 		d, err := b.Take(ctx, "k", l, 1)
 		if err != nil || d.Allowed != want {

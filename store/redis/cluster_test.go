@@ -103,7 +103,13 @@ func (l *loadGen) run(s *Store, goroutines int, timeout time.Duration, stop <-ch
 				l.calls.Add(1)
 				if err != nil {
 					l.errs.Add(1)
-					time.Sleep(time.Millisecond) // a failing store answers at once
+					// A failing store answers at once: pace the retries
+					// rather than spin.
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+					}
 				} else {
 					l.lastOK.Store(time.Now().UnixNano())
 				}
@@ -123,14 +129,20 @@ func (l *loadGen) run(s *Store, goroutines int, timeout time.Duration, stop <-ch
 // limit.
 func (l *loadGen) waitOK(t *testing.T, since time.Time, limit time.Duration) time.Duration {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for l.lastOK.Load() <= since.UnixNano() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no successful decision %v after the event", limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, limit, "a successful decision after the event", func() bool { return l.lastOK.Load() > since.UnixNano() })
 	return time.Duration(l.lastOK.Load() - since.UnixNano())
+}
+
+// waitCalls waits until n more calls have been made than before.
+func (l *loadGen) waitCalls(t *testing.T, before, n int64) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d calls under way", n), func() bool { return l.calls.Load() >= before+n })
+}
+
+// waitErrs waits until a call has failed since before errors.
+func (l *loadGen) waitErrs(t *testing.T, before int64, what string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, what, func() bool { return l.errs.Load() > before })
 }
 
 // TestRedisKilledMidLoad kills a Redis that 32 goroutines are deciding on:
@@ -147,29 +159,23 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	wg := l.run(s, 32, timeout, stop)
 	defer func() { close(stop); wg.Wait() }()
 
-	time.Sleep(300 * time.Millisecond)
-	if l.errs.Load() != 0 || l.calls.Load() == 0 {
+	l.waitCalls(t, 0, 200)
+	if l.errs.Load() != 0 {
 		t.Fatalf("before the kill: %d calls, %d errors", l.calls.Load(), l.errs.Load())
 	}
 
 	srv.Kill()
 	killed := time.Now()
-	before := l.errs.Load()
-	time.Sleep(500 * time.Millisecond)
-	if l.errs.Load() == before {
-		t.Fatal("no call failed while Redis was down")
-	}
+	l.waitErrs(t, l.errs.Load(), "a call failing while Redis is down")
+	l.waitCalls(t, l.calls.Load(), 100) // and more calls, every one within its deadline
 	srv.Restart()
 	back := l.waitOK(t, time.Now(), 10*time.Second)
 	t.Logf("killed: %d calls, %d errors, recovered %v after restart (down %v)", l.calls.Load(), l.errs.Load(), back, time.Since(killed))
 
 	srv.Pause()
 	paused := time.Now()
-	before = l.errs.Load()
-	time.Sleep(500 * time.Millisecond)
-	if l.errs.Load() == before {
-		t.Fatal("no call failed while Redis hung")
-	}
+	l.waitErrs(t, l.errs.Load(), "a call failing while Redis hangs")
+	l.waitCalls(t, l.calls.Load(), 100)
 	srv.Resume()
 	back = l.waitOK(t, time.Now(), 10*time.Second)
 	t.Logf("paused: %d calls, %d errors, recovered %v after resume (hung %v)", l.calls.Load(), l.errs.Load(), back, time.Since(paused))
@@ -196,7 +202,7 @@ func TestClusterFailover(t *testing.T) {
 	stop := make(chan struct{})
 	wg := l.run(s, 16, timeout, stop)
 	defer func() { close(stop); wg.Wait() }()
-	time.Sleep(300 * time.Millisecond)
+	l.waitCalls(t, 0, 200)
 	if l.errs.Load() != 0 {
 		t.Fatalf("before the failover: %d errors", l.errs.Load())
 	}
@@ -211,32 +217,19 @@ func TestClusterFailover(t *testing.T) {
 	killed := time.Now()
 
 	// Wait for a new master of the slot (the node timeout is 1s).
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if m := c.MasterOf(slot); m != nil && m != master {
-			t.Logf("slot %d: %s took over from %s after %v", slot, m.Addr, master.Addr, time.Since(killed).Round(time.Millisecond))
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no replica took over in 20s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(t, 20*time.Second, "a replica taking over", func() bool {
+		m := c.MasterOf(slot)
+		return m != nil && m != master
+	})
+	t.Logf("slot %d: %s took over from %s after %v", slot, c.MasterOf(slot).Addr, master.Addr, time.Since(killed).Round(time.Millisecond))
 	// Decisions on the failed-over key succeed again.
-	deadline = time.Now().Add(20 * time.Second)
 	lim := sluice.Limit{Rate: 1 << 30, Period: time.Second}
-	for {
+	waitFor(t, 20*time.Second, "decisions on "+key+" after the failover", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
 		_, err := s.Take(ctx, key, lim, 1)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("decisions on %s still fail 20s after the failover: %v", key, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
 	since := time.Now()
 	l.waitOK(t, since, 5*time.Second)
 	t.Logf("decisions continue %v after the kill; %d calls, %d errors", time.Since(killed).Round(time.Millisecond), l.calls.Load(), l.errs.Load())

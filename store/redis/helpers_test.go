@@ -82,3 +82,21 @@ func open(t testing.TB, url string, cfg Config) *Store {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// waitFor waits until cond holds, checking it every 10ms, and fails the
+// test with what if it does not within limit: tests wait on conditions,
+// never for a fixed time.
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("%s: not within %v", what, limit)
+		case <-tick.C:
+		}
+	}
+}

@@ -19,22 +19,14 @@ func TestSentinel(t *testing.T) {
 	}
 	master := testenv.StartRedis(t, "--repl-diskless-sync-delay", "0")
 	replica := testenv.StartRedis(t, "--replicaof", "127.0.0.1", strings.TrimPrefix(master.Addr, "127.0.0.1:"))
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(replica.CLI("info", "replication"), "master_link_status:up") {
-		if time.Now().After(deadline) {
-			t.Fatal("replica not in sync after 10s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "the replica in sync", func() bool {
+		return strings.Contains(replica.CLI("info", "replication"), "master_link_status:up")
+	})
 	sentinel := testenv.StartRedisSentinel(t, master, "mymaster")
 	// The sentinel learns of the replica from the master's INFO.
-	deadline = time.Now().Add(15 * time.Second)
-	for !strings.Contains(sentinel.CLI("sentinel", "replicas", "mymaster"), replica.Addr[len("127.0.0.1:"):]) {
-		if time.Now().After(deadline) {
-			t.Fatal("sentinel did not discover the replica in 15s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitFor(t, 15*time.Second, "the sentinel discovering the replica", func() bool {
+		return strings.Contains(sentinel.CLI("sentinel", "replicas", "mymaster"), replica.Addr[len("127.0.0.1:"):])
+	})
 
 	cfg := DefaultConfig()
 	s := open(t, "redis+sentinel://"+sentinel.Addr+"/mymaster", cfg)
@@ -50,27 +42,16 @@ func TestSentinel(t *testing.T) {
 	}
 	// Let the write reach the replica before the master dies (WAIT would
 	// only wait for the writes of its own connection).
-	deadline = time.Now().Add(10 * time.Second)
-	for strings.TrimSpace(replica.CLI("exists", cfg.KeyPrefix+"{sentinel}")) != "1" {
-		if time.Now().After(deadline) {
-			t.Fatal("the write did not reach the replica in 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "the write reaching the replica", func() bool {
+		return strings.TrimSpace(replica.CLI("exists", cfg.KeyPrefix+"{sentinel}")) == "1"
+	})
 
 	master.Kill()
 	killed := time.Now()
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	waitFor(t, 30*time.Second, "decisions after the master died", func() bool {
 		d, err = take()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("decisions still fail 30s after the master died: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil
+	})
 	t.Logf("decisions continue %v after the master died", time.Since(killed).Round(time.Millisecond))
 	if d.Remaining != 4 {
 		t.Fatalf("after the failover: %+v, want 4 remaining (the state survived on the replica)", d)
