@@ -131,7 +131,7 @@ type batch struct {
 
 type span struct {
 	lo, hi int
-	shadow bool
+	alone  bool // taken on its own: in shadow or quota mode
 }
 
 // reset empties b for a request of n descriptors.
@@ -155,6 +155,9 @@ type responseOne struct {
 // of all descriptors not in shadow mode are taken from the store in one
 // atomic TakeAll, so a request denied by one limit consumes none of the
 // others. Shadow-mode descriptors are taken on their own and never deny.
+// Quota-mode descriptors (Envoy's quota_mode) are taken on their own too,
+// and deny only all together: the request is over the limit when every one
+// of them is (then the others' hits stay taken).
 // An unknown domain or a descriptor without a rule is OK with no limit.
 //
 // The only errors are invalid requests (wrapping ErrInvalidRequest). A store
@@ -211,9 +214,8 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	b.reset(n)
 	s.collect(b, r, resp, replaces)
 	if len(b.reqs) == 0 {
-		if block(resp, b) {
-			resp.Overall = OverLimit
-		}
+		block(resp, b)
+		resp.Overall = overall(resp)
 		return resp, nil
 	}
 	if cap(b.ds) < len(b.reqs) {
@@ -227,13 +229,14 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 		tctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	// The enforcing descriptors come first in b.reqs, the shadow ones after.
+	// The enforcing descriptors come first in b.reqs, the ones taken alone
+	// (shadow and quota mode) after.
 	main := 0
-	for main < len(b.refs) && !b.span[b.refs[main].desc].shadow {
+	for main < len(b.refs) && !b.span[b.refs[main].desc].alone {
 		main++
 	}
 	for _, br := range b.blocked {
-		if !resp.Statuses[br.desc].Shadow {
+		if st := &resp.Statuses[br.desc]; !st.Shadow && !st.Rule.QuotaMode {
 			// A blocking limit denies the request: the others only report
 			// what is left, as when a limit of the TakeAll denies.
 			for k := range b.reqs[:main] {
@@ -246,26 +249,46 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 		s.take(ctx, tctx, resp, b, 0, main, false)
 	}
 	for lo := main; lo < len(b.reqs); {
-		hi := b.span[b.refs[lo].desc].hi
-		s.take(ctx, tctx, resp, b, lo, hi, true)
+		desc := b.refs[lo].desc
+		hi := b.span[desc].hi
+		s.take(ctx, tctx, resp, b, lo, hi, resp.Statuses[desc].Shadow)
 		lo = hi
 	}
 	block(resp, b)
+	resp.Overall = overall(resp)
+	return resp, nil
+}
+
+// overall returns the verdict on a request from its descriptors' statuses:
+// OverLimit if one that is in neither shadow nor quota mode is, or if every
+// quota-mode one is (Envoy's quota_mode: a quota descriptor over its limit
+// denies only when no other quota descriptor of the request has room).
+func overall(resp *Response) Code {
+	quota, over := 0, 0
 	for i := range resp.Statuses {
-		if resp.Statuses[i].Code == OverLimit {
-			resp.Overall = OverLimit
+		st := &resp.Statuses[i]
+		if st.Rule != nil && st.Rule.QuotaMode && !st.Shadow {
+			quota++
+			if st.Code == OverLimit {
+				over++
+			}
+			continue
+		}
+		if st.Code == OverLimit {
+			return OverLimit
 		}
 	}
-	return resp, nil
+	if quota > 0 && over == quota {
+		return OverLimit
+	}
+	return OK
 }
 
 // block writes the statuses of the descriptors whose limit denies every
 // request (rules.Limit.Block, Envoy's requests_per_unit: 0): over the
 // limit, nothing remaining, retry after the limit's period; in shadow mode
-// OK and ShadowOverLimit. It reports whether any enforcing descriptor was
-// blocked.
-func block(resp *Response, b *batch) bool {
-	denied := false
+// OK and ShadowOverLimit.
+func block(resp *Response, b *batch) {
 	for _, br := range b.blocked {
 		st := &resp.Statuses[br.desc]
 		p := br.limit.Limit.Period
@@ -274,9 +297,8 @@ func block(resp *Response, b *batch) bool {
 			st.Code, st.ShadowOverLimit = OK, true
 			continue
 		}
-		st.Code, denied = OverLimit, true
+		st.Code = OverLimit
 	}
-	return denied
 }
 
 // release returns b to the pool without the keys and limits it refers to.
@@ -329,15 +351,16 @@ func (c *caps) validate(r *Request) error {
 }
 
 // collect appends the store requests of every limited descriptor to b:
-// those that enforce first, then the shadow ones, each descriptor's limits
+// those that enforce first, then those taken alone (in shadow or quota
+// mode), each descriptor's limits
 // together. A limit that another limit of the request replaces (Envoy's
 // `replaces`) is left out, as are unlimited ones.
 func (s *Service) collect(b *batch, r *Request, resp *Response, replaces bool) {
 	for pass := range 2 {
-		shadow := pass == 1
+		alone := pass == 1
 		for i := range r.Descriptors {
 			rule := resp.Statuses[i].Rule
-			if rule == nil || rule.ShadowMode != shadow || len(rule.Limits) == 0 {
+			if rule == nil || (rule.ShadowMode || rule.QuotaMode) != alone || len(rule.Limits) == 0 {
 				continue
 			}
 			d := &r.Descriptors[i]
@@ -365,7 +388,7 @@ func (s *Service) collect(b *batch, r *Request, resp *Response, replaces bool) {
 				b.reqs = append(b.reqs, sluice.Request{Key: key, Group: key[len(l.ID):], Limit: l.Enforced(), Cost: d.Cost})
 				b.refs = append(b.refs, ref{desc: i, limit: l})
 			}
-			b.span[i] = span{lo: lo, hi: len(b.reqs), shadow: shadow}
+			b.span[i] = span{lo: lo, hi: len(b.reqs), alone: alone}
 		}
 	}
 }

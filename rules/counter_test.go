@@ -217,3 +217,81 @@ descriptors:
 		t.Errorf("another IP with the store down: %v in mode %v, want OK in fail_open", resp.Overall, resp.Mode)
 	}
 }
+
+// TestQuotaMode decides Envoy's quota_mode with the real decide and memory
+// store: a quota-mode descriptor over its limit denies the request only
+// when every quota-mode descriptor of the request is over, while its own
+// status says OVER_LIMIT; other descriptors deny as usual.
+func TestQuotaMode(t *testing.T) {
+	t.Parallel()
+	set, err := rules.Parse("rules.yaml", []byte(`
+domain: q
+descriptors:
+  - key: tenant
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: plan
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 6}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	mc := memory.DefaultConfig()
+	mc.Now = func() time.Time { return t0 }
+	st, err := memory.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	dc := decide.DefaultConfig()
+	dc.Rules = func() *rules.Set { return set }
+	dc.Store = st
+	dc.Logger = slog.New(slog.DiscardHandler)
+	svc, err := decide.New(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(kv ...string) *decide.Response {
+		t.Helper()
+		r := &decide.Request{Domain: "q"}
+		for i := 0; i+1 < len(kv); i += 2 {
+			r.Descriptors = append(r.Descriptors, decide.Descriptor{Entries: []decide.Entry{{Key: kv[i], Value: kv[i+1]}}, Cost: 1})
+		}
+		resp, err := svc.Decide(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	O, X := decide.OK, decide.OverLimit
+	steps := []struct {
+		overall      decide.Code
+		tenant, plan decide.Code
+	}{
+		{O, O, O}, {O, O, O}, // both quotas have room
+		{O, X, O}, {O, X, O}, // the tenant's is spent, the plan's has room
+		{X, X, X}, // both spent: denied
+	}
+	for i, s := range steps {
+		resp := ask("tenant", "acme", "plan", "gold")
+		if resp.Overall != s.overall || resp.Statuses[0].Code != s.tenant || resp.Statuses[1].Code != s.plan {
+			t.Errorf("request %d: %v (tenant %v, plan %v), want %v (%v, %v)", i, resp.Overall,
+				resp.Statuses[0].Code, resp.Statuses[1].Code, s.overall, s.tenant, s.plan)
+		}
+	}
+	// One quota descriptor alone, over its limit: every quota one is over.
+	if got := ask("tenant", "acme").Overall; got != X {
+		t.Errorf("the spent tenant alone: %v, want OVER_LIMIT", got)
+	}
+	// A descriptor not in quota mode denies by itself, beside a quota with room.
+	for range 6 {
+		ask("ip", "10.0.0.1")
+	}
+	if resp := ask("tenant", "other", "ip", "10.0.0.1"); resp.Overall != X || resp.Statuses[0].Code != O {
+		t.Errorf("a spent IP beside a tenant with room: %v, statuses %+v; want OVER_LIMIT", resp.Overall, resp.Statuses)
+	}
+}
