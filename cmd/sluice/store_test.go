@@ -78,3 +78,28 @@ func TestMaxMemoryFlag(t *testing.T) {
 		}
 	}
 }
+
+// FuzzByteSize checks that --max-memory's parser never panics, accepts
+// only sizes from 1 byte to 1 PiB, and reads back what it prints within
+// the rounding of its one decimal.
+func FuzzByteSize(f *testing.F) {
+	for _, s := range []string{"256MiB", "1GiB", "1.5 GiB", "300MB", "0", "-1", "1e3", "12xyz", "", "1PiB", "1024PiB", "999999999999999999999", "0.5B", "7 kB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var b byteSize
+		if err := b.Set(s); err != nil {
+			return
+		}
+		if b < 1 || b > maxMemoryCap {
+			t.Fatalf("Set(%q) = %d, outside [1, 1PiB]", s, b)
+		}
+		var back byteSize
+		if err := back.Set(b.String()); err != nil {
+			t.Fatalf("Set(%q) = %d prints as %q, which does not parse: %v", s, b, b.String(), err)
+		}
+		if d := int64(back) - int64(b); d > int64(b)/20+1 || -d > int64(b)/20+1 {
+			t.Fatalf("Set(%q) = %d prints as %q, read back as %d", s, b, b.String(), back)
+		}
+	})
+}

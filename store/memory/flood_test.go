@@ -29,9 +29,10 @@ func TestFloodKeepsLimitedClient(t *testing.T) {
 		name      string
 		shards    int
 		flood     int
-		every     int  // the client sends once per this many flood keys
-		exhaust   bool // the flood keys are each taken to their limit too
-		wantExact bool // the client is never forgotten: admitted exactly 5 times
+		every     int   // the client sends once per this many flood keys
+		exhaust   bool  // the flood keys are each taken to their limit too
+		wantExact bool  // the client is never forgotten: admitted exactly 5 times
+		maxBytes  int64 // a byte budget instead of 1,000 entries
 	}{
 		{name: "interleaved, one shard", shards: 1, flood: 5000, every: 1, wantExact: true},
 		{name: "interleaved, 8 shards", shards: 8, flood: 20000, every: 1, wantExact: true},
@@ -39,13 +40,19 @@ func TestFloodKeepsLimitedClient(t *testing.T) {
 		{name: "exhausted flood keys", shards: 1, flood: 5000, every: 4, exhaust: true, wantExact: true},
 		{name: "sparse sender, one shard", shards: 1, flood: 20000, every: 1500},
 		{name: "sparse sender, 4 shards", shards: 4, flood: 20000, every: 1500},
+		{name: "byte budget, interleaved", shards: 1, flood: 20000, every: 1, wantExact: true, maxBytes: 256 << 10},
+		{name: "byte budget, every 300 keys", shards: 2, flood: 20000, every: 300, wantExact: true, maxBytes: 512 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const maxEntries = 1000
 			c := newFakeClock()
 			c.us.Store(t0.Truncate(time.Hour).UnixMicro()) // an hour's start: one window for the whole test
-			s := newStore(t, Config{MaxEntries: maxEntries, Shards: tc.shards, Now: c.now})
+			cfg := Config{MaxEntries: maxEntries, Shards: tc.shards, Now: c.now}
+			if tc.maxBytes > 0 {
+				cfg.MaxEntries, cfg.MaxBytes = 0, tc.maxBytes
+			}
+			s := newStore(t, cfg)
 			ctx := context.Background()
 			floodLimit := sluice.Limit{Rate: 5, Period: time.Hour}
 			ds := make([]sluice.Decision, 1)
@@ -81,13 +88,16 @@ func TestFloodKeepsLimitedClient(t *testing.T) {
 			}
 			held := entries(t, s)
 			t.Logf("seed %d: %d sent, %d admitted; the store holds %d entries", seed, sent, admitted, held)
-			if held < maxEntries*3/4 {
-				t.Fatalf("the flood left %d entries of %d: the store evicts far too much", held, maxEntries)
+			if most := maxEntries; tc.maxBytes == 0 && held < most*3/4 {
+				t.Fatalf("the flood left %d entries of %d: the store evicts far too much", held, most)
+			}
+			if bytes, most := accounted(s); tc.maxBytes > 0 && bytes < most*3/4 {
+				t.Fatalf("the flood left %d bytes of %d: the store evicts far too much", bytes, most)
 			}
 			if tc.wantExact && admitted != user.Rate {
 				t.Fatalf("admitted %d times under a limit of %d: the flood made the store forget the client", admitted, user.Rate)
 			}
-			if bound := floodBound(user.Rate, inShard, maxEntries/tc.shards); admitted > bound {
+			if bound := floodBound(user.Rate, inShard, held/tc.shards); admitted > bound {
 				t.Fatalf("admitted %d times, above the stated bound %d", admitted, bound)
 			}
 		})
