@@ -14,6 +14,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -398,5 +400,42 @@ func TestServeSurvivesRedisDeath(t *testing.T) {
 	}
 	if code, _, err := call(); err != nil || code != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("after the restart: %v, %v", code, err)
+	}
+}
+
+// TestHugeKeysRefused sends 1 MB keys to a running sluice serve: an X-User
+// header of 1 MB to forward-auth is refused by the header cap
+// (httpapi.MaxHeaderBytes, 431) and a gRPC call with a 1 MB descriptor
+// value by the message cap (envoyrls.MaxRequestBytes, ResourceExhausted),
+// before either is read into memory or counted; the server answers
+// ordinary requests on.
+func TestHugeKeysRefused(t *testing.T) {
+	s := startServer(t, nil, "--rules", copyRules(t, exampleRules), "--identity", "../../examples/nginx/identity.yaml")
+	huge := strings.Repeat("u", 1<<20)
+	for range 3 {
+		req, err := http.NewRequest(http.MethodGet, s.httpURL+"/v1/auth", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Original-URI", "/login")
+		req.Header.Set("X-User", huge)
+		resp, err := s.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("1 MB X-User: %d, want 431", resp.StatusCode)
+		}
+		_, err = s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+			Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", huge)}})
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("1 MB descriptor value: %v, want ResourceExhausted", err)
+		}
+	}
+	resp, err := s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+		Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", "alice")}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("an ordinary call after: %v, %v", resp, err)
 	}
 }

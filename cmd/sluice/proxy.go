@@ -13,6 +13,7 @@ import (
 
 	"github.com/peterbourgon/ff/v4"
 
+	"github.com/sluicehq/sluice/transport/httpapi"
 	"github.com/sluicehq/sluice/transport/proxy"
 )
 
@@ -109,6 +110,7 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 	srv := &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    httpapi.MaxHeaderBytes, // 431 for more
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

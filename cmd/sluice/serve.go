@@ -141,6 +141,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	hsrv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    httpapi.MaxHeaderBytes, // 431 for more
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -157,7 +158,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	}
 	// The gRPC server starts its workers when made: made only once
 	// nothing can fail before it serves, so that it is always stopped.
-	gsrv := grpc.NewServer(
+	gsrv := grpc.NewServer(append(envoyrls.ServerOptions(), // requests up to envoyrls.MaxRequestBytes; InvalidArgument for undecodable ones
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// A fixed pool of workers serves the calls instead of a new
 		// goroutine per call, whose stack grows anew each time. A call
@@ -167,7 +168,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		// with GOMAXPROCS workers, growing those stacks took 6.6% of the
 		// server's CPU.
 		grpc.NumStreamWorkers(uint32(max(64, runtime.GOMAXPROCS(0)))),
-	)
+	)...)
 	rls.Register(gsrv)
 	if c.reflection {
 		reflection.Register(gsrv)

@@ -39,7 +39,7 @@ func startSluice(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(envoyrls.ServerOptions()...)
 	envoyrls.New(svc, envoyrls.DefaultConfig()).Register(g)
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(ln) }()

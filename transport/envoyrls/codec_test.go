@@ -9,6 +9,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -309,6 +311,58 @@ func BenchmarkCodec(b *testing.B) {
 			}
 			if out := Encode(resp, w); len(out.Statuses) != 1 {
 				b.Fatal("no status")
+			}
+		}
+	})
+}
+
+// FuzzDecodeRequest feeds the gRPC request decoder arbitrary bytes, as a
+// call's payload: the server's codec never fails a call (what does not
+// decode is kept for an InvalidArgument), and what decodes converts
+// into a decide.Request that keeps every descriptor and entry, with costs
+// in the range of hits_addend, or is refused with a *RequestError.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, req := range []*rlsv3.RateLimitRequest{
+		{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "alice")}},
+		{Domain: "api", HitsAddend: 5, Descriptors: []*ratelimitv3.RateLimitDescriptor{withHits(desc("user", "alice", "path", "/login"), 2), desc("ip", "::1")}},
+		{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{IsNegativeHits: true, Entries: desc("k", "v").Entries}}},
+	} {
+		b, err := proto.Marshal(req)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("\x0a\x02\xff\xfe"))
+	c := codec{proto: encoding.GetCodecV2("proto")}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d := new(decoded)
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, d); err != nil {
+			t.Fatalf("codec failed the call: %v", err)
+		}
+		if d.err != nil {
+			return
+		}
+		req := &d.RateLimitRequest
+		out, err := Decode(req)
+		if err != nil {
+			if _, ok := err.(*RequestError); !ok {
+				t.Fatalf("Decode: %T %v, want a *RequestError", err, err)
+			}
+			return
+		}
+		if out.Domain != req.GetDomain() || len(out.Descriptors) != len(req.GetDescriptors()) {
+			t.Fatalf("Decode(%v) = %+v", req, out)
+		}
+		for i, dd := range req.GetDescriptors() {
+			got := out.Descriptors[i]
+			if got.Cost < 0 || got.Cost > math.MaxUint32 || len(got.Entries) != len(dd.GetEntries()) {
+				t.Fatalf("descriptor %d: %+v from %v", i, got, dd)
+			}
+			for j, e := range dd.GetEntries() {
+				if got.Entries[j].Key != e.GetKey() || got.Entries[j].Value != e.GetValue() {
+					t.Fatalf("descriptor %d entry %d: %+v from %v", i, j, got.Entries[j], e)
+				}
 			}
 		}
 	})

@@ -9,13 +9,18 @@ package envoyrls
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	_ "google.golang.org/grpc/encoding/proto" // registers the "proto" codec that codec wraps
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/transport/respond"
 )
@@ -68,10 +73,91 @@ func New(d respond.Decider, cfg Config) *Server {
 	return s
 }
 
-// Register registers the rate limit service and the health service on g.
+// MaxRequestBytes is the largest RateLimitRequest, in bytes, that a gRPC
+// server made with ServerOptions accepts (grpc.MaxRecvMsgSize); a larger
+// one is refused with ResourceExhausted before it is read. Envoy's
+// requests are a few hundred bytes, and a request within decide's caps on
+// descriptors, entries and value lengths fits well below this.
+const MaxRequestBytes = 256 << 10
+
+// ServerOptions returns the options of a gRPC server that serves a Server:
+// requests up to MaxRequestBytes, and a codec that lets ShouldRateLimit
+// answer InvalidArgument for a request that does not decode (not protobuf,
+// or a string that is not valid UTF-8), as the HTTP API answers 400 for
+// it. Without it such a request gets gRPC's Internal. The codec is
+// protobuf's for every other message and service.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.ForceServerCodecV2(codec{proto: encoding.GetCodecV2("proto")}),
+	}
+}
+
+// Register registers the rate limit service and the health service on g,
+// a server made with ServerOptions.
 func (s *Server) Register(g grpc.ServiceRegistrar) {
-	rlsv3.RegisterRateLimitServiceServer(g, s)
+	g.RegisterService(&serviceDesc, s)
 	healthpb.RegisterHealthServer(g, s.health)
+}
+
+// serviceDesc describes RateLimitService as go-control-plane's generated
+// code does, with the handler below.
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: ServiceName,
+	HandlerType: (*rlsv3.RateLimitServiceServer)(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: shouldRateLimit}},
+	Streams:     []grpc.StreamDesc{},
+	Metadata:    "envoy/service/ratelimit/v3/rls.proto",
+}
+
+// decoded is a call's request and what went wrong decoding it. It is a
+// proto.Message (its request's), so that any codec can fill it; codec
+// keeps the error for ShouldRateLimit to answer instead of failing the
+// call with Internal.
+type decoded struct {
+	rlsv3.RateLimitRequest
+	err error
+}
+
+// codec is protobuf's gRPC codec, except that it decodes a *decoded
+// without failing.
+type codec struct{ proto encoding.CodecV2 }
+
+func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+func (c codec) Name() string                           { return c.proto.Name() }
+
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	d, ok := v.(*decoded)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	if err := proto.Unmarshal(buf.ReadOnlyData(), &d.RateLimitRequest); err != nil {
+		d.err = fmt.Errorf("decode RateLimitRequest: %w", err)
+	}
+	return nil
+}
+
+// shouldRateLimit decodes a call's request and passes it to
+// ShouldRateLimit through the server's interceptors, or answers
+// InvalidArgument when it does not decode.
+func shouldRateLimit(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := new(decoded)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if in.err != nil {
+		return nil, status.Error(codes.InvalidArgument, in.err.Error())
+	}
+	s := srv.(rlsv3.RateLimitServiceServer)
+	if interceptor == nil {
+		return s.ShouldRateLimit(ctx, &in.RateLimitRequest)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
+	return interceptor(ctx, &in.RateLimitRequest, info, func(ctx context.Context, req any) (any, error) {
+		return s.ShouldRateLimit(ctx, req.(*rlsv3.RateLimitRequest))
+	})
 }
 
 // Shutdown makes the health service report NOT_SERVING, so that load

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
@@ -38,7 +40,7 @@ func serve(t *testing.T, s *Server) *grpc.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(ServerOptions()...)
 	s.Register(g)
 	done := make(chan error, 1)
 	go func() { done <- g.Serve(ln) }()
@@ -175,5 +177,66 @@ func TestHealth(t *testing.T) {
 		if err != nil || resp.Status != healthpb.HealthCheckResponse_NOT_SERVING {
 			t.Errorf("after Shutdown, Check(%q) = %v, %v; want NOT_SERVING", svc, resp, err)
 		}
+	}
+}
+
+// rawCodec sends a call's request as the bytes given, so that a test can
+// send what a protobuf library would refuse to encode; answers decode as
+// protobuf.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error)   { return v.([]byte), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error { return proto.Unmarshal(b, v.(proto.Message)) }
+func (rawCodec) Name() string                    { return "proto" }
+
+// TestUndecodableRequests sends requests that do not decode, over a real
+// gRPC client and server: each gets InvalidArgument, as the HTTP API's 400,
+// where gRPC's generated handler answered Internal; the decider is never
+// asked.
+func TestUndecodableRequests(t *testing.T) {
+	t.Parallel()
+	var asked sync.Mutex
+	d := fakeDecider{decide: func(context.Context, *decide.Request) (*decide.Response, error) {
+		asked.Lock()
+		defer asked.Unlock()
+		t.Error("the decider was asked")
+		return nil, errors.New("asked")
+	}}
+	conn := serve(t, New(d, Config{}))
+	str := func(b []byte, num protowire.Number, s string) []byte {
+		b = protowire.AppendTag(b, num, protowire.BytesType)
+		return protowire.AppendString(b, s)
+	}
+	msg := func(b []byte, num protowire.Number, m []byte) []byte {
+		b = protowire.AppendTag(b, num, protowire.BytesType)
+		return protowire.AppendBytes(b, m)
+	}
+	entry := str(str(nil, 1, "user"), 2, "al\xffice")
+	tests := []struct {
+		name string
+		body []byte
+	}{
+		{"invalid UTF-8 in the domain", str(nil, 1, "ap\xc3i")},
+		{"invalid UTF-8 in a value", msg(str(nil, 1, "api"), 2, msg(nil, 1, entry))},
+		{"not protobuf", []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out rlsv3.RateLimitResponse
+			err := conn.Invoke(context.Background(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, tt.body, &out, grpc.ForceCodec(rawCodec{}))
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("%v, want InvalidArgument", err)
+			}
+		})
+	}
+	// The same server still answers a valid request.
+	ok := fakeDecider{decide: func(context.Context, *decide.Request) (*decide.Response, error) {
+		return &decide.Response{Overall: decide.OK, Statuses: []decide.Status{{Code: decide.OK}}}, nil
+	}}
+	resp, err := rlsv3.NewRateLimitServiceClient(serve(t, New(ok, Config{}))).ShouldRateLimit(context.Background(),
+		&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "alice")}})
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("valid request: %v, %v", resp, err)
 	}
 }

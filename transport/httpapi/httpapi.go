@@ -28,6 +28,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,15 +59,29 @@ type Config struct {
 	Mode func() string
 	// Gatherer is the registry /metrics serves; nil leaves /metrics out.
 	Gatherer prometheus.Gatherer
-	// MaxBodyBytes bounds request bodies; larger ones get 413.
+	// MaxBodyBytes bounds request bodies; larger ones get 413. Zero means
+	// the default.
 	MaxBodyBytes int64
+	// BodyTimeout bounds the time a request's body may take to arrive, on
+	// every route (forward-auth's mounted with Handle too): a client that
+	// trickles a body is cut off then, and its connection closed, instead
+	// of holding it for ever. Zero means the default.
+	BodyTimeout time.Duration
 }
+
+// MaxHeaderBytes is the most request header bytes sluice's HTTP servers
+// (sluice serve's API and forward-auth, sluice proxy) read
+// (http.Server.MaxHeaderBytes): a request with more is answered 431
+// before any of it is kept. Go's default is 1 MiB; a real request's
+// headers are a few KiB.
+const MaxHeaderBytes = 64 << 10
 
 // DefaultConfig returns a Config with the defaults; RateLimiter and Rules
 // remain to be set.
 func DefaultConfig() Config {
 	return Config{
-		MaxBodyBytes: 1 << 20, // 1 MiB: Envoy's requests are a few hundred bytes
+		MaxBodyBytes: 1 << 20,          // 1 MiB: Envoy's requests are a few hundred bytes
+		BodyTimeout:  10 * time.Second, // for a body of at most 1 MiB from a live client
 	}
 }
 
@@ -85,6 +100,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultConfig().MaxBodyBytes
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultConfig().BodyTimeout
 	}
 	ops, err := NewOps(OpsConfig{Rules: cfg.Rules, Mode: cfg.Mode, Gatherer: cfg.Gatherer})
 	if err != nil {
@@ -110,8 +128,18 @@ func (h *Handler) Handle(pattern string, handler http.Handler) error {
 // routes keep answering.
 func (h *Handler) Drain() { h.ops.Drain() }
 
-// ServeHTTP implements http.Handler.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A request with a body gets a read
+// deadline of BodyTimeout: past it, reading the body fails and the server
+// closes the connection, whether the route reads the body or the server
+// would discard it after the answer.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		// A writer without deadlines (not a server connection) has
+		// nothing to bound.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.BodyTimeout))
+	}
+	h.mux.ServeHTTP(w, r)
+}
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 

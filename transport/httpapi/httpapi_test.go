@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -307,6 +308,53 @@ func TestDrain(t *testing.T) {
 	}
 	if r := do(t, "POST", srv.URL+"/v1/decide", aliceJSON); r.code != 200 {
 		t.Errorf("decide while draining: %d, want 200", r.code)
+	}
+}
+
+// TestSlowBody trickles request bodies to a real server whose BodyTimeout
+// is short: on the decision API, which reads the body, and on a mounted
+// route that does not (as forward-auth), the server gives up on the body
+// and closes the connection within the bound instead of holding it.
+func TestSlowBody(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.RateLimiter = envoyrls.New(&fakeDecider{}, envoyrls.Config{})
+	cfg.Rules = func() *rules.Set { return nil }
+	cfg.BodyTimeout = 200 * time.Millisecond
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Handle("GET /v1/auth", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	for _, tt := range []struct{ name, request string }{
+		{"decision API", "POST /v1/decide HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"domain\""},
+		{"a route that does not read the body", "GET /v1/auth HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nx"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, tt.request); err != nil {
+				t.Fatal(err)
+			}
+			// The rest of the body never comes. Wait for the server to
+			// close the connection; the guard is far past the bound.
+			start := time.Now()
+			if err := conn.SetReadDeadline(start.Add(10 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(conn)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("connection still open after %v; read %q", time.Since(start), got)
+			}
+		})
 	}
 }
 

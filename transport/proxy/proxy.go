@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -54,8 +55,13 @@ type Config struct {
 	DialTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for the upstream's response
 	// headers once the request is sent (then 504). Bodies stream without a
-	// time limit. Default 30s.
+	// time limit as long as they move. Default 30s.
 	ResponseHeaderTimeout time.Duration
+	// BodyIdleTimeout bounds the wait for the next bytes of a client's
+	// request body, whether the proxy streams it upstream or never reads it
+	// (a 429): a client that trickles or stalls its body is cut off then
+	// and its connection closed. Default 30s.
+	BodyIdleTimeout time.Duration
 	// MaxIdleConns is how many idle connections to the upstream are kept
 	// for reuse. Default 512.
 	MaxIdleConns int
@@ -83,6 +89,7 @@ func DefaultConfig() Config {
 		MaxWaiting:            1024,             // requests held at once in queue mode
 		DialTimeout:           5 * time.Second,  // connect to the upstream, else 502
 		ResponseHeaderTimeout: 30 * time.Second, // upstream response headers, else 504
+		BodyIdleTimeout:       30 * time.Second, // between reads of a client's request body
 		MaxIdleConns:          512,              // kept-alive upstream connections
 		Logger:                slog.Default(),
 		Sleep:                 sleep,
@@ -96,6 +103,7 @@ type Proxy struct {
 	guard      *respond.Guard
 	maxDelay   time.Duration
 	maxWaiting int64
+	bodyIdle   time.Duration
 	log        *slog.Logger
 	sleep      func(context.Context, time.Duration) error
 	rp         *httputil.ReverseProxy
@@ -123,6 +131,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.ResponseHeaderTimeout <= 0 {
 		cfg.ResponseHeaderTimeout = def.ResponseHeaderTimeout
 	}
+	if cfg.BodyIdleTimeout <= 0 {
+		cfg.BodyIdleTimeout = def.BodyIdleTimeout
+	}
 	if cfg.MaxIdleConns <= 0 {
 		cfg.MaxIdleConns = def.MaxIdleConns
 	}
@@ -143,6 +154,7 @@ func New(cfg Config) (*Proxy, error) {
 		guard:      g,
 		maxDelay:   cfg.MaxDelay,
 		maxWaiting: int64(cfg.MaxWaiting),
+		bodyIdle:   cfg.BodyIdleTimeout,
 		log:        cfg.Logger,
 		sleep:      cfg.Sleep,
 	}
@@ -200,6 +212,12 @@ func (p *Proxy) Waiting() int { return int(p.waiting.Load()) }
 // ServeHTTP decides r and forwards it, holds it for its turn and then
 // forwards it, or answers 429.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(p.bodyIdle)) == nil {
+			r.Body = &idleBody{ReadCloser: r.Body, rc: rc, idle: p.bodyIdle}
+		}
+	}
 	resp, pass := p.guard.Check(w, r)
 	if !pass {
 		return // answered, or the client is gone
@@ -244,6 +262,25 @@ func (p *Proxy) tooFar(w http.ResponseWriter, resp *decide.Response) {
 		}
 	}
 	p.guard.Writer().Deny(w, &decide.Response{Overall: decide.OverLimit, Statuses: st})
+}
+
+// idleBody is a client's request body that must keep moving: each read
+// has idle to bring bytes, and once the body is read the deadline is
+// lifted, so that the server's watch for a closed connection does not
+// cancel a request whose upstream answers slowly.
+type idleBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	_ = b.rc.SetReadDeadline(time.Now().Add(b.idle)) // supported: New checked
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // queueWait returns the longest Wait of resp's enforced limits: how long a

@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -507,5 +508,71 @@ func TestDenialWithoutRetry(t *testing.T) {
 	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 	if rec.Code != 429 || rec.Header().Get("Retry-After") != "1" || calls.Load() != 1 {
 		t.Fatalf("%d, Retry-After %q, %d decisions; want 429, 1, 1", rec.Code, rec.Header().Get("Retry-After"), calls.Load())
+	}
+}
+
+// TestSlowBody trickles request bodies through a real proxy whose
+// BodyIdleTimeout is short: a body the proxy streams upstream and one it
+// never reads (a 429) are cut off within the bound and their connections
+// closed; a body that arrived whole does not limit how long the upstream
+// may take to answer.
+func TestSlowBody(t *testing.T) {
+	t.Parallel()
+	const idle = 200 * time.Millisecond
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			return
+		}
+		if r.URL.Path == "/slow-answer" {
+			// Answer after several idle bounds, unless the proxy gives up
+			// on the request first.
+			select {
+			case <-time.After(5 * idle):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprintf(w, "got %d", n)
+	}))
+	t.Cleanup(upstream.Close)
+	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, `
+domain: api
+descriptors:
+  - {key: all, rate_limit: {unit: hour, requests_per_unit: 2}}
+`, &clock{now: t0}), BodyIdleTimeout: idle})
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+
+	post, err := http.Post(front.URL+"/slow-answer", "text/plain", strings.NewReader("whole"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(post.Body)
+	post.Body.Close()
+	if err != nil || post.StatusCode != 200 || string(body) != "got 5" {
+		t.Fatalf("a whole body with a slow answer: %d %q %v", post.StatusCode, body, err)
+	}
+
+	// The limit's second request streams upstream; the third is denied.
+	for _, name := range []string{"streamed upstream", "denied, never read"} {
+		conn, err := net.Dial("tcp", front.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"); err != nil {
+			t.Fatal(err)
+		}
+		// The rest never comes: wait for the proxy to close the
+		// connection; the guard is far past the bound.
+		start := time.Now()
+		if err := conn.SetReadDeadline(start.Add(10 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(conn)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("%s: connection still open after %v; read %q", name, time.Since(start), got)
+		}
 	}
 }
