@@ -405,13 +405,15 @@ func TestServeSurvivesRedisDeath(t *testing.T) {
 
 // TestHugeKeysRefused sends 1 MB keys to a running sluice serve: an X-User
 // header of 1 MB to forward-auth is refused by the header cap
-// (httpapi.MaxHeaderBytes, 431) and a gRPC call with a 1 MB descriptor
-// value by the message cap (envoyrls.MaxRequestBytes, ResourceExhausted),
-// before either is read into memory or counted; the server answers
-// ordinary requests on.
+// (httpapi.MaxHeaderBytes, 431); a 1 MB descriptor value, over gRPC and
+// over the JSON API, by decide's cap on value bytes (InvalidArgument and
+// 400, naming the cap); a gRPC message beyond envoyrls.MaxRequestBytes
+// before it is read (ResourceExhausted). Nothing is counted or stored:
+// the server answers ordinary requests on.
 func TestHugeKeysRefused(t *testing.T) {
 	s := startServer(t, nil, "--rules", copyRules(t, exampleRules), "--identity", "../../examples/nginx/identity.yaml")
 	huge := strings.Repeat("u", 1<<20)
+	const valueCap = "more than the cap of 4096"
 	for range 3 {
 		req, err := http.NewRequest(http.MethodGet, s.httpURL+"/v1/auth", nil)
 		if err != nil {
@@ -429,9 +431,31 @@ func TestHugeKeysRefused(t *testing.T) {
 		}
 		_, err = s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
 			Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", huge)}})
-		if status.Code(err) != codes.ResourceExhausted {
-			t.Fatalf("1 MB descriptor value: %v, want ResourceExhausted", err)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), valueCap) {
+			t.Fatalf("1 MB descriptor value over gRPC: %v, want InvalidArgument naming the cap", err)
 		}
+		r := s.do(t, "POST", "/v1/decide", `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"`+huge[:1000000]+`"}]}]}`)
+		if r.code != http.StatusBadRequest || !strings.Contains(r.body, valueCap) {
+			t.Fatalf("1 MB descriptor value over HTTP: %d %.200s, want 400 naming the cap", r.code, r.body)
+		}
+		_, err = s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+			Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", strings.Repeat(huge, 5))}})
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("5 MB message: %v, want ResourceExhausted", err)
+		}
+	}
+	// Over the descriptor cap over HTTP too (gRPC: TestRequestCapsOverGRPC).
+	var b strings.Builder
+	b.WriteString(`{"domain":"api","descriptors":[`)
+	for i := range 65 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"entries":[{"key":"user","value":"u%d"}]}`, i)
+	}
+	b.WriteString("]}")
+	if r := s.do(t, "POST", "/v1/decide", b.String()); r.code != http.StatusBadRequest || !strings.Contains(r.body, "65 descriptors, more than the cap of 64") {
+		t.Fatalf("65 descriptors over HTTP: %d %s, want 400 naming the cap", r.code, r.body)
 	}
 	resp, err := s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
 		Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", "alice")}})

@@ -74,11 +74,13 @@ func New(d respond.Decider, cfg Config) *Server {
 }
 
 // MaxRequestBytes is the largest RateLimitRequest, in bytes, that a gRPC
-// server made with ServerOptions accepts (grpc.MaxRecvMsgSize); a larger
-// one is refused with ResourceExhausted before it is read. Envoy's
-// requests are a few hundred bytes, and a request within decide's caps on
-// descriptors, entries and value lengths fits well below this.
-const MaxRequestBytes = 256 << 10
+// server made with ServerOptions accepts (grpc.MaxRecvMsgSize): a larger
+// one is refused with ResourceExhausted before it is read. It is gRPC's
+// own default, 4 MiB, stated here: Envoy's requests are a few hundred
+// bytes, and a request beyond decide's caps (descriptors, entries, value
+// bytes) but within this reaches decide, which refuses it with
+// InvalidArgument naming the cap, before anything is counted or stored.
+const MaxRequestBytes = 4 << 20
 
 // ServerOptions returns the options of a gRPC server that serves a Server:
 // requests up to MaxRequestBytes, and a codec that lets ShouldRateLimit
