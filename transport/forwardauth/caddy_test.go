@@ -124,6 +124,12 @@ func TestCaddy(t *testing.T) {
 		}
 	}
 
+	// A header beyond sluice's caps: sluice's 400 reaches the client.
+	if resp, body := do(clientFrom("127.0.0.6"), "GET", "/page", "X-User", strings.Repeat("u", 5000)); resp.StatusCode != http.StatusBadRequest ||
+		!strings.Contains(body, "more than the cap") {
+		t.Fatalf("a 5,000-byte X-User: %d %q, want sluice's 400", resp.StatusCode, body)
+	}
+
 	// sluice unreachable: Caddy fails open.
 	sluice.Close()
 	carol := clientFrom("127.0.0.4")

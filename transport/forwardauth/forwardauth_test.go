@@ -254,6 +254,28 @@ func TestNginx(t *testing.T) {
 		t.Fatalf("another client: %d %q, want 200", resp.StatusCode, body)
 	}
 
+	// A header beyond sluice's caps is refused, not let through.
+	long := clientFrom("127.0.0.6")
+	for range 2 {
+		req, err := http.NewRequest(http.MethodGet, base+"/page", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-User", strings.Repeat("u", 5000))
+		resp, err := long.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("a 5,000-byte X-User: %d %q, want 400", resp.StatusCode, b)
+		}
+	}
+	if n := upstreamHits.Load(); n != 4 {
+		t.Fatalf("upstream saw %d requests, want 4", n)
+	}
+
 	// sluice unreachable: the example fails open.
 	sluice.Close()
 	if resp, body := get(bob, "/other", ""); resp.StatusCode != 200 || body != "hello /other" {

@@ -2,6 +2,8 @@ package respond
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -29,8 +31,9 @@ type GuardConfig struct {
 	Respond *Writer
 	// FailClosed answers 503 when the Decider returns an error; by default
 	// (false) the request goes on. The decision service applies its own
-	// fail mode to store failures, so such errors are rare: an invalid
-	// request, an unknown domain.
+	// fail mode to store failures, so such errors are rare. A request the
+	// decision service refuses as invalid (a value beyond its caps) is
+	// answered 400 either way: its client chose the values.
 	FailClosed bool
 	// Logger receives Decider errors. Nil: slog.Default().
 	Logger *slog.Logger
@@ -72,9 +75,11 @@ func (g *Guard) Writer() *Writer { return g.w }
 // When it does (pass), the rate limit fields of resp are set on w's
 // headers, and resp is the decision: nil when r has no descriptor (no
 // limit applies) or the Decider failed and the Guard fails open. When it
-// does not, w has been answered (429, or 503 when the Decider failed and
-// the Guard fails closed) or the client is gone, and nothing more is to be
-// written. r's context bounds the decision.
+// does not, w has been answered (429; 400 when decide refused the request
+// as invalid, such as a header beyond its caps, fail open or not; 503 when
+// the Decider failed otherwise and the Guard fails closed) or the client
+// is gone, and nothing more is to be written. r's context bounds the
+// decision.
 func (g *Guard) Check(w http.ResponseWriter, r *http.Request) (resp *decide.Response, pass bool) {
 	ds := g.id.Descriptors(r)
 	if len(ds) == 0 { // no limit applies: nothing to decide
@@ -86,6 +91,13 @@ func (g *Guard) Check(w http.ResponseWriter, r *http.Request) (resp *decide.Resp
 		if r.Context().Err() != nil {
 			return nil, false // the client is gone: nobody to answer
 		}
+		if errors.Is(err, decide.ErrInvalidRequest) {
+			// The client chose what made the request invalid (a header,
+			// a claim or a path beyond decide's caps): failing open here
+			// would let any client past every limit with one long value.
+			writeRefusal(w, err)
+			return nil, false
+		}
 		g.log.LogAttrs(r.Context(), slog.LevelWarn, g.msg, slog.String("error", err.Error()))
 		if g.failClosed {
 			http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
@@ -94,4 +106,15 @@ func (g *Guard) Check(w http.ResponseWriter, r *http.Request) (resp *decide.Resp
 		return nil, true
 	}
 	return resp, g.w.Write(w, resp)
+}
+
+// writeRefusal answers 400 with {"error": "request refused: <why>"}.
+func writeRefusal(w http.ResponseWriter, err error) {
+	body, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{"request refused: " + err.Error()})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(append(body, '\n'))
 }
