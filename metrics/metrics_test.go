@@ -320,8 +320,20 @@ type readiness struct {
 
 func (r readiness) Ready() bool { return r.ready }
 
+// picky is a store that refuses every limit above 10 a second, as a
+// sluice.LimitChecker.
+type picky struct{ sluice.Store }
+
+func (picky) CheckLimit(l sluice.Limit) error {
+	if l.Rate > 10 {
+		return sluice.ErrLimit
+	}
+	return nil
+}
+
 // TestStorePassesOptionalInterfaces checks that the decorated store keeps
-// the decorated one's decide.NonBlocking and decide.Ready.
+// the decorated one's decide.NonBlocking, decide.Ready and
+// sluice.LimitChecker.
 func TestStorePassesOptionalInterfaces(t *testing.T) {
 	t.Parallel()
 	m, err := metrics.New(prometheus.NewRegistry())
@@ -348,7 +360,17 @@ func TestStorePassesOptionalInterfaces(t *testing.T) {
 			if got := s.Ready(); got != tt.ready {
 				t.Errorf("Ready() = %v, want %v", got, tt.ready)
 			}
+			if err := s.CheckLimit(sluice.Limit{Rate: 11, Period: time.Second}); err != nil {
+				t.Errorf("CheckLimit of a store without a veto = %v", err)
+			}
 		})
+	}
+	s := m.Store(picky{fakeStore{}})
+	if err := s.CheckLimit(sluice.Limit{Rate: 11, Period: time.Second}); !errors.Is(err, sluice.ErrLimit) {
+		t.Errorf("CheckLimit = %v, want the decorated store's veto", err)
+	}
+	if err := s.CheckLimit(sluice.Limit{Rate: 10, Period: time.Second}); err != nil {
+		t.Errorf("CheckLimit of an accepted limit = %v", err)
 	}
 }
 

@@ -75,6 +75,17 @@ func (s *Store) Ready() bool {
 
 var _ decide.Ready = (*Store)(nil)
 
+// CheckLimit passes on the decorated store's veto on limits (see
+// sluice.LimitChecker); a store without one applies every valid limit.
+func (s *Store) CheckLimit(l sluice.Limit) error {
+	if lc, ok := s.next.(sluice.LimitChecker); ok {
+		return lc.CheckLimit(l)
+	}
+	return nil
+}
+
+var _ sluice.LimitChecker = (*Store)(nil)
+
 // storeError counts err, if any, by its reason.
 func (m *Metrics) storeError(err error) {
 	switch {
