@@ -247,14 +247,35 @@ func (e *ConfigError) Error() string {
 
 func (e *ConfigError) Unwrap() error { return e.Err }
 
+// MaxFileBytes is the largest identity file Load reads: 1 MiB, hundreds of
+// times a real one. A larger file is refused before it is parsed.
+const MaxFileBytes = 1 << 20
+
 // Load reads and validates the identity configuration in the YAML file at
-// path.
+// path, refusing one above MaxFileBytes.
 func Load(path string) (Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("load identity config: %w", err)
+		return Config{}, err
 	}
 	return Parse(path, data)
+}
+
+// readFile reads the file at path, up to MaxFileBytes.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load identity config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("load identity config: %w", err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, &ConfigError{File: path, Err: fmt.Errorf("too large: more than %d bytes", MaxFileBytes)}
+	}
+	return data, nil
 }
 
 // Parse decodes the YAML document data strictly (unknown fields are errors)

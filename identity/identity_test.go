@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -745,5 +746,34 @@ rate_limits: [{actions: [{jwt_claim: {claim: tenant, descriptor_key: user, defau
 				t.Fatalf("got %+v, want user=%s", ds, tt.want)
 			}
 		})
+	}
+}
+
+// TestCaps: an identity file above MaxFileBytes is refused before it is
+// parsed, and a token above maxTokenBytes is anonymous without being
+// decoded, even if it is validly signed.
+func TestCaps(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	big := dir + "/big.yaml"
+	if err := os.WriteFile(big, []byte("domain: api\n# "+strings.Repeat("x", MaxFileBytes)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(big); err == nil || !strings.Contains(err.Error(), big+": too large: more than 1048576 bytes") {
+		t.Fatalf("Load of a file above the cap: %v", err)
+	}
+	if _, _, err := LintFile(big); err == nil || !strings.Contains(err.Error(), "too large") {
+		t.Fatalf("LintFile of a file above the cap: %v", err)
+	}
+	id := mustParse(t, "domain: api\njwt: {algorithm: HS256, key: \""+hsKey+"\"}\nrate_limits: [{actions: [{jwt_claim: {descriptor_key: user, default_value: anon}}]}]\n")
+	for _, tt := range []struct {
+		pad  int
+		want string
+	}{{100, "alice"}, {maxTokenBytes, "anon"}} {
+		auth := sign(t, jwt.SigningMethodHS256, []byte(hsKey), jwt.MapClaims{"sub": "alice", "pad": strings.Repeat("p", tt.pad)})
+		ds := id.Descriptors(request("203.0.113.1:1", "Authorization", auth))
+		if got := ds[0].Entries[0].Value; got != tt.want {
+			t.Errorf("token of %d bytes: user %q, want %q", len(auth), got, tt.want)
+		}
 	}
 }

@@ -12,6 +12,11 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
+// maxTokenBytes is the longest bearer token parsed: 16 KiB, several times
+// a token with many claims and an RS256 signature. A longer one is
+// anonymous without being decoded.
+const maxTokenBytes = 16 << 10
+
 // verifier checks bearer tokens against one configured key.
 type verifier struct {
 	key     crypto.PublicKey // []byte for HS256
@@ -86,7 +91,7 @@ func newVerifier(c *JWTConfig) (*verifier, error) {
 // token, or one without a required claim, is anonymous.
 func (v *verifier) claims(r *http.Request) map[string]any {
 	tok, ok := bearer(r.Header.Get("Authorization"))
-	if !ok {
+	if !ok || len(tok) > maxTokenBytes {
 		return nil
 	}
 	claims := jwt.MapClaims{}

@@ -3,7 +3,6 @@ package identity
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -14,9 +13,9 @@ import (
 // limits. Each warning is a *ConfigError with the file, line and field it
 // is about.
 func LintFile(path string) (Config, []*ConfigError, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
-		return Config{}, nil, fmt.Errorf("load identity config: %w", err)
+		return Config{}, nil, err
 	}
 	return Lint(path, data)
 }
