@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +34,20 @@ type Loader struct {
 	// MaxTotalBytes caps the sizes of all the rules files of a directory
 	// together. Zero or negative means DefaultMaxTotalBytes (64 MiB).
 	MaxTotalBytes int64
+	// EnvoyLayout reads a directory as Envoy's ratelimit reads its runtime
+	// directory (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config): every file
+	// below it, whatever its name or extension, in subdirectories too, in
+	// lexical order of their paths. A symbolic link to a file is read; one
+	// to a directory is not followed (as Envoy's walk does), though the
+	// directory at path itself may be one. Hidden entries are read too
+	// unless IgnoreDotFiles is set. False (the default) reads the *.yaml and
+	// *.yml files of the directory itself, skipping hidden entries.
+	EnvoyLayout bool
+	// IgnoreDotFiles skips, in the EnvoyLayout, files and directories whose
+	// names start with a dot: Envoy's RUNTIME_IGNOREDOTFILES, which a
+	// Kubernetes ConfigMap mount needs (its ..data and ..timestamped
+	// entries would otherwise be read beside the links to them).
+	IgnoreDotFiles bool
 	// MergeDomains lets one domain be stated in several documents or
 	// files, as Envoy's ratelimit does with MERGE_DOMAIN_CONFIG: their
 	// top-level descriptors are joined, in file order, and must not repeat
@@ -80,7 +95,11 @@ func (ld Loader) Load(path string) (*Set, error) {
 		return nil, fmt.Errorf("load rules %s: %w", path, err)
 	}
 	if len(srcs) == 0 {
-		return nil, Errors{{File: path, Msg: "no rules: the directory has no *.yaml or *.yml files"}}
+		what := "no *.yaml or *.yml files"
+		if ld.EnvoyLayout {
+			what = "no files"
+		}
+		return nil, Errors{{File: path, Msg: "no rules: the directory has " + what}}
 	}
 	return ld.build(srcs)
 }
@@ -133,17 +152,13 @@ func (ld Loader) readSources(path string) ([]source, error) {
 		}
 		return []source{src}, nil
 	}
-	entries, err := os.ReadDir(path)
+	names, err := ld.rulesFiles(path)
 	if err != nil {
 		return nil, err
 	}
 	var srcs []source
 	var total int64
-	for _, e := range entries {
-		if !isRulesFile(e.Name()) {
-			continue
-		}
-		name := filepath.Join(path, e.Name())
+	for _, name := range names {
 		fi, err := os.Stat(name) // follows symlinks, as into ..data
 		if err != nil {
 			return nil, err
@@ -152,7 +167,8 @@ func (ld Loader) readSources(path string) ([]source, error) {
 			continue
 		}
 		if total+fi.Size() > ld.maxTotal() {
-			return nil, Errors{{File: path, Msg: fmt.Sprintf("too large: its rules files add up to more than the cap of %s on a directory (reached at %s)", byteSize(ld.maxTotal()), e.Name())}}
+			rel, _ := filepath.Rel(path, name)
+			return nil, Errors{{File: path, Msg: fmt.Sprintf("too large: its rules files add up to more than the cap of %s on a directory (reached at %s)", byteSize(ld.maxTotal()), rel)}}
 		}
 		src, err := ld.readFile(name)
 		if err != nil {
@@ -165,6 +181,51 @@ func (ld Loader) readSources(path string) ([]source, error) {
 		return nil, Errors{{File: path, Msg: fmt.Sprintf("too large: its rules files add up to more than the cap of %s on a directory", byteSize(ld.maxTotal()))}}
 	}
 	return srcs, nil
+}
+
+// rulesFiles lists the names of the files Load reads in the directory at
+// path, sorted: its *.yaml and *.yml files, or with EnvoyLayout every file
+// below it. Entries that are directories behind symbolic links may remain
+// in the list; the caller skips them.
+func (ld Loader) rulesFiles(path string) ([]string, error) {
+	var names []string
+	if !ld.EnvoyLayout {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if isRulesFile(e.Name()) {
+				names = append(names, filepath.Join(path, e.Name()))
+			}
+		}
+		return names, nil
+	}
+	root, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, err
+	}
+	err = filepath.WalkDir(root, func(name string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if name != root && ld.IgnoreDotFiles && strings.HasPrefix(e.Name(), ".") {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() {
+			return nil
+		}
+		rel, err := filepath.Rel(root, name)
+		if err != nil {
+			return err
+		}
+		names = append(names, filepath.Join(path, rel))
+		return nil
+	})
+	return names, err
 }
 
 // readFile reads one rules file, refusing it when it is larger than the

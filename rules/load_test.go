@@ -541,3 +541,71 @@ func TestMergeDomains(t *testing.T) {
 		t.Errorf("NewSet with merging: Match(ip) = %v", r)
 	}
 }
+
+// TestLoadEnvoyLayout reads a directory as Envoy's runtime does: every
+// file below it, any extension, subdirectories too, links to files but not
+// to directories, hidden files unless IgnoreDotFiles; and, by default,
+// only its own *.yaml and *.yml files.
+func TestLoadEnvoyLayout(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "runtime", "config")
+	rules := func(domain string) string { return "domain: " + domain + "\n" }
+	write(t, filepath.Join(cfg, "a.yaml"), rules("a"))
+	write(t, filepath.Join(cfg, "sub", "b.conf"), rules("b"))
+	write(t, filepath.Join(cfg, "sub", "deeper", "c"), rules("c"))
+	write(t, filepath.Join(cfg, ".hidden"), rules("h"))
+	write(t, filepath.Join(cfg, ".dotdir", "d.yaml"), rules("d"))
+	write(t, filepath.Join(dir, "elsewhere", "l.txt"), rules("l"))
+	write(t, filepath.Join(dir, "elsewhere", "dir", "z.yaml"), rules("z"))
+	symlink(t, filepath.Join(dir, "elsewhere", "l.txt"), filepath.Join(cfg, "link"))
+	symlink(t, filepath.Join(dir, "elsewhere", "dir"), filepath.Join(cfg, "linkdir"))
+	symlink(t, cfg, filepath.Join(dir, "current")) // the root itself a link
+
+	tests := []struct {
+		name string
+		ld   Loader
+		path string
+		want string
+	}{
+		{"default", Loader{}, cfg, "a"},
+		{"envoy", Loader{EnvoyLayout: true}, cfg, "a,b,c,d,h,l"},
+		{"envoy without dot files", Loader{EnvoyLayout: true, IgnoreDotFiles: true}, cfg, "a,b,c,l"},
+		{"envoy through a linked root", Loader{EnvoyLayout: true, IgnoreDotFiles: true}, filepath.Join(dir, "current"), "a,b,c,l"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, err := tt.ld.Load(tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(s.Domains(), ","); got != tt.want {
+				t.Errorf("Domains() = %s, want %s", got, tt.want)
+			}
+		})
+	}
+	s, err := Loader{EnvoyLayout: true}.Load(filepath.Join(dir, "current"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.domains["c"].file, filepath.Join(dir, "current", "sub", "deeper", "c"); got != want {
+		t.Errorf("domain c's file %s, want %s (named under the path given)", got, want)
+	}
+
+	// A Kubernetes ConfigMap mount: with IgnoreDotFiles each file once.
+	cm := t.TempDir()
+	write(t, filepath.Join(cm, "..2026_11_21_23_00_00.000000001", "api.yaml"), rules("api"))
+	symlink(t, "..2026_11_21_23_00_00.000000001", filepath.Join(cm, "..data"))
+	symlink(t, "..data/api.yaml", filepath.Join(cm, "api.yaml"))
+	if s, err := (Loader{EnvoyLayout: true, IgnoreDotFiles: true}).Load(cm); err != nil || strings.Join(s.Domains(), ",") != "api" {
+		t.Errorf("ConfigMap mount with IgnoreDotFiles: %v, %v", s.Domains(), err)
+	}
+	if _, err := (Loader{EnvoyLayout: true}).Load(cm); err == nil || !strings.Contains(err.Error(), `duplicate domain "api"`) {
+		t.Errorf("ConfigMap mount with dot files read: %v, want the domain twice, as Envoy", err)
+	}
+	empty := t.TempDir()
+	if _, err := (Loader{EnvoyLayout: true}).Load(empty); err == nil || !strings.Contains(err.Error(), "no rules: the directory has no files") {
+		t.Errorf("empty directory: %v", err)
+	}
+}

@@ -1,7 +1,9 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,6 +97,10 @@ func (ld Loader) Watch(path string, onReload func(*Set, error), opts ...WatchOpt
 		w.fw.Close()
 		return nil, fmt.Errorf("watch rules %s: %w", path, err)
 	}
+	if err := w.watchTree(); err != nil {
+		w.fw.Close()
+		return nil, fmt.Errorf("watch rules %s: %w", path, err)
+	}
 	s, err := w.load()
 	if err != nil {
 		w.fw.Close()
@@ -151,6 +157,11 @@ func (w *Watcher) loop() {
 			failed = true
 			timer.Reset(debounce)
 		case <-timer.C:
+			if err := w.watchTree(); err != nil {
+				failed = true
+				w.report(nil, fmt.Errorf("watch rules %s: %w", w.path, err))
+				continue
+			}
 			s, err := w.load()
 			switch {
 			case err != nil:
@@ -189,6 +200,38 @@ func (w *Watcher) report(s *Set, err error) {
 	w.onReload(s, err)
 }
 
+// watchTree watches, in the Loader's EnvoyLayout, every directory below
+// the watched one that the Loader reads, so that changes in
+// subdirectories are seen; directories already watched stay so, and
+// removed ones leave the watch by themselves.
+func (w *Watcher) watchTree() error {
+	if !w.ld.EnvoyLayout || w.file != "" {
+		return nil
+	}
+	root, err := filepath.EvalSymlinks(w.dir)
+	if err != nil {
+		return err
+	}
+	return filepath.WalkDir(root, func(name string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while walking: its parent's event reloads
+			}
+			return err
+		}
+		if !e.IsDir() || name == root {
+			return nil
+		}
+		if w.ld.IgnoreDotFiles && strings.HasPrefix(e.Name(), ".") {
+			return filepath.SkipDir
+		}
+		if err := w.fw.Add(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
+}
+
 // relevant reports whether a change to the named entry of the watched
 // directory may change the rules: the rules file itself, a *.yaml or *.yml
 // file of a watched directory, or Kubernetes' ..data symlink and
@@ -197,6 +240,9 @@ func (w *Watcher) relevant(name string) bool {
 	base := filepath.Base(name)
 	if strings.HasPrefix(base, "..") {
 		return true
+	}
+	if w.ld.EnvoyLayout && w.file == "" {
+		return !w.ld.IgnoreDotFiles || !strings.HasPrefix(base, ".")
 	}
 	if w.file != "" {
 		return base == w.file

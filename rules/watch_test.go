@@ -278,3 +278,38 @@ func TestWatcherSizeCap(t *testing.T) {
 		t.Errorf("reload under the cap: %v; want rate 7", r.err)
 	}
 }
+
+// TestWatcherEnvoyLayout watches a directory in the EnvoyLayout: a file
+// written in a subdirectory, and a new subdirectory with a file, are both
+// seen.
+func TestWatcherEnvoyLayout(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "sub", "api"), rulesWithRate(5))
+	ch := make(chan reload, 64)
+	w, err := Loader{EnvoyLayout: true}.Watch(dir, func(s *Set, err error) { ch <- reload{s, err} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	write(t, filepath.Join(dir, "sub", "api"), rulesWithRate(6))
+	if r := next(t, ch); r.err != nil || rate(t, r.set) != 6 {
+		t.Fatalf("edit in a subdirectory: %v", r.err)
+	}
+	// A new directory two levels deep, then a file in it: the directory's
+	// creation makes a reload that watches it, and reads the file if it is
+	// already there; if not, its creation in the watched directory does.
+	if err := os.MkdirAll(filepath.Join(dir, "new", "deeper"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "new", "deeper", "web"), "domain: web\n")
+	for {
+		r := next(t, ch)
+		if r.err != nil {
+			t.Fatalf("a new subdirectory: %v", r.err)
+		}
+		if len(r.set.Domains()) == 2 {
+			return
+		}
+	}
+}
