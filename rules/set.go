@@ -225,3 +225,30 @@ func (g glob) match(s string) bool {
 	}
 	return strings.HasSuffix(s, last)
 }
+
+// Warnings returns what in s loads but may not be meant, as Errors placed
+// like mistakes: each limit with requests_per_unit 0, which denies every
+// request (Envoy's way to block a client). Nil when there is none.
+func (s *Set) Warnings() Errors {
+	if s == nil {
+		return nil
+	}
+	var ws Errors
+	var walk func(rules []*Rule)
+	walk = func(rules []*Rule) {
+		for _, r := range rules {
+			for _, l := range r.Limits {
+				if l.Block {
+					ws = append(ws, &Error{File: l.File, Line: l.Line, Path: r.errPath,
+						Msg: fmt.Sprintf("requests_per_unit: 0 denies every request of %s", r.Path)})
+				}
+			}
+			walk(r.Descriptors)
+		}
+	}
+	for _, name := range s.names {
+		walk(s.domains[name].rules)
+	}
+	ws.sort()
+	return ws
+}

@@ -16,11 +16,11 @@ import (
 )
 
 func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Command {
-	var c coreFlags // only --max-rules-size and --store
+	var c coreFlags // only how rules are read, and --store
 	var identityPath string
 	fs := ff.NewFlagSet("check")
 	fs.StringVar(&identityPath, 0, "identity", "", "an identity file to check as well, or alone")
-	fs.IntVar(&c.maxRulesSize, 0, "max-rules-size", rules.DefaultMaxFileBytes, "largest rules file read, in bytes (16 MiB); a directory may hold 4 times as much")
+	c.registerRules(fs)
 	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "the store the rules are for, as serve's --store: memory or a redis URL"))
 	return &ff.Command{
 		Name:      "check",
@@ -83,6 +83,9 @@ func check(ld rules.Loader, path string, limits func(sluice.Limit) error, domain
 			noun = "mistake"
 		}
 		return &exitError{code: 1, msg: fmt.Sprintf("check %s: %d %s", path, len(es), noun)}
+	}
+	for _, w := range set.Warnings() {
+		fmt.Fprintf(stderr, "warning: %v\n", w)
 	}
 	domains := set.Domains()
 	if domain != "" && !slices.Contains(domains, domain) {

@@ -23,6 +23,9 @@ import (
 type coreFlags struct {
 	rules        string
 	maxRulesSize int
+	envoyLayout  bool // read the rules directory as Envoy's runtime
+	ignoreDot    bool // with envoyLayout, skip hidden entries
+	mergeDomains bool // a domain may span files
 	store        string
 	storeTimeout time.Duration
 	fail         string
@@ -35,7 +38,7 @@ type coreFlags struct {
 
 func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&c.rules, 0, "rules", "", withEnv("rules", "rules file or directory of *.yaml files (required)"))
-	fs.IntVar(&c.maxRulesSize, 0, "max-rules-size", rules.DefaultMaxFileBytes, withEnv("max-rules-size", "largest rules file read, in bytes (16 MiB); a directory may hold 4 times as much"))
+	c.registerRules(fs)
 	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master"))
 	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", decide.DefaultConfig().StoreTimeout, withEnv("store-timeout", "longest wait for the store per decision before --fail decides (negative: no bound)"))
 	fs.StringVar(&c.fail, 0, "fail", "open", withEnv("fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)"))
@@ -47,10 +50,20 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
 }
 
+// registerRules registers the flags of how rules are read, which check
+// shares.
+func (c *coreFlags) registerRules(fs *ff.FlagSet) {
+	fs.IntVar(&c.maxRulesSize, 0, "max-rules-size", rules.DefaultMaxFileBytes, withEnv("max-rules-size", "largest rules file read, in bytes (16 MiB); a directory may hold 4 times as much"))
+	fs.BoolVar(&c.envoyLayout, 0, "rules-envoy-layout", withEnv("rules-envoy-layout", "read every file below the rules directory, any extension, subdirectories too, as Envoy's ratelimit reads its runtime directory"))
+	fs.BoolVar(&c.ignoreDot, 0, "rules-ignore-dot-files", withEnv("rules-ignore-dot-files", "with --rules-envoy-layout, skip hidden files and directories (Envoy's RUNTIME_IGNOREDOTFILES; needed for a ConfigMap mount)"))
+	fs.BoolVar(&c.mergeDomains, 0, "rules-merge-domains", withEnv("rules-merge-domains", "let one domain span several files or documents (Envoy's MERGE_DOMAIN_CONFIG)"))
+}
+
 // loader returns the rules loader the flags ask for: a cap of
 // --max-rules-size on a file and 4 times that on a directory.
 func (c *coreFlags) loader() rules.Loader {
-	return rules.Loader{MaxFileBytes: int64(c.maxRulesSize), MaxTotalBytes: 4 * int64(c.maxRulesSize)}
+	return rules.Loader{MaxFileBytes: int64(c.maxRulesSize), MaxTotalBytes: 4 * int64(c.maxRulesSize),
+		EnvoyLayout: c.envoyLayout, IgnoreDotFiles: c.ignoreDot, MergeDomains: c.mergeDomains}
 }
 
 // core is what serve and proxy share: the metrics registry, the store, the

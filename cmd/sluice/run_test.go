@@ -42,6 +42,20 @@ rate_limits:
 	if err := os.WriteFile(otherDomain, []byte("domain: web\nforward_auth_headers: X-Original\nrate_limits: [{actions: [{remote_address: {}}]}]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Envoy's runtime layout: files without extensions, one domain split
+	// over two of them in a subdirectory.
+	envoyDir := filepath.Join(dir, "runtime", "config")
+	for name, data := range map[string]string{
+		"a":        "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+		"sub/b.v1": "domain: api\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(envoyDir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(envoyDir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	const exampleIdentity = "../../examples/nginx/identity.yaml"
 	tests := []struct {
 		name    string
@@ -56,6 +70,10 @@ rate_limits:
 		{name: "rules from the environment", args: []string{"check"}, env: env("SLUICE_RULES=" + exampleRules), stdout: "ok: 1 domain(s): api"},
 		{name: "broken file", args: []string{"check", broken}, code: 1, stderrs: []string{broken + ":4: ", broken + ":6: "}},
 		{name: "missing file", args: []string{"check", filepath.Join(dir, "nope.yaml")}, code: 1},
+		{name: "Envoy's runtime layout", args: []string{"check", "--rules-envoy-layout", "--rules-merge-domains", envoyDir}, stdout: "ok: 1 domain(s): api",
+			stderrs: []string{"warning: " + filepath.Join(envoyDir, "sub", "b.v1") + ":4: requests_per_unit: 0 denies every request of api.ip"}},
+		{name: "Envoy's layout, domains not merged", args: []string{"check", "--rules-envoy-layout", envoyDir}, code: 1, stderrs: []string{filepath.Join(envoyDir, "sub", "b.v1") + `:1: duplicate domain "api"`}},
+		{name: "Envoy's layout not asked for", args: []string{"check", envoyDir}, code: 1, stderrs: []string{envoyDir + ": no rules"}},
 		{name: "file above --max-rules-size", args: []string{"check", "--max-rules-size", "100", exampleRules}, code: 1, stderrs: []string{exampleRules + ": too large: "}},
 		{name: "identity alone", args: []string{"check", "--identity", exampleIdentity}, stdout: exampleIdentity + ": ok: identity for domain api, 3 rate limit(s), 0 warning(s)"},
 		{name: "identity and rules", args: []string{"check", "--identity", exampleIdentity, exampleRules}, stdout: "ok: 1 domain(s): api"},
