@@ -55,7 +55,8 @@ type Request struct {
 //
 // A key names one state: callers give different limits different keys. A
 // store that finds a key under another algorithm than before starts it
-// afresh.
+// afresh. A store that cannot apply every limit Limit.Validate accepts
+// implements LimitChecker, and its errors for such a limit wrap ErrLimit.
 type Store interface {
 	// Take applies cost hits of l to key: cost 0 only reports.
 	Take(ctx context.Context, key string, l Limit, cost int64) (Decision, error)

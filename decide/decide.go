@@ -20,8 +20,9 @@ import (
 
 // ErrInvalidRequest is wrapped by every error of Decide: the request has no
 // domain, no descriptors, a descriptor without entries, an entry with an
-// empty key, or a negative cost. Transports answer it with InvalidArgument
-// or 400 and the error's text.
+// empty key, or a negative cost, or it is beyond one of Config's caps
+// (MaxDescriptors, MaxEntries, MaxValueBytes), which the error names.
+// Transports answer it with InvalidArgument or 400 and the error's text.
 var ErrInvalidRequest = errors.New("invalid request")
 
 // NonBlocking is an optional interface of a sluice.Store whose calls never

@@ -111,7 +111,7 @@ func (c *contract) take(t *testing.T, i int, key string, l sluice.Limit, cost in
 // wellFormed reports how d is not a decision a store may make on a
 // request of cost hits of l.
 func wellFormed(l sluice.Limit, cost int64, d sluice.Decision) error {
-	capa := capacity(l)
+	capa := l.Capacity()
 	switch {
 	case d.Limit != capa:
 		return fmt.Errorf("decision %+v: Limit %d, want the capacity %d", d, d.Limit, capa)
@@ -137,7 +137,7 @@ func wellFormed(l sluice.Limit, cost int64, d sluice.Decision) error {
 func (c *contract) drain(t *testing.T, key string, l sluice.Limit) int64 {
 	t.Helper()
 	n := len(c.nodes)
-	total := 2 * (capacity(l) + c.bound.over(l, n) + 1)
+	total := 2 * (l.Capacity() + c.bound.over(l, n) + 1)
 	workers := n * goroutinesPerNode
 	each := (total + int64(workers) - 1) / int64(workers)
 	var admitted atomic.Int64
@@ -188,7 +188,7 @@ func testSequential(t *testing.T, c *contract) {
 					admitted += cost
 				}
 			}
-			for range 2 * (capacity(l) + c.bound.over(l, len(c.nodes)) + 1) {
+			for range 2 * (l.Capacity() + c.bound.over(l, len(c.nodes)) + 1) {
 				if c.take(t, i, k, l, 1).Allowed {
 					admitted++
 				}
@@ -298,7 +298,7 @@ func testReset(t *testing.T, c *contract) {
 			// taken at once.
 			var s sluice.State
 			now := c.clock.us.Load()
-			reset := l.TakeMicros(&s, now, capacity(l)).ResetAfter
+			reset := l.TakeMicros(&s, now, l.Capacity()).ResetAfter
 			c.clock.us.Add(reset.Microseconds() + 1)
 			c.within(t, "a key whose limit has reset", l, c.drain(t, k, l), 20)
 		})

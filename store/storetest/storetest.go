@@ -257,14 +257,6 @@ func limitOf(a sluice.Algorithm, capacity int64, period time.Duration) sluice.Li
 	return l
 }
 
-// capacity returns how many hits l admits at once.
-func capacity(l sluice.Limit) int64 {
-	if l.Algorithm.HasBurst() && l.Burst > 0 {
-		return l.Burst
-	}
-	return l.Rate
-}
-
 // arrival advances the clock by a random gap: often within the limit's
 // pace, sometimes not at all, sometimes to or just before a window
 // boundary, sometimes past several periods.
@@ -294,7 +286,7 @@ func (e *env) cost(l sluice.Limit) int64 {
 	case r < 6:
 		return 2 + e.rng.Int64N(3)
 	case r < 7:
-		return capacity(l) + 1
+		return l.Capacity() + 1
 	default:
 		return 1
 	}
