@@ -34,6 +34,8 @@ type coreFlags struct {
 	nearCache    int
 	logLevel     string
 	logFormat    string
+	compat       compatFlags // Envoy ratelimit's metrics and shadow mode
+	net          listenFlags // ops listeners and TLS
 }
 
 func (c *coreFlags) register(fs *ff.FlagSet) {
@@ -48,6 +50,8 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.IntVar(&c.nearCache, 0, "near-cache", 8<<20, withEnv("near-cache", "bytes of denials a node keeps to answer over-limit clients without a Redis call until their retry time, exactly (8 MiB); 0 turns it off"))
 	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
 	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
+	c.compat.register(fs)
+	c.net.register(fs)
 }
 
 // registerRules registers the flags of how rules are read, which check
@@ -105,6 +109,9 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.compat.metrics(m, co.reg); err != nil {
+		return nil, err
+	}
 
 	st, err := openStore(c.store, storeOptions{maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), nearCache: int64(c.nearCache), log: log})
 	if err != nil {
@@ -141,7 +148,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("decision service: %w", err)
 	}
-	co.decider = m.Decider(svc)
+	co.decider = m.Decider(c.compat.decorate(svc))
 	return co, nil
 }
 

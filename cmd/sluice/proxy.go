@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/peterbourgon/ff/v4"
@@ -84,6 +85,10 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 	if err != nil {
 		return err
 	}
+	tlsc, err := c.net.tls([]string{"proxy", "ops"}, log)
+	if err != nil {
+		return err
+	}
 	co, err := newCore(log, c.coreFlags)
 	if err != nil {
 		return err
@@ -102,10 +107,24 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 	}
 	defer p.Close()
 
+	ops, err := httpapi.NewOps(httpapi.OpsConfig{
+		Rules:    co.watcher.Current,
+		Mode:     func() string { return co.decider.Mode().String() },
+		Gatherer: co.reg,
+	})
+	if err != nil {
+		return err
+	}
+
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	opsSrv, err := startOps(ctx, c.net.opsAddr, ops, tlsc.config("ops", httpProtos...), log)
+	if err != nil {
+		ln.Close()
+		return err
 	}
 	srv := &http.Server{
 		Handler:           p,
@@ -114,24 +133,33 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("proxying", "listen", ln.Addr().String(), "upstream", up.Redacted(), "store", redactURL(c.store))
+	log.Info("proxying", "listen", ln.Addr().String(), "ops_addr", strings.Join(opsSrv.addrs, ","), "tls", tlsc.loader != nil,
+		"upstream", up.Redacted(), "store", redactURL(c.store))
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- serveHTTP(srv, ln, tlsc.config("proxy", httpProtos...)) }()
+	var serveErr error
 	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
+	case serveErr = <-errc:
+		serveErr = fmt.Errorf("serve: %w", serveErr)
+		log.Error("proxy failed; shutting down", "err", serveErr)
 	case <-ctx.Done():
+		log.Info("shutting down", "timeout", c.shutdownTimeout)
 	}
-	log.Info("shutting down", "timeout", c.shutdownTimeout)
+	ops.Drain()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.shutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("requests still in flight at the shutdown deadline; closing them", "err", err)
-		srv.Close()
+	if serveErr == nil {
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("requests still in flight at the shutdown deadline; closing them", "err", err)
+			srv.Close()
+		}
+		if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+			serveErr = fmt.Errorf("serve: %w", err)
+		}
 	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
+	if err := opsSrv.shutdown(sctx); err != nil && serveErr == nil {
+		serveErr = fmt.Errorf("serve ops: %w", err)
 	}
 	log.Info("stopped")
-	return nil
+	return serveErr
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/peterbourgon/ff/v4"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
@@ -94,6 +95,10 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	tlsc, err := c.net.tls([]string{"grpc", "http", "ops"}, log)
+	if err != nil {
+		return err
+	}
 
 	co, err := newCore(log, c.coreFlags)
 	if err != nil {
@@ -108,6 +113,15 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		Mode:         func() string { return decider.Mode().String() },
 		Gatherer:     co.reg,
 		MaxBodyBytes: httpapi.DefaultConfig().MaxBodyBytes,
+	})
+	if err != nil {
+		return err
+	}
+
+	ops, err := httpapi.NewOps(httpapi.OpsConfig{
+		Rules:    co.watcher.Current,
+		Mode:     func() string { return decider.Mode().String() },
+		Gatherer: co.reg,
 	})
 	if err != nil {
 		return err
@@ -132,7 +146,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 			"GET /debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
 			"GET /debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
 		} {
-			if err := api.Handle(pattern, h); err != nil {
+			if err := errors.Join(api.Handle(pattern, h), ops.Handle(pattern, h)); err != nil {
 				return err
 			}
 		}
@@ -156,9 +170,19 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		gln.Close()
 		return fmt.Errorf("listen HTTP: %w", err)
 	}
+	opsSrv, err := startOps(ctx, c.net.opsAddr, ops, tlsc.config("ops", httpProtos...), log)
+	if err != nil {
+		gln.Close()
+		hln.Close()
+		return err
+	}
+	var gopts []grpc.ServerOption
+	if tc := tlsc.config("grpc", "h2"); tc != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
+	}
 	// The gRPC server starts its workers when made: made only once
 	// nothing can fail before it serves, so that it is always stopped.
-	gsrv := grpc.NewServer(append(envoyrls.ServerOptions(), // requests up to envoyrls.MaxRequestBytes; InvalidArgument for undecodable ones
+	gsrv := grpc.NewServer(append(append(envoyrls.ServerOptions(), gopts...), // requests up to envoyrls.MaxRequestBytes; InvalidArgument for undecodable ones
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		// A fixed pool of workers serves the calls instead of a new
 		// goroutine per call, whose stack grows anew each time. A call
@@ -174,6 +198,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		reflection.Register(gsrv)
 	}
 	log.Info("listening", "grpc_addr", gln.Addr().String(), "http_addr", hln.Addr().String(),
+		"ops_addr", strings.Join(opsSrv.addrs, ","), "tls", tlsc.loader != nil,
 		"store", redactURL(c.store), "fail", c.fail)
 
 	errc := make(chan error, 2)
@@ -185,7 +210,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		errc <- nil
 	}()
 	go func() {
-		if err := hsrv.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serveHTTP(hsrv, hln, tlsc.config("http", httpProtos...)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serve HTTP: %w", err)
 			return
 		}
@@ -204,6 +229,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 
 	rls.Shutdown()
 	api.Drain()
+	ops.Drain()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.shutdownTimeout)
 	defer cancel()
 	stopped := make(chan struct{})
@@ -214,6 +240,9 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	if err := hsrv.Shutdown(sctx); err != nil {
 		log.Warn("HTTP calls still in flight at the shutdown deadline; closing them", "err", err)
 		hsrv.Close()
+	}
+	if err := opsSrv.shutdown(sctx); err != nil && serveErr == nil {
+		serveErr = fmt.Errorf("serve ops: %w", err)
 	}
 	select {
 	case <-stopped:
