@@ -9,7 +9,14 @@
 // race however many servers ask at once. The script reads the time from
 // Redis (TIME) unless Config.Now is set, so servers whose clocks disagree
 // still agree on the limit. Its decisions are those of the Go transitions
-// for the same times and costs, to the microsecond.
+// for the same times and costs, to the microsecond, and Go checks them at
+// run time: a Take's decision is Go's own transition replayed on the state
+// the script found, whose allowed bit must be the script's; a TakeAll's is
+// the script's, which must equal Go's replay of the group; a sliding_log's,
+// whose log Go does not see, must have the shape every sliding_log decision
+// has. A disagreement is an error, never a decision. The tests also run
+// take.lua in-process (twin_test.go: a Lua 5.1 VM with the commands it
+// sends), for every algorithm, under random traffic and a fuzz test.
 //
 // Throughput: a Store gathers the Take calls that arrive while earlier
 // script calls are in flight and sends them as one script call per Redis
@@ -431,15 +438,10 @@ func (s *Store) take(ctx context.Context, key, group string, l sluice.Limit, cos
 	if c == nil {
 		c = &call{n: 1, done: make(chan struct{}, 1)}
 	}
-	name := s.name(key, group)
-	c.ctx, c.slot = ctx, s.slot(name)
-	c.keys = append(c.keysBuf[:0], name)
-	blob, err := s.limits.appendRequest(appendGroup(c.blobBuf[:0], modeWrite, 1), l, cost)
-	if err != nil {
+	if err := s.prepare(c, ctx, s.name(key, group), l, cost); err != nil {
 		s.pool.Put(c)
 		return sluice.Decision{}, fmt.Errorf("redis take %s: %w", key, err)
 	}
-	c.blob = blob
 	if err := s.run(ctx, c); err != nil {
 		// A call abandoned in flight may still be written by its worker:
 		// it is left to the garbage collector, not reused.
@@ -452,6 +454,16 @@ func (s *Store) take(ctx context.Context, key, group string, l sluice.Limit, cos
 	c.ctx, c.out, c.err = nil, nil, nil
 	s.pool.Put(c)
 	return d, nil
+}
+
+// prepare makes c the call of a Take of cost hits of l on the Redis key
+// name, which local has let through.
+func (s *Store) prepare(c *call, ctx context.Context, name string, l sluice.Limit, cost int64) error {
+	c.ctx, c.slot = ctx, s.slot(name)
+	c.keys = append(c.keysBuf[:0], name)
+	var err error
+	c.blob, err = s.limits.appendRequest(appendGroup(c.blobBuf[:0], modeWrite, 1), l, cost)
+	return err
 }
 
 // TakeAll applies every request if all of them are allowed and none of
@@ -481,27 +493,11 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 		ds[0], err = s.take(ctx, reqs[0].Key, reqs[0].Group, reqs[0].Limit, reqs[0].Cost)
 		return err
 	}
-	// Requests decided here, without Redis, are denied: the others are
-	// then decided without writing.
-	mode := modeAll
-	remote := make([]int, 0, len(reqs))
-	for i, r := range reqs {
-		if d, ok := local(r.Limit, r.Cost); ok {
-			ds[i] = d
-			if !d.Allowed {
-				mode = modeDryRun
-			}
-			continue
-		}
-		remote = append(remote, i)
-	}
+	mode, remote := locals(reqs, ds)
 	if len(remote) == 0 {
 		return nil
 	}
-	names := make([]string, len(reqs))
-	for _, i := range remote {
-		names[i] = s.name(reqs[i].Key, reqs[i].Group)
-	}
+	names := s.names(reqs, remote)
 	// Group by slot, in order of first appearance.
 	var groups [][]int
 	if !s.cluster {
@@ -529,23 +525,45 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	return err
 }
 
+// locals decides the requests of a TakeAll that need no Redis (see
+// local) into ds, and returns the others' indexes and the mode to decide
+// them in: without writing (modeDryRun) when a request decided here was
+// denied.
+func locals(reqs []sluice.Request, ds []sluice.Decision) (byte, []int) {
+	mode := modeAll
+	remote := make([]int, 0, len(reqs))
+	for i, r := range reqs {
+		if d, ok := local(r.Limit, r.Cost); ok {
+			ds[i] = d
+			if !d.Allowed {
+				mode = modeDryRun
+			}
+			continue
+		}
+		remote = append(remote, i)
+	}
+	return mode, remote
+}
+
+// names returns the Redis keys of reqs[i], i in idx, at index i.
+func (s *Store) names(reqs []sluice.Request, idx []int) []string {
+	names := make([]string, len(reqs))
+	for _, i := range idx {
+		names[i] = s.name(reqs[i].Key, reqs[i].Group)
+	}
+	return names
+}
+
 // takeGroups decides each group of requests in one script call, all calls
 // at once, and reports whether every decision allowed; names[i] is the
 // Redis key of reqs[i].
 func (s *Store) takeGroups(ctx context.Context, reqs []sluice.Request, names []string, ds []sluice.Decision, groups [][]int, mode byte) (bool, error) {
 	calls := make([]*call, len(groups))
 	for g, idx := range groups {
-		c := &call{ctx: ctx, slot: s.slot(names[idx[0]]), n: len(idx), done: make(chan struct{}, 1)}
-		c.keys = make([]string, 0, len(idx))
-		c.blob = appendGroup(make([]byte, 0, headerSize+requestSize*len(idx)), mode, len(idx))
-		for _, i := range idx {
-			c.keys = append(c.keys, names[i])
-			var err error
-			if c.blob, err = s.limits.appendRequest(c.blob, reqs[i].Limit, reqs[i].Cost); err != nil {
-				return false, fmt.Errorf("redis take all %s: %w", reqs[i].Key, err)
-			}
+		var err error
+		if calls[g], err = s.groupCall(ctx, reqs, names, idx, mode); err != nil {
+			return false, err
 		}
-		calls[g] = c
 	}
 	for _, c := range calls {
 		if err := s.submit(ctx, c); err != nil {
@@ -557,12 +575,29 @@ func (s *Store) takeGroups(ctx context.Context, reqs []sluice.Request, names []s
 		if err := s.wait(ctx, c); err != nil {
 			return false, fmt.Errorf("redis take all: %w", err)
 		}
-		for k, i := range groups[g] {
-			ds[i] = decision(reqs[i].Limit, c.out[k*recordSize:])
-			allowed = allowed && ds[i].Allowed
+		all, err := c.decisions(reqs, groups[g], ds)
+		if err != nil {
+			return false, fmt.Errorf("redis take all: %w", err)
 		}
+		allowed = allowed && all
 	}
 	return allowed, nil
+}
+
+// groupCall returns the call that decides the requests reqs[i], i in idx,
+// whose Redis keys are names[i], in mode (modeAll or modeDryRun).
+func (s *Store) groupCall(ctx context.Context, reqs []sluice.Request, names []string, idx []int, mode byte) (*call, error) {
+	c := &call{ctx: ctx, slot: s.slot(names[idx[0]]), n: len(idx), done: make(chan struct{}, 1)}
+	c.keys = make([]string, 0, len(idx))
+	c.blob = appendGroup(make([]byte, 0, headerSize+requestSize*len(idx)), mode, len(idx))
+	for _, i := range idx {
+		c.keys = append(c.keys, names[i])
+		var err error
+		if c.blob, err = s.limits.appendRequest(c.blob, reqs[i].Limit, reqs[i].Cost); err != nil {
+			return nil, fmt.Errorf("redis take all %s: %w", reqs[i].Key, err)
+		}
+	}
+	return c, nil
 }
 
 // slot returns the cluster slot of the Redis key name, or 0 outside a

@@ -79,44 +79,63 @@ func TestReferenceTake(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			clock := &fakeClock{now: t0}
 			s := open(t, b.url(t), testConfig(clock.Now))
-			ctx := context.Background()
 			for i, l := range referenceLimits() {
 				t.Run(l.String(), func(t *testing.T) {
-					r := rand.New(rand.NewPCG(uint64(i), 42))
-					key := fmt.Sprintf("ref%d", i)
-					var st sluice.State
-					now := t0.Add(time.Duration(r.Int64N(int64(l.Period))))
-					steps := 300
-					if l.Rate > 100 {
-						steps = 150
-					}
-					var allowed, denied int
-					defer func() {
-						if !t.Failed() && (allowed == 0 || denied == 0) {
-							t.Errorf("%d allowed, %d denied: the walk should see both", allowed, denied)
-						}
-					}()
-					for step := range steps {
-						var cost int64
-						now, cost = randomStep(r, l, now)
-						clock.Set(now)
-						want := l.Take(&st, now, cost)
-						got, err := s.Take(ctx, key, l, cost)
-						if err != nil {
-							t.Fatalf("step %d: Take: %v", step, err)
-						}
-						if got != want {
-							t.Fatalf("step %d at %s cost %d:\n got %+v\nwant %+v", step, now.Sub(t0), cost, got, want)
-						}
-						if got.Allowed {
-							allowed++
-						} else {
-							denied++
-						}
-					}
+					testTake(t, s, clock, i, l)
 				})
 			}
 		})
+	}
+}
+
+// testTake walks key "ref<i>" of s, whose clock is clock, under l with
+// randomStep, and checks each decision against sluice.Limit.Take.
+func testTake(t *testing.T, s sluice.Store, clock *fakeClock, i int, l sluice.Limit) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(uint64(i), 42))
+	key := fmt.Sprintf("ref%d", i)
+	var st sluice.State
+	now := t0.Add(time.Duration(r.Int64N(int64(l.Period))))
+	steps := 300
+	if l.Rate > 100 {
+		steps = 150
+	}
+	var allowed, denied int
+	defer func() {
+		if !t.Failed() && (allowed == 0 || denied == 0) {
+			t.Errorf("%d allowed, %d denied: the walk should see both", allowed, denied)
+		}
+	}()
+	for step := range steps {
+		var cost int64
+		now, cost = randomStep(r, l, now)
+		clock.Set(now)
+		want := l.Take(&st, now, cost)
+		got, err := s.Take(ctx, key, l, cost)
+		if err != nil {
+			t.Fatalf("step %d: Take: %v", step, err)
+		}
+		if got != want {
+			t.Fatalf("step %d at %s cost %d:\n got %+v\nwant %+v", step, now.Sub(t0), cost, got, want)
+		}
+		if got.Allowed {
+			allowed++
+		} else {
+			denied++
+		}
+	}
+}
+
+// heavyLimits are large limits, where the arithmetic passes 2^53 before
+// the reductions.
+func heavyLimits() []sluice.Limit {
+	return []sluice.Limit{
+		{Algorithm: sluice.SlidingWindow, Rate: 1_000_003, Period: 24 * time.Hour},
+		{Algorithm: sluice.SlidingWindow, Rate: 1 << 40, Period: 1 << 40 * time.Microsecond},
+		{Algorithm: sluice.TokenBucket, Rate: 1_000_000, Period: 24 * time.Hour, Burst: 5_000_000},
+		{Algorithm: sluice.LeakyBucket, Rate: 999_999, Period: time.Hour, Burst: 1_000_000},
+		{Algorithm: sluice.GCRA, Rate: 1_000_000, Period: 24 * time.Hour, Burst: 5_000_000},
+		{Algorithm: sluice.FixedWindow, Rate: 1 << 50, Period: 1 << 45 * time.Microsecond},
 	}
 }
 
@@ -127,35 +146,33 @@ func TestReferenceHeavy(t *testing.T) {
 	b := backends()[0]
 	clock := &fakeClock{now: t0}
 	s := open(t, b.url(t), testConfig(clock.Now))
-	ctx := context.Background()
-	limits := []sluice.Limit{
-		{Algorithm: sluice.SlidingWindow, Rate: 1_000_003, Period: 24 * time.Hour},
-		{Algorithm: sluice.SlidingWindow, Rate: 1 << 40, Period: 1 << 40 * time.Microsecond},
-		{Algorithm: sluice.TokenBucket, Rate: 1_000_000, Period: 24 * time.Hour, Burst: 5_000_000},
-		{Algorithm: sluice.LeakyBucket, Rate: 999_999, Period: time.Hour, Burst: 1_000_000},
-		{Algorithm: sluice.GCRA, Rate: 1_000_000, Period: 24 * time.Hour, Burst: 5_000_000},
-		{Algorithm: sluice.FixedWindow, Rate: 1 << 50, Period: 1 << 45 * time.Microsecond},
-	}
-	for i, l := range limits {
+	for i, l := range heavyLimits() {
 		t.Run(l.String(), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(uint64(i), 7))
-			var st sluice.State
-			now := t0
-			c := l.Capacity()
-			for step := range 200 {
-				now = now.Add(time.Duration(r.Int64N(int64(l.Period/time.Microsecond)/8+1)) * time.Microsecond)
-				cost := r.Int64N(c/3 + 1)
-				clock.Set(now)
-				want := l.Take(&st, now, cost)
-				got, err := s.Take(ctx, fmt.Sprintf("heavy%d", i), l, cost)
-				if err != nil {
-					t.Fatalf("step %d: %v", step, err)
-				}
-				if got != want {
-					t.Fatalf("step %d cost %d:\n got %+v\nwant %+v", step, cost, got, want)
-				}
-			}
+			testHeavy(t, s, clock, i, l)
 		})
+	}
+}
+
+// testHeavy walks key "heavy<i>" of s under l with bursts of large costs,
+// and checks each decision against sluice.Limit.Take.
+func testHeavy(t *testing.T, s sluice.Store, clock *fakeClock, i int, l sluice.Limit) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(uint64(i), 7))
+	var st sluice.State
+	now := t0
+	c := l.Capacity()
+	for step := range 200 {
+		now = now.Add(time.Duration(r.Int64N(int64(l.Period/time.Microsecond)/8+1)) * time.Microsecond)
+		cost := r.Int64N(c/3 + 1)
+		clock.Set(now)
+		want := l.Take(&st, now, cost)
+		got, err := s.Take(ctx, fmt.Sprintf("heavy%d", i), l, cost)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if got != want {
+			t.Fatalf("step %d cost %d:\n got %+v\nwant %+v", step, cost, got, want)
+		}
 	}
 }
 
@@ -168,10 +185,9 @@ func TestReferenceTakeAll(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			clock := &fakeClock{now: t0}
 			s := open(t, b.url(t), testConfig(clock.Now))
-			ctx := context.Background()
 			for _, tagged := range []bool{true, false} {
 				t.Run(fmt.Sprintf("group %v", tagged), func(t *testing.T) {
-					testTakeAll(t, ctx, s, clock, tagged)
+					testTakeAll(t, s, clock, tagged)
 				})
 			}
 		})
@@ -183,7 +199,10 @@ type op struct {
 	cost int64
 }
 
-func testTakeAll(t *testing.T, ctx context.Context, s *Store, clock *fakeClock, tagged bool) {
+// testTakeAll checks random TakeAlls of s, whose clock is clock, against
+// the model of TestReferenceTakeAll; with tagged, in one group.
+func testTakeAll(t *testing.T, s sluice.Store, clock *fakeClock, tagged bool) {
+	ctx := context.Background()
 	r := rand.New(rand.NewPCG(3, 4))
 	limits := referenceLimits()
 	type keyed struct {

@@ -192,27 +192,38 @@ func (c *call) replays() bool {
 	return c.blob[0] == modeWrite && c.blob[headerSize] != byte(sluice.SlidingLog)
 }
 
+// records returns how many records the script returns for c: one per
+// request, and for a TakeAll's (mode 1 or 2) a second one each, the state
+// found (see take.lua).
+func (c *call) records() int {
+	if c.blob[0] == modeWrite {
+		return c.n
+	}
+	return 2 * c.n
+}
+
 // split hands each of calls, the calls of one script call in order, its
 // part of the script's output out: now, its records and, when it replays,
 // its allowed bit.
 func split(calls []*call, out []byte) error {
 	n, k := 0, 0
 	for _, c := range calls {
-		n += c.n
+		n += c.records()
 		if c.replays() {
 			k++
 		}
 	}
 	words := wordSize * ((k + bitsPerWord - 1) / bitsPerWord)
 	if want := nowSize + words + recordSize*n; len(out) != want {
-		return fmt.Errorf("script returned %d bytes for %d requests, want %d", len(out), n, want)
+		return fmt.Errorf("script returned %d bytes for %d records, want %d", len(out), n, want)
 	}
 	now, bits := float(out), out[nowSize:nowSize+words]
 	off, bit := nowSize+words, 0
 	for _, c := range calls {
 		c.now = now
-		c.out = out[off : off+recordSize*c.n : off+recordSize*c.n]
-		off += recordSize * c.n
+		size := recordSize * c.records()
+		c.out = out[off : off+size : off+size]
+		off += size
 		if c.replays() {
 			c.allowed = float(bits[wordSize*(bit/bitsPerWord):])>>(bit%bitsPerWord)&1 == 1
 			bit++
@@ -224,24 +235,96 @@ func split(calls []*call, out []byte) error {
 // decision returns the decision of c, a Take of cost hits of l that the
 // script has answered.
 func (c *call) decision(l sluice.Limit, cost int64) (sluice.Decision, error) {
-	if !c.replays() {
-		return decision(l, c.out), nil
+	d, _, _, err := c.result(l, cost)
+	return d, err
+}
+
+// result returns the decision of c, a Take of cost hits of l that the
+// script has answered, and, when c replays (ok), the key's state after
+// it.
+func (c *call) result(l sluice.Limit, cost int64) (d sluice.Decision, st sluice.State, ok bool, err error) {
+	if !c.replays() { // a sliding_log's
+		d = decision(l, c.out)
+		return d, st, false, checkLog(l, cost, d)
 	}
-	d := replay(l, c.out, c.now, cost)
+	st = found(l, c.out)
+	d = l.TakeMicros(&st, c.now, cost)
 	if d.Allowed != c.allowed {
 		// A script and a Go transition that differ: never seen, but a
 		// decision that may not be what Redis recorded is no decision.
-		return sluice.Decision{}, fmt.Errorf("Redis decided allowed=%v, Go's replay %v", c.allowed, d.Allowed)
+		return sluice.Decision{}, st, false, fmt.Errorf("the script decided allowed=%v, Go's replay %v", c.allowed, d.Allowed)
 	}
-	return d, nil
+	return d, st, true, nil
 }
 
-// replay decides cost hits of l at now (µs) on rec, the state the script
-// found, with the transition of package sluice: the decision the script
-// made, which it did not pack (see take.lua).
-func replay(l sluice.Limit, rec []byte, now, cost int64) sluice.Decision {
-	s := found(l, rec)
-	return l.TakeMicros(&s, now, cost)
+// decisions writes the decisions of c, the TakeAll call (mode 1 or 2) of
+// the requests reqs[i] for i in idx, to ds and reports whether all were
+// allowed. It checks each against Go: a string state's decision is
+// replayed on the state the script found (a key met earlier in the group
+// goes on from Go's own working copy, afresh under another algorithm, as
+// in the script), a sliding_log's with checkLog.
+func (c *call) decisions(reqs []sluice.Request, idx []int, ds []sluice.Decision) (bool, error) {
+	type working struct {
+		alg sluice.Algorithm
+		s   sluice.State
+	}
+	var states map[string]*working // by Redis key, made for a group of more than one
+	if len(idx) > 1 {
+		states = make(map[string]*working, len(idx))
+	}
+	allowed := true
+	for k, i := range idx {
+		r := reqs[i]
+		d := decision(r.Limit, c.out[2*k*recordSize:])
+		w := states[c.keys[k]]
+		switch {
+		case w == nil:
+			w = &working{alg: r.Limit.Algorithm}
+			if w.alg != sluice.SlidingLog {
+				w.s = found(r.Limit, c.out[(2*k+1)*recordSize:])
+			}
+			if states != nil {
+				states[c.keys[k]] = w
+			}
+		case w.alg != r.Limit.Algorithm: // afresh, as in the script
+			*w = working{alg: r.Limit.Algorithm}
+		}
+		if w.alg == sluice.SlidingLog {
+			if err := checkLog(r.Limit, r.Cost, d); err != nil {
+				return false, fmt.Errorf("%s: %w", r.Key, err)
+			}
+		} else if want := r.Limit.TakeMicros(&w.s, c.now, r.Cost); d != want {
+			return false, fmt.Errorf("%s: the script decided %+v, Go's replay %+v", r.Key, d, want)
+		}
+		ds[i] = d
+		allowed = allowed && d.Allowed
+	}
+	return allowed, nil
+}
+
+// checkLog checks d, the script's decision of cost hits of l, a
+// sliding_log, whose state Go does not see, against what every sliding_log
+// decision satisfies (see sluice's slidingLog): no wait; allowed, no retry
+// and room left for no more than the rest, and a reset of a whole period
+// when it took hits (they are the log's latest); denied, less room than
+// the cost, and a retry of never exactly when the cost passes the rate,
+// else one after a moment and no later than the reset; the reset at most a
+// period, and 0 exactly when the log is empty.
+func checkLog(l sluice.Limit, cost int64, d sluice.Decision) error {
+	p := l.Period.Truncate(time.Microsecond) // the script's period, in µs
+	ok := d.Wait == 0 && d.Remaining >= 0 && d.Remaining <= l.Rate &&
+		d.ResetAfter >= 0 && d.ResetAfter <= p && (d.ResetAfter == 0) == (d.Remaining == l.Rate)
+	if d.Allowed {
+		ok = ok && d.RetryAfter == 0 && d.Remaining <= l.Rate-cost && (cost == 0 || d.ResetAfter == p)
+	} else if cost > l.Rate {
+		ok = ok && d.RetryAfter == sluice.Never && d.Remaining < cost
+	} else {
+		ok = ok && d.RetryAfter > 0 && d.RetryAfter <= d.ResetAfter && (d.Remaining < cost || d.Remaining == 0)
+	}
+	if !ok {
+		return fmt.Errorf("the script decided %+v for %d hits of %v, which no sliding log decides", d, cost, l)
+	}
+	return nil
 }
 
 // found returns the sluice.State of rec, the state the script found for a

@@ -21,24 +21,19 @@ func (s *Store) TakeState(ctx context.Context, r sluice.Request) (d sluice.Decis
 	if d, ok := local(l, cost); ok {
 		return d, st, 0, false, nil
 	}
-	name := s.name(key, r.Group)
-	c := &call{n: 1, done: make(chan struct{}, 1), ctx: ctx, slot: s.slot(name)}
-	c.keys = append(c.keysBuf[:0], name)
-	blob, err := s.limits.appendRequest(appendGroup(c.blobBuf[:0], modeWrite, 1), l, cost)
-	if err != nil {
+	c := &call{n: 1, done: make(chan struct{}, 1)}
+	if err := s.prepare(c, ctx, s.name(key, r.Group), l, cost); err != nil {
 		return d, st, 0, false, fmt.Errorf("redis take %s: %w", key, err)
 	}
-	c.blob = blob
 	if err := s.run(ctx, c); err != nil {
 		return d, st, 0, false, fmt.Errorf("redis take %s: %w", key, err)
 	}
-	if !c.replays() {
-		return decision(l, c.out), st, 0, false, nil
+	d, st, ok, err = c.result(l, cost)
+	if err != nil {
+		return sluice.Decision{}, st, 0, false, fmt.Errorf("redis take %s: %w", key, err)
 	}
-	st = found(l, c.out)
-	d = l.TakeMicros(&st, c.now, cost)
-	if d.Allowed != c.allowed {
-		return sluice.Decision{}, st, 0, false, fmt.Errorf("redis take %s: Redis decided allowed=%v, Go's replay %v", key, c.allowed, d.Allowed)
+	if !ok {
+		return d, st, 0, false, nil
 	}
 	return d, st, c.now, true, nil
 }

@@ -32,12 +32,14 @@
 -- but sliding_log) returns the state it found, '<Bdddd' as stored (a
 -- 25-byte one with e = 0; 33 zero bytes for none), from which Go replays
 -- the transition at now: the decision is Go's, with no record to pack
--- here. Every other
--- request returns its decision '<Bdddd': allowed (1 or 0), remaining,
--- reset after (µs), retry after (µs, -1 for never), wait (µs,
--- leaky_bucket). The allowed bits, in a '<d' per 52, from the lowest bit,
--- say whether each found state's request was allowed, so that Go checks
--- that its replay agrees.
+-- here. Every other request returns its decision '<Bdddd': allowed (1 or
+-- 0), remaining, reset after (µs), retry after (µs, -1 for never), wait
+-- (µs, leaky_bucket); a TakeAll's (mode 1 or 2) then a second record, the
+-- string state its key had when the group began, as a Take's (33 zero
+-- bytes for a sliding_log, a key met earlier in the group, or none), on
+-- which Go replays the group to check the decisions. The allowed bits, in
+-- a '<d' per 52, from the lowest bit, say whether each found state's Take
+-- was allowed, so that Go checks that its replay agrees.
 --
 -- State: fixed_window, sliding_window, token_bucket, leaky_bucket and gcra
 -- keep a 33-byte string, struct '<Bdddd': algorithm, t, n, x (the previous
@@ -454,7 +456,7 @@ local LASTBIT = 2251799813685248 -- 2^51, the last of a word's 52
 local function makeTakeAll()
   -- state returns the string state of key, the ki-th key, under alg: t,
   -- n, x, the stored string (false for none), which a write compares
-  -- with, and e.
+  -- with, e, and the record that returns the state to Go (nil for none).
   local function state(key, ki, alg)
     local v = cur[key]
     if v == nil then v = vals[ki] end
@@ -462,13 +464,13 @@ local function makeTakeAll()
       local size = #v
       if size == 33 then
         local a0, t, n, x, e = sunpack('<Bdddd', v)
-        if a0 == alg then return t, n, x, v, e end
+        if a0 == alg then return t, n, x, v, e, v end
       elseif size == 25 then
         local a0, t, n, x = sunpack('<Bddd', v)
-        if a0 == alg then return t, n, x, v, 0 end
+        if a0 == alg then return t, n, x, v, 0, spack('<Bdddd', alg, t, n, x, 0) end
       end
     end
-    return 0, 0, 0, v, 0
+    return 0, 0, 0, v, 0, nil
   end
 
   -- write stores a string state if it changed; see TTL above.
@@ -495,7 +497,7 @@ local function makeTakeAll()
       local key = KEYS[ki]
       local alg, a, b, c, d, cost
       alg, a, b, c, d, cost, pos = sunpack('<Bddddd', blob, pos)
-      local s = states[key]
+      local s, rec = states[key], nil
       if s ~= nil and s.alg ~= alg then -- seen earlier in the group under another algorithm
         if alg == 2 then
           s = { key = key, t = 0, sum = 0, h = 1, len = 0, app = {}, cache = {},
@@ -509,7 +511,8 @@ local function makeTakeAll()
           logs = logs or makeLogs()
           s = logs.load(key)
         else
-          local t, m, x, orig, e = state(key, ki, alg)
+          local t, m, x, orig, e
+          t, m, x, orig, e, rec = state(key, ki, alg)
           s = { t = t, n = m, x = x, alg = alg, reset = 0, orig = orig, e = e }
         end
         states[key] = s
@@ -524,8 +527,13 @@ local function makeTakeAll()
           step(alg, s.t, s.n, s.x, a, b, c, d, now, cost)
       end
       s.reset = reset
-      o = o + 1
-      out[o] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
+      if not rec then
+        EMPTY = EMPTY or string.rep('\0', 33)
+        rec = EMPTY
+      end
+      out[o + 1] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
+      out[o + 2] = rec
+      o = o + 2
       if allowed == 0 then all = false end
       ki = ki + 1
     end
