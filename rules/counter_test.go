@@ -295,3 +295,87 @@ descriptors:
 		t.Errorf("a spent IP beside a tenant with room: %v, statuses %+v; want OVER_LIMIT", resp.Overall, resp.Statuses)
 	}
 }
+
+// TestOverrideKeepsCount sets, changes and removes an override of one
+// tenant under a running decision service: the tenant's count carries
+// over each time, as with an edit of the rule, while other tenants keep
+// the rule's limit.
+func TestOverrideKeepsCount(t *testing.T) {
+	t.Parallel()
+	base, err := rules.Parse("rules.yaml", []byte(`
+domain: api
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	now := t0
+	mc := memory.DefaultConfig()
+	mc.Now = func() time.Time { return now }
+	st, err := memory.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var cur atomic.Pointer[rules.Set]
+	cur.Store(base)
+	dc := decide.DefaultConfig()
+	dc.Rules = cur.Load
+	dc.Store = st
+	dc.Logger = slog.New(slog.DiscardHandler)
+	svc, err := decide.New(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := func(tenant string, n int) int {
+		t.Helper()
+		ok := 0
+		for range n {
+			resp, err := svc.Decide(context.Background(), &decide.Request{Domain: "api", Descriptors: []decide.Descriptor{{
+				Entries: []decide.Entry{{Key: "tenant", Value: tenant}}, Cost: 1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Overall == decide.OK {
+				ok++
+			}
+		}
+		return ok
+	}
+	override := func(rate int64) {
+		t.Helper()
+		var ovs []rules.Override
+		if rate >= 0 {
+			ovs = append(ovs, rules.Override{Domain: "api", Entries: []rules.Entry{{Key: "tenant", Value: "acme"}},
+				Limits: []rules.RateLimitSpec{{Unit: "minute", RequestsPerUnit: rate}}})
+		}
+		s, err := base.WithOverrides(now, ovs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Store(s)
+	}
+	steps := []struct {
+		override int64 // -1: none
+		tenant   string
+		send     int
+		want     int
+	}{
+		{-1, "acme", 5, 5},    // acme uses the rule's 5
+		{8, "acme", 10, 3},    // raised to 8 for acme alone: 3 more
+		{8, "globex", 10, 5},  // other tenants keep 5
+		{-1, "acme", 3, 0},    // the override removed: acme has used 8
+		{20, "acme", 30, 12},  // raised to 20: 12 more
+		{0, "acme", 3, 0},     // blocked
+		{0, "initech", 10, 5}, // others still pass
+	}
+	for i, s := range steps {
+		override(s.override)
+		if got := admitted(s.tenant, s.send); got != s.want {
+			t.Errorf("step %d (override %d, %s sends %d): %d admitted, want %d", i, s.override, s.tenant, s.send, got, s.want)
+		}
+	}
+}

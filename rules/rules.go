@@ -21,8 +21,8 @@ var ErrUnknownDomain = errors.New("unknown domain")
 
 // Entry is one key/value pair of a request's descriptor.
 type Entry struct {
-	Key   string
-	Value string
+	Key   string `json:"key" yaml:"key"`
+	Value string `json:"value" yaml:"value"`
 }
 
 // Rule is one descriptor of a rules file: a key, an optional value (which
@@ -69,6 +69,10 @@ type Rule struct {
 	// stats: the domain and, for each level, key or key_value, joined by
 	// dots ("messaging.message_type_marketing.to_number").
 	Path string
+	// Overrides is, for the rule of an Override, the rule it takes the place
+	// of, whose Key, Value, settings, File, Line and Path it shares; nil
+	// for a rule of the rules.
+	Overrides *Rule
 
 	errPath string  // the rule's Error.Path
 	depth   int     // 0 at the top level

@@ -11,9 +11,10 @@ import (
 // loaded and safe for concurrent use; a reload builds a new one. The zero
 // Set, like a nil *Set, has no domains.
 type Set struct {
-	domains map[string]*domain
-	names   []string // sorted
-	version string
+	domains   map[string]*domain
+	names     []string // sorted
+	version   string
+	overrides overrides // nil without overrides (WithOverrides)
 }
 
 // domain is one domain of a Set with the lookup tables of its top level.
@@ -79,8 +80,20 @@ func (lv *level) lookup(e Entry) *Rule {
 // descriptor is limited when its last entry lands on a rule with limits.
 // Match returns nil when no rule applies (the descriptor is not limited) and
 // ErrUnknownDomain, unwrapped, when no rules file defines domain. Match
-// allocates nothing.
+// allocates nothing. An override (WithOverrides) for exactly entries comes
+// first: Match returns its rule, which takes the place of the rule the
+// descriptor would match.
 func (s *Set) Match(domain string, entries []Entry) (*Rule, error) {
+	if s != nil && s.overrides != nil {
+		if r := s.overrides.lookup(domain, entries); r != nil {
+			return r, nil
+		}
+	}
+	return s.match(domain, entries)
+}
+
+// match is Match without overrides.
+func (s *Set) match(domain string, entries []Entry) (*Rule, error) {
 	if s == nil {
 		return nil, ErrUnknownDomain
 	}

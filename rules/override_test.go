@@ -1,0 +1,203 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+const overrideRules = `
+domain: api
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    descriptors:
+      - key: path
+        value: /login
+        shadow_mode: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: files
+    value: "reports/*"
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`
+
+// TestOverrides sets limits for single descriptor values and checks that
+// they are matched before the rule they override, with that rule's place
+// and settings, its counter where the algorithm and period agree, and a
+// fresh one where they do not.
+func TestOverrides(t *testing.T) {
+	t.Parallel()
+	base, err := Parse("rules.yaml", []byte(overrideRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	s, err := base.WithOverrides(t0,
+		Override{Domain: "api", Entries: []Entry{{"tenant", "acme"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}},
+		Override{Domain: "api", Entries: []Entry{{"user", "bob"}}, Limits: []RateLimitSpec{{Unit: "hour", RequestsPerUnit: 0}}, Expires: t0.Add(time.Hour)},
+		Override{Domain: "api", Entries: []Entry{{"user", "carol"}, {"path", "/login"}}, Limits: []RateLimitSpec{
+			{Unit: "minute", RequestsPerUnit: 50}, {Unit: "day", RequestsPerUnit: 500, Algorithm: "gcra"}}},
+		Override{Domain: "api", Entries: []Entry{{"user", "dave"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 1}}, Expires: t0}, // already over
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkValid(t, s)
+	match := func(set *Set, kv ...string) *Rule {
+		t.Helper()
+		r, err := set.Match("api", entries(kv...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	tenant, acme := match(s, "tenant", "other"), match(s, "tenant", "acme")
+	if acme == tenant || acme.Overrides != tenant || limits(acme) != "500/1s" || limits(tenant) != "100/1s" {
+		t.Fatalf("tenant=acme: %s (overrides %p), tenant=other %s (%p)", limits(acme), acme.Overrides, limits(tenant), tenant)
+	}
+	if acme.Limits[0].ID != tenant.Limits[0].ID || acme.Path != tenant.Path {
+		t.Errorf("acme's limit ID %s path %s, the rule's %s %s: want the rule's counter and name", acme.Limits[0].ID, acme.Path, tenant.Limits[0].ID, tenant.Path)
+	}
+	bob, user := match(s, "user", "bob"), match(s, "user", "x")
+	if !bob.Limits[0].Block || bob.Limits[0].ID == user.Limits[0].ID {
+		t.Errorf("user=bob: %+v; want a block with a counter of its own (another period)", bob.Limits[0])
+	}
+	carol, login := match(s, "user", "carol", "path", "/login"), match(s, "user", "x", "path", "/login")
+	if !carol.ShadowMode || carol.Overrides != login || limits(carol) != "50/1m0s + 500/24h0m0s gcra" ||
+		carol.Limits[0].ID != login.Limits[0].ID || carol.Limits[1].ID == login.Limits[0].ID {
+		t.Errorf("user=carol path=/login: %s shadow %v", limits(carol), carol.ShadowMode)
+	}
+	if r := match(s, "user", "dave"); r != user {
+		t.Errorf("user=dave, whose override expired: %s, want the rule", limits(r))
+	}
+	if r := match(s, "user", "bob", "path", "/login"); r != login {
+		t.Errorf("user=bob path=/login: %s, want the rule (the override is for user=bob alone)", limits(r))
+	}
+	if got := len(s.Overrides()); got != 3 {
+		t.Errorf("%d overrides in force, want 3", got)
+	}
+	if s.Version() == base.Version() {
+		t.Error("the Set with overrides has the rules' version")
+	}
+	if r := match(base, "tenant", "acme"); r != tenant {
+		t.Error("WithOverrides changed the Set it was called on")
+	}
+
+	// Expiry: bob's block is in force until t0+1h, then gone.
+	if got := s.NextExpiry(); !got.Equal(t0.Add(time.Hour)) {
+		t.Errorf("NextExpiry() = %v, want %v", got, t0.Add(time.Hour))
+	}
+	later, err := base.WithOverrides(t0.Add(time.Hour), Override{Domain: "api", Entries: []Entry{{"user", "bob"}},
+		Limits: []RateLimitSpec{{Unit: "hour", RequestsPerUnit: 0}}, Expires: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := match(later, "user", "bob"); r != user || !later.NextExpiry().IsZero() || later.Version() != base.Version() {
+		t.Errorf("bob at his override's expiry: %s, next expiry %v", limits(r), later.NextExpiry())
+	}
+}
+
+// TestOverrideMistakes checks that an override that cannot apply is
+// refused with its index, all mistakes at once.
+func TestOverrideMistakes(t *testing.T) {
+	t.Parallel()
+	base, err := Parse("rules.yaml", []byte(overrideRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := []RateLimitSpec{{Unit: "second", RequestsPerUnit: 5}}
+	_, err = base.WithOverrides(time.Time{},
+		Override{Domain: "api", Entries: []Entry{{"tenant", "acme"}}, Limits: one},
+		Override{Domain: "api", Entries: []Entry{{"tenant", "acme"}}, Limits: one},
+		Override{Domain: "web", Entries: []Entry{{"tenant", "acme"}}, Limits: one},
+		Override{Domain: "api", Entries: []Entry{{"ip", "1.2.3.4"}}, Limits: one},
+		Override{Domain: "api", Entries: []Entry{{"files", "reports/q3.pdf"}}, Limits: one},
+		Override{Domain: "api", Entries: nil, Limits: one},
+		Override{Domain: "api", Entries: []Entry{{"user", "eve"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 5, Burst: 10}}},
+		Override{Domain: "api", Entries: []Entry{{"user", "eve"}, {"path", "/other"}}, Limits: one},
+		Override{Domain: "api", Entries: []Entry{{"user", "fay"}}},
+	)
+	var es Errors
+	if !errors.As(err, &es) {
+		t.Fatalf("error %v, want Errors", err)
+	}
+	want := []string{
+		`overrides[1]: a second override of [tenant="acme"]`,
+		`overrides[2]: domain "web": unknown domain`,
+		`overrides[3]: no rule with limits matches [ip="1.2.3.4"] in domain "api": nothing to override`,
+		`overrides[4]: [files="reports/q3.pdf"] matches api.files_reports/*, whose values share one counter (share_threshold): it cannot be overridden for one value`,
+		`overrides[5]: entries: empty; want the descriptor to override`,
+		`overrides[6]/rate_limits[0]: burst: fixed_window has no burst; use token_bucket, leaky_bucket or gcra`,
+		`overrides[7]: no rule with limits matches [user="eve" path="/other"] in domain "api": nothing to override`,
+		`overrides[8]: rate_limits: empty; want one or more limits`,
+	}
+	var got []string
+	for _, e := range es {
+		got = append(got, e.Error())
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("mistakes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// manyOverrides returns n overrides of tenant values against
+// overrideRules.
+func manyOverrides(n int) []Override {
+	ovs := make([]Override, n)
+	for i := range ovs {
+		ovs[i] = Override{Domain: "api", Entries: []Entry{{"tenant", fmt.Sprintf("tenant-%d", i)}},
+			Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: int64(100 + i)}}}
+	}
+	return ovs
+}
+
+// BenchmarkWithOverrides builds a Set with 10,000 overrides.
+func BenchmarkWithOverrides(b *testing.B) {
+	base, err := Parse("rules.yaml", []byte(overrideRules))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ovs := manyOverrides(10_000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := base.WithOverrides(time.Time{}, ovs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMatchOverrides matches a descriptor without an override, and
+// one with, in a Set without overrides and one with 10,000.
+func BenchmarkMatchOverrides(b *testing.B) {
+	base, err := Parse("rules.yaml", []byte(overrideRules))
+	if err != nil {
+		b.Fatal(err)
+	}
+	with, err := base.WithOverrides(time.Time{}, manyOverrides(10_000)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bb := range []struct {
+		name    string
+		set     *Set
+		entries []Entry
+	}{
+		{"none/rule", base, entries("user", "x", "path", "/login")},
+		{"10000/rule", with, entries("user", "x", "path", "/login")},
+		{"10000/override", with, entries("tenant", "tenant-777")},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if r, err := bb.set.Match("api", bb.entries); r == nil || err != nil {
+					b.Fatal(r, err)
+				}
+			}
+		})
+	}
+}
