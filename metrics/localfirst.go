@@ -27,3 +27,25 @@ func NearCache(reg prometheus.Registerer, hits, misses func() uint64) error {
 	}
 	return nil
 }
+
+// Leases registers on reg the counters of lease mode (store/localfirst):
+// sluice_lease_decisions_total, the requests admitted from a lease
+// without a store call, and sluice_lease_grants_total, the leases taken.
+// hits and grants are read at each scrape.
+func Leases(reg prometheus.Registerer, hits, grants func() uint64) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_lease_decisions_total",
+			Help: "Requests admitted from a lease of a key's quota, without a store call.",
+		}, func() float64 { return float64(hits()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_lease_grants_total",
+			Help: "Leases of a key's quota taken from the store.",
+		}, func() float64 { return float64(grants()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register lease metrics: %w", err)
+		}
+	}
+	return nil
+}

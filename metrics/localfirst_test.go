@@ -32,3 +32,21 @@ sluice_near_cache_misses_total 3
 		t.Fatal("registering twice: no error")
 	}
 }
+
+func TestLeases(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if err := metrics.Leases(reg, func() uint64 { return 40 }, func() uint64 { return 2 }); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP sluice_lease_decisions_total Requests admitted from a lease of a key's quota, without a store call.
+# TYPE sluice_lease_decisions_total counter
+sluice_lease_decisions_total 40
+# HELP sluice_lease_grants_total Leases of a key's quota taken from the store.
+# TYPE sluice_lease_grants_total counter
+sluice_lease_grants_total 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}

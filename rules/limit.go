@@ -59,6 +59,11 @@ type Limit struct {
 	// Hard; Limit scaled by (100 + ExceedPercent)/100 still validates.
 	Throttling    Throttling
 	ExceedPercent int64
+	// Sync is sluice's `sync`: how a server decides this limit with a
+	// shared store (store/localfirst): "exact", "lease", or empty for the
+	// server's default (--sync). Lease is for fixed_window and
+	// sliding_window only.
+	Sync string
 	// Replaces lists the names of limits this one replaces (Envoy's
 	// `replaces`). Every name is the Name of a limit of the same domain.
 	Replaces []string
@@ -113,6 +118,7 @@ type limitJSON struct {
 	Period          string     `json:"period,omitempty"`
 	Throttling      Throttling `json:"throttling"`
 	ExceedPercent   int64      `json:"exceed_percent,omitempty"`
+	Sync            string     `json:"sync,omitempty"`
 	Replaces        []string   `json:"replaces,omitempty"`
 	Line            int        `json:"line"`
 }
@@ -123,7 +129,7 @@ type limitJSON struct {
 func (l *Limit) MarshalJSON() ([]byte, error) {
 	v := limitJSON{
 		ID: l.ID, Name: l.Name, Unlimited: l.Unlimited, Block: l.Block, Throttling: l.Throttling,
-		ExceedPercent: l.ExceedPercent, Replaces: l.Replaces, Line: l.Line,
+		ExceedPercent: l.ExceedPercent, Sync: l.Sync, Replaces: l.Replaces, Line: l.Line,
 	}
 	if !l.Unlimited {
 		v.Unit, v.UnitMultiplier = l.Unit, l.UnitMultiplier

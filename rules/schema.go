@@ -65,6 +65,7 @@ type RateLimitSpec struct {
 	UnitMultiplier  int64         `json:"unit_multiplier,omitempty" yaml:"unit_multiplier,omitempty"`
 	Throttling      string        `json:"throttling,omitempty" yaml:"throttling,omitempty"`
 	ExceedPercent   int64         `json:"exceed_percent,omitempty" yaml:"exceed_percent,omitempty"`
+	Sync            string        `json:"sync,omitempty" yaml:"sync,omitempty"`
 }
 
 // ReplaceSpec names a limit that a RateLimitSpec replaces (Envoy's
@@ -440,7 +441,7 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 		}{
 			{"unit", ls.Unit != ""}, {"algorithm", ls.Algorithm != ""}, {"burst", ls.Burst != 0},
 			{"unit_multiplier", ls.UnitMultiplier != 0}, {"throttling", ls.Throttling != ""},
-			{"exceed_percent", ls.ExceedPercent != 0},
+			{"exceed_percent", ls.ExceedPercent != 0}, {"sync", ls.Sync != ""},
 		} {
 			if f.set && !c.bad(ls, f.name) {
 				c.errorf(c.keyLine(ls, f.name), path, "%s: not allowed with unlimited: true", f.name)
@@ -527,6 +528,18 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 	case l.Throttling == Soft:
 		c.errorf(throttleLine, path, "throttling: soft needs exceed_percent (how far past the limit to admit)")
 	}
+	switch ls.Sync {
+	case "", "exact":
+	case "lease":
+		if a := l.Limit.Algorithm; a != sluice.FixedWindow && a != sluice.SlidingWindow && !c.bad(ls, "sync") {
+			c.errorf(c.line(ls, "sync"), path, "sync: lease is for fixed_window and sliding_window; %s is exact only", a)
+		}
+	default:
+		if !c.bad(ls, "sync") {
+			c.errorf(c.line(ls, "sync"), path, "sync: want exact or lease, got %q", ls.Sync)
+		}
+	}
+	l.Sync = ls.Sync
 	if c.rp.n > start || c.broken(ls) {
 		return nil
 	}

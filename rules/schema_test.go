@@ -229,6 +229,15 @@ func TestSameMistakes(t *testing.T) {
 		{"soft without a percent", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, throttling: soft}",
 			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Throttling: "soft"}),
 			"throttling: soft needs exceed_percent (how far past the limit to admit)", "api/user/rate_limit", 5},
+		{"unknown sync", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, sync: later}",
+			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Sync: "later"}),
+			`sync: want exact or lease, got "later"`, "api/user/rate_limit", 5},
+		{"lease of a bucket", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra, sync: lease}",
+			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Algorithm: "gcra", Sync: "lease"}),
+			"sync: lease is for fixed_window and sliding_window; gcra is exact only", "api/user/rate_limit", 5},
+		{"sync with unlimited", "- key: user\n  rate_limit: {unlimited: true, sync: lease}",
+			one(RateLimitSpec{Unlimited: true, Sync: "lease"}),
+			"sync: not allowed with unlimited: true", "api/user/rate_limit", 5},
 		{"a percent without soft", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, exceed_percent: 10}",
 			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, ExceedPercent: 10}),
 			"exceed_percent: only with throttling: soft", "api/user/rate_limit", 5},
@@ -352,5 +361,32 @@ func TestNewSetExample(t *testing.T) {
 	_, err = NewSet(DomainSpec{Domain: "api", Descriptors: []DescriptorSpec{{Key: "k", Metadata: map[string]any{"c": make(chan int)}}}})
 	if err == nil || err.Error() != "api/k: metadata: c: a chan int is not JSON data" {
 		t.Errorf("NewSet with a channel in metadata: %v", err)
+	}
+}
+
+// TestSync reads sluice's sync: the mode a limit names, empty for the
+// server's default.
+func TestSync(t *testing.T) {
+	t.Parallel()
+	set, err := Parse("rules.yaml", []byte(`domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: sliding_window, sync: lease}
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 100, sync: exact}
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: gcra}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ key, want string }{{"user", "lease"}, {"ip", "exact"}, {"path", ""}} {
+		r, err := set.Match("api", []Entry{{Key: tc.key, Value: "x"}})
+		if err != nil || r == nil {
+			t.Fatalf("Match %s: %v, %v", tc.key, r, err)
+		}
+		if got := r.Limits[0].Sync; got != tc.want {
+			t.Errorf("%s: sync %q, want %q", tc.key, got, tc.want)
+		}
 	}
 }

@@ -28,7 +28,7 @@ var (
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors",
 		"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"}
 	rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"algorithm", "burst", "unit_multiplier", "throttling", "exceed_percent"}
+		"algorithm", "burst", "unit_multiplier", "throttling", "exceed_percent", "sync"}
 	replacesKeys = []string{"name"}
 )
 
@@ -546,6 +546,7 @@ func (d *decoder) rateLimitInto(n *yaml.Node, what string, ls *RateLimitSpec) {
 	d.integer(m, "burst", &ls.Burst, "must be at least 1")
 	d.str(m, "throttling", &ls.Throttling)
 	d.integer(m, "exceed_percent", &ls.ExceedPercent, "must be between 1 and 1000000")
+	d.str(m, "sync", &ls.Sync)
 	if _, ok := m.fs["requests_per_unit"]; !ok && !ls.Unlimited {
 		// Envoy reads a missing requests_per_unit as 0, denying every
 		// request; here it must be written out.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/peterbourgon/ff/v4"
@@ -15,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/transport/forwardauth"
 	"github.com/sluicehq/sluice/transport/respond"
 )
@@ -32,6 +34,9 @@ type coreFlags struct {
 	maxEntries   int
 	maxMemory    byteSize
 	nearCache    int
+	sync         string
+	leaseLife    time.Duration
+	maxLease     int
 	logLevel     string
 	logFormat    string
 	compat       compatFlags // Envoy ratelimit's metrics and shadow mode
@@ -48,6 +53,9 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.Value(0, "max-memory", &c.maxMemory, withEnv("max-memory", "most memory the memory store's keys make the server hold, such as 256MiB or 1GiB (about 288 bytes a client)"))
 	fs.IntVar(&c.maxEntries, 0, "max-entries", 0, withEnv("max-entries", "most keys the memory store holds besides --max-memory; 0: no limit but --max-memory"))
 	fs.IntVar(&c.nearCache, 0, "near-cache", 8<<20, withEnv("near-cache", "bytes of denials a node keeps to answer over-limit clients without a Redis call until their retry time, exactly (8 MiB); 0 turns it off"))
+	fs.StringVar(&c.sync, 0, "sync", "exact", withEnv("sync", "how limits without their own sync: reach Redis: exact (every decision) or lease (fixed_window and sliding_window: a server admits from leases of a hot key's quota, never over the limit)"))
+	fs.DurationVar(&c.leaseLife, 0, "lease-lifetime", 500*time.Millisecond, withEnv("lease-lifetime", "longest a lease lasts before its unused hits go back to Redis"))
+	fs.IntVar(&c.maxLease, 0, "max-lease", 1000, withEnv("max-lease", "most hits one lease carries (and at most a sixteenth of its limit)"))
 	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
 	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
 	c.compat.register(fs)
@@ -78,6 +86,7 @@ type core struct {
 	decider *metrics.Decider
 	stores  *openedStore
 	closers []func() error // in the order to call them
+	syncs   atomic.Pointer[ruleSyncs]
 }
 
 // newCore opens the store, loads and watches the rules and makes the
@@ -90,6 +99,13 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	fail, err := decide.ParseFail(c.fail)
 	if err != nil {
 		return nil, usageError("--fail: %v", err)
+	}
+	sync, err := localfirst.ParseSync(c.sync)
+	if err != nil {
+		return nil, usageError("--sync: %v", err)
+	}
+	if c.leaseLife <= 0 || c.maxLease <= 0 {
+		return nil, usageError("--lease-lifetime and --max-lease must be positive")
 	}
 	co := &core{reg: prometheus.NewRegistry()}
 	defer func() {
@@ -113,7 +129,13 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		return nil, err
 	}
 
-	st, err := openStore(c.store, storeOptions{maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), nearCache: int64(c.nearCache), log: log})
+	st, err := openStore(c.store, storeOptions{
+		maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), log: log,
+		local: localfirst.Config{
+			NearCacheBytes: int64(c.nearCache), Sync: sync, SyncOf: co.syncOf,
+			LeaseLifetime: c.leaseLife, MaxLease: int64(c.maxLease),
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +143,11 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		hits := func() uint64 { return nc.Stats().NearHits }
 		misses := func() uint64 { return nc.Stats().NearMisses }
 		if err := metrics.NearCache(co.reg, hits, misses); err != nil {
+			return nil, errors.Join(err, st.close())
+		}
+		leased := func() uint64 { return nc.Stats().LeaseHits }
+		grants := func() uint64 { return nc.Stats().Grants }
+		if err := metrics.Leases(co.reg, leased, grants); err != nil {
 			return nil, errors.Join(err, st.close())
 		}
 	}

@@ -46,41 +46,104 @@ descriptors:
   - key: client
     rate_limit: {`+limit+`}
 `)
-				var servers []*testServer
-				for range 3 {
-					servers = append(servers, startServer(t, nil, "--rules", rules, "--store", store, "--store-timeout", "2s", "--fail", "closed"))
-				}
-				var admitted, denied, failed atomic.Int64
-				var wg sync.WaitGroup
-				for g := range 64 {
-					wg.Go(func() {
-						s := servers[g%len(servers)]
-						for range 3000 / 64 {
-							resp, err := s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
-								Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", "shared")},
-							})
-							switch {
-							case err != nil:
-								failed.Add(1)
-							case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
-								admitted.Add(1)
-							default:
-								denied.Add(1)
-							}
-						}
-					})
-				}
-				wg.Wait()
-				if failed.Load() != 0 || admitted.Load() != 1000 {
-					t.Fatalf("admitted %d, denied %d, failed %d; want exactly 1000 admitted and no failure", admitted.Load(), denied.Load(), failed.Load())
+				servers, admitted, denied, failed := hotKey(t, domain, rules, "--store", store)
+				if failed != 0 || admitted != 1000 {
+					t.Fatalf("admitted %d, denied %d, failed %d; want exactly 1000 admitted and no failure", admitted, denied, failed)
 				}
 				hits := 0
 				for _, s := range servers {
 					hits += metricValue(t, s, "sluice_near_cache_hits_total")
 				}
-				t.Logf("near cache hits: %d of %d denials", hits, denied.Load())
+				t.Logf("near cache hits: %d of %d denials", hits, denied)
 				if sliding := strings.Contains(limit, "sliding_log"); sliding != (hits == 0) || (!sliding && hits < 1000) {
 					t.Fatalf("%d near cache hits: want none for a sliding log (exact only), most of the 2000 denials otherwise", hits)
+				}
+			})
+		}
+	}
+}
+
+// hotKey starts three `sluice serve` with the rules file rules and args,
+// and sends 3,000 calls from 64 clients spread over them, all on the one
+// key client=shared of domain: it returns the servers and how many calls
+// were admitted, denied and failed.
+func hotKey(t *testing.T, domain, rules string, args ...string) (servers []*testServer, admitted, denied, failed int64) {
+	t.Helper()
+	for range 3 {
+		servers = append(servers, startServer(t, nil, append([]string{"--rules", rules, "--store-timeout", "2s", "--fail", "closed"}, args...)...))
+	}
+	var a, d, f atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			s := servers[g%len(servers)]
+			for range 3000 / 64 {
+				resp, err := s.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+					Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", "shared")},
+				})
+				switch {
+				case err != nil:
+					f.Add(1)
+				case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+					a.Add(1)
+				default:
+					d.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return servers, a.Load(), d.Load(), f.Load()
+}
+
+// TestServersLease runs three `sluice serve` on one Redis (and on a Redis
+// Cluster), 64 clients spread over them, on one key with a limit of 1000
+// in lease mode, named by the rule (a fixed window of a day) or by --sync
+// (a sliding window of an hour): never more than 1000 admitted, at least
+// 1000 minus the leases the three servers can hold (3 × 1000/16), most of
+// them without a Redis call.
+func TestServersLease(t *testing.T) {
+	for _, b := range []struct {
+		name  string
+		store func(t *testing.T) string
+	}{
+		{"redis", func(t *testing.T) string { return "redis://" + testenv.RedisAddr(t) }},
+		{"cluster", func(t *testing.T) string {
+			return "redis+cluster://" + strings.Join(testenv.RedisClusterAddrs(t), ",")
+		}},
+	} {
+		for _, tc := range []struct {
+			name, limit, window string
+			args                []string
+		}{
+			{"rule", "unit: day, requests_per_unit: 1000, sync: lease", "2006-01-02", nil},
+			{"flag", "unit: hour, requests_per_unit: 1000, algorithm: sliding_window", "2006-01-02T15", []string{"--sync", "lease"}},
+		} {
+			t.Run(b.name+"/"+tc.name, func(t *testing.T) {
+				domain := fmt.Sprintf("lease-%s-%d", b.name, time.Now().UnixNano())
+				rules := copyRules(t, exampleRules)
+				writeFile(t, rules, "domain: "+domain+`
+descriptors:
+  - key: client
+    rate_limit: {`+tc.limit+`}
+`)
+				start := time.Now().UTC().Format(tc.window)
+				servers, admitted, denied, failed := hotKey(t, domain, rules, append([]string{"--store", b.store(t)}, tc.args...)...)
+				if end := time.Now().UTC().Format(tc.window); end != start {
+					t.Skipf("the window turned during the test (%s to %s): two windows' admissions", start, end)
+				}
+				leased, grants := 0, 0
+				for _, s := range servers {
+					leased += metricValue(t, s, "sluice_lease_decisions_total")
+					grants += metricValue(t, s, "sluice_lease_grants_total")
+				}
+				const bound = 3 * 1000 / 16
+				t.Logf("admitted %d, denied %d, failed %d; %d decisions from %d leases", admitted, denied, failed, leased, grants)
+				if failed != 0 || admitted > 1000 || admitted < 1000-bound {
+					t.Fatalf("admitted %d, denied %d, failed %d; want no failure, at most 1000 and at least %d admitted", admitted, denied, failed, 1000-bound)
+				}
+				if leased < 500 {
+					t.Fatalf("%d decisions from leases: want most of the 1000", leased)
 				}
 			})
 		}

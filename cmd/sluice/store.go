@@ -19,10 +19,10 @@ import (
 
 // storeOptions are the flags that shape a store.
 type storeOptions struct {
-	maxEntries int          // memory store: most keys held; 0: no limit but maxMemory
-	maxMemory  int64        // memory store: most bytes; 0: memory.Config's default
-	nearCache  int64        // Redis: the near cache's bytes; 0 turns it off
-	log        *slog.Logger // warns while a Redis store is not connected
+	maxEntries int               // memory store: most keys held; 0: no limit but maxMemory
+	maxMemory  int64             // memory store: most bytes; 0: memory.Config's default
+	local      localfirst.Config // Redis: the near cache and leases; NearCacheBytes 0 turns the cache off
+	log        *slog.Logger      // warns while a Redis store is not connected
 }
 
 // openedStore is the store that --store names, the in-process store that
@@ -109,12 +109,14 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 			return nil, errors.Join(err, rs.Close())
 		}
 		closeBoth := func() error { return errors.Join(rs.Close(), mem.Close()) }
-		if o.nearCache <= 0 {
-			return &openedStore{store: rs, local: mem, check: rs.CheckLimit, close: closeBoth}, nil
-		}
 		// Redis is out of process: a denied client is answered here until
-		// its retry time (store/localfirst's near cache, exact).
-		near, err := localfirst.New(rs, localfirst.Config{NearCacheBytes: o.nearCache})
+		// its retry time (store/localfirst's near cache, exact), and
+		// limits in lease mode are decided from leases.
+		lc := o.local
+		if lc.NearCacheBytes == 0 {
+			lc.NearCacheBytes = -1 // off
+		}
+		near, err := localfirst.New(rs, lc)
 		if err != nil {
 			return nil, errors.Join(err, closeBoth())
 		}

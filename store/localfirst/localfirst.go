@@ -53,8 +53,13 @@ type Config struct {
 	// NearCacheBytes bounds the memory the near cache holds, keys
 	// included (default 8 MiB). Negative turns the near cache off.
 	NearCacheBytes int64
-	// Sync is how decisions reach the store (default Exact).
+	// Sync is how decisions reach the store (default Exact), for requests
+	// that SyncOf leaves to it.
 	Sync Sync
+	// SyncOf, if set, returns a request's own mode (a rule's sync), or
+	// false to leave it to Sync. Called once per decision; it must be
+	// cheap and safe for concurrent use.
+	SyncOf func(r sluice.Request) (Sync, bool)
 	// LeaseLifetime is how long a lease lasts at most (default 500ms); a
 	// lease of a window algorithm also ends with its window. Longer leases
 	// spare store calls on keys of a steady rate and hold unused quota
@@ -93,6 +98,8 @@ type Store struct {
 	stater Stater // next's, or nil: then neither near cache nor leases
 	leaser Leaser // next's in lease mode, or nil
 	now    func() time.Time
+	sync   Sync
+	syncOf func(sluice.Request) (Sync, bool)
 	near   *nearCache // nil when off
 	leases *leases    // nil unless lease mode
 
@@ -144,7 +151,7 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Store{next: next, now: cfg.Now}
+	s := &Store{next: next, now: cfg.Now, sync: cfg.Sync, syncOf: cfg.SyncOf}
 	st, ok := next.(Stater)
 	if !ok {
 		return s, nil
@@ -153,7 +160,7 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	if cfg.NearCacheBytes > 0 {
 		s.near = newNearCache(cfg.NearCacheBytes)
 	}
-	if le, ok := next.(Leaser); ok && cfg.Sync == Lease {
+	if le, ok := next.(Leaser); ok && (cfg.Sync == Lease || cfg.SyncOf != nil) {
 		s.leaser = le
 		s.leases = newLeases(cfg.LeaseBytes, cfg.LeaseLifetime, cfg.MaxLease)
 		s.stop, s.done = make(chan struct{}), make(chan struct{})
@@ -240,10 +247,20 @@ func (s *Store) take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 		}
 		s.misses.Add(1)
 	}
-	if s.leases != nil && r.Cost > 0 && s.leaser.Leasable(r.Limit) {
+	if s.leases != nil && r.Cost > 0 && s.leaser.Leasable(r.Limit) && s.syncFor(r) == Lease {
 		return s.takeLease(ctx, r, now)
 	}
 	return s.exact(ctx, r, now)
+}
+
+// syncFor returns r's mode.
+func (s *Store) syncFor(r sluice.Request) Sync {
+	if s.syncOf != nil {
+		if m, ok := s.syncOf(r); ok {
+			return m
+		}
+	}
+	return s.sync
 }
 
 // learn keeps what a store's decision on r says: a denial with its state
