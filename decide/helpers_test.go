@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/store/memory"
 )
@@ -24,18 +25,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // that minute and second windows begin at t0.
 var t0 = time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
 
-// clock is a fake clock that tests move by hand. It is safe for concurrent
-// use.
-type clock struct{ us atomic.Int64 }
+// clock is the tests' fake clock, which they move by hand.
+type clock = clocktest.Clock
 
-func newClock() *clock {
-	c := new(clock)
-	c.us.Store(t0.UnixMicro())
-	return c
-}
-
-func (c *clock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
-func (c *clock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
+func newClock() *clock { return clocktest.New(t0) }
 
 // loadRules writes yaml to a rules file in a fresh temporary directory and
 // loads the directory, as the server does.

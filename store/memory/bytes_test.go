@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // accounted returns the bytes the store accounts for and the most it may.
@@ -39,9 +40,9 @@ func liveHeap() int64 {
 // accounts for, within 10% and a page per shard.
 func TestLargeKeysStayWithinBytes(t *testing.T) {
 	const maxBytes = 64 << 20
-	c := newFakeClock()
+	c := clocktest.New(t0)
 	before := liveHeap()
-	s := newStore(t, Config{MaxBytes: maxBytes, Shards: 4, Now: c.now})
+	s := newStore(t, Config{MaxBytes: maxBytes, Shards: 4, Now: c.Now})
 	ctx := context.Background()
 	_, most := accounted(s)
 	if want := liveBytes(maxBytes); most > want || most < want-4 {
@@ -83,7 +84,7 @@ func TestLargeKeysStayWithinBytes(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		c.advance(time.Millisecond)
+		c.Advance(time.Millisecond)
 		if i%2000 == 0 {
 			entries(t, s) // checks the accounting and the budget, shard by shard
 		}
@@ -108,8 +109,8 @@ func TestLargeKeysStayWithinBytes(t *testing.T) {
 // TestKeyLargerThanShard checks that a key too large for a shard is not
 // kept, decides as a fresh key, and evicts nothing.
 func TestKeyLargerThanShard(t *testing.T) {
-	c := newFakeClock()
-	s := newStore(t, Config{MaxBytes: 1 << 20, Shards: 2, Now: c.now})
+	c := clocktest.New(t0)
+	s := newStore(t, Config{MaxBytes: 1 << 20, Shards: 2, Now: c.Now})
 	ctx := context.Background()
 	l := sluice.Limit{Rate: 1, Period: time.Hour}
 	for i := range 100 {

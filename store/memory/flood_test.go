@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // floodBound is the README's bound: the most times a client over a limit
@@ -46,9 +47,9 @@ func TestFloodKeepsLimitedClient(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const maxEntries = 1000
-			c := newFakeClock()
-			c.us.Store(t0.Truncate(time.Hour).UnixMicro()) // an hour's start: one window for the whole test
-			cfg := Config{MaxEntries: maxEntries, Shards: tc.shards, Now: c.now}
+			c := clocktest.New(t0)
+			c.Set(t0.Truncate(time.Hour)) // an hour's start: one window for the whole test
+			cfg := Config{MaxEntries: maxEntries, Shards: tc.shards, Now: c.Now}
 			if tc.maxBytes > 0 {
 				cfg.MaxEntries, cfg.MaxBytes = 0, tc.maxBytes
 			}
@@ -84,7 +85,7 @@ func TestFloodKeepsLimitedClient(t *testing.T) {
 				for range n {
 					take(k, floodLimit)
 				}
-				c.advance(time.Millisecond) // 20 s in all: still within the hour
+				c.Advance(time.Millisecond) // 20 s in all: still within the hour
 			}
 			held := entries(t, s)
 			t.Logf("seed %d: %d sent, %d admitted; the store holds %d entries", seed, sent, admitted, held)
@@ -107,8 +108,8 @@ func TestFloodKeepsLimitedClient(t *testing.T) {
 // TestDeniedBatchMarksUse checks that a denied TakeAll counts as use of
 // every key it holds, and leaves their states as they were.
 func TestDeniedBatchMarksUse(t *testing.T) {
-	c := newFakeClock()
-	s := newStore(t, Config{MaxEntries: 16, Shards: 1, Now: c.now})
+	c := clocktest.New(t0)
+	s := newStore(t, Config{MaxEntries: 16, Shards: 1, Now: c.Now})
 	ctx := context.Background()
 	l := sluice.Limit{Rate: 1, Period: time.Hour}
 	ds := make([]sluice.Decision, 2)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // TestLimitChangeKeepsCount uses one key under limits of one algorithm and
@@ -24,9 +25,9 @@ func TestLimitChangeKeepsCount(t *testing.T) {
 	for _, a := range algs {
 		t.Run(a.String(), func(t *testing.T) {
 			t.Parallel()
-			c := newFakeClock()
-			c.us.Store(t0.Truncate(time.Minute).UnixMicro()) // a window's start
-			s := newStore(t, Config{MaxEntries: 64, Shards: 1, Now: c.now})
+			c := clocktest.New(t0)
+			c.Set(t0.Truncate(time.Minute)) // a window's start
+			s := newStore(t, Config{MaxEntries: 64, Shards: 1, Now: c.Now})
 			ctx := context.Background()
 			five := sluice.Limit{Algorithm: a, Rate: 5, Period: time.Minute}
 			six := sluice.Limit{Algorithm: a, Rate: 6, Period: time.Minute}
@@ -74,10 +75,10 @@ func TestLimitChangeKeepsCount(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 11))
 			var ref sluice.State
 			for step := range 500 {
-				c.advance(time.Duration(rng.IntN(4000)) * time.Millisecond)
+				c.Advance(time.Duration(rng.IntN(4000)) * time.Millisecond)
 				l := limits[rng.IntN(len(limits))]
 				cost := rng.Int64N(4)
-				want := l.Take(&ref, c.now(), cost)
+				want := l.Take(&ref, c.Now(), cost)
 				got, err := s.Take(ctx, "changing", l, cost)
 				if err != nil {
 					t.Fatal(err)

@@ -6,13 +6,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/store/storetest"
 )
 
@@ -22,18 +22,6 @@ func TestMain(m *testing.M) {
 
 // t0 is the fake clocks' start.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// fakeClock is a clock tests set by hand.
-type fakeClock struct{ us atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.us.Store(t0.UnixMicro())
-	return c
-}
-
-func (c *fakeClock) now() time.Time          { return time.UnixMicro(c.us.Load()) }
-func (c *fakeClock) advance(d time.Duration) { c.us.Add(d.Microseconds()) }
 
 // newStore returns a store that decides by now and is closed when t ends.
 func newStore(t testing.TB, cfg Config) *Store {
@@ -224,8 +212,8 @@ func TestFloodStaysWithinBudget(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	c := newFakeClock()
-	s := newStore(t, Config{MaxEntries: maxEntries, Shards: 8, Now: c.now})
+	c := clocktest.New(t0)
+	s := newStore(t, Config{MaxEntries: maxEntries, Shards: 8, Now: c.Now})
 	l := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 10, Period: time.Hour}
 	ctx := context.Background()
 	// A client in steady use while the flood goes on.
@@ -250,7 +238,7 @@ func TestFloodStaysWithinBudget(t *testing.T) {
 			}
 		}
 		if i%1024 == 0 {
-			c.advance(time.Millisecond)
+			c.Advance(time.Millisecond)
 		}
 		if i%(maxEntries+maxEntries/3) == 0 {
 			entries(t, s) // the index and the slab agree
@@ -270,12 +258,12 @@ func TestFloodStaysWithinBudget(t *testing.T) {
 
 func TestExpiredEvictedBeforeLive(t *testing.T) {
 	const budget = 64
-	c := newFakeClock()
-	s := newStore(t, Config{MaxEntries: budget, Shards: 1, Now: c.now})
+	c := clocktest.New(t0)
+	s := newStore(t, Config{MaxEntries: budget, Shards: 1, Now: c.Now})
 	ctx := context.Background()
 	short := sluice.Limit{Rate: 5, Period: time.Second}
 	long := sluice.Limit{Rate: 5, Period: time.Hour}
-	c.us.Store(t0.Truncate(time.Hour).Add(time.Hour).UnixMicro()) // start of an hour
+	c.Set(t0.Truncate(time.Hour).Add(time.Hour)) // start of an hour
 	var live, expired []string
 	for i := range budget {
 		k := fmt.Sprintf("key:%d", i)
@@ -289,7 +277,7 @@ func TestExpiredEvictedBeforeLive(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.advance(5 * time.Second) // the short limits' states are fresh again
+	c.Advance(5 * time.Second) // the short limits' states are fresh again
 	for i := range budget / 4 {
 		if _, err := s.Take(ctx, fmt.Sprintf("new:%d", i), long, 1); err != nil {
 			t.Fatal(err)
@@ -325,13 +313,13 @@ func TestEvictionOnlyForgets(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
 		t.Run(a.String(), func(t *testing.T) {
-			c := newFakeClock()
-			s := newStore(t, Config{MaxEntries: 32, Shards: 2, Now: c.now})
+			c := clocktest.New(t0)
+			s := newStore(t, Config{MaxEntries: 32, Shards: 2, Now: c.Now})
 			l := sluice.Limit{Algorithm: a, Rate: 3, Period: 500 * time.Millisecond}
 			unbounded := map[string]*sluice.State{}
 			forgotten := 0
 			for range 10000 {
-				c.advance(time.Duration(rng.Int64N(int64(20 * time.Millisecond))).Truncate(time.Microsecond))
+				c.Advance(time.Duration(rng.Int64N(int64(20 * time.Millisecond))).Truncate(time.Microsecond))
 				k := fmt.Sprintf("key:%d", rng.IntN(64))
 				cost := rng.Int64N(3)
 				ref := unbounded[k]
@@ -344,7 +332,7 @@ func TestEvictionOnlyForgets(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := l.Take(ref, c.now(), cost)
+				want := l.Take(ref, c.Now(), cost)
 				if held {
 					if got != want {
 						t.Fatalf("key %s, held: %+v, want %+v", k, got, want)
@@ -352,7 +340,7 @@ func TestEvictionOnlyForgets(t *testing.T) {
 					continue
 				}
 				var fresh sluice.State
-				if f := l.Take(&fresh, c.now(), cost); got != f {
+				if f := l.Take(&fresh, c.Now(), cost); got != f {
 					t.Fatalf("key %s, forgotten: %+v, want a fresh key's %+v", k, got, f)
 				}
 				if want.Allowed && !got.Allowed || got.Remaining < want.Remaining {
@@ -483,8 +471,8 @@ func TestExpiryNeverEarly(t *testing.T) {
 }
 
 func TestZeroAllocations(t *testing.T) {
-	c := newFakeClock()
-	s := newStore(t, Config{MaxEntries: 1 << 10, Shards: 4, Now: c.now})
+	c := clocktest.New(t0)
+	s := newStore(t, Config{MaxEntries: 1 << 10, Shards: 4, Now: c.Now})
 	ctx := context.Background()
 	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
 		t.Run(a.String(), func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -38,7 +39,7 @@ func TestExactAcrossStores(t *testing.T) {
 				t.Run(c.name, func(t *testing.T) {
 					var now func() time.Time
 					if c.fake {
-						now = (&fakeClock{now: t0}).Now
+						now = clocktest.New(t0).Now
 					}
 					cfg := testConfig(now)
 					stores := []*Store{open(t, url, cfg), open(t, url, cfg), open(t, url, cfg)}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // TestNameGroup checks the Redis keys a request's Group makes: every key
@@ -49,7 +50,7 @@ func TestNameGroup(t *testing.T) {
 func TestGroupOneState(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			clock := &fakeClock{now: t0}
+			clock := clocktest.New(t0)
 			s := open(t, b.url(t), testConfig(clock.Now))
 			ctx := context.Background()
 			lim := sluice.Limit{Rate: 3, Period: time.Minute}

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"go.uber.org/goleak"
 )
@@ -27,23 +27,8 @@ func TestMain(m *testing.M) {
 // t0 is a fixed instant in the middle of a minute, an hour and a day.
 var t0 = time.Date(2026, 3, 14, 12, 30, 30, 0, time.UTC)
 
-// fakeClock is a clock that tests set by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
+// fakeClock is the tests' fake clock, which they set by hand.
+type fakeClock = clocktest.Clock
 
 // backend is one kind of Redis deployment the tests run against.
 type backend struct {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // TestReturn gives back the unused hits of leases on real Redis and Redis
@@ -21,7 +22,7 @@ func TestReturn(t *testing.T) {
 	}
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			clk := &fakeClock{now: t0}
+			clk := clocktest.New(t0)
 			s := open(t, b.url(t), testConfig(clk.Now))
 			ctx := context.Background()
 			fixed := sluice.Limit{Rate: 10, Period: time.Minute}

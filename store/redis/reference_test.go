@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // referenceLimits are the limits the reference checks run: each algorithm
@@ -77,7 +78,7 @@ func randomStep(r *rand.Rand, l sluice.Limit, now time.Time) (time.Time, int64) 
 func TestReferenceTake(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			clock := &fakeClock{now: t0}
+			clock := clocktest.New(t0)
 			s := open(t, b.url(t), testConfig(clock.Now))
 			for i, l := range referenceLimits() {
 				t.Run(l.String(), func(t *testing.T) {
@@ -144,7 +145,7 @@ func heavyLimits() []sluice.Limit {
 // sluice.Limit.Take.
 func TestReferenceHeavy(t *testing.T) {
 	b := backends()[0]
-	clock := &fakeClock{now: t0}
+	clock := clocktest.New(t0)
 	s := open(t, b.url(t), testConfig(clock.Now))
 	for i, l := range heavyLimits() {
 		t.Run(l.String(), func(t *testing.T) {
@@ -183,7 +184,7 @@ func testHeavy(t *testing.T, s sluice.Store, clock *fakeClock, i int, l sluice.L
 func TestReferenceTakeAll(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
-			clock := &fakeClock{now: t0}
+			clock := clocktest.New(t0)
 			s := open(t, b.url(t), testConfig(clock.Now))
 			for _, tagged := range []bool{true, false} {
 				t.Run(fmt.Sprintf("group %v", tagged), func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -255,7 +256,7 @@ func TestKeysExpire(t *testing.T) {
 // TestAlgorithmChangeKeyTypes switches one key between algorithms whose
 // states are strings and lists in Redis, and checks each starts afresh.
 func TestAlgorithmChangeKeyTypes(t *testing.T) {
-	clock := &fakeClock{now: t0}
+	clock := clocktest.New(t0)
 	s := open(t, "redis://"+testenv.RedisAddr(t), testConfig(clock.Now))
 	ctx := context.Background()
 	algs := []sluice.Algorithm{sluice.SlidingLog, sluice.TokenBucket, sluice.SlidingLog, sluice.GCRA, sluice.FixedWindow, sluice.SlidingLog, sluice.LeakyBucket}
@@ -285,7 +286,7 @@ func TestAlgorithmChangeKeyTypes(t *testing.T) {
 // (an error). Where the rescale is exact (into a g that divides the old
 // one) the decisions are those of the Go transition on one state.
 func TestBucketLimitChanges(t *testing.T) {
-	clock := &fakeClock{now: t0}
+	clock := clocktest.New(t0)
 	s := open(t, "redis://"+testenv.RedisAddr(t), testConfig(clock.Now))
 	ctx := context.Background()
 	for _, alg := range []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyBucket} {
@@ -326,7 +327,7 @@ func TestBucketLimitChanges(t *testing.T) {
 // g = 4, which makes ResetAfter at 8/36s 15,000,000 µs rather than the
 // 14,999,999 of rounding down.
 func TestBucketRescaleRoundsUp(t *testing.T) {
-	clock := &fakeClock{now: t0}
+	clock := clocktest.New(t0)
 	s := open(t, "redis://"+testenv.RedisAddr(t), testConfig(clock.Now))
 	ctx := context.Background()
 	a := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 6, Period: time.Minute, Burst: 6}      // g = 6
@@ -419,7 +420,7 @@ func TestBatchSizes(t *testing.T) {
 		window time.Duration
 	}{{"one per call", 1, -1}, {"window", 128, 200 * time.Microsecond}} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := testConfig((&fakeClock{now: t0}).Now)
+			cfg := testConfig(clocktest.New(t0).Now)
 			cfg.MaxBatch, cfg.BatchWindow = tt.batch, tt.window
 			s := open(t, "redis://"+testenv.RedisAddr(t), cfg)
 			l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 100, Period: time.Minute}
@@ -462,7 +463,7 @@ func TestBatchSizes(t *testing.T) {
 // given twice must see the first request's hits. At a fixed time each key
 // admits exactly ⌊capacity/cost⌋ requests, whatever the order.
 func TestMixedBatches(t *testing.T) {
-	cfg := testConfig((&fakeClock{now: t0}).Now)
+	cfg := testConfig(clocktest.New(t0).Now)
 	cfg.MaxInFlight, cfg.BatchWindow = 1, 200*time.Microsecond // large batches
 	s := open(t, "redis://"+testenv.RedisAddr(t), cfg)
 	type key struct {
@@ -514,7 +515,7 @@ func TestMixedBatches(t *testing.T) {
 // three times with room for two: the allowed bits span three words, and a
 // repeated key sees the hits of its earlier requests.
 func TestManyTakesInOneCall(t *testing.T) {
-	cfg := testConfig((&fakeClock{now: t0}).Now)
+	cfg := testConfig(clocktest.New(t0).Now)
 	s := open(t, "redis://"+testenv.RedisAddr(t), cfg)
 	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 2, Period: time.Minute}
 	var b batch

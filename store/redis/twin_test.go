@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // twin is the Redis store with take.lua run in-process (scriptVM) instead
@@ -136,7 +137,7 @@ func TestScriptTake(t *testing.T) {
 	for i, l := range referenceLimits() {
 		t.Run(l.String(), func(t *testing.T) {
 			t.Parallel()
-			clock := &fakeClock{now: t0}
+			clock := clocktest.New(t0)
 			w := newTwin(t, clock, l.Period, i%2 == 0)
 			testTake(t, dryFirst{w}, clock, i, l)
 			if n := w.vm.db.scripts; n == 0 {
@@ -154,7 +155,7 @@ func TestScriptHeavy(t *testing.T) {
 	for i, l := range heavyLimits() {
 		t.Run(l.String(), func(t *testing.T) {
 			t.Parallel()
-			clock := &fakeClock{now: t0}
+			clock := clocktest.New(t0)
 			testHeavy(t, dryFirst{newTwin(t, clock, 0, false)}, clock, i, l)
 		})
 	}
@@ -169,7 +170,7 @@ func TestScriptTakeAll(t *testing.T) {
 	for _, tagged := range []bool{true, false} {
 		t.Run(fmt.Sprintf("hash tag %v", tagged), func(t *testing.T) {
 			t.Parallel()
-			clock := &fakeClock{now: t0}
+			clock := clocktest.New(t0)
 			testTakeAll(t, newTwin(t, clock, time.Second, tagged), clock, tagged)
 		})
 	}
@@ -280,7 +281,7 @@ func TestScriptBatches(t *testing.T) {
 // runScriptBatches is FuzzScript's body. It returns how many keys
 // expired.
 func runScriptBatches(t *testing.T, in fuzzBytes) int {
-	clock := &fakeClock{now: t0}
+	clock := clocktest.New(t0)
 	w := newTwin(t, clock, 0, true)
 	algs := []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog,
 		sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA}
@@ -431,7 +432,7 @@ func TestScriptChecked(t *testing.T) {
 			if src == takeScript {
 				t.Fatalf("take.lua has no %q", tt.old)
 			}
-			clock := &fakeClock{now: t0}
+			clock := clocktest.New(t0)
 			w := newTwin(t, clock, time.Second, false)
 			w.vm = newScriptVM(t, src, clock.Now)
 			ctx := context.Background()

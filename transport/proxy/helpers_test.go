@@ -4,12 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/transport/proxy"
 	"github.com/sluicehq/sluice/transport/respond"
@@ -18,35 +18,9 @@ import (
 // t0 is the start of a second.
 var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
-// clock is a fake clock; its Sleep advances it instead of waiting, so that
-// the store sees the time the proxy waited.
-type clock struct {
-	mu     sync.Mutex
-	now    time.Time
-	slept  []time.Duration
-	before func(ctx context.Context) error // runs before each sleep returns, if set
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-
-func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
-	if c.before != nil {
-		if err := c.before(ctx); err != nil {
-			return err
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	c.slept = append(c.slept, d)
-	return nil
-}
-
-func (c *clock) Slept() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.slept...)
-}
+// clock is the tests' fake clock; its Sleep advances it instead of
+// waiting, so that the store sees the time the proxy waited.
+type clock = clocktest.Clock
 
 // decider is a hand-written fake Decider.
 type decider func(context.Context, *decide.Request) (*decide.Response, error)

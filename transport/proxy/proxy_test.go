@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/transport/proxy"
 )
 
@@ -75,7 +76,7 @@ func TestLimitThen429(t *testing.T) {
 	up := &echo{}
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
-	clk := &clock{now: t0}
+	clk := clocktest.New(t0)
 	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, `
 domain: api
 descriptors:
@@ -115,7 +116,7 @@ descriptors:
 			t.Parallel()
 			upstream := httptest.NewServer(&echo{})
 			t.Cleanup(upstream.Close)
-			clk := &clock{now: t0.Add(700 * time.Millisecond)}
+			clk := clocktest.New(t0.Add(700 * time.Millisecond))
 			p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, rulesYAML, clk), MaxDelay: maxDelay, Sleep: clk.Sleep})
 			for i, want := range []int{200, 200, 429} {
 				rec := httptest.NewRecorder()
@@ -146,8 +147,8 @@ func TestQueueLeakyBucket(t *testing.T) {
 	t.Parallel()
 	upstream := httptest.NewServer(&echo{})
 	t.Cleanup(upstream.Close)
-	clk := &clock{now: t0}
-	frozen := &clock{now: t0} // the store's time stands still: every decision at t0
+	clk := clocktest.New(t0)
+	frozen := clocktest.New(t0) // the store's time stands still: every decision at t0
 	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, leaky, frozen), MaxDelay: 350 * time.Millisecond, Sleep: clk.Sleep})
 	var codes []int
 	var retries []string
@@ -187,8 +188,8 @@ func TestQueueServesWhomItHolds(t *testing.T) {
 	up := &echo{}
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
-	clk := &clock{now: t0}
-	frozen := &clock{now: t0}       // all 30 arrive at once
+	clk := clocktest.New(t0)
+	frozen := clocktest.New(t0)     // all 30 arrive at once
 	idc := identity.DefaultConfig() // per client IP, as sluice proxy without --identity
 	idc.Domain = "api"
 	id, err := identity.New(idc, nil)
@@ -272,7 +273,8 @@ func TestQueueBound(t *testing.T) {
 	t.Cleanup(upstream.Close)
 	release := make(chan struct{})
 	entered := make(chan struct{}, 10)
-	clk := &clock{now: t0, before: func(ctx context.Context) error {
+	clk := clocktest.New(t0)
+	clk.BeforeSleep = func(ctx context.Context) error {
 		entered <- struct{}{}
 		select {
 		case <-release:
@@ -280,8 +282,8 @@ func TestQueueBound(t *testing.T) {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}}
-	frozen := &clock{now: t0}
+	}
+	frozen := clocktest.New(t0)
 	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, leaky, frozen), MaxDelay: time.Second, MaxWaiting: 2, Sleep: clk.Sleep})
 	serve := func() int {
 		rec := httptest.NewRecorder()
@@ -322,7 +324,7 @@ func TestQueueClientGivesUp(t *testing.T) {
 	up := &echo{arrived: arrived}
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
-	frozen := &clock{now: t0}
+	frozen := clocktest.New(t0)
 	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, `
 domain: api
 descriptors:
@@ -540,7 +542,7 @@ func TestSlowBody(t *testing.T) {
 domain: api
 descriptors:
   - {key: all, rate_limit: {unit: hour, requests_per_unit: 2}}
-`, &clock{now: t0}), BodyIdleTimeout: idle})
+`, clocktest.New(t0)), BodyIdleTimeout: idle})
 	front := httptest.NewServer(p)
 	t.Cleanup(front.Close)
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/middleware"
 	"github.com/sluicehq/sluice/transport/forwardauth"
 	"github.com/sluicehq/sluice/transport/proxy"
@@ -116,7 +117,7 @@ func TestGuard(t *testing.T) {
 			}
 			bg := context.Background()
 
-			clk := &clock{now: t0}
+			clk := clocktest.New(t0)
 			h, err := way.make(t, byKey(t), service(t, "domain: api\ndescriptors:\n  - {key: key, rate_limit: {name: k, unit: minute, requests_per_unit: 1}}\n", clk), false)
 			if err != nil {
 				t.Fatal(err)

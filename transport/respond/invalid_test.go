@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 // TestInvalidRequestRefused: a request that decide refuses as invalid is
@@ -17,7 +19,7 @@ func TestInvalidRequestRefused(t *testing.T) {
 	for _, way := range waysIn(t) {
 		t.Run(way.name, func(t *testing.T) {
 			t.Parallel()
-			h, err := way.make(t, byKey(t), service(t, "domain: api\ndescriptors:\n  - {key: key, rate_limit: {name: k, unit: minute, requests_per_unit: 1}}\n", &clock{now: t0}), false)
+			h, err := way.make(t, byKey(t), service(t, "domain: api\ndescriptors:\n  - {key: key, rate_limit: {name: k, unit: minute, requests_per_unit: 1}}\n", clocktest.New(t0)), false)
 			if err != nil {
 				t.Fatal(err)
 			}

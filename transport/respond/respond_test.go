@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/transport/respond"
@@ -19,13 +20,8 @@ import (
 // t0 is the start of a minute, so fixed windows of a minute start there.
 var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Set(d time.Duration) { c.mu.Lock(); c.now = t0.Add(d); c.mu.Unlock() }
+// clock is the tests' fake clock, which they set by hand.
+type clock = clocktest.Clock
 
 // service returns the real decision service over the memory store, on clk.
 func service(t *testing.T, rulesYAML string, clk *clock) *decide.Service {
@@ -72,12 +68,12 @@ func TestWindow(t *testing.T) {
 	} {
 		t.Run(jitter.name, func(t *testing.T) {
 			t.Parallel()
-			clk := &clock{now: t0}
+			clk := clocktest.New(t0)
 			svc := service(t, perUser, clk)
 			w := respond.New(respond.Config{Headers: respond.AllHeaders, RetryJitter: 2 * time.Second, Rand: jitter.rand})
 			req := &decide.Request{Domain: "api", Descriptors: []decide.Descriptor{{Entries: []decide.Entry{{Key: "user", Value: "alice"}}, Cost: 1}}}
 			for _, p := range points {
-				clk.Set(p.at)
+				clk.Set(t0.Add(p.at))
 				var rec *httptest.ResponseRecorder
 				for range p.requests {
 					resp, err := svc.Decide(context.Background(), req)
@@ -181,7 +177,7 @@ func TestOneRetryPerResponse(t *testing.T) {
 // remaining never exceeds the quota, over a real decision service.
 func TestBucketFields(t *testing.T) {
 	t.Parallel()
-	clk := &clock{now: t0}
+	clk := clocktest.New(t0)
 	svc := service(t, `
 domain: api
 descriptors:
@@ -206,7 +202,7 @@ descriptors:
 		{2 * time.Second, 1, `"per-user";q=100;w=4`, `"per-user";r=59;t=2`, "100", ""},
 	}
 	for _, s := range steps {
-		clk.Set(s.at)
+		clk.Set(t0.Add(s.at))
 		var rec *httptest.ResponseRecorder
 		for range s.requests {
 			resp, err := svc.Decide(context.Background(), req)
