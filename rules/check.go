@@ -6,25 +6,26 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// Check calls check on every limit of s, on the limit a store enforces
-// (Limit.Enforced) and, when soft throttling makes that another, on the
-// limit as stated (Limit.Limit), and returns the refusals as Errors, each
-// "file:line: limit ...: why", ordered by file and line (at most 99 of
-// them, then a line that says how many more); nil when check accepts them
-// all. Unlimited and blocking limits, which no store takes, are not
-// checked. check is typically a store's sluice.LimitChecker.CheckLimit, so
-// that a rules set with a limit the store cannot apply is refused before it
-// is put in force rather than failing on every decision; a nil check
-// accepts everything.
+// Check calls check on every limit of s and of its overrides, on the
+// limit a store enforces (Limit.Enforced) and, when soft throttling makes
+// that another, on the limit as stated (Limit.Limit), and returns the
+// refusals as Errors, each "file:line: limit ...: why" (an override's at
+// its overrides[i] path), ordered by file and line (at most 99 of them,
+// then a line that says how many more); nil when check accepts them all.
+// Unlimited and blocking limits, which no store takes, are not checked.
+// check is typically a store's sluice.LimitChecker.CheckLimit, so that a
+// rules set with a limit the store cannot apply is refused before it is
+// put in force rather than failing on every decision; a nil check accepts
+// everything.
 func (s *Set) Check(check func(sluice.Limit) error) error {
 	if s == nil || check == nil {
 		return nil
 	}
 	var errs Errors
 	n := 0
-	refuse := func(l *Limit, msg string) {
+	refuse := func(r *Rule, l *Limit, msg string) {
 		if n++; n < maxErrors {
-			errs = append(errs, &Error{File: l.File, Line: l.Line, Msg: msg})
+			errs = append(errs, &Error{File: l.File, Line: l.Line, Path: r.errPath, Msg: msg})
 		}
 	}
 	var walk func(rules []*Rule)
@@ -40,12 +41,12 @@ func (s *Set) Check(check func(sluice.Limit) error) error {
 					if e != l.Limit {
 						msg = fmt.Sprintf("limit %s, enforced as %s by throttling: soft, exceed_percent: %d: %v", l.Limit, e, l.ExceedPercent, err)
 					}
-					refuse(l, msg)
+					refuse(r, l, msg)
 					continue
 				}
 				if e != l.Limit {
 					if err := check(l.Limit); err != nil {
-						refuse(l, fmt.Sprintf("limit %s: %v", l.Limit, err))
+						refuse(r, l, fmt.Sprintf("limit %s: %v", l.Limit, err))
 					}
 				}
 			}
@@ -54,6 +55,9 @@ func (s *Set) Check(check func(sluice.Limit) error) error {
 	}
 	for _, name := range s.names {
 		walk(s.domains[name].rules)
+	}
+	for _, o := range s.Overrides() {
+		walk([]*Rule{o.Rule})
 	}
 	if n == 0 {
 		return nil

@@ -104,7 +104,8 @@ func (s *Set) WithOverrides(now time.Time, ovs ...Override) (*Set, error) {
 		}
 		p := &parsedDomain{name: o.Domain, rp: rp, names: map[string]bool{}}
 		r := *base // the overridden rule's place, settings and metric names
-		r.Limits, r.Overrides = nil, base
+		r.Limits, r.Overrides, r.errPath = nil, base, where
+		r.Descriptors, r.sub = nil, level{} // Match never goes below an override
 		if len(o.Limits) == 0 {
 			c.errorf(0, where, "rate_limits: empty; want one or more limits")
 			continue

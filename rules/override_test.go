@@ -201,3 +201,54 @@ func BenchmarkMatchOverrides(b *testing.B) {
 		})
 	}
 }
+
+// TestOverrideCheck checks that a store's veto reaches the limits of
+// overrides, placed at their index.
+func TestOverrideCheck(t *testing.T) {
+	t.Parallel()
+	base, err := Parse("rules.yaml", []byte(overrideRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := base.WithOverrides(time.Time{},
+		Override{Domain: "api", Entries: []Entry{{"tenant", "acme"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}},
+		Override{Domain: "api", Entries: []Entry{{"tenant", "big"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 5000}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Check(atMost(1000))
+	if err == nil || err.Error() != "overrides[1]: limit 5000/1s: rate 5000 above 1000: limit not supported by the store" {
+		t.Errorf("Check: %v", err)
+	}
+	if err := base.Check(atMost(1000)); err != nil {
+		t.Errorf("Check of the rules alone: %v", err)
+	}
+}
+
+// TestOverridesJSON renders a Set's overrides as GET /v1/rules shows them.
+func TestOverridesJSON(t *testing.T) {
+	t.Parallel()
+	base, err := Parse("rules.yaml", []byte(overrideRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	s, err := base.WithOverrides(t0, Override{Domain: "api", Entries: []Entry{{"user", "bob"}},
+		Limits: []RateLimitSpec{{Unit: "hour", RequestsPerUnit: 0}}, Expires: t0.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.Overrides()[0].Rule.Limits[0].ID
+	want := `"overrides":[{"domain":"api","entries":[{"key":"user","value":"bob"}],"path":"api.user","limits":[{"id":"` + id +
+		`","block":true,"unit":"hour","unit_multiplier":1,"algorithm":"fixed_window","period":"1h0m0s","throttling":"hard","line":0}],"expires":"2026-11-23T13:00:00Z"}]}`
+	if !strings.HasSuffix(string(b), want) {
+		t.Errorf("JSON ends\n%s\nwant\n%s", b[max(0, len(b)-len(want)):], want)
+	}
+	if b, _ := base.MarshalJSON(); strings.Contains(string(b), "overrides") {
+		t.Errorf("a Set without overrides renders them: %s", b)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Set is every domain of a set of rules files. A Set is immutable once
@@ -185,11 +186,20 @@ func rulesJSON(rules []*Rule) []ruleJSON {
 // MarshalJSON renders the rules in force, for GET /v1/rules:
 // {"version": ..., "domains": [{"domain", "file", "line", "descriptors"}]},
 // domains sorted by name, descriptors in file order with the rules file's
-// field names, each limit with its ID and period.
+// field names, each limit with its ID and period; then the overrides in
+// force, if any: {"domain", "entries", "path", "limits", "expires"}.
 func (s *Set) MarshalJSON() ([]byte, error) {
+	type overrideJSON struct {
+		Domain  string    `json:"domain"`
+		Entries []Entry   `json:"entries"`
+		Path    string    `json:"path"`
+		Limits  []*Limit  `json:"limits"`
+		Expires time.Time `json:"expires,omitzero"`
+	}
 	v := struct {
-		Version string       `json:"version"`
-		Domains []domainJSON `json:"domains"`
+		Version   string         `json:"version"`
+		Domains   []domainJSON   `json:"domains"`
+		Overrides []overrideJSON `json:"overrides,omitempty"`
 	}{Version: s.Version(), Domains: []domainJSON{}}
 	if s != nil {
 		for _, name := range s.names {
@@ -197,6 +207,10 @@ func (s *Set) MarshalJSON() ([]byte, error) {
 			v.Domains = append(v.Domains, domainJSON{
 				Domain: d.name, File: d.file, Line: d.line, Descriptors: rulesJSON(d.rules),
 			})
+		}
+		for _, o := range s.Overrides() {
+			v.Overrides = append(v.Overrides, overrideJSON{Domain: o.Domain, Entries: o.Entries,
+				Path: o.Rule.Path, Limits: o.Rule.Limits, Expires: o.Expires})
 		}
 	}
 	b, err := json.Marshal(v)
