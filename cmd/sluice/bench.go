@@ -34,6 +34,7 @@ type benchConfig struct {
 	duration    time.Duration
 	domain      string
 	key         string
+	zipf        float64
 }
 
 func benchCommand(stdout io.Writer) *ff.Command {
@@ -47,6 +48,7 @@ func benchCommand(stdout io.Writer) *ff.Command {
 	fs.DurationVar(&c.duration, 0, "duration", 10*time.Second, "how long to load")
 	fs.StringVar(&c.domain, 0, "domain", "api", "the requests' domain")
 	fs.StringVar(&c.key, 0, "key", "user", "the descriptor key whose value is the user")
+	fs.Float64Var(&c.zipf, 0, "zipf", 0, "draw users from a Zipf distribution of this exponent (above 1; user-0 the most frequent) instead of uniformly; 0: uniform")
 	return &ff.Command{
 		Name:      "bench",
 		Usage:     "sluice bench --grpc-addr ADDR | --http-url URL [FLAGS]",
@@ -64,6 +66,9 @@ func benchCommand(stdout io.Writer) *ff.Command {
 			}
 			if c.users < 1 || c.concurrency < 1 || c.conns < 1 || c.duration <= 0 {
 				return usageError("bench: --users, --concurrency, --conns and --duration must be positive")
+			}
+			if c.zipf != 0 && !(c.zipf > 1 && c.zipf <= 10) {
+				return usageError("bench: --zipf must be above 1 and at most 10, or 0")
 			}
 			// The load generator's garbage is short-lived; collecting it
 			// less often leaves more of a shared machine's CPU to the
@@ -125,12 +130,17 @@ func bench(ctx context.Context, c benchConfig) (*benchResult, error) {
 		go func(r *benchResult) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			user := func() int { return rng.IntN(c.users) }
+			if c.zipf != 0 {
+				z := rand.NewZipf(rng, c.zipf, 1, uint64(c.users-1))
+				user = func() int { return int(z.Uint64()) }
+			}
 			for ctx.Err() == nil {
 				t0 := time.Now()
 				if t0.After(end) {
 					return
 				}
-				over, err := call(ctx, rng.IntN(c.users))
+				over, err := call(ctx, user())
 				d := time.Since(t0)
 				switch {
 				case err != nil && ctx.Err() != nil:
@@ -178,7 +188,11 @@ func (r *benchResult) print(w io.Writer, c benchConfig) {
 		target = "HTTP " + strings.TrimSuffix(c.httpURL, "/") + "/v1/decide"
 	}
 	n := r.ok + r.over + r.failed
-	fmt.Fprintf(w, "target:      %s, %d callers, %d users, %v\n", target, c.concurrency, c.users, c.duration)
+	dist := "uniform"
+	if c.zipf != 0 {
+		dist = fmt.Sprintf("zipf %g", c.zipf)
+	}
+	fmt.Fprintf(w, "target:      %s, %d callers, %d users (%s), %v\n", target, c.concurrency, c.users, dist, c.duration)
 	fmt.Fprintf(w, "decisions:   %d (OK %d, OVER_LIMIT %d, errors %d)\n", n, r.ok, r.over, r.failed)
 	fmt.Fprintf(w, "rate:        %.0f decisions/s\n", float64(n)/r.elapsed.Seconds())
 	fmt.Fprintf(w, "latency:     p50 %v  p90 %v  p99 %v  p99.9 %v  max %v\n",

@@ -149,6 +149,9 @@ func TestUsage(t *testing.T) {
 		{name: "bad headers", args: []string{"serve", "--rules", exampleRules, "--response-headers", "x-foo"}, code: 2},
 		{name: "bad log level", args: []string{"serve", "--rules", exampleRules, "--log-level", "loud"}, code: 2},
 		{name: "bench needs a target", args: []string{"bench"}, code: 2},
+		{name: "bench zipf below 1", args: []string{"bench", "--grpc-addr", "127.0.0.1:1", "--zipf", "0.5"}, code: 2},
+		{name: "bad sync mode", args: []string{"serve", "--rules", exampleRules, "--sync", "later"}, code: 2},
+		{name: "no lease lifetime", args: []string{"serve", "--rules", exampleRules, "--lease-lifetime", "0s"}, code: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

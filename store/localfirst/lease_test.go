@@ -243,3 +243,57 @@ func TestLeaseHotKey(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseRedisDies kills Redis while a node holds a lease: the node
+// admits what its lease has left, without Redis, then fails every request
+// (for decide's --fail to answer) until Redis is back; after a restart,
+// which forgot every count, it decides from Redis again, and its old
+// lease's return does no harm.
+func TestLeaseRedisDies(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	clk := newClock(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	node := openLeaseNodes(t, "redis://"+srv.Addr+"/0", "dies:", clk.now, 1, Config{MaxLease: 50})[0]
+	l := sluice.Limit{Rate: 1600, Period: time.Hour} // leases up to 50 hits
+	ctx := context.Background()
+	take := func() (sluice.Decision, error) {
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return node.Take(c, "{k}", l, 1)
+	}
+	for range 20 { // a hot key: leases grow
+		if d, err := take(); err != nil || !d.Allowed {
+			t.Fatalf("before Redis dies: %+v, %v", d, err)
+		}
+	}
+	left := outstanding(node, "{k}", clk.us.Load()-clk.us.Load()%l.Period.Microseconds())
+	if left == 0 {
+		t.Fatal("no lease outstanding")
+	}
+	srv.Kill()
+	for i := range left {
+		if d, err := take(); err != nil || !d.Allowed {
+			t.Fatalf("Redis dead, lease hit %d of %d: %+v, %v", i+1, left, d, err)
+		}
+	}
+	if _, err := take(); err == nil {
+		t.Fatal("Redis dead and the lease used up: no error")
+	}
+	if st := node.Stats(); st.LeaseHits < uint64(left) {
+		t.Fatalf("stats %+v: want at least %d lease hits", st, left)
+	}
+	srv.Restart()
+	var d sluice.Decision
+	var err error
+	for range 100 { // the client reconnects on its own
+		if d, err = take(); err == nil {
+			break
+		}
+	}
+	if err != nil || !d.Allowed {
+		t.Fatalf("after Redis restarted: %+v, %v", d, err)
+	}
+	clk.add(time.Second) // the leases end; their return finds a fresh count
+	if err := node.ReturnExpired(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

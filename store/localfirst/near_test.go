@@ -40,7 +40,7 @@ func backendURLs() map[string]func(t *testing.T) string {
 
 // openRedis opens a Redis store of its own key prefix on url that decides
 // by now (nil: Redis's TIME), closed when the test ends.
-func openRedis(t *testing.T, url string, now func() time.Time) *redis.Store {
+func openRedis(t testing.TB, url string, now func() time.Time) *redis.Store {
 	t.Helper()
 	cfg := redis.DefaultConfig()
 	cfg.KeyPrefix = fmt.Sprintf("localfirsttest:%x:", rand.Uint64())

@@ -1,0 +1,68 @@
+package localfirst
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// BenchmarkTake measures a decision of the decorator over a real Redis, in
+// exact mode (every decision a Redis call, but for the near cache) and in
+// lease mode, from parallel goroutines over 64 hot keys of a limit they
+// never reach. It reports the p99 of one decision's latency and the store
+// calls per decision.
+//
+//	go test -run '^$' -bench 'Take/' -benchtime 200000x -count 6 ./store/localfirst
+func BenchmarkTake(b *testing.B) {
+	url := "redis://" + testenv.RedisAddr(b) + "/0"
+	l := sluice.Limit{Rate: 1 << 40, Period: time.Hour}
+	for _, mode := range []Sync{Exact, Lease} {
+		b.Run(mode.String(), func(b *testing.B) {
+			r := openRedis(b, url, nil)
+			s, err := New(r, Config{Sync: mode})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			keys := make([]string, 64)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("{bench%d}", i)
+			}
+			var mu sync.Mutex
+			var all []time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
+				lat := make([]time.Duration, 0, 1<<16)
+				for pb.Next() {
+					t0 := time.Now()
+					d, err := s.Take(context.Background(), keys[rng.IntN(len(keys))], l, 1)
+					lat = append(lat, time.Since(t0))
+					if err != nil || !d.Allowed {
+						b.Errorf("%+v, %v", d, err)
+						return
+					}
+				}
+				mu.Lock()
+				all = append(all, lat...)
+				mu.Unlock()
+			})
+			b.StopTimer()
+			slices.Sort(all)
+			if len(all) > 0 {
+				b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds()), "p99-ns")
+				b.ReportMetric(float64(all[len(all)/2].Nanoseconds()), "p50-ns")
+			}
+			b.ReportMetric(float64(s.Stats().StoreCalls)/float64(b.N), "calls/op")
+		})
+	}
+}
+
