@@ -65,4 +65,3 @@ func BenchmarkTake(b *testing.B) {
 		})
 	}
 }
-
