@@ -298,12 +298,12 @@ func (sh *shard) unlink(tag, i uint32) {
 // every expired entry first (a state as good as fresh restricts nothing)
 // and then, until it has freed a sixteenth of the entries and the new one
 // fits, the entries unused longest: those not used (allowed or denied)
-// while the last count/2 keys were inserted into the shard, as the hand
-// finds them. Should a whole turn of the hand find too few such entries
-// (more than 7/16 of the shard's keys in use), it halves that age and goes
-// on, so that it approximates least-recently-used order. Freeing a batch at
-// a time keeps the sweep's cost per insertion constant. The caller holds
-// sh.mu.
+// while the last count/2 keys (at most 2^23, what a stamp of 24 bits tells
+// apart) were inserted into the shard, as the hand finds them. Should a
+// whole turn of the hand find too few such entries (more than 7/16 of the
+// shard's keys in use), it halves that age and goes on, so that it
+// approximates least-recently-used order. Freeing a batch at a time keeps
+// the sweep's cost per insertion constant. The caller holds sh.mu.
 func (sh *shard) evict(now int64, b int64) {
 	limit := expiredBy(now)
 	want := max(int(sh.count/16), 1)
@@ -314,7 +314,7 @@ func (sh *shard) evict(now int64, b int64) {
 			freed++
 		}
 	}
-	age := sh.count / 2
+	age := min(sh.count/2, 1<<23)
 	seen := uint32(0) // slots looked at since age last changed
 	for (freed < want || !sh.fits(b)) && sh.count > 0 {
 		if sh.hand >= sh.used {
@@ -329,13 +329,9 @@ func (sh *shard) evict(now int64, b int64) {
 		if !e.live() {
 			continue
 		}
-		switch a := (sh.tick - e.stamp()) & stampMask; {
-		case a >= age:
+		if (sh.tick-e.stamp())&stampMask >= age {
 			sh.remove(i, e)
 			freed++
-		case a >= 1<<23:
-			// Keep a long unused entry's age from wrapping round to young.
-			e.meta = meta(e.alg(), sh.tick-1<<23)
 		}
 	}
 }
