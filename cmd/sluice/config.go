@@ -40,28 +40,42 @@ func addConfigFlag(cmds []*ff.Command) {
 	}
 }
 
-// configure sets every flag of fs not given on the command line, from the
-// first layer that has it: the flag's SLUICE_ environment variable, then
-// the file that --config names. The file is checked whole, even where a
-// higher layer wins, so a mistake in it is reported although a flag hides
-// it.
-func configure(fs ff.Flags, getenv func(string) string) error {
+// configure sets every flag of fs, the flags of the subcommand cmd, not
+// given on the command line, from the first layer that has it: the flag's
+// SLUICE_ environment variable, then (for serve) Envoy ratelimit's
+// environment when it is in use, then the file that --config names. Each
+// layer is checked whole, even where a higher layer wins, so a mistake in
+// the file is reported although a flag hides it. It returns what Envoy's
+// environment set, or nil.
+func configure(cmd string, fs ff.Flags, getenv func(string) string) (*envoyEnv, error) {
 	if err := applyEnv(fs, getenv); err != nil {
-		return usageError("%v", err)
+		return nil, usageError("%v", err)
+	}
+	var envoy *envoyEnv
+	if cmd == "serve" {
+		var err error
+		if envoy, err = envoySettings(getenv); err != nil {
+			return nil, err
+		}
+		if envoy != nil {
+			if err := envoy.apply(fs); err != nil {
+				return nil, err
+			}
+		}
 	}
 	f, ok := fs.GetFlag(configFlag)
 	if !ok || f.GetValue() == "" {
-		return nil
+		return envoy, nil
 	}
 	path := f.GetValue()
 	data, err := readConfig(path)
 	if err != nil {
-		return usageError("--config: %v", err)
+		return nil, usageError("--config: %v", err)
 	}
 	if err := applyConfig(fs, path, data); err != nil {
-		return &exitError{code: 2, msg: err.Error()}
+		return nil, &exitError{code: 2, msg: err.Error()}
 	}
-	return nil
+	return envoy, nil
 }
 
 // readConfig reads the file at path, refusing one over maxConfigBytes.

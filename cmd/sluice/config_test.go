@@ -57,7 +57,7 @@ response-headers: [ratelimit, retry-after]
 `)
 	fs := serveFlags(t, "--config", file, "--grpc-addr", ":1000")
 	getenv := env("SLUICE_GRPC_ADDR=:1002", "SLUICE_HTTP_ADDR=:2002", "SLUICE_FAIL=")
-	if err := configure(fs, getenv); err != nil {
+	if _, err := configure("serve", fs, getenv); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{
@@ -80,7 +80,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 	t.Parallel()
 	file := writeTemp(t, "sluice.yaml", "store-timeout: 5s\n")
 	fs := serveFlags(t)
-	if err := configure(fs, env("SLUICE_CONFIG="+file)); err != nil {
+	if _, err := configure("serve", fs, env("SLUICE_CONFIG="+file)); err != nil {
 		t.Fatal(err)
 	}
 	if got := flagValue(t, fs, "store-timeout"); got != "5s" {
@@ -123,7 +123,7 @@ func TestConfigErrors(t *testing.T) {
 			t.Parallel()
 			path := writeTemp(t, "sluice.yaml", tt.file)
 			fs := serveFlags(t, append([]string{"--config", path}, tt.args...)...)
-			err := configure(fs, env())
+			_, err := configure("serve", fs, env())
 			if len(tt.wants) == 0 {
 				if err != nil {
 					t.Fatalf("configure: %v", err)
@@ -166,7 +166,7 @@ func TestConfigRefusals(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			if err := configure(serveFlags(t, "--config", path), env()); exitCode(err) != 2 {
+			if _, err := configure("serve", serveFlags(t, "--config", path), env()); exitCode(err) != 2 {
 				t.Fatalf("configure = %v, want exit code 2", err)
 			}
 		})

@@ -70,8 +70,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, ffhelp.Command(sel))
 		return usageError("%v", err)
 	}
-	if err := configure(root.GetSelected().Flags, getenv); err != nil {
+	sel := root.GetSelected()
+	envoy, err := configure(sel.Name, sel.Flags, getenv)
+	if err != nil {
 		return err
+	}
+	if envoy != nil {
+		if err := logEnvoy(stderr, sel.Flags, envoy); err != nil {
+			return err
+		}
 	}
 	return root.Run(ctx)
 }

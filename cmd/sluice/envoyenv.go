@@ -1,0 +1,348 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/peterbourgon/ff/v4"
+)
+
+// Envoy ratelimit's environment, read by `sluice serve` so that a
+// Deployment of Envoy's ratelimit runs sluice by changing its image.
+//
+// The variables are those of Envoy ratelimit's settings (its
+// src/settings/settings.go), with its defaults. sluice reads them only
+// when one of envoyTriggers is set: a Deployment of Envoy's ratelimit sets
+// some of them, since its defaults (rules under /srv/runtime_data/current,
+// Redis through a nutcracker unix socket, statsd on localhost) rarely fit;
+// generic names such as HOST, PORT or LOG_LEVEL alone do not switch it on.
+// Flags and SLUICE_ variables win over Envoy's variables, which win over
+// the --config file.
+
+// envoyTriggers are the variables whose presence says that the process
+// runs with Envoy ratelimit's environment.
+var envoyTriggers = []string{
+	"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
+	"REDIS_URL", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "BACKEND_TYPE",
+	"USE_STATSD", "USE_PROMETHEUS", "CONFIG_TYPE",
+}
+
+// Envoy's RUNTIME_WATCH_ROOT and HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
+// ask for what sluice does anyway (it reloads on any change below the
+// rules directory, and is ready only with rules loaded): they are neither
+// read nor named.
+
+// envoyIgnored are Envoy's variables that have no effect in sluice: they
+// are named in the startup warning when set. The variables envoySettings
+// maps are not listed here; some of them are ignored in some cases (TLS
+// files without GRPC_SERVER_USE_TLS, say), and then named too.
+var envoyIgnored = []string{
+	// gRPC
+	"GRPC_UDS", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE",
+	// rules from an xDS server
+	"FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
+	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+	"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+	// statsd and its Prometheus sink: sluice serves Prometheus metrics
+	"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS",
+	"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "PROMETHEUS_MAPPER_YAML",
+	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+	// counters: sluice's keys and expiry are its own
+	"EXPIRATION_JITTER_MAX_SECONDS", "CACHE_KEY_PREFIX",
+	// Redis settings that sluice's client sets itself (it pipelines, and
+	// --store-timeout bounds a decision's wait)
+	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+	"REDIS_TIMEOUT", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+	"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME",
+	"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+	"REDIS_SENTINEL_AUTH",
+	// a second Redis for per-second limits: sluice keeps every counter in one store
+	"REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL",
+	"REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH",
+	"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT",
+	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_TIMEOUT",
+	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+	// memcache (BACKEND_TYPE=memcache is refused)
+	"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS",
+	"MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT",
+	"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+	// headers: sluice sends the IETF draft's fields and X-RateLimit-*
+	"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER",
+	// other modes
+	"QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA",
+	// tracing
+	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
+	"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
+}
+
+// envoySetting is a flag value taken from Envoy's variables.
+type envoySetting struct {
+	flag, value string
+	from        []string // the variables it comes from
+}
+
+// envoyEnv is what Envoy's environment asks of `sluice serve`.
+type envoyEnv struct {
+	settings []envoySetting
+	ignored  []string // variables set without effect, sorted
+}
+
+// envoyError is a variable of Envoy's that sluice cannot honour.
+func envoyError(name, value, why string) error {
+	return usageError("Envoy ratelimit's %s=%q: %s", name, value, why)
+}
+
+// envoySettings reads Envoy ratelimit's variables through getenv and
+// returns the flag settings they make, or nil when none of envoyTriggers
+// is set. A variable sluice cannot honour safely (a memcache backend, a
+// Redis unix socket, rules from xDS) is an error.
+func envoySettings(getenv func(string) string) (*envoyEnv, error) {
+	if !slices.ContainsFunc(envoyTriggers, func(k string) bool { return getenv(k) != "" }) {
+		return nil, nil
+	}
+	e := &envoyEnv{}
+	// get returns the variable, or def when it is unset or empty, as
+	// Envoy's envconfig reads it.
+	get := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	var errs []error
+	boolean := func(name string, def bool) bool {
+		v := get(name, strconv.FormatBool(def))
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, envoyError(name, v, "want true or false"))
+		}
+		return b
+	}
+	set := func(flag, value string, from ...string) {
+		e.settings = append(e.settings, envoySetting{flag: flag, value: value, from: from})
+	}
+	ignore := func(names ...string) {
+		for _, n := range names {
+			if getenv(n) != "" {
+				e.ignored = append(e.ignored, n)
+			}
+		}
+	}
+
+	// Listeners, with Envoy's defaults: all interfaces.
+	set("http-addr", net.JoinHostPort(get("HOST", "0.0.0.0"), get("PORT", "8080")), "HOST", "PORT")
+	set("grpc-addr", net.JoinHostPort(get("GRPC_HOST", "0.0.0.0"), get("GRPC_PORT", "8081")), "GRPC_HOST", "GRPC_PORT")
+	ops := []string{net.JoinHostPort(get("DEBUG_HOST", "0.0.0.0"), get("DEBUG_PORT", "6070"))}
+	opsFrom := []string{"DEBUG_HOST", "DEBUG_PORT"}
+	if boolean("USE_PROMETHEUS", false) {
+		ops = append(ops, get("PROMETHEUS_ADDR", ":9090"))
+		opsFrom = append(opsFrom, "USE_PROMETHEUS", "PROMETHEUS_ADDR")
+		if p := get("PROMETHEUS_PATH", "/metrics"); p != "/metrics" {
+			e.ignored = append(e.ignored, "PROMETHEUS_PATH")
+		}
+	} else {
+		ignore("PROMETHEUS_ADDR", "PROMETHEUS_PATH")
+	}
+	set("ops-addr", strings.Join(ops, ","), opsFrom...)
+
+	// Logs.
+	lv := get("LOG_LEVEL", "WARN")
+	switch strings.ToLower(lv) {
+	case "trace", "debug":
+		set("log-level", "debug", "LOG_LEVEL")
+	case "info":
+		set("log-level", "info", "LOG_LEVEL")
+	case "warn", "warning":
+		set("log-level", "warn", "LOG_LEVEL")
+	case "error", "fatal", "panic":
+		set("log-level", "error", "LOG_LEVEL")
+	default:
+		errs = append(errs, envoyError("LOG_LEVEL", lv, "want trace, debug, info, warn, error, fatal or panic"))
+	}
+	set("log-format", strings.ToLower(get("LOG_FORMAT", "text")), "LOG_FORMAT")
+
+	// Rules: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, read as
+	// Envoy's runtime reads it.
+	if ct := get("CONFIG_TYPE", "FILE"); !strings.EqualFold(ct, "FILE") {
+		errs = append(errs, envoyError("CONFIG_TYPE", ct, "sluice reads rules from files (CONFIG_TYPE=FILE) only"))
+	}
+	set("rules", filepath.Join(get("RUNTIME_ROOT", "/srv/runtime_data/current"), get("RUNTIME_SUBDIRECTORY", ""),
+		get("RUNTIME_APPDIRECTORY", "config")), "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
+	set("rules-envoy-layout", "true", "RUNTIME_ROOT")
+	set("rules-ignore-dot-files", strconv.FormatBool(boolean("RUNTIME_IGNOREDOTFILES", false)), "RUNTIME_IGNOREDOTFILES")
+	set("rules-merge-domains", strconv.FormatBool(boolean("MERGE_DOMAIN_CONFIG", false)), "MERGE_DOMAIN_CONFIG")
+
+	// The store.
+	if bt := get("BACKEND_TYPE", "redis"); !strings.EqualFold(bt, "redis") {
+		errs = append(errs, envoyError("BACKEND_TYPE", bt, "sluice keeps counters in Redis (or in memory), not memcache"))
+	}
+	if store, err := envoyStore(get, boolean); err != nil {
+		errs = append(errs, err)
+	} else if store != "" {
+		set("store", store, "REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_TLS")
+	}
+	if v := get("LOCAL_CACHE_SIZE_IN_BYTES", ""); v != "" {
+		set("near-cache", v, "LOCAL_CACHE_SIZE_IN_BYTES")
+	}
+	if !boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true) {
+		// sluice never counts what it denies.
+		e.ignored = append(e.ignored, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+	}
+
+	// Decisions, headers and metrics.
+	set("shadow", strconv.FormatBool(boolean("SHADOW_MODE", false)), "SHADOW_MODE")
+	headers := "none" // Envoy sends no rate limit headers unless asked
+	if boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
+		headers = "all"
+	}
+	set("response-headers", headers, "LIMIT_RESPONSE_HEADERS_ENABLED")
+	set("envoy-metrics", "true")
+	set("near-limit-ratio", get("NEAR_LIMIT_RATIO", "0.8"), "NEAR_LIMIT_RATIO")
+
+	// TLS on the gRPC listener.
+	tlsVars := []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"}
+	if boolean("GRPC_SERVER_USE_TLS", false) {
+		set("tls-cert", get("GRPC_SERVER_TLS_CERT", ""), "GRPC_SERVER_TLS_CERT")
+		set("tls-key", get("GRPC_SERVER_TLS_KEY", ""), "GRPC_SERVER_TLS_KEY")
+		if ca := get("GRPC_CLIENT_TLS_CACERT", ""); ca != "" {
+			set("tls-client-ca", ca, "GRPC_CLIENT_TLS_CACERT")
+		}
+		if san := get("GRPC_CLIENT_TLS_SAN", ""); san != "" {
+			set("tls-client-san", san, "GRPC_CLIENT_TLS_SAN")
+		}
+		set("tls-listeners", "grpc", "GRPC_SERVER_USE_TLS")
+	} else {
+		ignore(tlsVars...)
+	}
+
+	ignore(envoyIgnored...)
+	if len(errs) > 0 {
+		return nil, errs[0]
+	}
+	slices.Sort(e.ignored)
+	e.ignored = slices.Compact(e.ignored)
+	return e, nil
+}
+
+// envoyStore returns the --store URL that Envoy's Redis variables name,
+// or "" when REDIS_URL is not set (the store stays as it is).
+func envoyStore(get func(name, def string) string, boolean func(string, bool) bool) (string, error) {
+	raw := get("REDIS_URL", "")
+	socket := get("REDIS_SOCKET_TYPE", "")
+	typ := strings.ToLower(get("REDIS_TYPE", "SINGLE"))
+	auth := get("REDIS_AUTH", "")
+	tlsOn := boolean("REDIS_TLS", false)
+	if raw == "" {
+		return "", nil
+	}
+	switch {
+	case strings.EqualFold(socket, "unix"), socket == "" && strings.HasPrefix(raw, "/"):
+		return "", envoyError("REDIS_SOCKET_TYPE", "unix", "sluice reaches Redis over TCP: set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port")
+	case socket != "" && !strings.EqualFold(socket, "tcp"):
+		return "", envoyError("REDIS_SOCKET_TYPE", socket, "want tcp")
+	}
+	if strings.Contains(raw, "://") {
+		return raw, nil // already a URL
+	}
+	user := ""
+	if auth != "" {
+		name, pass, ok := strings.Cut(auth, ":") // Envoy's user:password for ACLs
+		if !ok {
+			name, pass = "", auth
+		}
+		user = url.UserPassword(name, pass).String() + "@"
+	}
+	scheme := "redis"
+	if tlsOn {
+		scheme = "rediss"
+	}
+	hosts := strings.Split(raw, ",")
+	for i := range hosts {
+		hosts[i] = strings.TrimSpace(hosts[i])
+	}
+	switch typ {
+	case "single":
+		if len(hosts) != 1 {
+			return "", envoyError("REDIS_URL", raw, "one host:port for REDIS_TYPE=single")
+		}
+		return scheme + "://" + user + hosts[0], nil
+	case "cluster":
+		return scheme + "+cluster://" + user + strings.Join(hosts, ","), nil
+	case "sentinel":
+		if tlsOn {
+			return "", envoyError("REDIS_TLS", "true", "sluice reaches a Sentinel-managed Redis without TLS only")
+		}
+		if len(hosts) < 2 {
+			return "", envoyError("REDIS_URL", raw, "want the master's name, then the sentinels: mymaster,host:26379,...")
+		}
+		return "redis+sentinel://" + user + strings.Join(hosts[1:], ",") + "/" + hosts[0], nil
+	}
+	return "", envoyError("REDIS_TYPE", typ, "want single, cluster or sentinel")
+}
+
+// apply sets each flag of fs that nothing set yet from e, checking the
+// values even where a flag or SLUICE_ variable wins. A flag the command
+// lacks makes its variables ignored.
+func (e *envoyEnv) apply(fs ff.Flags) error {
+	for _, s := range e.settings {
+		f, ok := fs.GetFlag(s.flag)
+		if !ok {
+			e.ignored = append(e.ignored, s.from...)
+			continue
+		}
+		if err := setChecked(f, s.value); err != nil {
+			from := "Envoy ratelimit's environment"
+			if len(s.from) > 0 {
+				from = "Envoy ratelimit's " + strings.Join(s.from, ", ")
+			}
+			return usageError("%s: --%s %q: %v", from, s.flag, s.value, err)
+		}
+	}
+	slices.Sort(e.ignored)
+	e.ignored = slices.Compact(e.ignored)
+	return nil
+}
+
+// redactedSettings returns the settings as "flag=value" for a log line,
+// with the store's password hidden.
+func (e *envoyEnv) redactedSettings() []string {
+	out := make([]string, 0, len(e.settings))
+	for _, s := range e.settings {
+		v := s.value
+		if s.flag == "store" {
+			v = redactURL(v)
+		}
+		out = append(out, fmt.Sprintf("%s=%s", s.flag, v))
+	}
+	return out
+}
+
+// logEnvoy logs, with the logger the flags of fs ask for, that sluice
+// runs on Envoy ratelimit's environment, and names in one warning the
+// variables set that have no effect.
+func logEnvoy(w io.Writer, fs ff.Flags, e *envoyEnv) error {
+	value := func(name string) string {
+		if f, ok := fs.GetFlag(name); ok {
+			return f.GetValue()
+		}
+		return ""
+	}
+	log, err := newLogger(w, value("log-level"), value("log-format"))
+	if err != nil {
+		return err
+	}
+	log.Info("reading Envoy ratelimit's environment; flags and SLUICE_ variables win over it", "settings", e.redactedSettings())
+	if len(e.ignored) > 0 {
+		log.Warn("Envoy ratelimit's variables without effect in sluice", "variables", e.ignored)
+	}
+	return nil
+}

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEnvoySettings maps Envoy ratelimit's environments onto flags.
+func TestEnvoySettings(t *testing.T) {
+	t.Parallel()
+	// defaults are the settings of an Envoy environment that sets only a
+	// trigger; each case states what differs.
+	defaults := map[string]string{
+		"http-addr":              "0.0.0.0:8080",
+		"grpc-addr":              "0.0.0.0:8081",
+		"ops-addr":               "0.0.0.0:6070",
+		"log-level":              "warn",
+		"log-format":             "text",
+		"rules":                  "/srv/runtime_data/current/config",
+		"rules-envoy-layout":     "true",
+		"rules-ignore-dot-files": "false",
+		"rules-merge-domains":    "false",
+		"shadow":                 "false",
+		"response-headers":       "none",
+		"envoy-metrics":          "true",
+		"near-limit-ratio":       "0.8",
+	}
+	tests := []struct {
+		name    string
+		env     []string
+		want    map[string]string // over defaults; "" removes a flag
+		ignored []string
+		err     string
+	}{
+		{name: "no Envoy variable", env: []string{"HOST=example", "PORT=9", "LOG_LEVEL=debug"}, want: nil},
+		{name: "a trigger alone", env: []string{"RUNTIME_ROOT=/srv/runtime_data/current"}, want: map[string]string{}},
+		{
+			name: "Envoy's example deployment",
+			env: []string{"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379",
+				"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true"},
+			want: map[string]string{"log-level": "debug", "store": "redis://redis:6379", "rules": "/data/ratelimit/config",
+				"rules-ignore-dot-files": "true"},
+			ignored: []string{"USE_STATSD"},
+		},
+		{
+			name: "listeners and logs",
+			env: []string{"REDIS_URL=r:1", "HOST=127.0.0.1", "PORT=9000", "GRPC_HOST=::", "GRPC_PORT=9001", "DEBUG_PORT=9002",
+				"LOG_LEVEL=WARNING", "LOG_FORMAT=JSON", "RUNTIME_APPDIRECTORY=rules"},
+			want: map[string]string{"http-addr": "127.0.0.1:9000", "grpc-addr": "[::]:9001", "ops-addr": "0.0.0.0:9002",
+				"log-format": "json", "store": "redis://r:1", "rules": "/srv/runtime_data/current/rules"},
+		},
+		{
+			name: "Prometheus",
+			env:  []string{"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:9191", "PROMETHEUS_PATH=/stats"},
+			want: map[string]string{"ops-addr": "0.0.0.0:6070,:9191"}, ignored: []string{"PROMETHEUS_PATH"},
+		},
+		{
+			name: "Prometheus off",
+			env:  []string{"USE_PROMETHEUS=false", "PROMETHEUS_ADDR=:9191"},
+			want: map[string]string{}, ignored: []string{"PROMETHEUS_ADDR"},
+		},
+		{
+			name: "a password and TLS",
+			env:  []string{"REDIS_URL=redis.internal:6380", "REDIS_AUTH=p@ss:word/1", "REDIS_TLS=true", "REDIS_TLS_CACERT=/ca.pem"},
+			want: map[string]string{"store": "rediss://p%40ss:word%2F1@redis.internal:6380"}, ignored: []string{"REDIS_TLS_CACERT"},
+		},
+		{
+			name: "a password alone",
+			env:  []string{"REDIS_URL=r:6379", "REDIS_AUTH=secret"},
+			want: map[string]string{"store": "redis://:secret@r:6379"},
+		},
+		{
+			name: "a cluster",
+			env:  []string{"REDIS_TYPE=CLUSTER", "REDIS_URL=a:7000, b:7001", "REDIS_POOL_SIZE=20", "REDIS_PIPELINE_WINDOW=150us"},
+			want: map[string]string{"store": "redis+cluster://a:7000,b:7001"}, ignored: []string{"REDIS_PIPELINE_WINDOW", "REDIS_POOL_SIZE"},
+		},
+		{
+			name: "a sentinel",
+			env:  []string{"REDIS_TYPE=sentinel", "REDIS_URL=mymaster,s1:26379,s2:26379", "REDIS_SENTINEL_AUTH=x"},
+			want: map[string]string{"store": "redis+sentinel://s1:26379,s2:26379/mymaster"}, ignored: []string{"REDIS_SENTINEL_AUTH"},
+		},
+		{
+			name: "decisions, headers, metrics, near cache",
+			env: []string{"BACKEND_TYPE=redis", "SHADOW_MODE=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-Limit",
+				"NEAR_LIMIT_RATIO=0.9", "LOCAL_CACHE_SIZE_IN_BYTES=1048576", "MERGE_DOMAIN_CONFIG=true", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false"},
+			want: map[string]string{"shadow": "true", "response-headers": "all", "near-limit-ratio": "0.9", "near-cache": "1048576",
+				"rules-merge-domains": "true"},
+			ignored: []string{"LIMIT_LIMIT_HEADER", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"},
+		},
+		{
+			name: "gRPC TLS",
+			env: []string{"REDIS_URL=r:1", "GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=/c.pem", "GRPC_SERVER_TLS_KEY=/k.pem",
+				"GRPC_CLIENT_TLS_CACERT=/ca.pem", "GRPC_CLIENT_TLS_SAN=envoy"},
+			want: map[string]string{"store": "redis://r:1", "tls-cert": "/c.pem", "tls-key": "/k.pem", "tls-client-ca": "/ca.pem",
+				"tls-client-san": "envoy", "tls-listeners": "grpc"},
+		},
+		{
+			name: "TLS files without TLS",
+			env:  []string{"REDIS_URL=r:1", "GRPC_SERVER_TLS_CERT=/c.pem"},
+			want: map[string]string{"store": "redis://r:1"}, ignored: []string{"GRPC_SERVER_TLS_CERT"},
+		},
+		{
+			name: "what has no meaning here",
+			env: []string{"REDIS_URL=r:1", "USE_STATSD=true", "STATSD_HOST=statsd", "TRACING_ENABLED=true", "QUOTA_MODE=true",
+				"CACHE_KEY_PREFIX=x_", "REDIS_PERSECOND=true", "GRPC_MAX_CONNECTION_AGE=1h", "RUNTIME_WATCH_ROOT=true",
+				"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"},
+			want: map[string]string{"store": "redis://r:1"},
+			ignored: []string{"CACHE_KEY_PREFIX", "GRPC_MAX_CONNECTION_AGE", "QUOTA_MODE", "REDIS_PERSECOND", "STATSD_HOST",
+				"TRACING_ENABLED", "USE_STATSD"},
+		},
+		{name: "a unix socket", env: []string{"REDIS_SOCKET_TYPE=unix", "REDIS_URL=/var/run/nutcracker/ratelimit.sock"}, err: "REDIS_SOCKET_TYPE"},
+		{name: "a socket path by default", env: []string{"REDIS_URL=/var/run/redis.sock"}, err: "TCP"},
+		{name: "memcache", env: []string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=m:11211"}, err: "BACKEND_TYPE"},
+		{name: "xDS", env: []string{"CONFIG_TYPE=GRPC_XDS_SOTW"}, err: "CONFIG_TYPE"},
+		{name: "a bad boolean", env: []string{"REDIS_URL=r:1", "SHADOW_MODE=yes"}, err: "SHADOW_MODE"},
+		{name: "a bad log level", env: []string{"REDIS_URL=r:1", "LOG_LEVEL=loud"}, err: "LOG_LEVEL"},
+		{name: "a bad Redis type", env: []string{"REDIS_URL=r:1", "REDIS_TYPE=ring"}, err: "REDIS_TYPE"},
+		{name: "two hosts, single", env: []string{"REDIS_URL=a:1,b:2"}, err: "REDIS_URL"},
+		{name: "a sentinel without sentinels", env: []string{"REDIS_TYPE=sentinel", "REDIS_URL=mymaster"}, err: "REDIS_URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e, err := envoySettings(env(tt.env...))
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) || exitCode(err) != 2 {
+					t.Fatalf("envoySettings = %v, want a usage error naming %s", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want == nil {
+				if e != nil {
+					t.Fatalf("envoySettings = %+v, want nil (no Envoy environment)", e)
+				}
+				return
+			}
+			want := map[string]string{}
+			for k, v := range defaults {
+				want[k] = v
+			}
+			for k, v := range tt.want {
+				want[k] = v
+			}
+			got := map[string]string{}
+			for _, s := range e.settings {
+				if _, dup := got[s.flag]; dup {
+					t.Errorf("--%s set twice", s.flag)
+				}
+				got[s.flag] = s.value
+			}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("--%s = %q, want %q", k, got[k], v)
+				}
+			}
+			for k, v := range got {
+				if _, ok := want[k]; !ok {
+					t.Errorf("--%s = %q, want it unset", k, v)
+				}
+			}
+			if !slices.Equal(e.ignored, tt.ignored) {
+				t.Errorf("ignored %q, want %q", e.ignored, tt.ignored)
+			}
+		})
+	}
+}
+
+// TestEnvoySettingsApply checks precedence: flags and SLUICE_ variables
+// win over Envoy's, which win over the config file; every value applies
+// to a flag serve has.
+func TestEnvoySettingsApply(t *testing.T) {
+	t.Parallel()
+	file := writeTemp(t, "sluice.yaml", "grpc-addr: \":1\"\nstore-timeout: 75ms\nhttp-addr: \":2\"\n")
+	fs := serveFlags(t, "--config", file, "--log-level", "error")
+	e, err := configure("serve", fs, env("REDIS_URL=r:6379", "SLUICE_GRPC_ADDR=:3", "PORT=9000", "LOG_LEVEL=debug"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e == nil {
+		t.Fatal("no Envoy environment seen")
+	}
+	for name, want := range map[string]string{
+		"grpc-addr":     ":3",           // SLUICE_ over Envoy's and the file
+		"http-addr":     "0.0.0.0:9000", // Envoy's over the file
+		"log-level":     "error",        // the flag over Envoy's
+		"store-timeout": "75ms",         // the file where Envoy says nothing
+		"store":         "redis://r:6379",
+	} {
+		if got := flagValue(t, fs, name); got != want {
+			t.Errorf("--%s = %q, want %q", name, got, want)
+		}
+	}
+	if len(e.ignored) != 0 {
+		t.Errorf("ignored %q: every setting should have a flag", e.ignored)
+	}
+	// The proxy does not read Envoy's environment.
+	if e, err := configure("proxy", serveFlags(t), env("REDIS_URL=r:6379")); err != nil || e != nil {
+		t.Errorf("configure(proxy) = %v, %v; want no Envoy environment", e, err)
+	}
+}
+
+// TestServeEnvoyEnvironment runs serve on nothing but an Envoy ratelimit
+// environment, with its rules directory layout: it listens where Envoy's
+// variables say, answers Envoy's /healthcheck and a decision, sends no
+// rate limit headers (as Envoy by default), and warns once about what it
+// ignores.
+func TestServeEnvoyEnvironment(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rulesData, err := os.ReadFile(exampleRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "config.conf"), rulesData, 0o644); err != nil { // any extension
+		t.Fatal(err)
+	}
+	getenv := env("RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+		"LOG_LEVEL=info", "LOG_FORMAT=json", "USE_STATSD=true", "STATSD_HOST=statsd-exporter")
+	logs := &logBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, getenv, io.Discard, logs) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v\n%s", err, logs)
+		}
+	}()
+	var rec map[string]any
+	eventually(t, "serve listens", func() bool { rec = logs.find("listening"); return rec != nil })
+	warn := logs.find("Envoy ratelimit's variables without effect in sluice")
+	if warn == nil || warn["level"] != "WARN" {
+		t.Fatalf("no warning about ignored variables; logs:\n%s", logs)
+	}
+	if got, _ := warn["variables"].([]any); len(got) != 2 || got[0] != "STATSD_HOST" || got[1] != "USE_STATSD" {
+		t.Errorf("ignored variables %v, want [STATSD_HOST USE_STATSD]", warn["variables"])
+	}
+	httpAddr, _ := rec["http_addr"].(string)
+	opsAddr, _ := rec["ops_addr"].(string)
+	c := &http.Client{Timeout: 10 * time.Second}
+	defer c.CloseIdleConnections()
+	for _, u := range []string{"http://" + httpAddr + "/healthcheck", "http://" + opsAddr + "/healthcheck"} {
+		resp, err := c.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "OK" {
+			t.Errorf("GET %s = %d %q, want 200 OK", u, resp.StatusCode, b)
+		}
+	}
+	resp, err := c.Post("http://"+httpAddr+"/json", "application/json", strings.NewReader(
+		`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"alice"},{"key":"path","value":"/login"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"requestsPerUnit":5`) {
+		t.Errorf("POST /json = %d %s, want OK under the login limit read from the runtime directory", resp.StatusCode, b)
+	}
+	if h := resp.Header.Get("X-RateLimit-Limit") + resp.Header.Get("RateLimit"); h != "" {
+		t.Errorf("rate limit headers %q sent; Envoy sends none without LIMIT_RESPONSE_HEADERS_ENABLED", h)
+	}
+	resp, err = c.Get("http://" + opsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `ratelimit_service_rate_limit_total_hits{domain="api",key1="user",key2="path_/login"} 1`) {
+		t.Errorf("/metrics lacks Envoy's total_hits of the login rule:\n%s", b)
+	}
+}
+
+// TestShadowFlag checks --shadow: over-limit requests are allowed and
+// counted as shadow over-limit.
+func TestShadowFlag(t *testing.T) {
+	t.Parallel()
+	rules := writeTemp(t, "rules.yaml", "domain: api\ndescriptors:\n  - key: user\n    descriptors:\n      - key: path\n        value: /login\n        rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	s := startServer(t, nil, "--rules", rules, "--shadow", "--envoy-metrics")
+	body := `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"shadow-test"},{"key":"path","value":"/login"}]}]}`
+	for i := 1; i <= 7; i++ { // 5 an hour
+		if r := s.do(t, "POST", "/json", body); r.code != 200 {
+			t.Fatalf("request %d: %d %s, want 200 in shadow mode", i, r.code, r.body)
+		}
+	}
+	m := s.do(t, "GET", "/metrics", "")
+	for _, want := range []string{
+		`ratelimit_service_rate_limit_shadow_mode{domain="api",key1="user",key2="path_/login"} 2`,
+		`sluice_decisions_total{descriptor="api.user.path_/login",domain="api",result="shadow_over_limit"} 2`,
+	} {
+		if !strings.Contains(m.body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
