@@ -128,9 +128,6 @@ func encodeMany(resp *decide.Response, w *respond.Writer) *rlsv3.RateLimitRespon
 	return out
 }
 
-// maxFields is the most header fields respond.Fields holds.
-const maxFields = 6
-
 // oneAnswer is every message of the answer to a request with one
 // descriptor, the common case, allocated at once.
 type oneAnswer struct {
@@ -139,8 +136,8 @@ type oneAnswer struct {
 	status   rlsv3.RateLimitResponse_DescriptorStatus
 	limit    rlsv3.RateLimitResponse_RateLimit
 	reset    durationpb.Duration
-	headers  [maxFields]*corev3.HeaderValue
-	values   [maxFields]corev3.HeaderValue
+	headers  [respond.MaxFields]*corev3.HeaderValue
+	values   [respond.MaxFields]corev3.HeaderValue
 }
 
 // encodeOne is Encode for a response with one status, in two allocations:

@@ -200,13 +200,16 @@ func New(cfg Config) *Writer {
 	return w
 }
 
+// MaxFields is the most fields a Fields holds.
+const MaxFields = 6
+
 // Fields are the rate limit header fields of one response, computed once:
-// at most six name/value pairs whose values share one string, and the
+// at most MaxFields name/value pairs whose values share one string, and the
 // response's retry time. The zero value has no fields and no retry time.
 type Fields struct {
 	n      int
-	names  [6]string
-	values [6]string
+	names  [MaxFields]string
+	values [MaxFields]string
 	retry  string // whole seconds with jitter; "" when allowed or no wait helps
 }
 
@@ -267,9 +270,9 @@ func (w *Writer) Fields(resp *decide.Response) Fields {
 	}
 	var buf [256]byte
 	b := buf[:0]
-	var ends [6]int
+	var ends [MaxFields]int
 	cut := func(name string) { f.names[f.n], ends[f.n] = name, len(b); f.n++ }
-	if binding := Binding(resp); binding >= 0 {
+	if b0 := binding(resp); b0 >= 0 {
 		if w.headers&HeaderRateLimit != 0 {
 			b = appendItems(b, resp, true)
 			cut("RateLimit-Policy")
@@ -277,7 +280,7 @@ func (w *Writer) Fields(resp *decide.Response) Fields {
 			cut("RateLimit")
 		}
 		if w.headers&HeaderXRateLimit != 0 {
-			st := &resp.Statuses[binding]
+			st := &resp.Statuses[b0]
 			b = strconv.AppendInt(b, quota(st), 10)
 			cut("X-RateLimit-Limit")
 			b = strconv.AppendInt(b, max(st.Decision.Remaining, 0), 10)
@@ -357,7 +360,7 @@ func (w *Writer) retryAfter(resp *decide.Response) (int64, bool) {
 	if d == sluice.Never {
 		return 0, false
 	}
-	s := max(CeilSeconds(d), 1)
+	s := max(ceilSeconds(d), 1)
 	if w.jitter > 0 {
 		s += w.rand(w.jitter + 1)
 	}
@@ -368,19 +371,19 @@ func (w *Writer) retryAfter(resp *decide.Response) (int64, bool) {
 // matched, is not unlimited and is not in shadow mode.
 func enforced(st *decide.Status) bool { return st.Limit != nil && !st.Shadow }
 
-// Binding returns the index of the status in resp whose limit binds, the
+// binding returns the index of the status in resp whose limit binds, the
 // one X-RateLimit-* describe: on a denial the one with the longest retry,
 // else the one with the least remaining. It returns -1 when no enforced
 // limit applies.
-func Binding(resp *decide.Response) int {
-	binding := -1
+func binding(resp *decide.Response) int {
+	found := -1
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
-		if enforced(st) && (binding < 0 || binds(st, &resp.Statuses[binding])) {
-			binding = i
+		if enforced(st) && (found < 0 || binds(st, &resp.Statuses[found])) {
+			found = i
 		}
 	}
-	return binding
+	return found
 }
 
 // binds reports whether a describes a tighter limit than b: over the
@@ -439,7 +442,7 @@ func quota(st *decide.Status) int64 { return st.Decision.Limit }
 // nothing, capacity × period / rate rounded up, at least 1.
 func window(st *decide.Status) int64 {
 	l := st.Limit.Limit
-	return max(CeilSeconds(refill(quota(st), l.Rate, l.Period)), 1)
+	return max(ceilSeconds(refill(quota(st), l.Rate, l.Period)), 1)
 }
 
 // refill returns capacity × period / rate, rounded up to the nanosecond,
@@ -467,13 +470,13 @@ func refill(capacity, rate int64, period time.Duration) time.Duration {
 // limit is whole again. Rounded up.
 func effectiveWindow(st *decide.Status) int64 {
 	if st.Code == decide.OverLimit && st.Decision.RetryAfter != sluice.Never {
-		return CeilSeconds(st.Decision.RetryAfter)
+		return ceilSeconds(st.Decision.RetryAfter)
 	}
-	return CeilSeconds(st.Decision.ResetAfter)
+	return ceilSeconds(st.Decision.ResetAfter)
 }
 
-// CeilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
-func CeilSeconds(d time.Duration) int64 {
+// ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
+func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
