@@ -1,0 +1,196 @@
+// Package control is sluice's control plane for rules that change at run
+// time: a rules database (DB, implemented over Redis by control/redisdb)
+// holding each domain's rules as a versioned document and the overrides,
+// an Editor that validates every change exactly as rules files are
+// validated before it writes it, atomically, and a Retriever that keeps
+// each node's rules in step with the database (notifications and polling)
+// and keeps the last good rules in memory and in a snapshot file.
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Errors callers branch on (the admin API maps them to HTTP statuses).
+var (
+	// ErrConflict is a write whose If-Match names another version than the
+	// one in force (HTTP 412): nothing was written.
+	ErrConflict = errors.New("version conflict")
+	// ErrUnavailable wraps a database that cannot be read or written
+	// (HTTP 503): nothing was written.
+	ErrUnavailable = errors.New("rules database unavailable")
+	// ErrNotFound is a domain, version or override that does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid wraps a change refused for what it is (HTTP 400), beside
+	// rules.Errors for mistakes in rules.
+	ErrInvalid = errors.New("invalid change")
+	// ErrStale is a DB's answer to a Commit whose generation is no longer
+	// the database's: nothing was written, and the Editor tries again.
+	ErrStale = errors.New("stale generation")
+)
+
+// Doc is one version of a domain's rules document.
+type Doc struct {
+	Domain  string `json:"domain"`
+	Version int64  `json:"version"` // 1 for the first, one more for each change
+	// Text is the document as it was submitted, YAML or JSON; empty when
+	// Deleted.
+	Text    string    `json:"text,omitempty"`
+	Deleted bool      `json:"deleted,omitempty"`
+	Author  string    `json:"author"` // the admin token's name, or the CLI's
+	Time    time.Time `json:"time"`
+	// Note says why the version was made when it was not a plain write,
+	// such as "rollback to version 3".
+	Note string `json:"note,omitempty"`
+}
+
+// ETag returns the HTTP entity tag of d's version: "v7" in quotes.
+func (d Doc) ETag() string { return `"v` + strconv.FormatInt(d.Version, 10) + `"` }
+
+// Name is what stands for the document in error messages and as the
+// rules' File: "domain@v7".
+func (d Doc) Name() string { return d.Domain + "@v" + strconv.FormatInt(d.Version, 10) }
+
+// OverrideRecord is an override as the database keeps it: the override
+// and who set it when.
+type OverrideRecord struct {
+	rules.Override
+	Author string    `json:"author"`
+	Time   time.Time `json:"time"`
+}
+
+// Key returns the override's identity in the database: its domain and
+// entries, unambiguously.
+func (o OverrideRecord) Key() string { return OverrideKey(o.Domain, o.Entries) }
+
+// OverrideKey returns the database identity of the override of entries in
+// domain: their JSON, which no two descriptors share.
+func OverrideKey(domain string, entries []rules.Entry) string {
+	b, _ := json.Marshal(struct {
+		D string        `json:"d"`
+		E []rules.Entry `json:"e"`
+	}{domain, entries}) // strings and a slice of them cannot fail
+	return string(b)
+}
+
+// State is the whole of the database a node needs: the current version of
+// every domain (deleted ones as tombstones, which keep their version
+// count), the overrides, and the generation, which every change raises by
+// one.
+type State struct {
+	Generation int64            `json:"generation"`
+	Domains    []Doc            `json:"domains"`   // sorted by domain
+	Overrides  []OverrideRecord `json:"overrides"` // sorted by Key
+}
+
+// SortState orders st's domains by name and overrides by Key, as State
+// keeps them.
+func SortState(st *State) { st.sort() }
+
+// sort orders st's domains and overrides.
+func (st *State) sort() {
+	slices.SortFunc(st.Domains, func(a, b Doc) int { return strings.Compare(a.Domain, b.Domain) })
+	slices.SortFunc(st.Overrides, func(a, b OverrideRecord) int { return strings.Compare(a.Key(), b.Key()) })
+}
+
+// Domain returns the current version of domain, and whether there is one
+// (a tombstone counts).
+func (st *State) Domain(domain string) (Doc, bool) {
+	for _, d := range st.Domains {
+		if d.Domain == domain {
+			return d, true
+		}
+	}
+	return Doc{}, false
+}
+
+// Build makes the Set of st, as every node does: the documents of the
+// domains not deleted read by ld (file:line errors name domain@vN), the
+// store's veto check applied (nil accepts every limit), then the overrides
+// in force at now.
+func (st *State) Build(ld rules.Loader, check func(sluice.Limit) error, now time.Time) (*rules.Set, error) {
+	docs := make([]rules.Document, 0, len(st.Domains))
+	for _, d := range st.Domains {
+		if !d.Deleted {
+			docs = append(docs, rules.Document{Name: d.Name(), Data: []byte(d.Text)})
+		}
+	}
+	s, err := ld.ParseDocuments(docs...)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Check(check); err != nil {
+		return nil, err
+	}
+	ovs := make([]rules.Override, len(st.Overrides))
+	for i, o := range st.Overrides {
+		ovs[i] = o.Override
+	}
+	s, err = s.WithOverrides(now, ovs...)
+	if err == nil {
+		err = checkOverrides(s, check)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("overrides: %w", err)
+	}
+	return s, nil
+}
+
+// checkOverrides applies the store's veto check to the limits of the
+// overrides in force in s, as Set.Check does to the rules' limits.
+func checkOverrides(s *rules.Set, check func(sluice.Limit) error) error {
+	if check == nil {
+		return nil
+	}
+	var errs []error
+	for _, o := range s.Overrides() {
+		for i, l := range o.Rule.Limits {
+			if l.Unlimited || l.Block {
+				continue // never taken from a store
+			}
+			for _, x := range []sluice.Limit{l.Enforced(), l.Limit} {
+				if err := check(x); err != nil {
+					errs = append(errs, fmt.Errorf("override of %s in domain %q: rate_limits[%d]: limit %s: %w", OverrideKey(o.Domain, o.Entries), o.Domain, i, x, err))
+					break
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Change is one change to the database: a new version of a domain (a
+// tombstone for a delete), an override set, or one deleted.
+type Change struct {
+	Doc            *Doc            // the domain's new version, with History's record
+	Override       *OverrideRecord // set (added or replaced)
+	DeleteOverride string          // the Key of an override to delete
+}
+
+// DB is a rules database. Its methods are safe for concurrent use; errors
+// of the database itself wrap ErrUnavailable.
+type DB interface {
+	// State reads the whole state, consistently (one atomic read).
+	State(ctx context.Context) (*State, error)
+	// Generation reads the generation alone, for polling.
+	Generation(ctx context.Context) (int64, error)
+	// History returns the versions of domain kept, oldest first.
+	History(ctx context.Context, domain string) ([]Doc, error)
+	// Commit applies ch if the database's generation is still gen, as one
+	// atomic step that also raises the generation and notifies the
+	// nodes; otherwise it writes nothing and returns ErrStale.
+	Commit(ctx context.Context, gen int64, ch Change) (int64, error)
+	// Subscribe calls notify on each change notification until ctx ends,
+	// reconnecting as needed; it returns when ctx ends.
+	Subscribe(ctx context.Context, notify func(gen int64))
+}

@@ -1,0 +1,327 @@
+package control_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/redisdb"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
+)
+
+var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+// clock is a settable clock for overrides' expiry.
+type clock struct{ ns atomic.Int64 }
+
+func newClock(t time.Time) *clock { c := &clock{}; c.ns.Store(t.UnixNano()); return c }
+func (c *clock) Now() time.Time   { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *clock) Set(t time.Time)  { c.ns.Store(t.UnixNano()) }
+func quiet() *slog.Logger         { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func doc(domain string, n int64) []byte {
+	return fmt.Appendf(nil, "domain: %s\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: %d}\n", domain, n)
+}
+
+// openDB opens a rules database under a name of the test's own on the
+// shared Redis.
+func openDB(t *testing.T, addr string) *redisdb.DB {
+	t.Helper()
+	db, err := redisdb.Open("redis://"+addr, redisdb.Config{Name: "test:" + t.Name() + ":" + fmt.Sprint(time.Now().UnixNano()), Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func newEditor(t *testing.T, db control.DB, now func() time.Time) *control.Editor {
+	t.Helper()
+	e, err := control.NewEditor(control.EditorConfig{DB: db, Now: now, Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func limitOf(t *testing.T, s *rules.Set, domain string, entries ...rules.Entry) int64 {
+	t.Helper()
+	r, err := s.Match(domain, entries)
+	if err != nil || r == nil {
+		t.Fatalf("Match %s %v: %v, %v", domain, entries, r, err)
+	}
+	return r.Limits[0].Limit.Rate
+}
+
+func TestEditor(t *testing.T) {
+	db := openDB(t, testenv.RedisAddr(t))
+	ctx := context.Background()
+	e := newEditor(t, db, newClock(t0).Now)
+
+	res, err := e.PutDomain(ctx, "alice", "api", doc("api", 100), "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Doc.Version != 1 || res.Doc.ETag() != `"v1"` || !res.Changed || !strings.Contains(res.Diff, "+domain: api") {
+		t.Fatalf("first put: %+v", res)
+	}
+	// Mistakes: all at once, at the submitted document's lines.
+	bad := []byte("domain: api\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: -3}\n")
+	_, err = e.PutDomain(ctx, "alice", "api", bad, "", false)
+	var es rules.Errors
+	if !errors.As(err, &es) || len(es) != 2 || es[0].File != "request" || es[0].Line != 4 || es[1].Line != 6 {
+		t.Fatalf("bad document: %v", err)
+	}
+	// Another domain than the URL's.
+	if _, err := e.PutDomain(ctx, "alice", "api", doc("web", 1), "", false); !errors.Is(err, control.ErrInvalid) {
+		t.Fatalf("domain mismatch: %v", err)
+	}
+	// A stale If-Match changes nothing.
+	if _, err := e.PutDomain(ctx, "bob", "api", doc("api", 200), `"v1"`, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.PutDomain(ctx, "carol", "api", doc("api", 300), `"v1"`, false); !errors.Is(err, control.ErrConflict) {
+		t.Fatalf("stale If-Match: %v", err)
+	}
+	cur, err := e.Domain(ctx, "api")
+	if err != nil || cur.Version != 2 || cur.Author != "bob" || cur.Text != string(doc("api", 200)) {
+		t.Fatalf("after a stale write: %+v, %v", cur, err)
+	}
+	// A dry run writes nothing.
+	if res, err := e.PutDomain(ctx, "bob", "api", doc("api", 400), "", true); err != nil || !res.DryRun || res.Doc.Version != 3 || !strings.Contains(res.Diff, "-    rate_limit: {unit: second, requests_per_unit: 200}") {
+		t.Fatalf("dry run: %+v, %v", res, err)
+	}
+	// Rollback restores exactly the earlier version, as a new one.
+	res, err = e.Rollback(ctx, "dave", "api", 1, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, _ = e.Domain(ctx, "api")
+	if cur.Version != 3 || cur.Text != string(doc("api", 100)) || cur.Author != "dave" || cur.Note != "rollback to version 1" {
+		t.Fatalf("rollback: %+v", cur)
+	}
+	hist, err := e.History(ctx, "api")
+	if err != nil || len(hist) != 3 || hist[0].Version != 3 || hist[2].Author != "alice" || !strings.Contains(hist[0].Diff, "+    rate_limit: {unit: second, requests_per_unit: 100}") {
+		t.Fatalf("history: %+v, %v", hist, err)
+	}
+	if _, err := e.Rollback(ctx, "dave", "api", 9, "", false); !errors.Is(err, control.ErrNotFound) {
+		t.Fatalf("rollback to a missing version: %v", err)
+	}
+	// Overrides: refused for no rule, set, and a domain delete keeps them valid.
+	bad2 := rules.Override{Domain: "api", Entries: []rules.Entry{{Key: "user", Value: "x"}}, Limits: []rules.RateLimitSpec{{Unit: "second", RequestsPerUnit: 5}}}
+	if _, err := e.SetOverride(ctx, "alice", bad2, false); !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), "nothing to override") {
+		t.Fatalf("override without rule: %v", err)
+	}
+	ov := rules.Override{Domain: "api", Entries: []rules.Entry{{Key: "tenant", Value: "acme"}}, Limits: []rules.RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}}
+	if _, err := e.SetOverride(ctx, "alice", ov, false); err != nil {
+		t.Fatal(err)
+	}
+	// A document that leaves the override without a rule is refused.
+	if _, err := e.PutDomain(ctx, "bob", "api", []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), "", false); !errors.Is(err, control.ErrInvalid) {
+		t.Fatalf("a put that orphans an override: %v", err)
+	}
+	if _, err := e.DeleteDomain(ctx, "bob", "api", "", false); !errors.Is(err, control.ErrInvalid) {
+		t.Fatalf("a delete that orphans an override: %v", err)
+	}
+	if err := e.DeleteOverride(ctx, "alice", "api", ov.Entries); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.DeleteDomain(ctx, "bob", "api", `"v3"`, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Domain(ctx, "api"); !errors.Is(err, control.ErrNotFound) {
+		t.Fatalf("deleted domain: %v", err)
+	}
+	if res, err := e.PutDomain(ctx, "bob", "api", doc("api", 7), "", false); err != nil || res.Doc.Version != 5 {
+		t.Fatalf("put after delete: %+v, %v", res, err)
+	}
+}
+
+// TestStoreVeto: a limit the store cannot apply never enters the database.
+func TestStoreVeto(t *testing.T) {
+	db := openDB(t, testenv.RedisAddr(t))
+	veto := func(l sluice.Limit) error {
+		if l.Rate > 1000 {
+			return errors.New("too many")
+		}
+		return nil
+	}
+	e, err := control.NewEditor(control.EditorConfig{DB: db, Check: veto, Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 5000), "", false); err == nil || !strings.Contains(err.Error(), "request:4: limit") {
+		t.Fatalf("vetoed document: %v", err)
+	}
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 10), "", false); err != nil {
+		t.Fatal(err)
+	}
+	ov := rules.Override{Domain: "api", Entries: []rules.Entry{{Key: "tenant", Value: "acme"}}, Limits: []rules.RateLimitSpec{{Unit: "second", RequestsPerUnit: 5000}}}
+	if _, err := e.SetOverride(ctx, "a", ov, false); err == nil || !strings.Contains(err.Error(), "too many") {
+		t.Fatalf("vetoed override: %v", err)
+	}
+	if ovs, _ := e.Overrides(ctx); len(ovs) != 0 {
+		t.Fatalf("overrides after a veto: %v", ovs)
+	}
+}
+
+// TestConcurrentWriters: two writers with the same If-Match: one wins,
+// the other gets ErrConflict, and the database holds the winner's.
+func TestConcurrentWriters(t *testing.T) {
+	db := openDB(t, testenv.RedisAddr(t))
+	ctx := context.Background()
+	e := newEditor(t, db, time.Now)
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 1), "", false); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 20 {
+		cur, _ := e.Domain(ctx, "api")
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = e.PutDomain(ctx, fmt.Sprint("w", i), "api", doc("api", int64(100*round+i+2)), cur.ETag(), false)
+			}()
+		}
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && won < 0:
+				won = i
+			case errors.Is(err, control.ErrConflict):
+			default:
+				t.Fatalf("round %d writer %d: %v (%v)", round, i, err, errs)
+			}
+		}
+		after, _ := e.Domain(ctx, "api")
+		if won < 0 || after.Version != cur.Version+1 || after.Text != string(doc("api", int64(100*round+won+2))) {
+			t.Fatalf("round %d: %v, %+v", round, errs, after)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRetriever: nodes follow the database, keep their rules when it
+// dies, start from their snapshot while it is down, and overrides end on
+// time.
+func TestRetriever(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	db := openDB(t, rs.Addr)
+	ctx := context.Background()
+	clk := newClock(t0)
+	e := newEditor(t, db, clk.Now)
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 100), "", false); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "rules.snapshot")
+	var reloads sync.Map
+	r, err := control.NewRetriever(ctx, control.RetrieverConfig{DB: db, Snapshot: snap, Now: clk.Now, Poll: -1,
+		OnReload: func(s *rules.Set, source string, err error) {
+			if err == nil {
+				reloads.Store(source, true)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	tenant := rules.Entry{Key: "tenant", Value: "acme"}
+	if got := limitOf(t, r.Current(), "api", tenant); got != 100 {
+		t.Fatalf("start: %d", got)
+	}
+	// A change is seen by notification (no polling here).
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 200), "", false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the notified change", func() bool { return limitOf(t, r.Current(), "api", tenant) == 200 })
+	waitFor(t, "the reload's report", func() bool { _, ok := reloads.Load(control.SourceNotify); return ok })
+	// An override with an expiry, by the injected clock.
+	ov := rules.Override{Domain: "api", Entries: []rules.Entry{tenant}, Limits: []rules.RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}, Expires: t0.Add(time.Hour)}
+	if _, err := e.SetOverride(ctx, "a", ov, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the override", func() bool { return limitOf(t, r.Current(), "api", tenant) == 500 })
+	if got := limitOf(t, r.Current(), "api", rules.Entry{Key: "tenant", Value: "other"}); got != 200 {
+		t.Fatalf("another tenant: %d", got)
+	}
+	if next := r.Current().NextExpiry(); !next.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("NextExpiry %v", next)
+	}
+	clk.Set(t0.Add(time.Hour - time.Nanosecond))
+	r.Expire()
+	if got := limitOf(t, r.Current(), "api", tenant); got != 500 {
+		t.Fatalf("a nanosecond before the end: %d", got)
+	}
+	clk.Set(t0.Add(time.Hour))
+	r.Expire()
+	if got := limitOf(t, r.Current(), "api", tenant); got != 200 {
+		t.Fatalf("at the end: %d", got)
+	}
+	clk.Set(t0)
+	r.Expire() // the override is in the state still: back in force before its end
+	// The database dies: the node keeps its rules, writes are refused whole.
+	rs.Kill()
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 300), "", false); !errors.Is(err, control.ErrUnavailable) {
+		t.Fatalf("write with the database down: %v", err)
+	}
+	if err := r.Refresh(ctx, control.SourcePoll); !errors.Is(err, control.ErrUnavailable) {
+		t.Fatalf("refresh with the database down: %v", err)
+	}
+	if got := limitOf(t, r.Current(), "api", tenant); got != 500 {
+		t.Fatalf("database down: %d", got)
+	}
+	// A node started while it is down enforces its snapshot.
+	r2, err := control.NewRetriever(ctx, control.RetrieverConfig{DB: db, Snapshot: snap, Now: clk.Now, Poll: -1, StartTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	if got := limitOf(t, r2.Current(), "api", tenant); got != 500 || r2.Current().Version() != r.Current().Version() {
+		t.Fatalf("from the snapshot: %d, version %s vs %s", got, r2.Current().Version(), r.Current().Version())
+	}
+	// Without a snapshot, a node cannot start.
+	if _, err := control.NewRetriever(ctx, control.RetrieverConfig{DB: db, Poll: -1, StartTimeout: time.Second}); err == nil {
+		t.Fatal("started with neither database nor snapshot")
+	}
+	// The database is back (empty: it kept nothing): the nodes keep their
+	// rules until it says otherwise. A write to the empty database is
+	// generation 1, which the nodes take.
+	rs.Restart()
+	waitFor(t, "the database back", func() bool {
+		_, err := db.Generation(ctx)
+		return err == nil
+	})
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 42), "", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r2.Refresh(ctx, control.SourcePoll); err != nil {
+		t.Fatal(err)
+	}
+	if got := limitOf(t, r2.Current(), "api", tenant); got != 42 {
+		t.Fatalf("after the database came back: %d", got)
+	}
+}

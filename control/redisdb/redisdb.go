@@ -1,0 +1,327 @@
+// Package redisdb is a rules database (control.DB) in Redis: each domain's
+// rules a versioned document with its history, the overrides, and a
+// generation that every change raises and publishes, all under one hash
+// tag so that a Redis Cluster keeps them on one shard and every change is
+// one atomic script.
+package redisdb
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// Config configures a DB. A zero field means its default.
+type Config struct {
+	// Name is the hash tag of every key: {Name}:gen, {Name}:domains,
+	// {Name}:overrides, {Name}:history:DOMAIN and the channel
+	// {Name}:changes; "" means "sluice:rules". It must not hold { or }.
+	Name string
+	// History is how many versions of each domain are kept; zero means
+	// 100.
+	History int
+	// Timeout bounds each call to Redis; zero means 2 seconds.
+	Timeout time.Duration
+}
+
+// DB is a rules database in Redis. It is safe for concurrent use.
+type DB struct {
+	opt     rueidis.ClientOption
+	mu      sync.Mutex     // guards client and tried
+	client  rueidis.Client // nil until connected
+	tried   time.Time      // the last failed attempt to connect
+	cfg     Config
+	gen     string
+	domains string
+	ovs     string
+	channel string
+}
+
+var _ control.DB = (*DB)(nil)
+
+// commitScript applies one change if the generation is still ARGV[1]:
+// KEYS gen, domains, overrides, history; ARGV gen, kind (doc, ovset,
+// ovdel), field, value, history length, channel. It returns {1, new
+// generation} or {0, the generation found}.
+var commitScript = rueidis.NewLuaScript(`
+local g = tonumber(redis.call('GET', KEYS[1]) or '0')
+if g ~= tonumber(ARGV[1]) then return {0, g} end
+local kind = ARGV[2]
+if kind == 'doc' then
+  redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
+  redis.call('RPUSH', KEYS[4], ARGV[4])
+  redis.call('LTRIM', KEYS[4], -tonumber(ARGV[5]), -1)
+elseif kind == 'ovset' then
+  redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])
+elseif kind == 'ovdel' then
+  redis.call('HDEL', KEYS[3], ARGV[3])
+else
+  return redis.error_reply('unknown change ' .. kind)
+end
+g = redis.call('INCR', KEYS[1])
+redis.call('PUBLISH', ARGV[6], g)
+return {1, g}
+`)
+
+// stateScript reads the generation, the domains and the overrides at once.
+var stateScript = rueidis.NewLuaScript(`
+return {redis.call('GET', KEYS[1]) or '0', redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3])}
+`)
+
+// Open connects to the Redis at rawURL (a store URL: redis://,
+// rediss://, redis+cluster://, redis+sentinel://). A Redis that does not
+// answer yet is no error: calls fail with control.ErrUnavailable until it
+// does.
+func Open(rawURL string, cfg Config) (*DB, error) {
+	if cfg.Name == "" {
+		cfg.Name = "sluice:rules" // the keys' hash tag
+	}
+	if strings.ContainsAny(cfg.Name, "{}") {
+		return nil, fmt.Errorf("rules database: Name %q must not hold { or }", cfg.Name)
+	}
+	if cfg.History <= 0 {
+		cfg.History = 100 // versions kept per domain
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Second // per call to Redis
+	}
+	opt, err := redis.ClientOption(rawURL, redis.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("rules database: %w", err)
+	}
+	opt.DisableAutoPipelining = false
+	db := newDB(nil, cfg)
+	db.opt = opt
+	return db, nil
+}
+
+// New returns a DB over an open client, which the DB's Close closes.
+func New(client rueidis.Client, cfg Config) *DB {
+	if cfg.Name == "" {
+		cfg.Name = "sluice:rules"
+	}
+	if cfg.History <= 0 {
+		cfg.History = 100
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	return newDB(client, cfg)
+}
+
+func newDB(client rueidis.Client, cfg Config) *DB {
+	p := "{" + cfg.Name + "}:"
+	return &DB{client: client, cfg: cfg, gen: p + "gen", domains: p + "domains", ovs: p + "overrides", channel: p + "changes"}
+}
+
+// Close closes the connections.
+func (db *DB) Close() error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.client != nil {
+		db.client.Close()
+	}
+	return nil
+}
+
+// conn returns the client, connecting first if need be (rueidis dials
+// when a client is made), at most once a second.
+func (db *DB) conn() (rueidis.Client, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.client != nil {
+		return db.client, nil
+	}
+	if time.Since(db.tried) < time.Second {
+		return nil, fmt.Errorf("connect: %w: not connected", control.ErrUnavailable)
+	}
+	c, err := rueidis.NewClient(db.opt)
+	if err != nil {
+		db.tried = time.Now()
+		return nil, fmt.Errorf("connect: %w: %w", control.ErrUnavailable, err)
+	}
+	db.client = c
+	return c, nil
+}
+
+func (db *DB) history(domain string) string { return "{" + db.cfg.Name + "}:history:" + domain }
+
+func unavailable(what string, err error) error {
+	return fmt.Errorf("%s: %w: %w", what, control.ErrUnavailable, err)
+}
+
+// State reads the generation, every domain's current version and the
+// overrides in one script call.
+func (db *DB) State(ctx context.Context) (*control.State, error) {
+	c, err := db.conn()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, db.cfg.Timeout)
+	defer cancel()
+	vs, err := stateScript.Exec(ctx, c, []string{db.gen, db.domains, db.ovs}, nil).ToArray()
+	if err != nil {
+		return nil, unavailable("read rules database", err)
+	}
+	if len(vs) != 3 {
+		return nil, fmt.Errorf("read rules database: %d values, want 3", len(vs))
+	}
+	gs, err := vs[0].ToString()
+	if err != nil {
+		return nil, fmt.Errorf("read rules database: generation: %w", err)
+	}
+	st := &control.State{}
+	if st.Generation, err = strconv.ParseInt(gs, 10, 64); err != nil {
+		return nil, fmt.Errorf("read rules database: generation %q: %w", gs, err)
+	}
+	if err := decodeHash(vs[1], func(v []byte) error {
+		var d control.Doc
+		if err := json.Unmarshal(v, &d); err != nil {
+			return err
+		}
+		st.Domains = append(st.Domains, d)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read rules database: domains: %w", err)
+	}
+	if err := decodeHash(vs[2], func(v []byte) error {
+		var o control.OverrideRecord
+		if err := json.Unmarshal(v, &o); err != nil {
+			return err
+		}
+		st.Overrides = append(st.Overrides, o)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read rules database: overrides: %w", err)
+	}
+	control.SortState(st)
+	return st, nil
+}
+
+// decodeHash calls f on each value of an HGETALL reply.
+func decodeHash(m rueidis.RedisMessage, f func([]byte) error) error {
+	kv, err := m.ToArray()
+	if err != nil {
+		return err
+	}
+	for i := 1; i < len(kv); i += 2 {
+		s, err := kv[i].ToString()
+		if err != nil {
+			return err
+		}
+		if err := f([]byte(s)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Generation reads the generation.
+func (db *DB) Generation(ctx context.Context) (int64, error) {
+	c, err := db.conn()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, db.cfg.Timeout)
+	defer cancel()
+	g, err := c.Do(ctx, c.B().Get().Key(db.gen).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, unavailable("read rules generation", err)
+	}
+	return g, nil
+}
+
+// History returns the versions of domain kept, oldest first.
+func (db *DB) History(ctx context.Context, domain string) ([]control.Doc, error) {
+	c, err := db.conn()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, db.cfg.Timeout)
+	defer cancel()
+	vs, err := c.Do(ctx, c.B().Lrange().Key(db.history(domain)).Start(0).Stop(-1).Build()).AsStrSlice()
+	if err != nil {
+		return nil, unavailable("read rules history", err)
+	}
+	out := make([]control.Doc, len(vs))
+	for i, v := range vs {
+		if err := json.Unmarshal([]byte(v), &out[i]); err != nil {
+			return nil, fmt.Errorf("read rules history of %q: %w", domain, err)
+		}
+	}
+	return out, nil
+}
+
+// Commit applies ch if the generation is still gen.
+func (db *DB) Commit(ctx context.Context, gen int64, ch control.Change) (int64, error) {
+	var kind, field string
+	var value []byte
+	var err error
+	hist := db.history("")
+	switch {
+	case ch.Doc != nil:
+		kind, field, hist = "doc", ch.Doc.Domain, db.history(ch.Doc.Domain)
+		value, err = json.Marshal(ch.Doc)
+	case ch.Override != nil:
+		kind, field = "ovset", ch.Override.Key()
+		value, err = json.Marshal(ch.Override)
+	case ch.DeleteOverride != "":
+		kind, field = "ovdel", ch.DeleteOverride
+	default:
+		return 0, errors.New("commit: an empty change")
+	}
+	if err != nil {
+		return 0, fmt.Errorf("commit: %w", err)
+	}
+	c, err := db.conn()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, db.cfg.Timeout)
+	defer cancel()
+	vs, err := commitScript.Exec(ctx, c, []string{db.gen, db.domains, db.ovs, hist},
+		[]string{strconv.FormatInt(gen, 10), kind, field, string(value), strconv.Itoa(db.cfg.History), db.channel}).AsIntSlice()
+	if err != nil {
+		return 0, unavailable("write rules database", err)
+	}
+	if len(vs) != 2 {
+		return 0, fmt.Errorf("write rules database: %d values, want 2", len(vs))
+	}
+	if vs[0] == 0 {
+		return vs[1], fmt.Errorf("generation %d, not %d: %w", vs[1], gen, control.ErrStale)
+	}
+	return vs[1], nil
+}
+
+// Subscribe calls notify with the generation of each change published,
+// until ctx ends, subscribing again a second after a lost connection.
+func (db *DB) Subscribe(ctx context.Context, notify func(gen int64)) {
+	for ctx.Err() == nil {
+		c, err := db.conn()
+		if err == nil {
+			err = c.Receive(ctx, c.B().Subscribe().Channel(db.channel).Build(), func(m rueidis.PubSubMessage) {
+				if g, err := strconv.ParseInt(m.Message, 10, 64); err == nil {
+					notify(g)
+				}
+			})
+		}
+		_ = err // the poll covers what a lost subscription misses
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second): // then subscribe again; the poll covers the gap
+		}
+	}
+}
