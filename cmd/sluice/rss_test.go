@@ -51,7 +51,7 @@ func TestRSS(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	co, err := newCore(log, coreFlags{rules: rulesFile, store: "memory", storeTimeout: 50 * time.Millisecond, fail: "open", maxMemory: maxMemory})
+	co, err := newCore(log, coreFlagsOf(t, "--rules", rulesFile, "--max-memory", strconv.FormatInt(int64(maxMemory), 10)))
 	if err != nil {
 		t.Fatal(err)
 	}
