@@ -1,6 +1,7 @@
 package respond_test
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"testing"
@@ -207,4 +208,81 @@ func TestCanonicalKey(t *testing.T) {
 			t.Errorf("CanonicalKey(%q) = %q, want %q", k, got, want)
 		}
 	}
+}
+
+// FuzzParseHeaders: whatever ParseHeaders accepts reads back the same from
+// its String, and what it refuses is refused with an error, not a panic.
+func FuzzParseHeaders(f *testing.F) {
+	for _, s := range []string{"all", "none", "", "ratelimit, Retry-After", "x-ratelimit,x-ratelimit", "both", ",", "RATELIMIT,none"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		h, err := respond.ParseHeaders(s)
+		if err != nil {
+			return
+		}
+		back, err := respond.ParseHeaders(h.String())
+		if err != nil || back.String() != h.String() {
+			t.Fatalf("ParseHeaders(%q) = %v; its String %q reads back as %v, %v", s, h, h.String(), back, err)
+		}
+	})
+}
+
+// FuzzFieldsAgree builds one enforced limit's decision from arbitrary
+// numbers and checks that the fields of the response agree with each
+// other: r never exceeds q, t never exceeds the retry a denial states,
+// X-RateLimit-* repeat q, r and t, and Retry-After, the same in the header
+// and as RetryAfter, is at least 1 and no earlier than t.
+func FuzzFieldsAgree(f *testing.F) {
+	f.Add(int64(30), int64(100), int64(1e9), int64(95), int64(170e6), int64(0), false, true)
+	f.Add(int64(5), int64(0), int64(60e9), int64(0), int64(34e9), int64(34e9), true, false)
+	f.Add(int64(10), int64(20), int64(1e9), int64(0), int64(2e9), int64(100e6), true, true)
+	f.Fuzz(func(t *testing.T, rate, burst, period, remaining, reset, retry int64, denied, bucket bool) {
+		if rate < 1 || rate > 1e9 || burst < 0 || burst > 1e9 || period < 1e6 || period > int64(366*24*time.Hour) ||
+			reset < 0 || reset > period*2 || retry < 0 || retry > period*2 {
+			return
+		}
+		l := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: rate, Period: time.Duration(period)}
+		if bucket {
+			l.Algorithm, l.Burst = sluice.TokenBucket, burst
+		}
+		capacity := l.Capacity()
+		remaining = min(max(remaining, 0), capacity)
+		st := decide.Status{Code: decide.OK, Limit: &rules.Limit{Name: "l", Limit: l},
+			Decision: sluice.Decision{Allowed: true, Limit: capacity, Remaining: remaining, ResetAfter: time.Duration(reset)}}
+		overall := decide.OK
+		if denied {
+			st.Code, overall = decide.OverLimit, decide.OverLimit
+			st.Decision.Allowed, st.Decision.RetryAfter = false, time.Duration(retry)
+		}
+		f := respond.New(respond.Config{RetryJitter: 2 * time.Second}).Fields(&decide.Response{Overall: overall, Statuses: []decide.Status{st}})
+		got := map[string]string{}
+		for i := range f.Len() {
+			n, v := f.Field(i)
+			got[n] = v
+		}
+		var q, w, r, tt int64
+		if _, err := fmt.Sscanf(got["RateLimit-Policy"], `"l";q=%d;w=%d`, &q, &w); err != nil {
+			t.Fatalf("RateLimit-Policy %q: %v", got["RateLimit-Policy"], err)
+		}
+		if _, err := fmt.Sscanf(got["RateLimit"], `"l";r=%d;t=%d`, &r, &tt); err != nil {
+			t.Fatalf("RateLimit %q: %v", got["RateLimit"], err)
+		}
+		if q != capacity || w < 1 || r > q || r < 0 || tt < 0 {
+			t.Fatalf("q=%d w=%d r=%d t=%d for capacity %d", q, w, r, tt, capacity)
+		}
+		if got["X-RateLimit-Limit"] != strconv.FormatInt(q, 10) || got["X-RateLimit-Remaining"] != strconv.FormatInt(r, 10) || got["X-RateLimit-Reset"] != strconv.FormatInt(tt, 10) {
+			t.Fatalf("X-RateLimit-* %v disagree with q=%d r=%d t=%d", got, q, r, tt)
+		}
+		ra, ok := f.RetryAfter()
+		if ok != denied || got["Retry-After"] != ra {
+			t.Fatalf("Retry-After header %q, RetryAfter %q %v, denied %v", got["Retry-After"], ra, ok, denied)
+		}
+		if denied {
+			s, err := strconv.ParseInt(ra, 10, 64)
+			if err != nil || s < 1 || s < tt || time.Duration(s)*time.Second < time.Duration(retry) {
+				t.Fatalf("Retry-After %q before t=%d or the retry %v", ra, tt, time.Duration(retry))
+			}
+		}
+	})
 }
