@@ -311,3 +311,30 @@ func TestShadowFlag(t *testing.T) {
 		}
 	}
 }
+
+// FuzzEnvoySettings reads arbitrary values of Envoy's variables: each is
+// either refused with a usage error naming it, or makes settings that
+// serve's flags take or refuse with a usage error.
+func FuzzEnvoySettings(f *testing.F) {
+	f.Add("redis:6379", "", "SINGLE", "tcp", "info", "8080", "false")
+	f.Add("mymaster,s1:26379", "u:p@ss", "sentinel", "", "WARN", "0", "true")
+	f.Add("a:1,b:2", "pw", "cluster", "TCP", "debug", "x", "1")
+	f.Add("/var/run/r.sock", "", "", "unix", "", "", "")
+	f.Fuzz(func(t *testing.T, url, auth, typ, socket, level, port, flag string) {
+		getenv := env("REDIS_URL="+url, "REDIS_AUTH="+auth, "REDIS_TYPE="+typ, "REDIS_SOCKET_TYPE="+socket,
+			"LOG_LEVEL="+level, "PORT="+port, "SHADOW_MODE="+flag, "REDIS_TLS="+flag, "RUNTIME_ROOT=/r")
+		e, err := envoySettings(getenv)
+		if err != nil {
+			if exitCode(err) != 2 {
+				t.Fatalf("envoySettings = %v, want a usage error", err)
+			}
+			return
+		}
+		if e == nil {
+			t.Fatal("no Envoy environment though RUNTIME_ROOT is set")
+		}
+		if err := e.apply(serveFlags(t)); err != nil && exitCode(err) != 2 {
+			t.Fatalf("apply = %v, want nil or a usage error", err)
+		}
+	})
+}
