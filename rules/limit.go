@@ -95,8 +95,9 @@ func (l *Limit) Period() time.Duration { return l.Limit.Period }
 // never more (a token bucket's refill rate grows by the same factor as its
 // capacity). Loading checked that it validates and that it admits more than
 // Limit: a soft limit whose excess rounds down to nothing (5 a minute with
-// 10%) is refused. The zero sluice.Limit when Unlimited. It is the one
-// implementation of soft throttling's arithmetic.
+// 10%) is refused. The zero sluice.Limit when Unlimited; with Block,
+// Limit as it is (a zero rate), which is never taken from a store. It is
+// the one implementation of soft throttling's arithmetic.
 func (l *Limit) Enforced() sluice.Limit {
 	if l.Throttling != Soft {
 		return l.Limit
