@@ -1,10 +1,12 @@
 package redis
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice/internal/testenv"
 	lua "github.com/yuin/gopher-lua"
 	"github.com/yuin/gopher-lua/parse"
 )
@@ -489,4 +493,124 @@ func structUnpack(L *lua.LState) int {
 	}
 	L.Push(lua.LNumber(pos + 1))
 	return len(kinds) + 1
+}
+
+// TestMemRedisMatchesRedis sends the commands take.lua uses, with the
+// edge cases it meets (wrong types, missing keys, indexes out of range, a
+// list trimmed to nothing), to a real Redis and to memRedis, and compares
+// the replies.
+func TestMemRedisMatchesRedis(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr},
+		ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	p := fmt.Sprintf("memredis:%x:", rand.Uint64())
+	s, l, m := p+"s", p+"l", p+"m"
+	cmds := [][]string{
+		{"SET", s, "v1", "KEEPTTL"}, {"PSETEX", s, "100000", "v2"}, {"SET", s, "v3", "KEEPTTL"},
+		{"MGET", s, l, m}, {"RPUSH", l, "a", "b", "c"}, {"LPUSH", l, "z"}, {"MGET", s, l, m},
+		{"LINDEX", l, "0"}, {"LINDEX", l, "-1"}, {"LINDEX", l, "9"}, {"LINDEX", s, "0"}, {"LINDEX", m, "0"},
+		{"LLEN", l}, {"LLEN", m}, {"LLEN", s},
+		{"LRANGE", l, "1", "2"}, {"LRANGE", l, "0", "-1"}, {"LRANGE", l, "5", "9"}, {"LRANGE", l, "-2", "100"},
+		{"LRANGE", m, "0", "63"}, {"LRANGE", s, "0", "1"},
+		{"LSET", l, "0", "y"}, {"LSET", l, "-1", "w"}, {"LSET", l, "9", "q"}, {"LSET", m, "0", "q"},
+		{"LTRIM", l, "1", "-1"}, {"LRANGE", l, "0", "-1"}, {"LTRIM", l, "5", "9"}, {"LLEN", l}, {"MGET", l},
+		{"RPUSH", s, "x"}, {"PEXPIRE", s, "100000"}, {"PEXPIRE", m, "100"}, {"DEL", s, m}, {"MGET", s},
+		{"RPUSH", l, "a"}, {"SET", l, "v", "KEEPTTL"}, {"MGET", l}, {"LLEN", l},
+		{"PSETEX", m, "0", "v"}, {"PEXPIRE", l, "0"}, {"MGET", l}, {"DEL", l, s, m},
+	}
+	db := &memRedis{now: time.Now, keys: map[string]*memValue{}}
+	db.begin()
+	ctx := context.Background()
+	for _, cmd := range cmds {
+		want := renderRedis(client.Do(ctx, client.B().Arbitrary(cmd...).Build()))
+		got, err := db.do(cmd)
+		if g := renderMem(got, err); g != want {
+			t.Errorf("%q: memRedis %s, Redis %s", cmd, g, want)
+		}
+	}
+}
+
+// renderRedis and renderMem write a reply so that the two compare: an
+// error by its kind only, a status as the string it holds.
+func renderRedis(r rueidis.RedisResult) string {
+	if err := r.Error(); err != nil {
+		if rueidis.IsRedisNil(err) {
+			return "nil"
+		}
+		if e, ok := rueidis.IsRedisErr(err); ok {
+			kind, _, _ := strings.Cut(e.Error(), " ")
+			if kind != "WRONGTYPE" {
+				kind = "ERR"
+			}
+			return "error " + kind
+		}
+		return "failed: " + err.Error()
+	}
+	msg, _ := r.ToMessage()
+	return renderMessage(&msg)
+}
+
+func renderMessage(m *rueidis.RedisMessage) string {
+	switch {
+	case m.IsNil():
+		return "nil"
+	case m.IsInt64():
+		n, _ := m.ToInt64()
+		return strconv.FormatInt(n, 10)
+	case m.IsArray():
+		vs, _ := m.ToArray()
+		out := make([]string, len(vs))
+		for i := range vs {
+			out[i] = renderMessage(&vs[i])
+		}
+		return "[" + strings.Join(out, " ") + "]"
+	}
+	s, err := m.ToString()
+	if err != nil {
+		return "unknown"
+	}
+	return strconv.Quote(s)
+}
+
+func renderMem(v any, err error) string {
+	if err != nil {
+		kind, _, _ := strings.Cut(err.Error(), " ")
+		return "error " + kind
+	}
+	switch v := v.(type) {
+	case nil:
+		return "nil"
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case status:
+		return strconv.Quote(string(v))
+	case string:
+		return strconv.Quote(v)
+	case []any:
+		out := make([]string, len(v))
+		for i, x := range v {
+			out[i] = renderMem(x, nil)
+		}
+		return "[" + strings.Join(out, " ") + "]"
+	}
+	return fmt.Sprintf("unknown %T", v)
+}
+
+// TestScriptVMGlobals checks that the VM refuses what Redis refuses: a
+// script that sets a global or reads one that does not exist.
+func TestScriptVMGlobals(t *testing.T) {
+	for _, src := range []string{"x = 1 return ''", "return tostring(undefined)"} {
+		vm := newScriptVM(t, src, time.Now)
+		if _, err := vm.eval(nil); err == nil {
+			t.Errorf("%q ran", src)
+		}
+	}
+	vm := newScriptVM(t, "return tostring(math.max(1, 2)) .. ARGV[1]", time.Now)
+	if out, err := vm.eval(nil, "x"); err != nil || string(out) != "2x" {
+		t.Errorf("a script that only reads globals: %q, %v", out, err)
+	}
 }
