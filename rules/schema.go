@@ -151,6 +151,14 @@ type spot struct {
 	broken bool              // a mistake inside the mapping itself was reported
 }
 
+// markBad records that the YAML decoder reported field.
+func (sp *spot) markBad(field string) {
+	if sp.bad == nil {
+		sp.bad = map[string]bool{}
+	}
+	sp.bad[field] = true
+}
+
 // checker validates specs and builds the rules they describe. spots, set
 // by the YAML decoder, place each spec in its file; without them (Go
 // values) mistakes are placed by path.

@@ -158,7 +158,7 @@ type mapping struct {
 // keys (<<: *anchor) are expanded; keys written out override merged ones.
 // what names the mapping in messages.
 func (d *decoder) fields(n *yaml.Node, what string, allowed []string) mapping {
-	sp := &spot{line: n.Line, keys: map[string][2]int{}, bad: map[string]bool{}}
+	sp := &spot{line: n.Line, keys: make(map[string][2]int, len(n.Content)/2)}
 	m := mapping{fs: d.collect(n, what, allowed, sp), sp: sp}
 	for name, f := range m.fs {
 		sp.keys[name] = [2]int{f.key.Line, f.val.Line}
@@ -242,7 +242,7 @@ func (d *decoder) str(m mapping, name string, dst *string) {
 	}
 	if f.val.Kind != yaml.ScalarNode || f.val.ShortTag() == "!!null" {
 		d.errorf(f.val.Line, "%s: want a string, got %s", name, describe(f.val))
-		m.sp.bad[name] = true
+		m.sp.markBad(name)
 		return
 	}
 	*dst = f.val.Value
@@ -270,7 +270,7 @@ func (d *decoder) boolean(m mapping, name string, dst *bool) {
 	var b bool
 	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
 		d.errorf(n.Line, "%s: want true or false, got %s", name, describe(n))
-		m.sp.bad[name] = true
+		m.sp.markBad(name)
 		return
 	}
 	*dst = b
@@ -284,26 +284,33 @@ func (d *decoder) integer(m mapping, name string, dst *int64, positive string) {
 	if !ok {
 		return
 	}
-	m.sp.bad[name] = true
+	if v, ok := d.int64(f, name, positive); ok {
+		*dst = v
+	} else {
+		m.sp.markBad(name)
+	}
+}
+
+// int64 reads f as a whole number, reporting why it is not one.
+func (d *decoder) int64(f field, name, positive string) (int64, bool) {
 	if f.val.Kind == yaml.ScalarNode && f.val.ShortTag() != "!!int" && isDigits(strings.TrimLeft(f.val.Value, "+-")) {
 		d.errorf(f.val.Line, "%s: %s is out of range", name, f.val.Value)
-		return
+		return 0, false
 	}
 	if f.val.Kind != yaml.ScalarNode || f.val.ShortTag() != "!!int" {
 		d.errorf(f.val.Line, "%s: want a whole number, got %s", name, describe(f.val))
-		return
+		return 0, false
 	}
 	var v int64
 	if err := f.val.Decode(&v); err != nil {
 		d.errorf(f.val.Line, "%s: %s is out of range", name, f.val.Value)
-		return
+		return 0, false
 	}
 	if v == 0 && positive != "" {
 		d.errorf(f.val.Line, "%s: %s, got 0", name, positive)
-		return
+		return 0, false
 	}
-	m.sp.bad[name] = false
-	*dst = v
+	return v, true
 }
 
 func isDigits(s string) bool {
@@ -329,7 +336,7 @@ func (d *decoder) domain(n *yaml.Node) *DomainSpec {
 	d.spots[ds] = m.sp
 	if _, ok := m.fs["domain"]; !ok {
 		d.errorf(n.Line, "missing domain")
-		m.sp.bad["domain"] = true
+		m.sp.markBad("domain")
 	}
 	d.str(m, "domain", &ds.Domain)
 	if f, ok := m.fs["descriptors"]; ok {
@@ -346,7 +353,7 @@ func (d *decoder) descriptors(f field, owner mapping, name string) []DescriptorS
 	}
 	if n.Kind != yaml.SequenceNode {
 		d.errorf(n.Line, "descriptors: want a list of descriptors, got %s", describe(n))
-		owner.sp.bad[name] = true
+		owner.sp.markBad(name)
 		return nil
 	}
 	out := make([]DescriptorSpec, 0, len(n.Content)) // never grows: spots key on its elements
@@ -370,7 +377,7 @@ func (d *decoder) descriptor(n *yaml.Node, ds *DescriptorSpec) {
 	d.spots[ds] = m.sp
 	if _, has := m.fs["key"]; !has {
 		d.errorf(n.Line, "descriptor: missing key")
-		m.sp.bad["key"] = true
+		m.sp.markBad("key")
 	}
 	d.str(m, "key", &ds.Key)
 	d.str(m, "value", &ds.Value)
@@ -387,7 +394,7 @@ func (d *decoder) descriptor(n *yaml.Node, ds *DescriptorSpec) {
 			if ls := d.rateLimit(c, "rate_limit"); ls != nil {
 				ds.RateLimit = ls
 			} else {
-				m.sp.bad["rate_limit"] = true
+				m.sp.markBad("rate_limit")
 			}
 		}
 	}
@@ -406,12 +413,12 @@ func (d *decoder) metadata(f field, owner mapping) map[string]any {
 	}
 	if f.val.Kind != yaml.MappingNode {
 		d.errorf(f.val.Line, "metadata: want a mapping, got %s", describe(f.val))
-		owner.sp.bad["metadata"] = true
+		owner.sp.markBad("metadata")
 		return nil
 	}
 	v, ok := d.data(f.val, 0)
 	if !ok {
-		owner.sp.bad["metadata"] = true
+		owner.sp.markBad("metadata")
 		return nil
 	}
 	return v.(map[string]any)
@@ -496,12 +503,12 @@ func (d *decoder) rateLimits(f field, owner mapping) []RateLimitSpec {
 	n := f.val
 	if n.Kind != yaml.SequenceNode {
 		d.errorf(n.Line, "rate_limits: want a list of limits, got %s", describe(n))
-		owner.sp.bad["rate_limits"] = true
+		owner.sp.markBad("rate_limits")
 		return nil
 	}
 	if len(n.Content) == 0 {
 		d.errorf(n.Line, "rate_limits: empty; want one or more limits")
-		owner.sp.bad["rate_limits"] = true
+		owner.sp.markBad("rate_limits")
 		return nil
 	}
 	out := make([]RateLimitSpec, 0, len(n.Content)) // never grows: spots key on its elements
@@ -551,7 +558,7 @@ func (d *decoder) rateLimitInto(n *yaml.Node, what string, ls *RateLimitSpec) {
 		// Envoy reads a missing requests_per_unit as 0, denying every
 		// request; here it must be written out.
 		d.errorf(n.Line, "%s: missing requests_per_unit", what)
-		m.sp.bad["requests_per_unit"] = true
+		m.sp.markBad("requests_per_unit")
 	}
 }
 
@@ -560,7 +567,7 @@ func (d *decoder) replaces(f field, owner mapping) []ReplaceSpec {
 	n := f.val
 	if n.Kind != yaml.SequenceNode {
 		d.errorf(n.Line, "replaces: want a list of {name: ...}, got %s", describe(n))
-		owner.sp.bad["replaces"] = true
+		owner.sp.markBad("replaces")
 		return nil
 	}
 	out := make([]ReplaceSpec, 0, len(n.Content)) // never grows: spots key on its elements
@@ -578,7 +585,7 @@ func (d *decoder) replaces(f field, owner mapping) []ReplaceSpec {
 		d.spots[rs] = m.sp
 		if _, ok := m.fs["name"]; !ok {
 			d.errorf(c.Line, "replaces: missing name")
-			m.sp.bad["name"] = true
+			m.sp.markBad("name")
 			continue
 		}
 		d.str(m, "name", &rs.Name)
