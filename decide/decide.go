@@ -169,7 +169,8 @@ type responseOne struct {
 // circuit breaker for other requests: check rules with the store's
 // sluice.LimitChecker (rules.WithCheck) so that none is ever in force.
 func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
-	if err := s.caps.validate(r); err != nil {
+	digest, err := s.caps.validate(r)
+	if err != nil {
 		return nil, err
 	}
 	n := len(r.Descriptors)
@@ -213,7 +214,7 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	b := s.batches.Get().(*batch)
 	defer s.release(b)
 	b.reset(n)
-	s.collect(b, r, resp, replaces)
+	s.collect(b, r, resp, replaces, digest)
 	if len(b.reqs) == 0 {
 		block(resp, b)
 		resp.Overall = overall(resp)
@@ -312,43 +313,45 @@ func (s *Service) release(b *batch) {
 }
 
 // validate checks what Decide needs of a request, and that it is within
-// the caps.
-func (c *caps) validate(r *Request) error {
+// the caps, and reports whether a value of it is kept in store keys as a
+// digest.
+func (c *caps) validate(r *Request) (digest bool, err error) {
 	switch {
 	case r == nil:
-		return fmt.Errorf("%w: no request", ErrInvalidRequest)
+		return false, fmt.Errorf("%w: no request", ErrInvalidRequest)
 	case r.Domain == "":
-		return fmt.Errorf("%w: no domain", ErrInvalidRequest)
+		return false, fmt.Errorf("%w: no domain", ErrInvalidRequest)
 	case len(r.Domain) > c.value:
-		return fmt.Errorf("%w: domain of %d bytes, more than the cap of %d", ErrInvalidRequest, len(r.Domain), c.value)
+		return false, fmt.Errorf("%w: domain of %d bytes, more than the cap of %d", ErrInvalidRequest, len(r.Domain), c.value)
 	case len(r.Descriptors) == 0:
-		return fmt.Errorf("%w: no descriptors", ErrInvalidRequest)
+		return false, fmt.Errorf("%w: no descriptors", ErrInvalidRequest)
 	case len(r.Descriptors) > c.descriptors:
-		return fmt.Errorf("%w: %d descriptors, more than the cap of %d per request", ErrInvalidRequest, len(r.Descriptors), c.descriptors)
+		return false, fmt.Errorf("%w: %d descriptors, more than the cap of %d per request", ErrInvalidRequest, len(r.Descriptors), c.descriptors)
 	}
 	for i := range r.Descriptors {
 		d := &r.Descriptors[i]
 		switch {
 		case len(d.Entries) == 0:
-			return fmt.Errorf("%w: descriptor %d: no entries", ErrInvalidRequest, i)
+			return false, fmt.Errorf("%w: descriptor %d: no entries", ErrInvalidRequest, i)
 		case len(d.Entries) > c.entries:
-			return fmt.Errorf("%w: descriptor %d: %d entries, more than the cap of %d per descriptor", ErrInvalidRequest, i, len(d.Entries), c.entries)
+			return false, fmt.Errorf("%w: descriptor %d: %d entries, more than the cap of %d per descriptor", ErrInvalidRequest, i, len(d.Entries), c.entries)
 		case d.Cost < 0:
-			return fmt.Errorf("%w: descriptor %d: negative cost %d", ErrInvalidRequest, i, d.Cost)
+			return false, fmt.Errorf("%w: descriptor %d: negative cost %d", ErrInvalidRequest, i, d.Cost)
 		}
 		for j := range d.Entries {
 			e := &d.Entries[j]
 			switch {
 			case e.Key == "":
-				return fmt.Errorf("%w: descriptor %d: entry %d: empty key", ErrInvalidRequest, i, j)
+				return false, fmt.Errorf("%w: descriptor %d: entry %d: empty key", ErrInvalidRequest, i, j)
 			case len(e.Key) > c.value:
-				return fmt.Errorf("%w: descriptor %d: entry %d: key of %d bytes, more than the cap of %d", ErrInvalidRequest, i, j, len(e.Key), c.value)
+				return false, fmt.Errorf("%w: descriptor %d: entry %d: key of %d bytes, more than the cap of %d", ErrInvalidRequest, i, j, len(e.Key), c.value)
 			case len(e.Value) > c.value:
-				return fmt.Errorf("%w: descriptor %d: entry %d: value of %d bytes, more than the cap of %d", ErrInvalidRequest, i, j, len(e.Value), c.value)
+				return false, fmt.Errorf("%w: descriptor %d: entry %d: value of %d bytes, more than the cap of %d", ErrInvalidRequest, i, j, len(e.Value), c.value)
 			}
+			digest = digest || c.digests(e.Value)
 		}
 	}
-	return nil
+	return digest, nil
 }
 
 // collect appends the store requests of every limited descriptor to b:
@@ -356,7 +359,7 @@ func (c *caps) validate(r *Request) error {
 // mode), each descriptor's limits
 // together. A limit that another limit of the request replaces (Envoy's
 // `replaces`) is left out, as are unlimited ones.
-func (s *Service) collect(b *batch, r *Request, resp *Response, replaces bool) {
+func (s *Service) collect(b *batch, r *Request, resp *Response, replaces, digest bool) {
 	for pass := range 2 {
 		alone := pass == 1
 		for i := range r.Descriptors {
@@ -377,8 +380,8 @@ func (s *Service) collect(b *batch, r *Request, resp *Response, replaces bool) {
 				}
 				if client < 0 {
 					entries := d.Entries
-					if s.caps.digests(entries) {
-						b.entries = appendDigested(b.entries[:0], entries, s.caps.digest)
+					if digest {
+						b.entries = s.caps.appendDigested(b.entries[:0], entries)
 						entries = b.entries
 					}
 					b.key = appendClient(b.key[:0], rule, l, entries)

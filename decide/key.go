@@ -32,24 +32,18 @@ func appendClient(b []byte, r *rules.Rule, l *rules.Limit, entries []Entry) []by
 // digest never names the same counter as a value.
 const digestPrefix = "sha256:"
 
-// digests reports whether any value of entries is kept in store keys as
-// its digest: longer than c.digest bytes, or beginning with digestPrefix.
-func (c *caps) digests(entries []Entry) bool {
-	for i := range entries {
-		if v := entries[i].Value; len(v) > c.digest || strings.HasPrefix(v, digestPrefix) {
-			return true
-		}
-	}
-	return false
+// digests reports whether value v is kept in store keys as its digest:
+// longer than c.digest bytes, or beginning with digestPrefix.
+func (c *caps) digests(v string) bool {
+	return len(v) > c.digest || strings.HasPrefix(v, digestPrefix)
 }
 
-// appendDigested appends entries to dst with each value that is longer
-// than above bytes, or begins with digestPrefix, replaced by its digest:
-// digestPrefix and the first 128 bits of its SHA-256 in unpadded base64url,
-// 29 bytes in all.
-func appendDigested(dst, entries []Entry, above int) []Entry {
+// appendDigested appends entries to dst with each value that c.digests
+// replaced by its digest: digestPrefix and the first 128 bits of its
+// SHA-256 in unpadded base64url, 29 bytes in all.
+func (c *caps) appendDigested(dst, entries []Entry) []Entry {
 	for _, e := range entries {
-		if len(e.Value) > above || strings.HasPrefix(e.Value, digestPrefix) {
+		if c.digests(e.Value) {
 			sum := sha256.Sum256([]byte(e.Value))
 			e.Value = digestPrefix + base64.RawURLEncoding.EncodeToString(sum[:16])
 		}
