@@ -82,7 +82,7 @@ func (s *Set) WithOverrides(now time.Time, ovs ...Override) (*Set, error) {
 		return nil, Errors{{Path: "overrides", Msg: fmt.Sprintf("%d overrides, more than the %d a Set holds", len(ovs), maxOverrides)}}
 	}
 	rp := &report{errs: &errs}
-	c := &checker{rp: rp}
+	c := &checker{rp: rp, budget: maxRules}
 	out := overrides{}
 	var kept []Override
 	for i := range ovs {

@@ -86,7 +86,7 @@ func NewSet(domains ...DomainSpec) (*Set, error) { return Loader{}.NewSet(domain
 func (ld Loader) NewSet(domains ...DomainSpec) (*Set, error) {
 	var errs Errors
 	rp := &report{errs: &errs}
-	c := &checker{rp: rp}
+	c := &checker{rp: rp, budget: maxRules}
 	var parsed []*parsedDomain
 	for i := range domains {
 		if rp.over {
@@ -165,6 +165,33 @@ func (sp *spot) markBad(field string) {
 type checker struct {
 	rp    *report
 	spots map[any]*spot
+	// budget is how many more descriptors and limits the source may
+	// state: YAML's node cap bounds a file, this bounds Go values alike.
+	budget int
+}
+
+// Caps on rules as data, whatever their source.
+const (
+	// maxRules bounds the descriptors and limits of one source.
+	maxRules = maxNodes
+	// maxDepth bounds how deep descriptors nest; Envoy's own examples
+	// nest 3 deep.
+	maxDepth = 64
+)
+
+// spend charges one descriptor or limit against the budget, reporting the
+// source as too large once it is spent.
+func (c *checker) spend(path string) bool {
+	if c.rp.over {
+		return false
+	}
+	c.budget--
+	if c.budget < 0 {
+		c.errorf(0, path, "too large: more than %d descriptors and limits", maxRules)
+		c.rp.over = true
+		return false
+	}
+	return true
 }
 
 // spot returns the spot of a spec, nil for Go values.
@@ -289,6 +316,13 @@ func (c *checker) descriptors(specs []DescriptorSpec, p *parsedDomain, parent *R
 			return out
 		}
 		ds := &specs[i]
+		if !c.spend(path) {
+			return out
+		}
+		if parent != nil && parent.depth+1 >= maxDepth {
+			c.errorf(c.line(ds, ""), path, "descriptors nested more than %d deep", maxDepth)
+			return out
+		}
 		r := c.descriptor(ds, p, parent, path)
 		if r == nil {
 			continue
@@ -434,6 +468,9 @@ const unitNames = "second, minute, hour, day, week, month or year"
 // rate_limits) and path places it for Go values.
 func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, path string) *Limit {
 	start := c.rp.n
+	if !c.spend(path) {
+		return nil
+	}
 	l := &Limit{File: c.rp.file, Line: c.line(ls, ""), Name: ls.Name}
 	if l.Name != "" {
 		p.names[l.Name] = true

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -388,5 +389,45 @@ descriptors:
 		if got := r.Limits[0].Sync; got != tc.want {
 			t.Errorf("%s: sync %q, want %q", tc.key, got, tc.want)
 		}
+	}
+}
+
+// TestCaps checks the caps on rules as data: descriptors nested too deep,
+// from Go values and from YAML alike, and more descriptors and limits than
+// a source may state.
+func TestCaps(t *testing.T) {
+	t.Parallel()
+	nested := func(depth int) DomainSpec {
+		d := DescriptorSpec{Key: "k", RateLimit: &RateLimitSpec{Unit: "second", RequestsPerUnit: 1}}
+		for range depth - 1 {
+			d = DescriptorSpec{Key: "k", Descriptors: []DescriptorSpec{d}}
+		}
+		return DomainSpec{Domain: "api", Descriptors: []DescriptorSpec{d}}
+	}
+	if _, err := NewSet(nested(maxDepth)); err != nil {
+		t.Errorf("descriptors %d deep: %v", maxDepth, err)
+	}
+	_, err := NewSet(nested(maxDepth + 1))
+	if e := only(t, "Go values", err); e != nil && !strings.HasSuffix(e.Error(), fmt.Sprintf(": descriptors nested more than %d deep", maxDepth)) {
+		t.Errorf("descriptors %d deep: %v", maxDepth+1, err)
+	}
+	doc, err := yaml.Marshal(nested(maxDepth + 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Parse("deep.yaml", doc)
+	if e := only(t, "YAML", err); e != nil && (e.Line == 0 || !strings.Contains(e.Msg, "nested more than")) {
+		t.Errorf("descriptors %d deep in YAML: %v", maxDepth+1, err)
+	}
+
+	var errs Errors
+	c := &checker{rp: &report{errs: &errs}, budget: 5}
+	specs := make([]DescriptorSpec, 4)
+	for i := range specs {
+		specs[i] = DescriptorSpec{Key: fmt.Sprint("k", i), RateLimit: &RateLimitSpec{Unit: "second", RequestsPerUnit: 1}}
+	}
+	c.descriptors(specs, &parsedDomain{name: "api", names: map[string]bool{}}, nil, "api")
+	if len(errs) != 1 || errs[0].Msg != fmt.Sprintf("too large: more than %d descriptors and limits", maxRules) || !c.rp.over {
+		t.Errorf("8 descriptors and limits against a budget of 5: %v", errs)
 	}
 }

@@ -76,7 +76,7 @@ func decodeFile(src source, errs *Errors) ([]*DomainSpec, *checker) {
 	if len(out) == 0 && d.rp.n == 0 {
 		d.errorf(0, "no domain: the file is empty")
 	}
-	return out, &checker{rp: d.rp, spots: d.spots}
+	return out, &checker{rp: d.rp, spots: d.spots, budget: maxRules}
 }
 
 // errorf reports a mistake at line of the file.
