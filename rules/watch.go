@@ -31,7 +31,11 @@ const debounce = 100 * time.Millisecond
 // write a new file and rename it over the old one, and Kubernetes, which
 // updates a mounted ConfigMap by pointing the ..data symlink at a new
 // directory, are seen. If path is itself a symlink to a directory, swapping
-// that symlink is not seen.
+// that symlink is not seen, except in the Loader's EnvoyLayout: there the
+// directories that hold the symbolic links on the way to path are watched
+// too, and every directory below it, so that publishing new rules as
+// Envoy's runtime is published (swapping /srv/runtime_data/current) and
+// edits in subdirectories are seen.
 type Watcher struct {
 	ld       Loader
 	path     string
@@ -208,8 +212,18 @@ func (w *Watcher) watchTree() error {
 	if !w.ld.EnvoyLayout || w.file != "" {
 		return nil
 	}
+	// A symbolic link on the way to the directory, such as Envoy's
+	// runtime root /srv/runtime_data/current, is swapped to publish new
+	// rules: watch the directory that holds it, and the directory it
+	// leads to now.
+	if err := w.watchLinks(); err != nil {
+		return err
+	}
 	root, err := filepath.EvalSymlinks(w.dir)
 	if err != nil {
+		return err
+	}
+	if err := w.fw.Add(root); err != nil {
 		return err
 	}
 	return filepath.WalkDir(root, func(name string, e fs.DirEntry, err error) error {
@@ -230,6 +244,48 @@ func (w *Watcher) watchTree() error {
 		}
 		return nil
 	})
+}
+
+// watchLinks watches the directories that hold the symbolic links on the
+// way to the watched directory (resolving each link before the next).
+func (w *Watcher) watchLinks() error {
+	abs, err := filepath.Abs(w.dir)
+	if err != nil {
+		return err
+	}
+	parts := strings.Split(strings.TrimPrefix(abs, string(filepath.Separator)), string(filepath.Separator))
+	cur := string(filepath.Separator)
+	for hops := 0; len(parts) > 0; {
+		next := filepath.Join(cur, parts[0])
+		parts = parts[1:]
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 {
+			return fmt.Errorf("%s: too many symbolic links", w.dir)
+		}
+		if err := w.fw.Add(cur); err != nil {
+			return err
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(cur, target)
+		}
+		// Walk the link's target from the top again, in case it holds
+		// links of its own.
+		rest := strings.Split(strings.TrimPrefix(filepath.Clean(target), string(filepath.Separator)), string(filepath.Separator))
+		parts = append(rest, parts...)
+		cur = string(filepath.Separator)
+	}
+	return nil
 }
 
 // relevant reports whether a change to the named entry of the watched

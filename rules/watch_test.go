@@ -313,3 +313,35 @@ func TestWatcherEnvoyLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestWatcherEnvoySymlinkSwap publishes new rules as Envoy's runtime is
+// published: by swapping the symbolic link the runtime root is
+// (/srv/runtime_data/current) to a new directory, atomically by rename.
+func TestWatcherEnvoySymlinkSwap(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "v1", "ratelimit", "config", "api"), rulesWithRate(5))
+	write(t, filepath.Join(dir, "v2", "ratelimit", "config", "api"), rulesWithRate(7))
+	symlink(t, "v1", filepath.Join(dir, "current"))
+	ch := make(chan reload, 64)
+	w, err := Loader{EnvoyLayout: true}.Watch(filepath.Join(dir, "current", "ratelimit", "config"), func(s *Set, err error) { ch <- reload{s, err} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if got := rate(t, w.Current()); got != 5 {
+		t.Fatalf("rate %d, want 5", got)
+	}
+	symlink(t, "v2", filepath.Join(dir, "current.new"))
+	if err := os.Rename(filepath.Join(dir, "current.new"), filepath.Join(dir, "current")); err != nil {
+		t.Fatal(err)
+	}
+	if r := next(t, ch); r.err != nil || rate(t, r.set) != 7 {
+		t.Fatalf("after the swap: %v", r.err)
+	}
+	// And edits in the new directory are seen.
+	write(t, filepath.Join(dir, "v2", "ratelimit", "config", "api"), rulesWithRate(9))
+	if r := next(t, ch); r.err != nil || rate(t, r.set) != 9 {
+		t.Fatalf("an edit after the swap: %v", r.err)
+	}
+}
