@@ -68,18 +68,17 @@ type shardState struct {
 	mu    sync.Mutex
 	index []uint64
 	count uint32 // live entries
+	tick  uint32 // keys inserted into the shard, mod 2^24; on a decision's cache line
 	pages []*page
 	used  uint32   // slots handed out from pages, live or free
 	free  []uint32 // slots below used that hold no entry
 	hand  uint32   // the next slot eviction looks at
-	tick  uint32   // keys inserted into the shard, mod 2^24
 	// budget is the most live entries the shard holds.
 	budget uint32
 	// bytes is the memory the shard accounts for: its pages, its index,
-	// its keys and its states' logs, of which vars are the keys and logs;
-	// maxBytes is the most it may hold.
-	bytes, vars, maxBytes int64
-	seed                  maphash.Seed // the store's, to find an evicted key's home
+	// its keys and its states' logs; maxBytes is the most it may hold.
+	bytes, maxBytes int64
+	seed            maphash.Seed // the store's, to find an evicted key's home
 }
 
 // cacheLine is the padding unit: two 64-byte lines, since x86 prefetches
@@ -175,7 +174,7 @@ func (sh *shard) fits(b int64) bool {
 // tooLarge reports whether an entry whose key and state cost b bytes would
 // not fit even in the shard emptied of every other.
 func (sh *shard) tooLarge(b int64) bool {
-	fixed := sh.bytes - sh.vars
+	fixed := int64(len(sh.pages))*pageBytes + 8*int64(len(sh.index))
 	if len(sh.pages) == 0 {
 		fixed += pageBytes
 	}
@@ -198,7 +197,6 @@ func (sh *shard) insert(h uint64, key string, alg sluice.Algorithm, st sluice.St
 		sh.evict(now, b)
 	}
 	sh.bytes += b + sh.growth()
-	sh.vars += b
 	var i uint32
 	if n := len(sh.free); n > 0 {
 		i = sh.free[n-1]
@@ -237,7 +235,6 @@ func (sh *shard) takeLog(e *entry, l sluice.Limit, now, cost int64) sluice.Decis
 // shard over its budget. The caller holds sh.mu.
 func (sh *shard) relog(d int64, now int64) {
 	sh.bytes += d
-	sh.vars += d
 	if d > 0 && sh.bytes > sh.maxBytes {
 		sh.evict(now, 0)
 	}
@@ -341,7 +338,6 @@ func (sh *shard) remove(i uint32, e *entry) {
 	sh.unlink(uint32(maphash.String(sh.seed, e.key)>>32), i)
 	b := keyBytes(e.key, e.state.HeapBytes())
 	sh.bytes -= b
-	sh.vars -= b
 	*e = entry{}
 	sh.free = append(sh.free, i)
 	sh.count--

@@ -147,7 +147,6 @@ func commit(slots []slot, now int64) {
 			// Accounted now, evicted for below: evicting here could free
 			// an entry this loop has yet to write.
 			sl.sh.bytes += d
-			sl.sh.vars += d
 		}
 	}
 	for k := range slots {
