@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,25 @@ func TestKeyLargerThanShard(t *testing.T) {
 	}
 	if n := entries(t, s); n != 100 {
 		t.Fatalf("%d keys held after a key too large to keep, want the 100 before it", n)
+	}
+}
+
+// TestBudgetFollowsGOGC checks that the live data a byte budget allows
+// follows the collector's setting: 7/8 of MaxBytes ÷ (1 + GOGC/100).
+func TestBudgetFollowsGOGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	for _, tc := range []struct {
+		gogc int
+		want int64 // of 64 MiB
+	}{
+		{100, 64 << 20 * 7 / 16},
+		{50, 64 << 20 * 7 / 8 * 100 / 150},
+		{300, 64 << 20 * 7 / 32},
+	} {
+		debug.SetGCPercent(tc.gogc)
+		s := newStore(t, Config{MaxBytes: 64 << 20, Shards: 4, Now: time.Now})
+		if _, most := accounted(s); most > tc.want || most < tc.want-4 {
+			t.Errorf("GOGC=%d: the store may hold %d bytes of live data, want %d", tc.gogc, most, tc.want)
+		}
 	}
 }
