@@ -30,9 +30,10 @@ func NearCache(reg prometheus.Registerer, hits, misses func() uint64) error {
 
 // Leases registers on reg the counters of lease mode (store/localfirst):
 // sluice_lease_decisions_total, the requests admitted from a lease
-// without a store call, and sluice_lease_grants_total, the leases taken.
-// hits and grants are read at each scrape.
-func Leases(reg prometheus.Registerer, hits, grants func() uint64) error {
+// without a store call, sluice_lease_grants_total, the leases taken, and
+// sluice_local_first_store_calls_total, every call the decorator made to
+// its store (decisions, grants, returns). They are read at each scrape.
+func Leases(reg prometheus.Registerer, hits, grants, calls func() uint64) error {
 	for _, c := range []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_lease_decisions_total",
@@ -42,6 +43,10 @@ func Leases(reg prometheus.Registerer, hits, grants func() uint64) error {
 			Name: "sluice_lease_grants_total",
 			Help: "Leases of a key's quota taken from the store.",
 		}, func() float64 { return float64(grants()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_local_first_store_calls_total",
+			Help: "Calls the near cache and lease decorator made to the store: decisions, lease grants and returns.",
+		}, func() float64 { return float64(calls()) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register lease metrics: %w", err)

@@ -35,7 +35,7 @@ sluice_near_cache_misses_total 3
 
 func TestLeases(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if err := metrics.Leases(reg, func() uint64 { return 40 }, func() uint64 { return 2 }); err != nil {
+	if err := metrics.Leases(reg, func() uint64 { return 40 }, func() uint64 { return 2 }, func() uint64 { return 5 }); err != nil {
 		t.Fatal(err)
 	}
 	want := `
@@ -45,6 +45,9 @@ sluice_lease_decisions_total 40
 # HELP sluice_lease_grants_total Leases of a key's quota taken from the store.
 # TYPE sluice_lease_grants_total counter
 sluice_lease_grants_total 2
+# HELP sluice_local_first_store_calls_total Calls the near cache and lease decorator made to the store: decisions, lease grants and returns.
+# TYPE sluice_local_first_store_calls_total counter
+sluice_local_first_store_calls_total 5
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)

@@ -147,7 +147,8 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		}
 		leased := func() uint64 { return nc.Stats().LeaseHits }
 		grants := func() uint64 { return nc.Stats().Grants }
-		if err := metrics.Leases(co.reg, leased, grants); err != nil {
+		calls := func() uint64 { return nc.Stats().StoreCalls }
+		if err := metrics.Leases(co.reg, leased, grants, calls); err != nil {
 			return nil, errors.Join(err, st.close())
 		}
 	}

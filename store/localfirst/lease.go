@@ -96,7 +96,9 @@ type leaseEntry struct {
 	at       time.Time       // when the grant was asked for
 	until    time.Time       // when the lease ends
 	seen     time.Time       // the key's latest request
-	size     int64           // the next lease's size; below 2, no lease
+	since    time.Time       // the start of the lifetime count counts in
+	count    int64           // the key's hits since since
+	size     int64           // the next lease's size; below minLease, no lease
 	granting chan struct{}   // while a grant is in flight; closed when it lands
 }
 
@@ -117,6 +119,26 @@ func (ls *leases) shard(key string) *leaseShard {
 // quota.
 func (ls *leases) most(l sluice.Limit) int64 {
 	return max(min(ls.maxLease, l.Capacity()/16), 1)
+}
+
+// minLease is the smallest lease worth its grant and its return: a key
+// that sees fewer hits in a lifetime goes to the store.
+const minLease = 4
+
+// observe counts cost hits of e at now and, once a lifetime has passed
+// since the count began, sizes the next lease to the hits of that
+// lifetime: a lease lasts about a lifetime at the key's local rate. mu is
+// held.
+func (ls *leases) observe(e *leaseEntry, now time.Time, cost int64) {
+	if now.Sub(e.since) >= ls.lifetime {
+		if now.Sub(e.since) < 2*ls.lifetime {
+			e.size = max(e.size, min(e.count, ls.most(e.req.Limit)))
+		} else { // idle for a lifetime or more: start over
+			e.size = 0
+		}
+		e.since, e.count = now, 0
+	}
+	e.count += cost
 }
 
 // returning is a lease's unused part on its way back to the store.
@@ -184,7 +206,7 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 	if e == nil {
 		size := int64(len(key)) + leaseOverhead
 		if sh.bytes+size <= ls.budget || sh.evict(now, ls.lifetime, size, ls.budget) {
-			sh.m[key] = &leaseEntry{req: id, seen: now}
+			sh.m[key] = &leaseEntry{req: id, seen: now, since: now, count: cost}
 			sh.bytes += size
 		}
 		sh.mu.Unlock()
@@ -197,6 +219,7 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 		}
 		e.req, e.size = id, 0
 	}
+	ls.observe(e, now, cost)
 	if e.granted > 0 && e.left >= cost && now.Before(e.until) {
 		e.left -= cost
 		e.seen = now
@@ -214,11 +237,11 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 	if b, ok := ls.end(e, now); ok {
 		back = append(back, b)
 	}
-	if now.Sub(e.seen) < ls.lifetime { // seen again soon: worth a lease
-		e.size = max(e.size, 2)
+	if e.size < minLease && e.count >= minLease { // a key gone hot within its first lifetime
+		e.size = min(e.count, ls.most(l))
 	}
 	e.seen = now
-	if e.size < 2 || e.granting != nil {
+	if e.size < minLease || e.granting != nil {
 		sh.mu.Unlock()
 		s.giveBack(ctx, back)
 		d, err := s.exact(ctx, r, now)
