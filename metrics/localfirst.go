@@ -54,3 +54,17 @@ func Leases(reg prometheus.Registerer, hits, grants, calls func() uint64) error 
 	}
 	return nil
 }
+
+// Async registers on reg the counter of async mode (store/localfirst):
+// sluice_async_decisions_total, the requests decided from a node's
+// allowance without a store call, read at each scrape.
+func Async(reg prometheus.Registerer, decisions func() uint64) error {
+	c := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_async_decisions_total",
+		Help: "Requests decided in async mode from a node's allowance, without a store call.",
+	}, func() float64 { return float64(decisions()) })
+	if err := reg.Register(c); err != nil {
+		return fmt.Errorf("register async metrics: %w", err)
+	}
+	return nil
+}

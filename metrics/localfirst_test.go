@@ -53,3 +53,18 @@ sluice_local_first_store_calls_total 5
 		t.Fatal(err)
 	}
 }
+
+func TestAsync(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if err := metrics.Async(reg, func() uint64 { return 12 }); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP sluice_async_decisions_total Requests decided in async mode from a node's allowance, without a store call.
+# TYPE sluice_async_decisions_total counter
+sluice_async_decisions_total 12
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -575,13 +575,13 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 	}
 	switch ls.Sync {
 	case "", "exact":
-	case "lease":
+	case "lease", "async":
 		if a := l.Limit.Algorithm; a != sluice.FixedWindow && a != sluice.SlidingWindow && !c.bad(ls, "sync") {
-			c.errorf(c.line(ls, "sync"), path, "sync: lease is for fixed_window and sliding_window; %s is exact only", a)
+			c.errorf(c.line(ls, "sync"), path, "sync: %s is for fixed_window and sliding_window; %s is exact only", ls.Sync, a)
 		}
 	default:
 		if !c.bad(ls, "sync") {
-			c.errorf(c.line(ls, "sync"), path, "sync: want exact or lease, got %q", ls.Sync)
+			c.errorf(c.line(ls, "sync"), path, "sync: want exact, lease or async, got %q", ls.Sync)
 		}
 	}
 	l.Sync = ls.Sync

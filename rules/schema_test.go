@@ -232,7 +232,7 @@ func TestSameMistakes(t *testing.T) {
 			"throttling: soft needs exceed_percent (how far past the limit to admit)", "api/user/rate_limit", 5},
 		{"unknown sync", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, sync: later}",
 			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Sync: "later"}),
-			`sync: want exact or lease, got "later"`, "api/user/rate_limit", 5},
+			`sync: want exact, lease or async, got "later"`, "api/user/rate_limit", 5},
 		{"lease of a bucket", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra, sync: lease}",
 			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Algorithm: "gcra", Sync: "lease"}),
 			"sync: lease is for fixed_window and sliding_window; gcra is exact only", "api/user/rate_limit", 5},
@@ -377,11 +377,13 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100, sync: exact}
   - key: path
     rate_limit: {unit: minute, requests_per_unit: 100, algorithm: gcra}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 100, sync: async}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ key, want string }{{"user", "lease"}, {"ip", "exact"}, {"path", ""}} {
+	for _, tc := range []struct{ key, want string }{{"user", "lease"}, {"ip", "exact"}, {"path", ""}, {"tenant", "async"}} {
 		r, err := set.Match("api", []Entry{{Key: tc.key, Value: "x"}})
 		if err != nil || r == nil {
 			t.Fatalf("Match %s: %v, %v", tc.key, r, err)

@@ -37,6 +37,8 @@ type coreFlags struct {
 	sync         string
 	leaseLife    time.Duration
 	maxLease     int
+	syncInterval time.Duration
+	asyncNodes   int
 	logLevel     string
 	logFormat    string
 	compat       compatFlags // Envoy ratelimit's metrics and shadow mode
@@ -53,7 +55,9 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.Value(0, "max-memory", &c.maxMemory, withEnv("max-memory", "most memory the memory store's keys make the server hold, such as 256MiB or 1GiB (about 288 bytes a client)"))
 	fs.IntVar(&c.maxEntries, 0, "max-entries", 0, withEnv("max-entries", "most keys the memory store holds besides --max-memory; 0: no limit but --max-memory"))
 	fs.IntVar(&c.nearCache, 0, "near-cache", 8<<20, withEnv("near-cache", "bytes of denials a node keeps to answer over-limit clients without a Redis call until their retry time, exactly (8 MiB); 0 turns it off"))
-	fs.StringVar(&c.sync, 0, "sync", "exact", withEnv("sync", "how limits without their own sync: reach Redis: exact (every decision) or lease (fixed_window and sliding_window: a server admits from leases of a hot key's quota, never over the limit)"))
+	fs.StringVar(&c.sync, 0, "sync", "exact", withEnv("sync", "how limits without their own sync: reach Redis: exact (every decision), lease (fixed_window and sliding_window: a server admits from leases of a hot key's quota, never over the limit) or async (the same limits: no Redis call per decision, hits written back every --sync-interval, over the limit by at most limit/50)"))
+	fs.DurationVar(&c.syncInterval, 0, "sync-interval", 100*time.Millisecond, withEnv("sync-interval", "how often async mode writes hits back to Redis"))
+	fs.IntVar(&c.asyncNodes, 0, "async-nodes", 1, withEnv("async-nodes", "how many servers share Redis in async mode: each admits between syncs 1/(50 × this) of what is left"))
 	fs.DurationVar(&c.leaseLife, 0, "lease-lifetime", 500*time.Millisecond, withEnv("lease-lifetime", "longest a lease lasts before its unused hits go back to Redis"))
 	fs.IntVar(&c.maxLease, 0, "max-lease", 1000, withEnv("max-lease", "most hits one lease carries (and at most a sixteenth of its limit)"))
 	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
@@ -104,8 +108,8 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	if err != nil {
 		return nil, usageError("--sync: %v", err)
 	}
-	if c.leaseLife <= 0 || c.maxLease <= 0 {
-		return nil, usageError("--lease-lifetime and --max-lease must be positive")
+	if c.leaseLife <= 0 || c.maxLease <= 0 || c.syncInterval <= 0 || c.asyncNodes <= 0 {
+		return nil, usageError("--lease-lifetime, --max-lease, --sync-interval and --async-nodes must be positive")
 	}
 	co := &core{reg: prometheus.NewRegistry()}
 	defer func() {
@@ -134,6 +138,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		local: localfirst.Config{
 			NearCacheBytes: int64(c.nearCache), Sync: sync, SyncOf: co.syncOf,
 			LeaseLifetime: c.leaseLife, MaxLease: int64(c.maxLease),
+			SyncInterval: c.syncInterval, AsyncNodes: int64(c.asyncNodes),
 		},
 	})
 	if err != nil {
@@ -149,6 +154,9 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		grants := func() uint64 { return nc.Stats().Grants }
 		calls := func() uint64 { return nc.Stats().StoreCalls }
 		if err := metrics.Leases(co.reg, leased, grants, calls); err != nil {
+			return nil, errors.Join(err, st.close())
+		}
+		if err := metrics.Async(co.reg, func() uint64 { return nc.Stats().AsyncDecisions }); err != nil {
 			return nil, errors.Join(err, st.close())
 		}
 	}

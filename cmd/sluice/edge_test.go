@@ -150,6 +150,49 @@ descriptors:
 	}
 }
 
+// TestServersAsync runs three `sluice serve` on one Redis (and on a Redis
+// Cluster) in async mode (the rule's sync: async, --async-nodes 3), 64
+// clients spread over them, on one key with a limit of 1000 a day: no
+// decision calls Redis, and no more than 1000 + 3 × ⌊1000/150⌋ = 1018
+// are admitted, the stated bound.
+func TestServersAsync(t *testing.T) {
+	for _, b := range []struct {
+		name  string
+		store func(t *testing.T) string
+	}{
+		{"redis", func(t *testing.T) string { return "redis://" + testenv.RedisAddr(t) }},
+		{"cluster", func(t *testing.T) string {
+			return "redis+cluster://" + strings.Join(testenv.RedisClusterAddrs(t), ",")
+		}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			domain := fmt.Sprintf("async-%s-%d", b.name, time.Now().UnixNano())
+			rules := copyRules(t, exampleRules)
+			writeFile(t, rules, "domain: "+domain+`
+descriptors:
+  - key: client
+    rate_limit: {unit: day, requests_per_unit: 1000, sync: async}
+`)
+			start := time.Now().UTC().Format("2006-01-02")
+			servers, admitted, denied, failed := hotKey(t, domain, rules, "--store", b.store(t), "--async-nodes", "3", "--sync-interval", "20ms")
+			if end := time.Now().UTC().Format("2006-01-02"); end != start {
+				t.Skipf("the day turned during the test (%s to %s)", start, end)
+			}
+			decided := 0
+			for _, s := range servers {
+				decided += metricValue(t, s, "sluice_async_decisions_total")
+			}
+			t.Logf("admitted %d, denied %d, failed %d; %d decided in async mode", admitted, denied, failed, decided)
+			if failed != 0 || admitted > 1018 || admitted == 0 {
+				t.Fatalf("admitted %d, denied %d, failed %d; want no failure, some admitted and at most 1018", admitted, denied, failed)
+			}
+			if decided < 2000 {
+				t.Fatalf("%d decided in async mode, want nearly all of the %d", decided, admitted+denied)
+			}
+		})
+	}
+}
+
 // metricValue returns the value of the unlabelled integer metric name on
 // s's /metrics.
 func metricValue(t *testing.T, s *testServer, name string) int {

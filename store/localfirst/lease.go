@@ -26,10 +26,16 @@ const (
 	// leases outstanding. For the algorithms the store can take leases
 	// back on (Leaser.Leasable); the others decide exactly.
 	Lease
+	// Async decisions make no store call: a node admits from an allowance,
+	// an even share of what the store counted left at its last sync, and
+	// writes its hits back every Config.SyncInterval. Over the limit by at
+	// most rate / AsyncShare when Config.AsyncNodes is the number of nodes.
+	// For the algorithms of Lease; the others decide exactly.
+	Async
 	numSyncs
 )
 
-var syncNames = [numSyncs]string{Exact: "exact", Lease: "lease"}
+var syncNames = [numSyncs]string{Exact: "exact", Lease: "lease", Async: "async"}
 
 // String returns the mode's name as flags and rules write it.
 func (s Sync) String() string {
@@ -39,14 +45,14 @@ func (s Sync) String() string {
 	return fmt.Sprintf("Sync(%d)", s)
 }
 
-// ParseSync returns the mode named s: "exact" or "lease".
+// ParseSync returns the mode named s: "exact", "lease" or "async".
 func ParseSync(s string) (Sync, error) {
 	for i, name := range syncNames {
 		if s == name {
 			return Sync(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown sync mode %q (want %s)", s, strings.Join(syncNames[:], " or "))
+	return 0, fmt.Errorf("unknown sync mode %q (want %s)", s, strings.Join(syncNames[:], ", "))
 }
 
 // Leaser is an optional interface of a Stater store that takes back the

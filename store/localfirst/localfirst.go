@@ -1,5 +1,7 @@
 // Package localfirst decorates a sluice.Store so that decisions leave the
-// request's critical path where that costs no exactness.
+// request's critical path: a near cache of denials, exact; and, per limit
+// (Config.Sync, Config.SyncOf), lease and async modes for the window
+// algorithms, each with a stated bound.
 //
 // The near cache: when the store denies a key and says when a request of
 // that cost could pass again (Decision.RetryAfter), the Store answers that
@@ -15,13 +17,44 @@
 // The cache is bounded in bytes (Config.NearCacheBytes) and counts its
 // hits (Stats).
 //
-// Clocks: the store decides by its clock (Redis's TIME); the cache
-// measures the time since the store's answer with Config.Now's monotonic
-// readings and adds it to the store's instant, starting from the moment
-// the request was sent, which is no later than the store's decision: a
-// cached denial ends no later than the store's, and its durations may be
-// longer than the store's by at most the round trip. With one clock for
-// both (tests), the answers are identical.
+// Lease mode (fixed_window, sliding_window; Leaser): a node takes a lease
+// of a hot key's quota with one Take of several hits, which the store
+// counts as admitted, and admits up to that many requests by itself. A
+// lease ends when used up, after Config.LeaseLifetime, or with its
+// window; its unused hits go back to the store as if never taken. Its
+// size follows the hits the key saw in the last lifetime, at most
+// Config.MaxLease and a sixteenth of the capacity. Every hit a node admits
+// was counted first, in its window: across any number of nodes, never more
+// than the limit. Fewer by at most the unused hits of the leases
+// outstanding: nodes × min(MaxLease, capacity/16). A node that dies
+// loses its unused lease until its window ends.
+//
+// Async mode (the same algorithms; Syncer): no store call on a decision.
+// Each node admits from an allowance and writes its hits back every
+// Config.SyncInterval in one pipelined call, reading what the store
+// counts; its next allowance is max(⌊(rate − counted) / (N × k)⌋, 1)
+// while anything is left, with N = Config.AsyncNodes and k =
+// Config.AsyncShare (default 50), and nothing while a sync is in flight.
+// With N nodes, the limit admits at most
+//
+//	rate + N × max(⌊rate / (N × k)⌋, 1)
+//
+// hits a window (at most rate × (1 + 1/k), 2% by default, once rate >=
+// N × k; smaller limits decide exactly): every node's hits are written
+// back at its next sync, and when the store's count first reaches the
+// rate, each node holds at most one allowance not yet counted, granted
+// before, each at most that share. The price is filling slowly: the nodes
+// together admit about 1/k of what is left per interval.
+//
+// Clocks: the store decides by its clock (Redis's TIME); the Store
+// measures time with Config.Now's monotonic readings. The near cache adds
+// the time since the request was sent to the store's instant of the
+// denial, which is no later than the store's decision: a cached denial
+// ends no later than the store's, and its durations may be longer by at
+// most the round trip. With one clock for both (tests), the answers are
+// identical. Leases end by the node's clock, no later than their window on
+// the store's; async mode places hits in windows by the store's clock as
+// its last sync measured it.
 package localfirst
 
 import (
@@ -68,9 +101,23 @@ type Config struct {
 	// MaxLease is the most hits one lease carries (default 1000); a lease
 	// is also at most a sixteenth of its limit's capacity.
 	MaxLease int64
-	// LeaseBytes bounds the memory of the lease table, keys included
-	// (default 8 MiB); keys that find it full are decided by the store.
+	// LeaseBytes bounds the memory of the lease table, and that of the
+	// async table, keys included (default 8 MiB each); keys that find one
+	// full are decided by the store.
 	LeaseBytes int64
+	// SyncInterval is how often async mode writes a node's hits back and
+	// reads the counts (default 100ms).
+	SyncInterval time.Duration
+	// AsyncNodes is how many nodes share the store in async mode (default
+	// 1). Each node admits between syncs at most
+	// (rate − counted) / (AsyncNodes × AsyncShare), so that with
+	// AsyncNodes nodes the limit is overshot by at most
+	// rate / AsyncShare (see the package documentation).
+	AsyncNodes int64
+	// AsyncShare is k in that bound (default 50: at most 2% over).
+	// Larger k overshoots less and fills the limit more slowly: the
+	// nodes admit about 1/k of what is left per SyncInterval.
+	AsyncShare int64
 	// Now is the clock the Store measures time with (default time.Now).
 	// Only differences of its readings matter.
 	Now func() time.Time
@@ -88,6 +135,12 @@ const (
 	defaultMaxLease = 1000
 	// defaultLeaseBytes is LeaseBytes's default: 8 MiB, about 30,000 keys.
 	defaultLeaseBytes = 8 << 20
+	// defaultSyncInterval is SyncInterval's default.
+	defaultSyncInterval = 100 * time.Millisecond
+	// defaultAsyncNodes is AsyncNodes's default: one node.
+	defaultAsyncNodes = 1
+	// defaultAsyncShare is AsyncShare's default: overshoot at most 2%.
+	defaultAsyncShare = 50
 )
 
 // Store is a sluice.Store that decorates another with the near cache and,
@@ -102,6 +155,11 @@ type Store struct {
 	syncOf func(sluice.Request) (Sync, bool)
 	near   *nearCache // nil when off
 	leases *leases    // nil unless lease mode
+	async  *asyncTable
+	syncer Syncer // next's when async mode may be used, or nil
+
+	syncEvery time.Duration
+	asyncHits atomic.Uint64
 
 	hits, misses atomic.Uint64 // the near cache's
 	leaseHits    atomic.Uint64
@@ -113,9 +171,10 @@ type Store struct {
 	pendMu sync.Mutex
 	pend   []returning // unused hits to return at the next sweep
 
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	stop      chan struct{}
+	done      chan struct{} // the lease sweeper's
+	asyncDone chan struct{} // the async sync loop's
+	once      sync.Once
 }
 
 var (
@@ -133,8 +192,17 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	if cfg.Sync >= numSyncs {
 		return nil, fmt.Errorf("localfirst: unknown sync mode %d", cfg.Sync)
 	}
-	if cfg.LeaseLifetime < 0 || cfg.MaxLease < 0 || cfg.LeaseBytes < 0 {
-		return nil, errors.New("localfirst: LeaseLifetime, MaxLease and LeaseBytes must not be negative")
+	if cfg.LeaseLifetime < 0 || cfg.MaxLease < 0 || cfg.LeaseBytes < 0 || cfg.SyncInterval < 0 || cfg.AsyncNodes < 0 || cfg.AsyncShare < 0 {
+		return nil, errors.New("localfirst: LeaseLifetime, MaxLease, LeaseBytes, SyncInterval, AsyncNodes and AsyncShare must not be negative")
+	}
+	if cfg.SyncInterval == 0 {
+		cfg.SyncInterval = defaultSyncInterval
+	}
+	if cfg.AsyncNodes == 0 {
+		cfg.AsyncNodes = defaultAsyncNodes
+	}
+	if cfg.AsyncShare == 0 {
+		cfg.AsyncShare = defaultAsyncShare
 	}
 	if cfg.NearCacheBytes == 0 {
 		cfg.NearCacheBytes = defaultNearCacheBytes
@@ -151,7 +219,7 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Store{next: next, now: cfg.Now, sync: cfg.Sync, syncOf: cfg.SyncOf}
+	s := &Store{next: next, now: cfg.Now, sync: cfg.Sync, syncOf: cfg.SyncOf, syncEvery: cfg.SyncInterval}
 	st, ok := next.(Stater)
 	if !ok {
 		return s, nil
@@ -160,27 +228,41 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	if cfg.NearCacheBytes > 0 {
 		s.near = newNearCache(cfg.NearCacheBytes)
 	}
+	s.stop = make(chan struct{})
 	if le, ok := next.(Leaser); ok && (cfg.Sync == Lease || cfg.SyncOf != nil) {
 		s.leaser = le
 		s.leases = newLeases(cfg.LeaseBytes, cfg.LeaseLifetime, cfg.MaxLease)
-		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		s.done = make(chan struct{})
 		go s.sweep(s.stop, s.done)
+	}
+	if sy, ok := next.(Syncer); ok && (cfg.Sync == Async || cfg.SyncOf != nil) {
+		s.syncer = sy
+		s.async = newAsyncTable(cfg.LeaseBytes, cfg.AsyncNodes*cfg.AsyncShare)
+		s.asyncDone = make(chan struct{})
+		go s.syncLoop(s.stop, s.asyncDone)
 	}
 	return s, nil
 }
 
-// Close returns every lease's unused hits to the store, within ctx's
-// time, and stops the Store's goroutine; it does not close the decorated
-// store. It is safe to call more than once.
+// Close returns every lease's unused hits to the store and writes back
+// async mode's hits, within ctx's time, and stops the Store's goroutines;
+// it does not close the decorated store. It is safe to call more than
+// once.
 func (s *Store) Close(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
-		if s.leases == nil {
+		if s.stop == nil {
 			return
 		}
 		close(s.stop)
-		<-s.done
-		err = s.returnLeases(ctx, true)
+		if s.done != nil {
+			<-s.done
+			err = s.returnLeases(ctx, true)
+		}
+		if s.asyncDone != nil {
+			<-s.asyncDone
+			err = errors.Join(err, s.SyncAsync(ctx))
+		}
 	})
 	return err
 }
@@ -197,6 +279,9 @@ type Stats struct {
 	// LeaseHits counts requests admitted from a lease without a store
 	// call.
 	LeaseHits uint64
+	// AsyncDecisions counts requests decided in async mode, without a
+	// store call.
+	AsyncDecisions uint64
 	// Grants counts leases taken; Returned the hits given back;
 	// ReturnErrors the returns that failed (their hits stay taken).
 	Grants, Returned, ReturnErrors uint64
@@ -209,7 +294,7 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	st := Stats{
 		NearHits: s.hits.Load(), NearMisses: s.misses.Load(),
-		LeaseHits: s.leaseHits.Load(), Grants: s.grants.Load(),
+		LeaseHits: s.leaseHits.Load(), AsyncDecisions: s.asyncHits.Load(), Grants: s.grants.Load(),
 		Returned: s.returned.Load(), ReturnErrors: s.returnErrors.Load(),
 		StoreCalls: s.calls.Load(),
 	}
@@ -247,11 +332,20 @@ func (s *Store) take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 		}
 		s.misses.Add(1)
 	}
-	if s.leases != nil && r.Cost > 0 && s.leaser.Leasable(r.Limit) && s.syncFor(r) == Lease {
-		return s.takeLease(ctx, r, now)
+	if r.Cost > 0 && (s.leases != nil || s.async != nil) {
+		switch m := s.syncFor(r); {
+		case m == Lease && s.leases != nil && s.leaser.Leasable(r.Limit):
+			return s.takeLease(ctx, r, now)
+		case m == Async && s.async != nil && s.syncer.Leasable(r.Limit) && r.Limit.Rate <= maxAsyncProduct/r.Limit.Period.Microseconds():
+			return s.takeAsync(ctx, r, now)
+		}
 	}
 	return s.exact(ctx, r, now)
 }
+
+// maxAsyncProduct bounds rate × period (µs) of a limit in async mode, as
+// store/redis's SyncCounts does: larger ones decide exactly.
+const maxAsyncProduct = 1 << 52
 
 // syncFor returns r's mode.
 func (s *Store) syncFor(r sluice.Request) Sync {

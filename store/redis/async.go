@@ -1,0 +1,83 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+)
+
+//go:embed async.lua
+var asyncSource string
+
+// asyncScript runs async.lua: EVALSHA, and EVAL when Redis does not know
+// it. It is immutable and shared.
+var asyncScript = rueidis.NewLuaScript(asyncSource)
+
+// SyncCounts writes back hits admitted without Redis (store/localfirst's
+// async mode) and reads the counts to decide from next: reqs[i].Cost hits
+// of reqs[i].Limit admitted on reqs[i].Key in the window that starts at
+// windows[i] (µs on the store's clock; Cost 0 only reads). It returns,
+// per request, what the limit counts against its rate now (a
+// sliding_window's previous window weighted in), and the script's time
+// (µs since the Unix epoch, of the last key). Only the algorithms that
+// Leasable accepts, with rate × period (µs) below 2^52; a request of any
+// other is an error. Each key is one atomic script call (async.lua); the
+// calls go pipelined.
+func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error) {
+	if len(windows) < len(reqs) {
+		return nil, 0, fmt.Errorf("redis sync: %d windows for %d requests", len(windows), len(reqs))
+	}
+	now, err := s.now()
+	if err != nil {
+		return nil, 0, fmt.Errorf("redis sync: %w", err)
+	}
+	execs := make([]rueidis.LuaExec, len(reqs))
+	for i, r := range reqs {
+		p := r.Limit.Period.Microseconds()
+		switch {
+		case !Leasable(r.Limit) || r.Limit.Rate <= 0 || p <= 0:
+			return nil, 0, fmt.Errorf("redis sync %s: %v is not a window limit", r.Key, r.Limit)
+		case r.Limit.Rate > maxExact/p || r.Cost < 0 || r.Cost > maxExact || windows[i] < 0 || windows[i] > maxExact:
+			return nil, 0, fmt.Errorf("redis sync %s: %w", r.Key, ErrInexact)
+		}
+		var b [1 + 4*8]byte
+		b[0] = byte(r.Limit.Algorithm)
+		for j, v := range []int64{r.Limit.Rate, p, windows[i], r.Cost} {
+			binary.LittleEndian.PutUint64(b[1+8*j:], math.Float64bits(float64(v)))
+		}
+		execs[i] = rueidis.LuaExec{Keys: []string{s.name(r.Key, r.Group)}, Args: []string{string(b[:]), now, s.margin}}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+	}
+	counts := make([]int64, len(reqs))
+	var at int64
+	for i, res := range asyncScript.ExecMulti(ctx, s.client, execs...) {
+		vs, err := res.AsIntSlice()
+		if err != nil {
+			return nil, 0, fmt.Errorf("redis sync %s: %w", reqs[i].Key, err)
+		}
+		if len(vs) != 2 {
+			return nil, 0, fmt.Errorf("redis sync %s: the script returned %d values, want 2", reqs[i].Key, len(vs))
+		}
+		at, counts[i] = vs[0], vs[1]
+	}
+	return counts, at, nil
+}
+
+// SyncCounts is Store.SyncCounts on the connected store, or fails as Take
+// does while there is none.
+func (b *Background) SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error) {
+	if s := b.store.Load(); s != nil {
+		return s.SyncCounts(ctx, reqs, windows)
+	}
+	return nil, 0, fmt.Errorf("redis sync: %w", b.notYet())
+}
