@@ -12,11 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/store/localfirst"
+	"github.com/sluicehq/sluice/tracing"
 	"github.com/sluicehq/sluice/transport/forwardauth"
 	"github.com/sluicehq/sluice/transport/respond"
 )
@@ -43,6 +45,7 @@ type coreFlags struct {
 	logFormat    string
 	compat       compatFlags // Envoy ratelimit's metrics and shadow mode
 	net          listenFlags // ops listeners and TLS
+	trace        traceFlags  // OpenTelemetry spans
 }
 
 func (c *coreFlags) register(fs *ff.FlagSet) {
@@ -64,6 +67,7 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
 	c.compat.register(fs)
 	c.net.register(fs)
+	c.trace.register(fs)
 }
 
 // registerRules registers the flags of how rules are read, which check
@@ -178,13 +182,26 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	log.Info("rules loaded", "rules", c.rules, "version", watcher.Current().Version(), "domains", watcher.Current().Domains())
 
 	dc := decide.DefaultConfig()
-	dc.Rules, dc.Store, dc.Local = watcher.Current, m.Store(st.store), st.local
+	tp, stopTracing, err := c.trace.provider()
+	if err != nil {
+		return nil, err
+	}
+	var store sluice.Store = m.Store(st.store)
+	if tp != nil {
+		co.closers = append(co.closers, stopTracing)
+		store = tracing.NewStore(store, tp)
+	}
+	dc.Rules, dc.Store, dc.Local = watcher.Current, store, st.local
 	dc.StoreTimeout, dc.Fail, dc.Logger = c.storeTimeout, fail, log
 	svc, err := decide.New(dc)
 	if err != nil {
 		return nil, fmt.Errorf("decision service: %w", err)
 	}
-	co.decider = m.Decider(c.compat.decorate(svc))
+	inner := c.compat.decorate(svc)
+	if tp != nil {
+		inner = tracing.NewDecider(inner, tp)
+	}
+	co.decider = m.Decider(inner)
 	return co, nil
 }
 

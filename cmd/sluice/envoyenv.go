@@ -79,9 +79,8 @@ var envoyIgnored = []string{
 	"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER",
 	// other modes
 	"QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA",
-	// tracing
-	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
-	"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
+	// tracing: the resource attributes beside service.name
+	"TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
 }
 
 // envoySetting is a flag value taken from Envoy's variables.
@@ -222,6 +221,23 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 		set("tls-listeners", "grpc", "GRPC_SERVER_USE_TLS")
 	} else {
 		ignore(tlsVars...)
+	}
+
+	// Tracing, to the OpenTelemetry SDK's endpoint variables.
+	traceVars := []string{"TRACING_SERVICE_NAME", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"}
+	if boolean("TRACING_ENABLED", false) {
+		proto := strings.ToLower(get("TRACING_EXPORTER_PROTOCOL", "http"))
+		def := "http://localhost:4318" // the SDK's default endpoints
+		if proto == "grpc" {
+			def = "http://localhost:4317"
+		}
+		set("otlp-endpoint", get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", get("OTEL_EXPORTER_OTLP_ENDPOINT", def)),
+			"TRACING_ENABLED", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+		set("otlp-protocol", proto, "TRACING_EXPORTER_PROTOCOL")
+		set("trace-sample-ratio", get("TRACING_SAMPLING_RATE", "1"), "TRACING_SAMPLING_RATE")
+		set("trace-service-name", get("TRACING_SERVICE_NAME", "RateLimit"), "TRACING_SERVICE_NAME")
+	} else {
+		ignore(traceVars...)
 	}
 
 	ignore(envoyIgnored...)
