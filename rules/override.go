@@ -134,16 +134,28 @@ func (s *Set) WithOverrides(now time.Time, ovs ...Override) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("overrides: %w", err)
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00", s.version)
-	h.Write(b)
 	n := *s
-	n.overrides = out
-	n.version = hex.EncodeToString(h.Sum(nil)[:8])
-	if len(out) == 0 {
-		n.overrides, n.version = nil, s.version
+	n.rulesVersion = s.RulesVersion()
+	n.overrides, n.version = nil, n.rulesVersion
+	if len(out) > 0 {
+		h := sha256.New()
+		fmt.Fprintf(h, "%s\x00", n.rulesVersion)
+		h.Write(b)
+		n.overrides, n.version = out, hex.EncodeToString(h.Sum(nil)[:8])
 	}
 	return &n, nil
+}
+
+// RulesVersion is the Version of s's rules without its overrides: the
+// Version of the Set WithOverrides was first called on.
+func (s *Set) RulesVersion() string {
+	if s == nil {
+		return ""
+	}
+	if s.rulesVersion != "" {
+		return s.rulesVersion
+	}
+	return s.version
 }
 
 // overridden finds the rule that override o is for, reporting why there

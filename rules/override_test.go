@@ -100,6 +100,30 @@ func TestOverrides(t *testing.T) {
 	if r := match(later, "user", "bob"); r != user || !later.NextExpiry().IsZero() || later.Version() != base.Version() {
 		t.Errorf("bob at his override's expiry: %s, next expiry %v", limits(r), later.NextExpiry())
 	}
+	// Overrides replaced on a Set that has some: versions follow the
+	// overrides in force, and none at all is the rules' own version.
+	again, err := s.WithOverrides(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Version() != base.Version() || again.RulesVersion() != base.Version() || s.RulesVersion() != base.Version() {
+		t.Errorf("version without overrides %s, the rules' %s", again.Version(), base.Version())
+	}
+	if r := match(again, "tenant", "acme"); r != tenant {
+		t.Errorf("tenant=acme after the overrides were cleared: %s", limits(r))
+	}
+	acmeOverride := Override{Domain: "api", Entries: []Entry{{"tenant", "acme"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}}
+	same, err := again.WithOverrides(t0, acmeOverride)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := base.WithOverrides(t0, acmeOverride)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same.Version() != one.Version() || same.Version() == base.Version() {
+		t.Errorf("the same override from two Sets: versions %s and %s", same.Version(), one.Version())
+	}
 }
 
 // TestOverrideMistakes checks that an override that cannot apply is

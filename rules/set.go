@@ -16,6 +16,9 @@ type Set struct {
 	names     []string // sorted
 	version   string
 	overrides overrides // nil without overrides (WithOverrides)
+	// rulesVersion is the version of the rules alone once WithOverrides
+	// made the Set; "" before, when version is that.
+	rulesVersion string
 }
 
 // domain is one domain of a Set with the lookup tables of its top level.
