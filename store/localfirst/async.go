@@ -146,8 +146,9 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 }
 
 // SyncAsync writes back every key's hits admitted in async mode since the
-// last sync, in one pipelined call, and sets each key's next allowance
-// from the counts the store returns. The Store calls it every
+// last sync, in one pipelined call, and sets the next allowance of those
+// keys and of keys whose allowance ran out from the counts the store
+// returns. The Store calls it every
 // Config.SyncInterval by itself; tests call it to sync at an instant of
 // their clock. While a key's sync is in flight, the node admits nothing
 // on it.
@@ -177,6 +178,9 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 				delete(sh.m, k) // idle: forgotten
 				sh.bytes -= int64(len(k)) + asyncOverhead
 				continue
+			}
+			if e.pending == 0 && e.old == 0 && e.allow > 0 {
+				continue // nothing to write, a share left
 			}
 			if e.old > 0 {
 				items = append(items, item{e, sh, k, e.oldWin, e.old, true})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/store/redis"
 	"github.com/sluicehq/sluice/store/storetest"
@@ -87,14 +88,14 @@ func TestAsyncContract(t *testing.T) {
 // hits admitted never pass 1,000 + 3 × ⌊1,000/150⌋ = 1,018, the stated bound, and the
 // test reports the largest overshoot seen.
 func TestAsyncOvershoot(t *testing.T) {
-	clk := newClock(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
 	url := "redis://" + testenv.RedisAddr(t) + "/0"
-	nodes := openAsyncNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.now, 3, Config{SyncInterval: time.Hour})
+	nodes := openAsyncNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{SyncInterval: time.Hour})
 	l := sluice.Limit{Rate: 1000, Period: time.Minute}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
 	worst, rounds := int64(-1000), 0
 	for run := range 10 {
-		clk.add(time.Minute) // a fresh window
+		clk.Advance(time.Minute) // a fresh window
 		key := fmt.Sprintf("{hot%d}", run)
 		var admitted int64
 		for round := 0; round < 1500; round++ {

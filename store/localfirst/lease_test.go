@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/store/redis"
 	"github.com/sluicehq/sluice/store/storetest"
@@ -112,9 +113,9 @@ func FuzzLeases(f *testing.F) {
 	f.Add([]byte{0, 9, 18, 27, 36, 45, 54, 63, 4, 12, 20, 28, 5, 13, 21, 15, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 252, 2, 2, 2, 2, 2, 2, 2, 7, 2, 2})
 	url := "redis://" + testenv.RedisAddr(f) + "/0"
-	clk := newClock(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
 	rc := redis.DefaultConfig()
-	rc.KeyPrefix, rc.Now, rc.ExpiryMargin = fmt.Sprintf("localfirstfuzz:%x:", rand.Uint64()), clk.now, 10*time.Minute
+	rc.KeyPrefix, rc.Now, rc.ExpiryMargin = fmt.Sprintf("localfirstfuzz:%x:", rand.Uint64()), clk.Now, 10*time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var backs [4]*redis.Store // three nodes' and the referee's
@@ -133,8 +134,8 @@ func FuzzLeases(f *testing.F) {
 			ops = ops[:400]
 		}
 		key := fmt.Sprintf("k%x", rand.Uint64())
-		clk.add(time.Hour) // a fresh key at a fresh time
-		cfg := Config{Sync: Lease, Now: clk.now}
+		clk.Advance(time.Hour) // a fresh key at a fresh time
+		cfg := Config{Sync: Lease, Now: clk.Now}
 		var nodes [3]*Store
 		for i := range nodes {
 			nodes[i] = newStore(t, backs[i], cfg)
@@ -148,7 +149,7 @@ func FuzzLeases(f *testing.F) {
 		lost := map[int64]int64{}     // what dead nodes held, by window start
 		for _, b := range ops {
 			node := int(b/8) % 3
-			now := clk.us.Load()
+			now := clk.Now().UnixMicro()
 			w := now - now%p
 			switch b % 8 {
 			case 0, 1, 2, 3:
@@ -164,13 +165,13 @@ func FuzzLeases(f *testing.F) {
 					}
 				}
 			case 4:
-				clk.add(time.Duration(b/8) * 10 * time.Millisecond)
+				clk.Advance(time.Duration(b/8) * 10 * time.Millisecond)
 			case 5:
 				if err := nodes[node].ReturnExpired(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 			case 6:
-				clk.add(defaultLeaseLifetime + time.Millisecond)
+				clk.Advance(defaultLeaseLifetime + time.Millisecond)
 			case 7: // the node dies with its leases; a new one takes its place
 				abandon(nodes[node])
 				lost[w] += outstanding(nodes[node], key, w)
@@ -182,7 +183,7 @@ func FuzzLeases(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		now := clk.us.Load()
+		now := clk.Now().UnixMicro()
 		w := now - now%p
 		d, err := backs[3].Take(context.Background(), key, l, 0)
 		if err != nil {
@@ -201,8 +202,8 @@ func FuzzLeases(f *testing.F) {
 func TestLeaseHotKey(t *testing.T) {
 	for name, url := range backendURLs() {
 		t.Run(name, func(t *testing.T) {
-			clk := newClock(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
-			nodes := openLeaseNodes(t, url(t), fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.now, 3, Config{})
+			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+			nodes := openLeaseNodes(t, url(t), fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{})
 			l := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 10000, Period: time.Hour}
 			const goroutines, each = 48, 300
 			var admitted atomic.Int64
@@ -251,8 +252,8 @@ func TestLeaseHotKey(t *testing.T) {
 // lease's return does no harm.
 func TestLeaseRedisDies(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	clk := newClock(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
-	node := openLeaseNodes(t, "redis://"+srv.Addr+"/0", "dies:", clk.now, 1, Config{MaxLease: 50})[0]
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	node := openLeaseNodes(t, "redis://"+srv.Addr+"/0", "dies:", clk.Now, 1, Config{MaxLease: 50})[0]
 	l := sluice.Limit{Rate: 1600, Period: time.Hour} // leases up to 50 hits
 	ctx := context.Background()
 	take := func() (sluice.Decision, error) {
@@ -265,7 +266,7 @@ func TestLeaseRedisDies(t *testing.T) {
 			t.Fatalf("before Redis dies: %+v, %v", d, err)
 		}
 	}
-	left := outstanding(node, "{k}", clk.us.Load()-clk.us.Load()%l.Period.Microseconds())
+	left := outstanding(node, "{k}", clk.Now().UnixMicro()-clk.Now().UnixMicro()%l.Period.Microseconds())
 	if left == 0 {
 		t.Fatal("no lease outstanding")
 	}
@@ -292,7 +293,7 @@ func TestLeaseRedisDies(t *testing.T) {
 	if err != nil || !d.Allowed {
 		t.Fatalf("after Redis restarted: %+v, %v", d, err)
 	}
-	clk.add(time.Second) // the leases end; their return finds a fresh count
+	clk.Advance(time.Second) // the leases end; their return finds a fresh count
 	if err := node.ReturnExpired(ctx); err != nil {
 		t.Fatal(err)
 	}

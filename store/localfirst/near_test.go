@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
@@ -25,12 +25,6 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
 }
 
-// clock is a fake clock in µs, safe for concurrent use.
-type clock struct{ us atomic.Int64 }
-
-func (c *clock) now() time.Time      { return time.UnixMicro(c.us.Load()) }
-func (c *clock) add(d time.Duration) { c.us.Add(d.Microseconds()) }
-func newClock(t time.Time) *clock    { c := &clock{}; c.us.Store(t.UnixMicro()); return c }
 func backendURLs() map[string]func(t *testing.T) string {
 	return map[string]func(t *testing.T) string{
 		"single":  func(t *testing.T) string { return "redis://" + testenv.RedisAddr(t) + "/0" },
@@ -74,9 +68,9 @@ func TestNearCacheIdentical(t *testing.T) {
 	for name, url := range backendURLs() {
 		t.Run(name, func(t *testing.T) {
 			u := url(t)
-			c := newClock(time.Date(2026, 3, 14, 12, 30, 30, 0, time.UTC))
-			exact := openRedis(t, u, c.now)
-			near := newStore(t, openRedis(t, u, c.now), Config{Now: c.now})
+			c := clocktest.New(time.Date(2026, 3, 14, 12, 30, 30, 0, time.UTC))
+			exact := openRedis(t, u, c.Now)
+			near := newStore(t, openRedis(t, u, c.Now), Config{Now: c.Now})
 			rng := rand.New(rand.NewPCG(rand.Uint64(), 13))
 			limits := []sluice.Limit{
 				{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Second},
@@ -98,11 +92,11 @@ func TestNearCacheIdentical(t *testing.T) {
 				}
 				switch r := rng.IntN(100); {
 				case r == 0:
-					c.add(l.Period + time.Duration(rng.Int64N(int64(l.Period))))
+					c.Advance((l.Period + time.Duration(rng.Int64N(int64(l.Period)))).Truncate(time.Microsecond))
 				case r < 10:
-					c.add(time.Duration(rng.Int64N(int64(l.Period / time.Duration(l.Rate)))))
+					c.Advance(time.Duration(rng.Int64N(int64(l.Period / time.Duration(l.Rate)))).Truncate(time.Microsecond))
 				case r < 40:
-					c.add(time.Duration(rng.Int64N(int64(time.Millisecond))))
+					c.Advance(time.Duration(rng.Int64N(int64(time.Millisecond))).Truncate(time.Microsecond))
 				}
 				cost := int64(1)
 				switch r := rng.IntN(20); {
@@ -222,9 +216,9 @@ func TestNearCacheRedisTime(t *testing.T) {
 // TestNearCacheBounded fills the near cache with more denied keys than
 // its budget holds: it stays within the budget and keeps answering.
 func TestNearCacheBounded(t *testing.T) {
-	c := newClock(time.Date(2026, 3, 14, 12, 30, 30, 0, time.UTC))
+	c := clocktest.New(time.Date(2026, 3, 14, 12, 30, 30, 0, time.UTC))
 	const budget = 64 << 10
-	near := newStore(t, openRedis(t, "redis://"+testenv.RedisAddr(t)+"/0", c.now), Config{Now: c.now, NearCacheBytes: budget})
+	near := newStore(t, openRedis(t, "redis://"+testenv.RedisAddr(t)+"/0", c.Now), Config{Now: c.Now, NearCacheBytes: budget})
 	l := sluice.Limit{Rate: 1, Period: time.Hour}
 	for i := range 2000 {
 		key := fmt.Sprintf("user%04d", i)

@@ -25,19 +25,23 @@ var asyncScript = rueidis.NewLuaScript(asyncSource)
 // windows[i] (µs on the store's clock; Cost 0 only reads). It returns,
 // per request, what the limit counts against its rate now (a
 // sliding_window's previous window weighted in), and the script's time
-// (µs since the Unix epoch, of the last key). Only the algorithms that
-// Leasable accepts, with rate × period (µs) below 2^52; a request of any
-// other is an error. Each key is one atomic script call (async.lua); the
-// calls go pipelined.
+// (µs since the Unix epoch). Only the algorithms that Leasable accepts,
+// with rate × period (µs) below 2^52; a request of any other is an error.
+// The keys of one cluster slot (outside a cluster: all keys) go in one
+// atomic script call (async.lua); the calls go pipelined.
 func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error) {
 	if len(windows) < len(reqs) {
 		return nil, 0, fmt.Errorf("redis sync: %d windows for %d requests", len(windows), len(reqs))
+	}
+	if len(reqs) == 0 {
+		return nil, 0, nil
 	}
 	now, err := s.now()
 	if err != nil {
 		return nil, 0, fmt.Errorf("redis sync: %w", err)
 	}
-	execs := make([]rueidis.LuaExec, len(reqs))
+	names := make([]string, len(reqs))
+	recs := make([][]byte, len(reqs))
 	for i, r := range reqs {
 		p := r.Limit.Period.Microseconds()
 		switch {
@@ -46,12 +50,21 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 		case r.Limit.Rate > maxExact/p || r.Cost < 0 || r.Cost > maxExact || windows[i] < 0 || windows[i] > maxExact:
 			return nil, 0, fmt.Errorf("redis sync %s: %w", r.Key, ErrInexact)
 		}
-		var b [1 + 4*8]byte
+		b := make([]byte, 1+4*8)
 		b[0] = byte(r.Limit.Algorithm)
 		for j, v := range []int64{r.Limit.Rate, p, windows[i], r.Cost} {
 			binary.LittleEndian.PutUint64(b[1+8*j:], math.Float64bits(float64(v)))
 		}
-		execs[i] = rueidis.LuaExec{Keys: []string{s.name(r.Key, r.Group)}, Args: []string{string(b[:]), now, s.margin}}
+		names[i], recs[i] = s.name(r.Key, r.Group), b
+	}
+	groups := s.bySlot(names)
+	execs := make([]rueidis.LuaExec, len(groups))
+	for g, idx := range groups {
+		keys, blob := make([]string, len(idx)), make([]byte, 0, len(idx)*(1+4*8))
+		for k, i := range idx {
+			keys[k], blob = names[i], append(blob, recs[i]...)
+		}
+		execs[g] = rueidis.LuaExec{Keys: keys, Args: []string{string(blob), now, s.margin}}
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -60,17 +73,45 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 	}
 	counts := make([]int64, len(reqs))
 	var at int64
-	for i, res := range asyncScript.ExecMulti(ctx, s.client, execs...) {
+	for g, res := range asyncScript.ExecMulti(ctx, s.client, execs...) {
 		vs, err := res.AsIntSlice()
 		if err != nil {
-			return nil, 0, fmt.Errorf("redis sync %s: %w", reqs[i].Key, err)
+			return nil, 0, fmt.Errorf("redis sync: %w", err)
 		}
-		if len(vs) != 2 {
-			return nil, 0, fmt.Errorf("redis sync %s: the script returned %d values, want 2", reqs[i].Key, len(vs))
+		if len(vs) != 1+len(groups[g]) {
+			return nil, 0, fmt.Errorf("redis sync: the script returned %d values for %d keys", len(vs), len(groups[g]))
 		}
-		at, counts[i] = vs[0], vs[1]
+		at = max(at, vs[0])
+		for k, i := range groups[g] {
+			counts[i] = vs[1+k]
+		}
 	}
 	return counts, at, nil
+}
+
+// bySlot returns the indices of names grouped by cluster slot, in order
+// of first appearance; outside a cluster, one group of all.
+func (s *Store) bySlot(names []string) [][]int {
+	if !s.cluster {
+		all := make([]int, len(names))
+		for i := range all {
+			all[i] = i
+		}
+		return [][]int{all}
+	}
+	var groups [][]int
+	at := make(map[uint16]int)
+	for i, n := range names {
+		sl := s.slot(n)
+		g, ok := at[sl]
+		if !ok {
+			g = len(groups)
+			at[sl] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
 }
 
 // SyncCounts is Store.SyncCounts on the connected store, or fails as Take

@@ -36,13 +36,15 @@ func (s *Store) Leasable(l sluice.Limit) bool { return Leasable(l) }
 // of the window it was taken in, in µs since the Unix epoch on the
 // store's clock (as TakeState reports it). A return whose window has
 // passed gives nothing back (those hits no longer count), nor does one of
-// an algorithm that Leasable refuses. Each key is one atomic script call
-// (lease.lua); the calls go pipelined.
+// an algorithm that Leasable refuses. The keys of one cluster slot
+// (outside a cluster: all keys) go in one atomic script call (lease.lua);
+// the calls go pipelined.
 func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, windows []int64) (int64, error) {
 	if len(windows) < len(rets) {
 		return 0, fmt.Errorf("redis return: %d windows for %d returns", len(windows), len(rets))
 	}
-	execs := make([]rueidis.LuaExec, 0, len(rets))
+	var names []string
+	var recs [][]byte
 	for i, r := range rets {
 		window := windows[i]
 		if !Leasable(r.Limit) || r.Cost <= 0 {
@@ -54,12 +56,23 @@ func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, windows
 		if r.Cost > maxExact || window < 0 || window > maxExact {
 			return 0, fmt.Errorf("redis return %s: %d hits in window %d: %w", r.Key, r.Cost, window, ErrInexact)
 		}
-		var b [1 + 3*8]byte
+		b := make([]byte, 1+3*8)
 		b[0] = byte(r.Limit.Algorithm)
 		binary.LittleEndian.PutUint64(b[1:], math.Float64bits(float64(window)))
 		binary.LittleEndian.PutUint64(b[9:], math.Float64bits(float64(r.Limit.Period.Microseconds())))
 		binary.LittleEndian.PutUint64(b[17:], math.Float64bits(float64(r.Cost)))
-		execs = append(execs, rueidis.LuaExec{Keys: []string{s.name(r.Key, r.Group)}, Args: []string{string(b[:])}})
+		names, recs = append(names, s.name(r.Key, r.Group)), append(recs, b)
+	}
+	if len(names) == 0 {
+		return 0, nil
+	}
+	var execs []rueidis.LuaExec
+	for _, idx := range s.bySlot(names) {
+		keys, blob := make([]string, len(idx)), make([]byte, 0, len(idx)*(1+3*8))
+		for k, i := range idx {
+			keys[k], blob = names[i], append(blob, recs[i]...)
+		}
+		execs = append(execs, rueidis.LuaExec{Keys: keys, Args: []string{string(blob)}})
 	}
 	if len(execs) == 0 {
 		return 0, nil

@@ -2,11 +2,11 @@
 # Measures, in one run on this machine, `sluice serve` over gRPC with 10,000
 # users drawn from a Zipf distribution (sluice bench --zipf 1.1), a limit of
 # 1,000 a minute per user (the hottest ~1% exceed it), on: the memory store,
-# Redis in exact mode (near cache on, the default), and Redis in lease mode
-# (--sync lease). For each: decisions/s and latency (sluice bench), store
+# Redis in exact mode (near cache on, the default), Redis in lease mode
+# (--sync lease) and in async mode (--sync async). For each: decisions/s and latency (sluice bench), store
 # calls per decision (sluice_local_first_store_calls_total), and Redis CPU
 # per decision (INFO commandstats: the µs Redis spent in commands, over the
-# decisions). Runs ROUNDS rounds (default 2) of the three, alternating, on
+# decisions). Runs ROUNDS rounds (default 2) of the four, alternating, on
 # a redis-server of its own.
 #
 #   store/localfirst/testdata/figures.sh [ROUNDS]
@@ -32,6 +32,7 @@ run() { # name, store, extra flags...
   "$dir/sluice" serve --rules "$dir/rules.yaml" --store "$store" --grpc-addr "127.0.0.1:$gport" \
     --http-addr "127.0.0.1:$hport" --store-timeout 1s --log-level warn "$@" &
   local pid=$!
+  redis-cli -p "$rport" flushall >/dev/null # every mode starts from no counts
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$hport/readyz" >/dev/null && break; sleep 0.1; done
   redis-cli -p "$rport" config resetstat >/dev/null
   local out; out=$("$dir/sluice" bench --grpc-addr "127.0.0.1:$gport" --duration 10s --zipf 1.1)
@@ -49,4 +50,5 @@ for r in $(seq "$rounds"); do
   run memory memory
   run exact "redis://127.0.0.1:$rport/0"
   run lease "redis://127.0.0.1:$rport/0" --sync lease
+  run async "redis://127.0.0.1:$rport/0" --sync async
 done
