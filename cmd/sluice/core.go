@@ -61,7 +61,7 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&c.sync, 0, "sync", "exact", withEnv("sync", "how limits without their own sync: reach Redis: exact (every decision), lease (fixed_window and sliding_window: a server admits from leases of a hot key's quota, never over the limit) or async (the same limits: no Redis call per decision, hits written back every --sync-interval, over the limit by at most limit/50)"))
 	fs.DurationVar(&c.syncInterval, 0, "sync-interval", 100*time.Millisecond, withEnv("sync-interval", "how often async mode writes hits back to Redis"))
 	fs.IntVar(&c.asyncNodes, 0, "async-nodes", 1, withEnv("async-nodes", "how many servers share Redis in async mode: each admits between syncs 1/(50 × this) of what is left"))
-	fs.DurationVar(&c.leaseLife, 0, "lease-lifetime", 500*time.Millisecond, withEnv("lease-lifetime", "longest a lease lasts before its unused hits go back to Redis"))
+	fs.DurationVar(&c.leaseLife, 0, "lease-lifetime", 500*time.Millisecond, withEnv("lease-lifetime", "how long a lease outlives its client's last request before its unused hits go back to Redis"))
 	fs.IntVar(&c.maxLease, 0, "max-lease", 1000, withEnv("max-lease", "most hits one lease carries (and at most a sixteenth of its limit)"))
 	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
 	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))

@@ -100,7 +100,8 @@ type leaseEntry struct {
 	window   int64           // start of the window it was taken in, µs on the store's clock
 	grant    sluice.Decision // the store's decision on the grant
 	at       time.Time       // when the grant was asked for
-	until    time.Time       // when the lease ends
+	until    time.Time       // when the lease ends unless the key is still busy
+	end      time.Time       // when its window ends: the lease ends then at the latest
 	seen     time.Time       // the key's latest request
 	since    time.Time       // the start of the lifetime count counts in
 	count    int64           // the key's hits since since
@@ -145,6 +146,21 @@ func (ls *leases) observe(e *leaseEntry, now time.Time, cost int64) {
 		e.since, e.count = now, 0
 	}
 	e.count += cost
+}
+
+// ended reports whether e's lease is over at now: its window has ended,
+// or its lifetime has and the key has not been seen for a lifetime (a
+// busy key's lease lives on until used up). mu is held.
+func (ls *leases) ended(e *leaseEntry, now time.Time) bool {
+	return !now.Before(e.end) || (!now.Before(e.until) && now.Sub(e.seen) >= ls.lifetime)
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // returning is a lease's unused part on its way back to the store.
@@ -226,7 +242,10 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 		e.req, e.size = id, 0
 	}
 	ls.observe(e, now, cost)
-	if e.granted > 0 && e.left >= cost && now.Before(e.until) {
+	if e.granted > 0 && e.left >= cost && !ls.ended(e, now) {
+		if !now.Before(e.until) { // busy: a lifetime more
+			e.until = minTime(now.Add(ls.lifetime), e.end)
+		}
 		e.left -= cost
 		e.seen = now
 		d := e.decision(now)
@@ -284,7 +303,8 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 		p := l.Period.Microseconds()
 		window := at - at%p
 		e.granted, e.left, e.window, e.grant, e.at = want, want-cost, window, d, now
-		e.until = now.Add(min(ls.lifetime, time.Duration(window+p-at)*time.Microsecond))
+		e.end = now.Add(time.Duration(window+p-at) * time.Microsecond)
+		e.until = minTime(now.Add(ls.lifetime), e.end)
 		s.grants.Add(1)
 	} else if err == nil && !d.Allowed {
 		e.size = max(e.size/2, 1)
@@ -393,7 +413,7 @@ func (s *Store) returnLeases(ctx context.Context, all bool) error {
 			if e.granting != nil {
 				continue
 			}
-			if e.granted > 0 && (all || !now.Before(e.until)) {
+			if e.granted > 0 && (all || ls.ended(e, now)) {
 				if r, ok := ls.end(e, now); ok {
 					back = append(back, r)
 				}

@@ -20,8 +20,9 @@
 // Lease mode (fixed_window, sliding_window; Leaser): a node takes a lease
 // of a hot key's quota with one Take of several hits, which the store
 // counts as admitted, and admits up to that many requests by itself. A
-// lease ends when used up, after Config.LeaseLifetime, or with its
-// window; its unused hits go back to the store as if never taken. Its
+// lease ends when used up, with its window, or once the key has seen no
+// request for Config.LeaseLifetime; its unused hits go back to the store
+// as if never taken. Its
 // size follows the hits the key saw in the last lifetime, at most
 // Config.MaxLease and a sixteenth of the capacity. Every hit a node admits
 // was counted first, in its window: across any number of nodes, never more
@@ -93,10 +94,11 @@ type Config struct {
 	// false to leave it to Sync. Called once per decision; it must be
 	// cheap and safe for concurrent use.
 	SyncOf func(r sluice.Request) (Sync, bool)
-	// LeaseLifetime is how long a lease lasts at most (default 500ms); a
-	// lease of a window algorithm also ends with its window. Longer leases
-	// spare store calls on keys of a steady rate and hold unused quota
-	// away from other nodes longer.
+	// LeaseLifetime is how long a lease lasts (default 500ms), and longer
+	// while its key keeps asking; a lease also ends with its window. Its
+	// size follows the key's hits in a lifetime; a longer one spares store
+	// calls on keys of a slow, steady rate and holds unused quota away
+	// from other nodes longer.
 	LeaseLifetime time.Duration
 	// MaxLease is the most hits one lease carries (default 1000); a lease
 	// is also at most a sixteenth of its limit's capacity.
