@@ -504,9 +504,14 @@ func TestServeSurvivesRedisDeath(t *testing.T) {
 	if max := time.Duration(slowest.Load()); max > time.Second {
 		t.Errorf("the slowest call took %v", max)
 	}
-	if code, _, err := call(); err != nil || code != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("after the restart: %v, %v", code, err)
-	}
+	// Back on Redis, decisions are the store's again. A call may still fail
+	// on its way (a connection rueidis has not yet replaced, or the store
+	// timeout on a loaded machine) and fail closed, so the test waits for
+	// an OK rather than demanding it of the very next call.
+	eventually(t, "an OK from the store after the restart", func() bool {
+		code, _, err := call()
+		return err == nil && code == rlsv3.RateLimitResponse_OK
+	})
 }
 
 // TestHugeKeysRefused sends 1 MB keys to a running sluice serve: an X-User
