@@ -231,17 +231,36 @@ func TestQueueKeepsOrder(t *testing.T) {
 	up := &echo{arrived: arrived}
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
-	entered := make(chan struct{}, 10)
+	// The store's time stands still, so each queued request's turn is
+	// exactly one emission interval after the previous one's; the fake
+	// Sleep holds every waiter until the test wakes it, so no scheduling
+	// delay of a loaded machine can reorder them.
+	type sleeper struct {
+		d    time.Duration
+		wake chan struct{}
+	}
+	slept := make(chan sleeper, 10)
+	sleep := func(ctx context.Context, d time.Duration) error {
+		s := sleeper{d, make(chan struct{})}
+		slept <- s
+		select {
+		case <-s.wake:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	p := newProxy(t, upstream.URL, proxy.Config{Decider: service(t, `
 domain: api
 descriptors:
   - key: all
     rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket, burst: 6}
-`, nil), MaxDelay: time.Second, Sleep: signalSleep(entered)})
+`, clocktest.New(t0)), MaxDelay: time.Second, Sleep: sleep})
 	front := httptest.NewServer(p)
 	t.Cleanup(front.Close)
 	var wg sync.WaitGroup
 	var want []string
+	var waiting []sleeper
 	for i := range 6 {
 		want = append(want, strconv.Itoa(i))
 		wg.Add(1)
@@ -256,8 +275,20 @@ descriptors:
 		if i == 0 {
 			<-arrived
 		} else {
-			<-entered
+			waiting = append(waiting, <-slept)
 		}
+	}
+	for i, s := range waiting {
+		if want := time.Duration(i+1) * 100 * time.Millisecond; s.d != want {
+			t.Errorf("request %d waits %v, want %v (its place in the queue)", i+1, s.d, want)
+		}
+	}
+	// Wake them in the order of their turns, each once the one before has
+	// reached the upstream.
+	slices.SortStableFunc(waiting, func(a, b sleeper) int { return int(a.d - b.d) })
+	for _, s := range waiting {
+		close(s.wake)
+		<-arrived
 	}
 	wg.Wait()
 	if got := up.Seen(); !slices.Equal(got, want) {
