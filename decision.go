@@ -49,9 +49,12 @@ type Request struct {
 }
 
 // Store keeps the states of many keys and applies limits to them. Every
-// implementation is safe for concurrent use and decides exactly as the
-// Limit transitions do for the same sequence of times and costs (the
-// conformance suite in store/storetest checks this).
+// implementation is safe for concurrent use and decides as the Limit
+// transitions do for the same sequence of times and costs: exactly, or,
+// for a store that decides locally and reconciles later
+// (store/localfirst's lease and async modes), within a bound it states
+// (store/storetest's contract tier checks every store, its exactness tier
+// the exact ones).
 //
 // A key names one state: callers give different limits different keys. A
 // store that finds a key under another algorithm than before starts it
