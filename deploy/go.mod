@@ -2,11 +2,8 @@ module github.com/sluicehq/sluice/deploy
 
 go 1.26.8
 
-replace github.com/sluicehq/sluice => ../
-
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
 	go.yaml.in/yaml/v3 v3.0.5
 	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.37.2
@@ -22,7 +19,6 @@ require (
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20260202195803-dba9d589def2 // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
-	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-errors/errors v1.5.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect

@@ -17,6 +17,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/rules"
 )
 
 // dockerfile is the image's Dockerfile, as the commands it runs.
@@ -274,6 +278,32 @@ func checkImageConfig(t *testing.T, d dockerfile, root string) {
 		host, _, err := net.SplitHostPort(flagValue(t, fs, name))
 		if err != nil || (host != "" && host != "0.0.0.0" && host != "::") {
 			t.Errorf("the image's %s is %q, want all interfaces", name, flagValue(t, fs, name))
+		}
+	}
+}
+
+// TestDeployRules checks that the rules of the Kubernetes ConfigMap under
+// deploy/ load: deploy's own tests decode the manifests, but do not depend
+// on sluice's module.
+func TestDeployRules(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../deploy/kubernetes/sluice/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Kind string            `yaml:"kind"`
+		Data map[string]string `yaml:"data"`
+	}
+	if err := yaml.Unmarshal(b, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Kind != "ConfigMap" || len(cm.Data) == 0 {
+		t.Fatalf("deploy/kubernetes/sluice/rules.yaml: a %s with %d files, want a ConfigMap of rules", cm.Kind, len(cm.Data))
+	}
+	for name, src := range cm.Data {
+		if _, err := rules.Parse(name, []byte(src)); err != nil {
+			t.Errorf("ConfigMap sluice-rules, %s: %v", name, err)
 		}
 	}
 }

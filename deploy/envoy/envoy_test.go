@@ -6,8 +6,10 @@ package envoy
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,8 +28,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 	kyaml "sigs.k8s.io/yaml"
-
-	"github.com/sluicehq/sluice/rules"
 )
 
 // loadBootstrap decodes the Envoy config at path strictly: an unknown
@@ -108,7 +108,9 @@ func TestEnvoyConfig(t *testing.T) {
 		ep := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
 		clusters[c.GetName()] = ep.GetAddress() + ":" + strconv.Itoa(int(ep.GetPortValue()))
 	}
-	set, err := rules.Load("../../examples/rules.yaml")
+	// The domains of the example rules compose.yaml mounts (sluice's own
+	// tests check that they load).
+	domains, err := ruleDomains("../../examples/rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,12 +154,8 @@ func TestEnvoyConfig(t *testing.T) {
 					if addr != "sluice:8081" {
 						t.Errorf("rate_limit_service cluster %s points at %s, want sluice:8081 (the compose service, sluice's gRPC port)", name, addr)
 					}
-					found := false
-					for _, d := range set.Domains() {
-						found = found || d == rl.GetDomain()
-					}
-					if !found {
-						t.Errorf("the rate limit filter asks in domain %q, which examples/rules.yaml does not define (%v)", rl.GetDomain(), set.Domains())
+					if !slices.Contains(domains, rl.GetDomain()) {
+						t.Errorf("the rate limit filter asks in domain %q, which examples/rules.yaml does not define (%v)", rl.GetDomain(), domains)
 					}
 				}
 			}
@@ -260,5 +258,28 @@ func TestCompose(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(c.Services["envoy"].Volumes, " "), "./envoy.yaml:") {
 		t.Errorf("envoy does not mount envoy.yaml: %v", c.Services["envoy"].Volumes)
+	}
+}
+
+// ruleDomains returns the domain of each YAML document of the rules file
+// at path.
+func ruleDomains(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var domains []string
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	for {
+		var doc struct {
+			Domain string `yaml:"domain"`
+		}
+		if err := dec.Decode(&doc); err != nil {
+			if errors.Is(err, io.EOF) {
+				return domains, nil
+			}
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		domains = append(domains, doc.Domain)
 	}
 }

@@ -28,8 +28,6 @@ import (
 	kusttypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
-
-	"github.com/sluicehq/sluice/rules"
 )
 
 // newObject returns an empty object of the Go type for apiVersion and kind,
@@ -172,9 +170,8 @@ func build(t *testing.T, dir string) []any {
 // TestKustomizeBuild builds each kustomization and checks that the
 // objects refer to each other correctly: selectors select the pods,
 // probes and Services name ports the container has, the Secret and
-// ConfigMap the pod reads exist with the keys it reads, the rules in the
-// ConfigMap load in sluice, and the autoscaler and the disruption budget
-// govern the Deployment.
+// ConfigMap the pod reads exist with the keys it reads, and the
+// autoscaler and the disruption budget govern the Deployment.
 func TestKustomizeBuild(t *testing.T) {
 	t.Parallel()
 	for _, dir := range []string{"sluice", "redis"} {
@@ -276,11 +273,11 @@ func TestKustomizeBuild(t *testing.T) {
 		t.Errorf("SLUICE_RULES is %q, which is not where ConfigMap sluice-rules is mounted", rulesPath)
 	}
 
-	// The rules in the ConfigMap are rules sluice loads.
-	for key, src := range configMaps["sluice-rules"].Data {
-		if _, err := rules.Parse("sluice-rules/"+key, []byte(src)); err != nil {
-			t.Errorf("ConfigMap sluice-rules, %s: %v", key, err)
-		}
+	// The rules in the ConfigMap are checked by sluice's own tests
+	// (cmd/sluice TestDeployRules): this module does not depend on sluice's,
+	// so that its go.mod need not follow sluice's dependencies.
+	if len(configMaps["sluice-rules"].Data) == 0 {
+		t.Error("ConfigMap sluice-rules holds no rules")
 	}
 }
 
