@@ -19,9 +19,11 @@ import (
 )
 
 // ErrInvalidRequest is wrapped by every error of Decide: the request has no
-// domain, no descriptors, a descriptor without entries, an entry with an
-// empty key, or a negative cost, or it is beyond one of Config's caps
-// (MaxDescriptors, MaxEntries, MaxValueBytes), which the error names.
+// domain, no descriptors, a negative cost or a descriptor's own limit that
+// rules.RequestRule refuses, or it is beyond one of Config's caps
+// (MaxDescriptors, MaxEntries, MaxValueBytes), which the error names. A
+// descriptor without entries, or with an entry whose key is empty, is
+// valid, as in Envoy's ratelimit: no rule matches it.
 // Transports answer it with InvalidArgument or 400 and the error's text.
 var ErrInvalidRequest = errors.New("invalid request")
 
@@ -159,7 +161,9 @@ type responseOne struct {
 // Quota-mode descriptors (Envoy's quota_mode) are taken on their own too,
 // and deny only all together: the request is over the limit when every one
 // of them is (then the others' hits stay taken).
-// An unknown domain or a descriptor without a rule is OK with no limit.
+// An unknown domain or a descriptor without a rule is OK with no limit. A
+// descriptor with its own Limit is decided by rules.RequestRule's rule
+// instead of the one it matched, when the domain is known.
 //
 // The only errors are invalid requests (wrapping ErrInvalidRequest). A store
 // that fails or takes longer than the store timeout never makes Decide fail
@@ -201,6 +205,11 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: descriptor %d: %w", ErrInvalidRequest, i, err)
+		}
+		if rl := r.Descriptors[i].Limit; rl != nil {
+			if rule, err = rules.RequestRule(r.Domain, rule, r.Descriptors[i].Entries, *rl); err != nil {
+				return nil, fmt.Errorf("%w: descriptor %d: limit: %w", ErrInvalidRequest, i, err)
+			}
 		}
 		resp.Statuses[i].Rule = rule
 		if rule != nil {
@@ -331,8 +340,6 @@ func (c *caps) validate(r *Request) (digest bool, err error) {
 	for i := range r.Descriptors {
 		d := &r.Descriptors[i]
 		switch {
-		case len(d.Entries) == 0:
-			return false, fmt.Errorf("%w: descriptor %d: no entries", ErrInvalidRequest, i)
 		case len(d.Entries) > c.entries:
 			return false, fmt.Errorf("%w: descriptor %d: %d entries, more than the cap of %d per descriptor", ErrInvalidRequest, i, len(d.Entries), c.entries)
 		case d.Cost < 0:
@@ -341,8 +348,6 @@ func (c *caps) validate(r *Request) (digest bool, err error) {
 		for j := range d.Entries {
 			e := &d.Entries[j]
 			switch {
-			case e.Key == "":
-				return false, fmt.Errorf("%w: descriptor %d: entry %d: empty key", ErrInvalidRequest, i, j)
 			case len(e.Key) > c.value:
 				return false, fmt.Errorf("%w: descriptor %d: entry %d: key of %d bytes, more than the cap of %d", ErrInvalidRequest, i, j, len(e.Key), c.value)
 			case len(e.Value) > c.value:

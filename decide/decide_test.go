@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // want is the expected status of one descriptor. unit names the binding
@@ -303,8 +304,10 @@ func TestDecideInvalid(t *testing.T) {
 		{name: "nil", req: nil, msg: "no request"},
 		{name: "no domain", req: req("", []string{"user", "a"}), msg: "no domain"},
 		{name: "no descriptors", req: &decide.Request{Domain: "api"}, msg: "no descriptors"},
-		{name: "descriptor without entries", req: &decide.Request{Domain: "api", Descriptors: []decide.Descriptor{{Cost: 1}}}, msg: "descriptor 0: no entries"},
-		{name: "empty key", req: req("api", []string{"user", "a"}, []string{"user", "a", "", "x"}), msg: "descriptor 1: entry 1: empty key"},
+		{name: "unknown unit of a descriptor's limit", req: &decide.Request{Domain: "api", Descriptors: []decide.Descriptor{
+			{Cost: 1, Limit: &rules.RequestLimit{RequestsPerUnit: 1, Unit: "fortnight"}}}}, msg: `descriptor 0: limit: unit: unknown unit "fortnight"`},
+		{name: "negative rate of a descriptor's limit", req: &decide.Request{Domain: "api", Descriptors: []decide.Descriptor{
+			{Cost: 1, Limit: &rules.RequestLimit{RequestsPerUnit: -1, Unit: "second"}}}}, msg: "descriptor 0: limit: requests_per_unit: must be at least 0"},
 		{name: "negative cost", req: withCost(req("api", []string{"user", "a"}), -1), msg: "negative cost"},
 	}
 	for _, tt := range tests {

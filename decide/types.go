@@ -18,6 +18,10 @@ type Descriptor struct {
 	// Cost is the hits the request adds: 0 checks without counting. The
 	// transport resolves Envoy's defaults (an unset hits_addend is 1).
 	Cost int64
+	// Limit, when not nil, is the descriptor's own limit (Envoy's
+	// RateLimitDescriptor.limit), which takes the place of the rules' for
+	// it in a domain the rules define (rules.RequestRule).
+	Limit *rules.RequestLimit
 }
 
 // Request asks for a decision on the descriptors of one request in Domain.

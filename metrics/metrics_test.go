@@ -111,8 +111,8 @@ func TestDecider(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := d.Decide(ctx, request("api", "", "x")); !errors.Is(err, decide.ErrInvalidRequest) {
-		t.Fatalf("Decide(empty key) = %v, want ErrInvalidRequest", err)
+	if _, err := d.Decide(ctx, request("", "user", "x")); !errors.Is(err, decide.ErrInvalidRequest) {
+		t.Fatalf("Decide(no domain) = %v, want ErrInvalidRequest", err)
 	}
 	// user counts per rule (no values: bounded), tenant per value
 	// (detailed_metric), export's second decision is a shadow over limit,

@@ -146,9 +146,8 @@ func TestGRPCAsEnvoy(t *testing.T) {
 	}{
 		{"no domain", &rlsv3.RateLimitRequest{Descriptors: key("k1")}, "domain"},
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "api"}, "descriptors"},
-		{"descriptor without entries", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}, "descriptor 0: no entries"},
-		{"empty key", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("api_key", "k1", "", "x")}}, "descriptor 0: entry 1: empty key"},
-		{"negative hits", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: descriptor("api_key", "k1").Entries, IsNegativeHits: true}}}, "descriptors[0].is_negative_hits: is not supported"},
+		{"limit in no unit", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: descriptor("api_key", "k1").Entries,
+			Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}}}, "descriptors[0].limit.unit: UNKNOWN"},
 	}
 	for _, tt := range invalid {
 		t.Run("InvalidArgument/"+tt.name, func(t *testing.T) {
@@ -221,7 +220,8 @@ func TestHTTPAPI(t *testing.T) {
 		{"within the limit on /json is 200", "POST", "/json", `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"h2"}]}]}`, 200, []string{`"overallCode":"OK"`, `"limitRemaining":9999`}, "RateLimit"},
 		{"malformed JSON", "POST", "/v1/decide", `{"domain":"api",`, 400, []string{`"error":"decode RateLimitRequest`}, ""},
 		{"unknown field", "POST", "/v1/decide", `{"domain":"api","descriptor":[]}`, 400, []string{`descriptor`}, ""},
-		{"empty key", "POST", "/json", `{"domain":"api","descriptors":[{"entries":[{"key":""}]}]}`, 400, []string{`"error":"invalid request: descriptor 0: entry 0: empty key"`}, ""},
+		{"empty key", "POST", "/json", `{"domain":"api","descriptors":[{"entries":[{"key":""}]}]}`, 200, []string{`"overallCode":"OK"`}, ""},
+		{"no domain", "POST", "/json", `{"descriptors":[{"entries":[{"key":"api_key"}]}]}`, 400, []string{`"error":"invalid request: no domain"`}, ""},
 		{"body over 1 MiB", "POST", "/v1/decide", `{"domain":"` + strings.Repeat("a", 1<<20) + `"}`, 413, []string{`body larger than`}, ""},
 		{"wrong method", "GET", "/v1/decide", "", 405, nil, "Allow"},
 		{"healthz", "GET", "/healthz", "", 200, []string{`"ok"`}, ""},

@@ -33,13 +33,16 @@ func (e *RequestError) Error() string { return e.Field + ": " + e.Reason }
 // the hits to add the way Envoy's ratelimit service does: a descriptor's
 // hits_addend, when present, wins (an explicit 0 checks without counting);
 // otherwise the request's hits_addend applies, where 0 means unset and
-// therefore 1. Descriptors and entries keep their order. What decide cannot
-// express is reported as a *RequestError: is_negative_hits (returning hits:
-// no store gives hits back) and a descriptor's hits_addend above 2^32-1,
-// the range of the request's.
+// therefore 1. Descriptors and entries keep their order. A descriptor's
+// limit (RateLimitDescriptor.limit, the override Envoy's filter sends)
+// becomes its decide.Descriptor.Limit, which takes the place of the rules'.
 //
-// Descriptor limit overrides (RateLimitDescriptor.limit) are ignored: the
-// rules file decides.
+// A descriptor with is_negative_hits asks to give hits back, which no store
+// does: it is checked without counting (cost 0), where Envoy's ratelimit,
+// which ignores the flag, would count its hits. What decide cannot express
+// is reported as a *RequestError: a descriptor's hits_addend above 2^32-1,
+// the range of the request's, and a limit whose unit is UNKNOWN or not one
+// of Envoy's (Envoy's ratelimit cannot answer those either).
 func Decode(req *rlsv3.RateLimitRequest) (*decide.Request, error) {
 	descs := req.GetDescriptors()
 	cost := int64(req.GetHitsAddend())
@@ -54,9 +57,6 @@ func Decode(req *rlsv3.RateLimitRequest) (*decide.Request, error) {
 	entries := make([]decide.Entry, 0, n)
 	out := &decide.Request{Domain: req.GetDomain(), Descriptors: make([]decide.Descriptor, len(descs))}
 	for i, d := range descs {
-		if d.GetIsNegativeHits() {
-			return nil, &RequestError{fmt.Sprintf("descriptors[%d].is_negative_hits", i), "is not supported"}
-		}
 		start := len(entries)
 		for _, e := range d.GetEntries() {
 			entries = append(entries, decide.Entry{Key: e.GetKey(), Value: e.GetValue()})
@@ -68,9 +68,31 @@ func Decode(req *rlsv3.RateLimitRequest) (*decide.Request, error) {
 			}
 			c = int64(h.GetValue())
 		}
+		if d.GetIsNegativeHits() {
+			c = 0
+		}
 		out.Descriptors[i] = decide.Descriptor{Entries: entries[start:len(entries):len(entries)], Cost: c}
+		if o := d.GetLimit(); o != nil {
+			name := unitName(rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()))
+			if name == "" {
+				return nil, &RequestError{fmt.Sprintf("descriptors[%d].limit.unit", i), fmt.Sprintf("%s is not a unit of Envoy's", o.GetUnit())}
+			}
+			out.Descriptors[i].Limit = &rules.RequestLimit{RequestsPerUnit: int64(o.GetRequestsPerUnit()), Unit: name}
+		}
 	}
 	return out, nil
+}
+
+// unitName returns the rules file's name of Envoy's unit u (whose numbers
+// are those of envoy.type.v3.RateLimitUnit, the unit of a descriptor's
+// limit), or "" for UNKNOWN and numbers Envoy does not define.
+func unitName(u rlsv3.RateLimitResponse_RateLimit_Unit) string {
+	for _, x := range units {
+		if x.unit == u {
+			return x.name
+		}
+	}
+	return ""
 }
 
 // Encode converts a decision into Envoy's RateLimitResponse with one status
@@ -86,7 +108,8 @@ func Decode(req *rlsv3.RateLimitRequest) (*decide.Request, error) {
 // of second, minute, hour and day that divides its period. For the bucket
 // algorithms requests_per_unit is the sustained rate, not the burst.
 // limit_remaining saturates at 2^32-1, and duration_until_reset is the time
-// until the limit is whole again.
+// until the limit is whole again. A descriptor whose rule is unlimited has
+// no current_limit and limit_remaining 2^32-1, as Envoy's ratelimit sends.
 func Encode(resp *decide.Response, w *respond.Writer) *rlsv3.RateLimitResponse {
 	if len(resp.Statuses) == 1 {
 		return encodeOne(resp, w)
@@ -110,6 +133,8 @@ func encodeMany(resp *decide.Response, w *respond.Writer) *rlsv3.RateLimitRespon
 			ds.CurrentLimit = currentLimit(st.Limit)
 			ds.LimitRemaining = saturate32(st.Decision.Remaining)
 			ds.DurationUntilReset = durationpb.New(st.Decision.ResetAfter)
+		} else if unlimited(st) {
+			ds.LimitRemaining = math.MaxUint32
 		}
 		out.Statuses[i] = ds
 	}
@@ -158,6 +183,8 @@ func encodeOne(resp *decide.Response, w *respond.Writer) *rlsv3.RateLimitRespons
 		d := st.Decision.ResetAfter
 		a.reset.Seconds, a.reset.Nanos = int64(d/time.Second), int32(d%time.Second)
 		a.status.DurationUntilReset = &a.reset
+	} else if unlimited(st) {
+		a.status.LimitRemaining = math.MaxUint32
 	}
 	a.statuses[0] = &a.status
 	a.resp.Statuses = a.statuses[:]
@@ -172,6 +199,12 @@ func encodeOne(resp *decide.Response, w *respond.Writer) *rlsv3.RateLimitRespons
 		}
 	}
 	return &a.resp
+}
+
+// unlimited reports whether st is the status of a descriptor whose rule is
+// unlimited (Envoy's unlimited: true).
+func unlimited(st *decide.Status) bool {
+	return st.Rule != nil && len(st.Rule.Limits) == 1 && st.Rule.Limits[0].Unlimited
 }
 
 func code(c decide.Code) rlsv3.RateLimitResponse_Code {

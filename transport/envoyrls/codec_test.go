@@ -4,11 +4,13 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -106,14 +108,12 @@ func TestDecodeCosts(t *testing.T) {
 
 func TestDecodeErrors(t *testing.T) {
 	t.Parallel()
-	neg := desc("user", "alice")
-	neg.IsNegativeHits = true
 	tests := []struct {
 		name  string
 		req   *rlsv3.RateLimitRequest
 		field string
 	}{
-		{"negative hits", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b"), neg}}, "descriptors[1].is_negative_hits"},
+		{"limit in no unit", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b"), withLimit(desc("a", "b"), 1, 0)}}, "descriptors[1].limit.unit"},
 		{"hits_addend too large", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{withHits(desc("a", "b"), math.MaxUint32+1)}}, "descriptors[0].hits_addend"},
 	}
 	for _, tt := range tests {
@@ -326,6 +326,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "alice")}},
 		{Domain: "api", HitsAddend: 5, Descriptors: []*ratelimitv3.RateLimitDescriptor{withHits(desc("user", "alice", "path", "/login"), 2), desc("ip", "::1")}},
 		{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{IsNegativeHits: true, Entries: desc("k", "v").Entries}}},
+		{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{withLimit(desc("k", "v"), 7, typev3.RateLimitUnit_HOUR), {}}},
 	} {
 		b, err := proto.Marshal(req)
 		if err != nil {
@@ -356,8 +357,11 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		for i, dd := range req.GetDescriptors() {
 			got := out.Descriptors[i]
-			if got.Cost < 0 || got.Cost > math.MaxUint32 || len(got.Entries) != len(dd.GetEntries()) {
+			if got.Cost < 0 || got.Cost > math.MaxUint32 || len(got.Entries) != len(dd.GetEntries()) || (dd.GetIsNegativeHits() && got.Cost != 0) {
 				t.Fatalf("descriptor %d: %+v from %v", i, got, dd)
+			}
+			if o := dd.GetLimit(); (o == nil) != (got.Limit == nil) || (o != nil && (got.Limit.RequestsPerUnit != int64(o.GetRequestsPerUnit()) || got.Limit.Unit != strings.ToLower(rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()).String()))) {
+				t.Fatalf("descriptor %d: limit %+v from %v", i, got.Limit, o)
 			}
 			for j, e := range dd.GetEntries() {
 				if got.Entries[j].Key != e.GetKey() || got.Entries[j].Value != e.GetValue() {
