@@ -59,6 +59,11 @@ type Service struct {
 	fallbackMode Mode
 	ready        func() bool // the store's Ready, or nil
 	caps         caps
+	slots        Slots
+	localSlots   Slots // FailLocal's slots, or nil
+	slotTimeout  time.Duration
+	lease        time.Duration
+	holdLease    time.Duration
 }
 
 // caps are the limits on one request: Config's MaxDescriptors, MaxEntries,
@@ -90,6 +95,9 @@ func New(cfg Config) (*Service, error) {
 			now:      cfg.Now,
 			log:      cfg.Logger,
 		},
+	}
+	if err := s.initSlots(cfg); err != nil {
+		return nil, err
 	}
 	if nb, ok := cfg.Store.(NonBlocking); ok && nb.NonBlocking() {
 		s.timeout = 0
@@ -227,6 +235,9 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	if len(b.reqs) == 0 {
 		block(resp, b)
 		resp.Overall = overall(resp)
+		if resp.Overall == OK {
+			s.acquire(ctx, r, resp, b, digest)
+		}
 		return resp, nil
 	}
 	if cap(b.ds) < len(b.reqs) {
@@ -267,6 +278,9 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	}
 	block(resp, b)
 	resp.Overall = overall(resp)
+	if resp.Overall == OK {
+		s.acquire(ctx, r, resp, b, digest)
+	}
 	return resp, nil
 }
 

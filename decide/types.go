@@ -28,6 +28,11 @@ type Descriptor struct {
 type Request struct {
 	Domain      string
 	Descriptors []Descriptor
+	// Hold says the caller calls Response.Done when the request ends (the
+	// proxy and the middleware do): its concurrency slots are then held
+	// until Done, or Config.HoldLease at most. Without it (the decision
+	// APIs, which hear of no end) they are held for Config.Lease.
+	Hold bool
 }
 
 // Code is a verdict, with Envoy's meaning.
@@ -68,6 +73,13 @@ type Status struct {
 	// Rule is the rule the descriptor matched, nil if none: metrics read
 	// its detailed_metric and value_to_metric.
 	Rule *rules.Rule
+	// Concurrency reports that the rule's concurrency limit denied the
+	// request: Code is OverLimit, Limit nil, and Decision's Limit is the
+	// concurrency with nothing remaining.
+	Concurrency bool
+
+	slot  held  // the concurrency slot held, if slots is set
+	slots Slots // where slot is held
 }
 
 // Response is the verdict on a Request: OverLimit if any descriptor is.
@@ -81,6 +93,8 @@ type Response struct {
 	// UnknownDomain reports that no rules define the request's domain:
 	// every status is OK with no limit.
 	UnknownDomain bool
+
+	done *Service // set while concurrency slots are held: see Done
 }
 
 // RetryAfter returns the longest RetryAfter of the descriptors over their

@@ -21,6 +21,8 @@ type Config = respond.GuardConfig
 // New returns the middleware for cfg, or an error when Identity or Decider
 // is missing. Allowed requests reach next with the rate limit fields
 // already set on the response; denied ones get 429 and never reach it.
+// A request holds its concurrency slots (a rule's `concurrency`) until next
+// returns, or panics.
 func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	g, err := respond.NewGuard("middleware", cfg)
 	if err != nil {
@@ -28,9 +30,7 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, pass := g.Check(w, r); pass {
-				next.ServeHTTP(w, r)
-			}
+			g.Serve(w, r, next)
 		})
 	}, nil
 }

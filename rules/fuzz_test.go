@@ -30,6 +30,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    value: '*x*'\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1, throttling: soft, exceed_percent: 50}\n"))
 	f.Add([]byte("domain: a\n---\ndomain: b\n---\n"))
 	f.Add([]byte("{domain: a, descriptors: [{key: k, rate_limits: [{unlimited: true}]}]}"))
+	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    concurrency: 20\n    priority: sheddable\n    descriptors: [{key: n, concurrency: 100001, priority: x}]\n"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Parse("fuzz.yaml", data)

@@ -60,6 +60,18 @@ type Rule struct {
 	// counter per value (see AppendKey).
 	ShareThreshold bool
 	Descriptors    []*Rule
+	// Concurrency is sluice's `concurrency`: at most this many requests
+	// matching the descriptor in flight at once, counted per value as its
+	// limits are (per client, per route, or one count for the whole
+	// descriptor); 0 for none. At most MaxConcurrency.
+	Concurrency int64
+	// ConcurrencyID identifies the concurrency count in store keys, as a
+	// Limit's ID does its counter; empty without Concurrency.
+	ConcurrencyID string
+	// Priority is sluice's `priority`: PriorityCritical, PriorityDefault
+	// (also when the rules state none) or PrioritySheddable, the order in
+	// which load shedding spares the descriptor's requests.
+	Priority string
 	// File and Line locate the descriptor in its rules file.
 	File string
 	Line int

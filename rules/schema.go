@@ -48,6 +48,12 @@ type DescriptorSpec struct {
 	// string keys, lists, strings, numbers, booleans and nil), kept with
 	// the rule for the transport to return.
 	Metadata map[string]any `json:"metadata,omitempty" yaml:"metadata,omitempty"`
+	// Concurrency is sluice's `concurrency`: at most this many requests
+	// of the descriptor in flight at once (0: no such limit).
+	Concurrency int64 `json:"concurrency,omitempty" yaml:"concurrency,omitempty"`
+	// Priority is sluice's `priority`: critical, default (the zero value)
+	// or sheddable, the order in which load shedding spares requests.
+	Priority string `json:"priority,omitempty" yaml:"priority,omitempty"`
 }
 
 // RateLimitSpec is one limit of a DescriptorSpec; Limit describes what
@@ -368,6 +374,8 @@ func (c *checker) descriptor(ds *DescriptorSpec, p *parsedDomain, parent *Rule, 
 		}
 	}
 
+	c.protection(ds, r)
+
 	r.Path = p.name + "." + r.Key
 	if r.Value != "" {
 		r.Path += "_" + r.Value
@@ -390,11 +398,49 @@ func (c *checker) descriptor(ds *DescriptorSpec, p *parsedDomain, parent *Rule, 
 		r.Limits = c.rateLimits(ds.RateLimits, p, r.errPath)
 	}
 	setIDs(r)
+	if r.Concurrency > 0 {
+		r.ConcurrencyID = limitID(r, nil, -1)
+	}
 	r.Descriptors = c.descriptors(ds.Descriptors, p, r, r.errPath)
 	if !ok {
 		return nil
 	}
 	return r
+}
+
+// MaxConcurrency caps a descriptor's `concurrency`: a store keeps one
+// entry per request in flight, so a key holds at most this many.
+const MaxConcurrency = 100_000
+
+// Priorities of load shedding, as rules files name them.
+const (
+	// PriorityCritical is shed last, only once nothing else is left.
+	PriorityCritical = "critical"
+	// PriorityDefault is the priority of a descriptor that states none.
+	PriorityDefault = "default"
+	// PrioritySheddable is shed first.
+	PrioritySheddable = "sheddable"
+)
+
+// protection validates a descriptor's concurrency and priority into r.
+func (c *checker) protection(ds *DescriptorSpec, r *Rule) {
+	switch v := ds.Concurrency; {
+	case c.bad(ds, "concurrency"):
+	case v < 0 || v > MaxConcurrency:
+		c.errorf(c.line(ds, "concurrency"), r.errPath, "concurrency: must be between 1 and %d, got %d", MaxConcurrency, v)
+	default:
+		r.Concurrency = v
+	}
+	switch ds.Priority {
+	case "", PriorityDefault:
+		r.Priority = PriorityDefault
+	case PriorityCritical, PrioritySheddable:
+		r.Priority = ds.Priority
+	default:
+		if !c.bad(ds, "priority") {
+			c.errorf(c.line(ds, "priority"), r.errPath, "priority: want critical, default or sheddable, got %q", ds.Priority)
+		}
+	}
 }
 
 // maxDataDepth bounds the nesting of metadata, as JSON decoders do.
@@ -736,7 +782,8 @@ func setIDs(r *Rule) {
 // then each level's key and value), its algorithm and its period, and,
 // when nth > 0, its order among the limits of the same descriptor with
 // that algorithm and period. The rate and burst are left out, so that
-// changing them keeps the count.
+// changing them keeps the count. nth < 0 (and a nil l) derives the ID of
+// r's concurrency limit instead.
 func limitID(r *Rule, l *Limit, nth int) string {
 	h := sha256.New()
 	var buf []byte
@@ -754,9 +801,12 @@ func limitID(r *Rule, l *Limit, nth int) string {
 		str(p.Key)
 		str(p.Value)
 	}
-	if l.Unlimited {
+	switch {
+	case nth < 0: // the descriptor's concurrency limit, not a rate limit
+		str("concurrency")
+	case l.Unlimited:
 		str("unlimited")
-	} else {
+	default:
 		str(l.Limit.Algorithm.String())
 		num(l.Limit.Period.Microseconds())
 	}

@@ -81,7 +81,8 @@ func (lv *level) lookup(e Entry) *Rule {
 // domain, with the semantics of Envoy's ratelimit: the entries are matched
 // level by level, each one to the exact key and value if the rules have it,
 // else to the first wildcard value that matches, else to the key alone; the
-// descriptor is limited when its last entry lands on a rule with limits.
+// descriptor is limited when its last entry lands on a rule with limits, a
+// concurrency, or a priority other than default.
 // Match returns nil when no rule applies (the descriptor is not limited) and
 // ErrUnknownDomain, unwrapped, when no rules file defines domain. Match
 // allocates nothing. An override (WithOverrides) for exactly entries comes
@@ -112,8 +113,8 @@ func (s *Set) match(domain string, entries []Entry) (*Rule, error) {
 		case r == nil:
 			return nil, nil
 		case i == len(entries)-1:
-			if len(r.Limits) == 0 {
-				return nil, nil
+			if len(r.Limits) == 0 && r.Concurrency == 0 && r.Priority == PriorityDefault {
+				return nil, nil // nothing applies at this level
 			}
 			return r, nil
 		case len(r.Descriptors) == 0:
@@ -163,6 +164,8 @@ type ruleJSON struct {
 	DetailedMetric bool           `json:"detailed_metric,omitempty"`
 	ValueToMetric  bool           `json:"value_to_metric,omitempty"`
 	ShareThreshold bool           `json:"share_threshold,omitempty"`
+	Concurrency    int64          `json:"concurrency,omitempty"`
+	Priority       string         `json:"priority,omitempty"`
 	Descriptors    []ruleJSON     `json:"descriptors,omitempty"`
 }
 
@@ -180,7 +183,10 @@ func rulesJSON(rules []*Rule) []ruleJSON {
 			Key: r.Key, Value: r.Value, Path: r.Path, Line: r.Line, Limits: r.Limits,
 			ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode, Metadata: r.Metadata, DetailedMetric: r.DetailedMetric,
 			ValueToMetric: r.ValueToMetric, ShareThreshold: r.ShareThreshold,
-			Descriptors: rulesJSON(r.Descriptors),
+			Concurrency: r.Concurrency, Descriptors: rulesJSON(r.Descriptors),
+		}
+		if r.Priority != PriorityDefault {
+			out[i].Priority = r.Priority
 		}
 	}
 	return out

@@ -26,7 +26,8 @@ const maxNodes = 1 << 20
 var (
 	domainKeys     = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors",
-		"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"}
+		"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata",
+		"concurrency", "priority"}
 	rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
 		"algorithm", "burst", "unit_multiplier", "throttling", "exceed_percent", "sync"}
 	replacesKeys = []string{"name"}
@@ -386,6 +387,8 @@ func (d *decoder) descriptor(n *yaml.Node, ds *DescriptorSpec) {
 	d.boolean(m, "detailed_metric", &ds.DetailedMetric)
 	d.boolean(m, "value_to_metric", &ds.ValueToMetric)
 	d.boolean(m, "share_threshold", &ds.ShareThreshold)
+	d.integer(m, "concurrency", &ds.Concurrency, "must be at least 1")
+	d.str(m, "priority", &ds.Priority)
 	if f, has := m.fs["metadata"]; has {
 		ds.Metadata = d.metadata(f, m)
 	}

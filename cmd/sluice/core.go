@@ -193,6 +193,9 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	}
 	dc.Rules, dc.Store, dc.Local = watcher.Current, store, st.local
 	dc.StoreTimeout, dc.Fail, dc.Logger = c.storeTimeout, fail, log
+	if st.slots != nil {
+		dc.Slots = st.slots
+	}
 	svc, err := decide.New(dc)
 	if err != nil {
 		return nil, fmt.Errorf("decision service: %w", err)

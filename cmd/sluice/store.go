@@ -12,6 +12,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
@@ -31,6 +32,9 @@ type openedStore struct {
 	store sluice.Store
 	local sluice.Store
 	near  *localfirst.Store // the near cache in store, or nil
+	// slots count the requests in flight of concurrency limits: nil for
+	// the memory store (decide's own slots.Memory), Redis's otherwise.
+	slots decide.Slots
 	// check is the store's veto on limits (sluice.LimitChecker), or nil
 	// when it applies every valid limit.
 	check func(sluice.Limit) error
@@ -125,7 +129,7 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 			defer cancel()
 			return errors.Join(near.Close(ctx), closeBoth())
 		}
-		return &openedStore{store: near, local: mem, near: near, check: rs.CheckLimit, close: closeAll}, nil
+		return &openedStore{store: near, local: mem, near: near, slots: rs.Slots(), check: rs.CheckLimit, close: closeAll}, nil
 	}
 }
 

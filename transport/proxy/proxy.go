@@ -218,10 +218,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Body = &idleBody{ReadCloser: r.Body, rc: rc, idle: p.bodyIdle}
 		}
 	}
-	resp, pass := p.guard.Check(w, r)
+	resp, pass := p.guard.Hold(w, r)
 	if !pass {
 		return // answered, or the client is gone
 	}
+	// Concurrency slots come back when the response ends, whether it
+	// ended well, the upstream failed, the client left or a handler
+	// panicked (ReverseProxy aborts with http.ErrAbortHandler).
+	defer resp.Done(context.WithoutCancel(r.Context()))
 	if resp == nil || p.maxDelay == 0 {
 		p.rp.ServeHTTP(w, r)
 		return

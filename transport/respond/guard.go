@@ -80,12 +80,42 @@ func (g *Guard) Writer() *Writer { return g.w }
 // the Decider failed otherwise and the Guard fails closed) or the client
 // is gone, and nothing more is to be written. r's context bounds the
 // decision.
+//
+// A concurrency limit's slot taken by Check is held for decide's Lease:
+// Check is for a way in that hears of no end of the request
+// (forward-auth). Ways in that do hear of it use Hold or Serve.
 func (g *Guard) Check(w http.ResponseWriter, r *http.Request) (resp *decide.Response, pass bool) {
+	return g.check(w, r, false)
+}
+
+// Hold is Check for a caller that serves the request itself and calls
+// resp.Done when the response ends, however it ends (a deferred call runs
+// on a panic too): the request's concurrency slots are held until then.
+// resp.Done is safe on a nil resp.
+func (g *Guard) Hold(w http.ResponseWriter, r *http.Request) (resp *decide.Response, pass bool) {
+	return g.check(w, r, true)
+}
+
+// Serve decides r as Hold does and, when it passes, serves it with next,
+// releasing its concurrency slots when next returns or panics (the panic
+// goes on), the client gone or not.
+func (g *Guard) Serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	resp, pass := g.check(w, r, true)
+	if !pass {
+		return
+	}
+	if resp != nil {
+		defer resp.Done(context.WithoutCancel(r.Context()))
+	}
+	next.ServeHTTP(w, r)
+}
+
+func (g *Guard) check(w http.ResponseWriter, r *http.Request, hold bool) (resp *decide.Response, pass bool) {
 	ds := g.id.Descriptors(r)
 	if len(ds) == 0 { // no limit applies: nothing to decide
 		return nil, true
 	}
-	req := decide.Request{Domain: g.id.Domain(), Descriptors: ds}
+	req := decide.Request{Domain: g.id.Domain(), Descriptors: ds, Hold: hold}
 	resp, err := g.decider.Decide(r.Context(), &req)
 	if err != nil {
 		if r.Context().Err() != nil {

@@ -1,0 +1,60 @@
+package rules
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestConcurrencyPriority: concurrency and priority are read, bounded and
+// refused at their lines; a descriptor with only a concurrency matches.
+func TestConcurrencyPriority(t *testing.T) {
+	t.Parallel()
+	set, err := Parse("r.yaml", []byte(`
+domain: api
+descriptors:
+  - key: user
+    concurrency: 20
+    priority: critical
+  - key: path
+    value: /batch
+    priority: sheddable
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: plain
+    descriptors:
+      - key: x
+        concurrency: 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := set.Match("api", []Entry{{"user", "bob"}})
+	if err != nil || r == nil || r.Concurrency != 20 || r.Priority != PriorityCritical || len(r.ConcurrencyID) != 16 {
+		t.Fatalf("user: %+v %v", r, err)
+	}
+	r2, _ := set.Match("api", []Entry{{"path", "/batch"}})
+	if r2 == nil || r2.Priority != PrioritySheddable || r2.Concurrency != 0 || r2.ConcurrencyID != "" {
+		t.Fatalf("path: %+v", r2)
+	}
+	if r, _ := set.Match("api", []Entry{{"plain", "p"}}); r != nil {
+		t.Fatalf("a descriptor with nothing to apply matched: %+v", r)
+	}
+	r3, _ := set.Match("api", []Entry{{"plain", "p"}, {"x", "1"}})
+	if r3 == nil || r3.Priority != PriorityDefault || r3.ConcurrencyID == r.ConcurrencyID {
+		t.Fatalf("nested: %+v", r3)
+	}
+
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"zero", "concurrency: 0", "r.yaml:4: concurrency: must be at least 1, got 0"},
+		{"negative", "concurrency: -3", "r.yaml:4: concurrency: must be between 1 and 100000, got -3"},
+		{"huge", "concurrency: 100001", "r.yaml:4: concurrency: must be between 1 and 100000, got 100001"},
+		{"word", "concurrency: many", "r.yaml:4: concurrency: want a whole number"},
+		{"priority", "priority: urgent", `r.yaml:4: priority: want critical, default or sheddable, got "urgent"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("r.yaml", []byte("domain: api\ndescriptors:\n  - key: user\n    "+tc.yaml+"\n"))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
