@@ -298,3 +298,65 @@ func TestLeaseRedisDies(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeaseZipf sends 100,000 requests of 10,000 users drawn from a Zipf
+// distribution (s = 1.1) to 3 lease-mode nodes at one instant, with a
+// limit of 100 a window, so that about 1% of the users exceed it: no user
+// is admitted more than 100, and none fewer than its requests (at most
+// 100) less the stated bound.
+func TestLeaseZipf(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	url := "redis://" + testenv.RedisAddr(t) + "/0"
+	nodes := openLeaseNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{})
+	l := sluice.Limit{Rate: 100, Period: time.Hour}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	z := rand.NewZipf(rng, 1.1, 1, 9999)
+	const n = 100_000
+	users := make([]uint64, n)
+	for i := range users {
+		users[i] = z.Uint64()
+	}
+	asked, admitted := make([]int64, 10000), make([]atomic.Int64, 10000)
+	for _, u := range users {
+		asked[u]++
+	}
+	errs := make(chan error, 12)
+	for g := range 12 {
+		go func() {
+			for i := g; i < n; i += 12 {
+				d, err := nodes[g%3].Take(context.Background(), fmt.Sprintf("{u%d}", users[i]), l, 1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if d.Allowed {
+					admitted[users[i]].Add(1)
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 12 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	under := leaseBound(Config{}).Under(l, 3)
+	over, calls := 0, uint64(0)
+	for u := range asked {
+		a := admitted[u].Load()
+		if asked[u] > l.Rate {
+			over++
+		}
+		if a > l.Rate || a < min(asked[u], l.Rate)-under {
+			t.Fatalf("user %d asked %d, admitted %d: want at most %d and at least %d", u, asked[u], a, l.Rate, min(asked[u], l.Rate)-under)
+		}
+	}
+	for _, s := range nodes {
+		calls += s.Stats().StoreCalls
+	}
+	t.Logf("%d of 10000 users over the limit; %d store calls for %d decisions (%.3f each)", over, calls, n, float64(calls)/n)
+	if over < 50 || over > 200 {
+		t.Fatalf("%d users over the limit: the workload is not the one meant (about 1%%)", over)
+	}
+}
