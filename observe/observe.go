@@ -1,0 +1,266 @@
+// Package observe watches the decisions of sluice's decision service from
+// a decorator around it, as metrics does: it counts the requests and the
+// denials of every client in bounded memory (package sketch), per domain
+// and descriptor key, for GET /v1/top, and it logs a sample of the
+// denials. GET /v1/keys shows one client's state under its limits.
+package observe
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/sketch"
+)
+
+// Service is what a Decider decorates: the Decide method of
+// *decide.Service.
+type Service interface {
+	Decide(ctx context.Context, r *decide.Request) (*decide.Response, error)
+}
+
+// Config configures a Decider. A zero field means its default.
+type Config struct {
+	// Sketch sizes the counters of each domain and descriptor key (two
+	// per key: requests and denials).
+	Sketch sketch.Config
+	// MaxKeys is the most domain and descriptor key pairs counted; the
+	// rules bound them too, since only the keys of descriptors that
+	// matched a rule are counted. Default 16: with the default sketch,
+	// 2 x 16 x sketch.BytesFor = about 13 MiB at most.
+	MaxKeys int
+	// DenialLogRate is the most denials logged per second (a token bucket
+	// with a burst of as many); the lines beyond are counted and the next
+	// line logged says how many. Default 10; negative logs none.
+	DenialLogRate float64
+	// Logger receives the denial lines, at level Info. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// Now is the clock of the windows. Default time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults of every field.
+func DefaultConfig() Config {
+	return Config{
+		Sketch:        sketch.DefaultConfig(),
+		MaxKeys:       16, // keys of a few domains' rules; about 13 MiB at most
+		DenialLogRate: 10, // lines a second: enough to see who, not a flood in the logs
+		Logger:        slog.Default(),
+		Now:           time.Now,
+	}
+}
+
+// MaxMaxKeys caps Config.MaxKeys.
+const MaxMaxKeys = 1024
+
+// Decider counts the decisions of a Service and logs its denials. It is
+// safe for concurrent use and has the same Decide method.
+type Decider struct {
+	next    Service
+	cfg     Config
+	mode    func() decide.Mode
+	logs    *rate.Limiter // nil: no denial log
+	dropped atomic.Int64  // denial lines not logged since the last one
+
+	mu   sync.Mutex                                      // held to add keys
+	keys atomic.Pointer[map[string]map[string]*counters] // domain -> key; copied on write
+	nkey int
+}
+
+// counters are the counts of one domain and descriptor key.
+type counters struct {
+	requests, denied *sketch.Counter
+}
+
+// New returns a Decider that watches next.
+func New(next Service, cfg Config) (*Decider, error) {
+	d := DefaultConfig()
+	if cfg.MaxKeys == 0 {
+		cfg.MaxKeys = d.MaxKeys
+	}
+	if cfg.MaxKeys < 0 || cfg.MaxKeys > MaxMaxKeys {
+		return nil, fmt.Errorf("observe: max keys %d: want 1 to %d", cfg.MaxKeys, MaxMaxKeys)
+	}
+	if cfg.DenialLogRate == 0 {
+		cfg.DenialLogRate = d.DenialLogRate
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = d.Logger
+	}
+	if cfg.Now == nil {
+		cfg.Now = d.Now
+	}
+	if _, err := sketch.New(cfg.Sketch); err != nil {
+		return nil, fmt.Errorf("observe: %w", err)
+	}
+	o := &Decider{next: next, cfg: cfg}
+	if cfg.DenialLogRate > 0 {
+		o.logs = rate.NewLimiter(rate.Limit(cfg.DenialLogRate), max(1, int(cfg.DenialLogRate)))
+	}
+	if mo, ok := next.(interface{ Mode() decide.Mode }); ok {
+		o.mode = mo.Mode
+	}
+	m := map[string]map[string]*counters{}
+	o.keys.Store(&m)
+	return o, nil
+}
+
+// Mode returns the decorated Service's Mode, or decide.ModeStore when it
+// has none, so that metrics.Decider over a Decider still reports it.
+func (o *Decider) Mode() decide.Mode {
+	if o.mode == nil {
+		return decide.ModeStore
+	}
+	return o.mode()
+}
+
+// Decide decides r with the decorated Service, then counts every entry of
+// each descriptor that matched a rule under its domain and key, as a
+// request and, when the descriptor was over its limit (or would have been,
+// in shadow mode), as a denial.
+func (o *Decider) Decide(ctx context.Context, r *decide.Request) (*decide.Response, error) {
+	resp, err := o.next.Decide(ctx, r)
+	if err != nil || resp == nil {
+		return resp, err
+	}
+	var now time.Time
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		if st.Rule == nil || i >= len(r.Descriptors) {
+			continue
+		}
+		if now.IsZero() {
+			now = o.cfg.Now()
+		}
+		denied := st.Code == decide.OverLimit || st.ShadowOverLimit
+		entries := r.Descriptors[i].Entries
+		entries = entries[:min(len(entries), st.Rule.Depth())]
+		for _, e := range entries {
+			c := o.counters(st.Rule.Domain, e.Key)
+			if c == nil {
+				continue
+			}
+			c.requests.Add(now, e.Value)
+			if denied {
+				c.denied.Add(now, e.Value)
+			}
+		}
+		if denied && o.logs != nil {
+			o.logDenial(now, r.Domain, entries, st)
+		}
+	}
+	return resp, nil
+}
+
+// logDenial logs one denial if the sample allows it.
+func (o *Decider) logDenial(now time.Time, domain string, entries []decide.Entry, st *decide.Status) {
+	if !o.logs.AllowN(now, 1) {
+		o.dropped.Add(1)
+		return
+	}
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(e.Key)
+		b.WriteByte('=')
+		b.WriteString(e.Value)
+	}
+	attrs := []any{"domain", domain, "descriptor", b.String(), "rule", st.Rule.Path,
+		"retry_after", st.Decision.RetryAfter, "shadow", st.Shadow}
+	if st.Limit != nil {
+		attrs = append(attrs, "limit", st.Limit.Enforced().String(), "limit_id", st.Limit.ID,
+			"rules_file", fmt.Sprintf("%s:%d", st.Limit.File, st.Limit.Line))
+	}
+	if n := o.dropped.Swap(0); n > 0 {
+		attrs = append(attrs, "unlogged_before", n)
+	}
+	o.cfg.Logger.Info("denied", attrs...)
+}
+
+// counters returns the counters of domain and key, made on first use, or
+// nil when MaxKeys pairs are counted already.
+func (o *Decider) counters(domain, key string) *counters {
+	if c := (*o.keys.Load())[domain][key]; c != nil {
+		return c
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	old := *o.keys.Load()
+	if c := old[domain][key]; c != nil {
+		return c
+	}
+	if o.nkey >= o.cfg.MaxKeys {
+		return nil
+	}
+	req, err1 := sketch.New(o.cfg.Sketch)
+	den, err2 := sketch.New(o.cfg.Sketch)
+	if err1 != nil || err2 != nil {
+		return nil // New checked the Config
+	}
+	c := &counters{requests: req, denied: den}
+	m := make(map[string]map[string]*counters, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	inner := make(map[string]*counters, len(old[domain])+1)
+	for k, v := range old[domain] {
+		inner[k] = v
+	}
+	inner[strings.Clone(key)] = c
+	m[strings.Clone(domain)] = inner
+	o.keys.Store(&m)
+	o.nkey++
+	return c
+}
+
+// Key is a domain and descriptor key that a Decider counts.
+type Key struct {
+	Domain string `json:"domain"`
+	Key    string `json:"key"`
+}
+
+// Keys returns the domain and key pairs counted so far, sorted.
+func (o *Decider) Keys() []Key {
+	var ks []Key
+	for d, m := range *o.keys.Load() {
+		for k := range m {
+			ks = append(ks, Key{d, k})
+		}
+	}
+	sortKeys(ks)
+	return ks
+}
+
+// Bytes returns the memory the counters hold now; it grows with the keys
+// counted, to at most 2 x MaxKeys x sketch.BytesFor(Config.Sketch).
+func (o *Decider) Bytes() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return 2 * o.nkey * sketch.BytesFor(o.cfg.Sketch)
+}
+
+// Top returns the heaviest n clients of domain and key, by requests or by
+// denials (denied), in window (sketch.Minute or sketch.Hour). ok is false
+// when the pair is not counted.
+func (o *Decider) Top(domain, key string, denied bool, window time.Duration, n int) (t sketch.Top, ok bool, err error) {
+	c := (*o.keys.Load())[domain][key]
+	if c == nil {
+		return sketch.Top{}, false, nil
+	}
+	s := c.requests
+	if denied {
+		s = c.denied
+	}
+	t, err = s.Top(o.cfg.Now(), window, n)
+	return t, true, err
+}

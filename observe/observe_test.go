@@ -1,0 +1,364 @@
+package observe_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/observe"
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+
+const testRules = `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    descriptors:
+      - key: api
+        value: send
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: remote_address
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+// stack is a decision service on a memory store with a Decider over it,
+// all on one fake clock.
+type stack struct {
+	clk *clocktest.Clock
+	svc *decide.Service
+	obs *observe.Decider
+	log *bytes.Buffer
+	srv *httptest.Server
+}
+
+func newStack(t testing.TB, cfg observe.Config) *stack {
+	t.Helper()
+	set, err := rules.Parse("rules.yaml", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktest.New(t0)
+	mc := memory.DefaultConfig()
+	mc.Now = clk.Now
+	mem, err := memory.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mem.Close() })
+	dc := decide.DefaultConfig()
+	dc.Rules = func() *rules.Set { return set }
+	dc.Store, dc.Now = mem, clk.Now
+	dc.Logger = slog.New(slog.DiscardHandler)
+	svc, err := decide.New(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	cfg.Now = clk.Now
+	cfg.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
+	obs, err := observe.New(svc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/top", obs.TopHandler())
+	mux.Handle("GET /v1/keys/", observe.KeysHandler(svc))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &stack{clk: clk, svc: svc, obs: obs, log: &buf, srv: srv}
+}
+
+func req(domain string, kv ...string) *decide.Request {
+	var es []decide.Entry
+	for i := 0; i < len(kv); i += 2 {
+		es = append(es, decide.Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return &decide.Request{Domain: domain, Descriptors: []decide.Descriptor{{Entries: es, Cost: 1}}}
+}
+
+func (s *stack) decide(t testing.TB, r *decide.Request) *decide.Response {
+	t.Helper()
+	resp, err := s.obs.Decide(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func get(t testing.TB, url string, want int, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		t.Fatalf("GET %s: %d, want %d", url, resp.StatusCode, want)
+	}
+	if v != nil {
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+	}
+}
+
+type topBody struct {
+	Counted    bool
+	Total      uint64
+	ErrorBound uint64 `json:"error_bound"`
+	Clients    []struct {
+		Value string
+		Count uint64
+	}
+	Keys []observe.Key
+}
+
+// TestTop: alice sends 20 requests (5 admitted), bob 3, carol 1; GET
+// /v1/top lists alice first by denials and by requests, each count within
+// the bound, and the counts leave the minute window a minute later.
+func TestTop(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, observe.Config{})
+	for range 20 {
+		s.decide(t, req("api", "user", "alice"))
+	}
+	for range 3 {
+		s.decide(t, req("api", "user", "bob"))
+	}
+	s.decide(t, req("api", "user", "carol"))
+	s.decide(t, req("api", "nobody", "x")) // no rule: not counted
+
+	var top topBody
+	get(t, s.srv.URL+"/v1/top?domain=api&key=user&by=denied&window=1m", 200, &top)
+	if !top.Counted || top.Total != 15 || len(top.Clients) != 1 || top.Clients[0].Value != "alice" ||
+		top.Clients[0].Count < 15 || top.Clients[0].Count > 15+top.ErrorBound {
+		t.Errorf("denied: %+v, want alice 15 of 15", top)
+	}
+	get(t, s.srv.URL+"/v1/top?domain=api&key=user&by=requests&window=1h&n=2", 200, &top)
+	if top.Total != 24 || len(top.Clients) != 2 || top.Clients[0].Value != "alice" || top.Clients[1].Value != "bob" {
+		t.Errorf("requests: %+v, want alice, bob of 24", top)
+	}
+	get(t, s.srv.URL+"/v1/top?domain=api&key=nobody", 200, &top)
+	if top.Counted || len(top.Keys) != 1 || top.Keys[0] != (observe.Key{Domain: "api", Key: "user"}) {
+		t.Errorf("uncounted key: %+v, want counted false and keys [api user]", top)
+	}
+	s.clk.Advance(61 * time.Second)
+	get(t, s.srv.URL+"/v1/top?domain=api&key=user&by=requests", 200, &top)
+	if top.Total != 0 || len(top.Clients) != 0 {
+		t.Errorf("a minute later: %+v, want nothing", top)
+	}
+	get(t, s.srv.URL+"/v1/top?domain=api&key=user&by=requests&window=1h", 200, &top)
+	if top.Total != 24 {
+		t.Errorf("an hour's window a minute later: total %d, want 24", top.Total)
+	}
+}
+
+// TestShadowDenied: a shadow-mode descriptor over its limit counts as a
+// denial though it is answered OK.
+func TestShadowDenied(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, observe.Config{})
+	for range 3 {
+		if resp := s.decide(t, req("api", "remote_address", "10.0.0.1")); resp.Overall != decide.OK {
+			t.Fatalf("shadow mode answered %v", resp.Overall)
+		}
+	}
+	var top topBody
+	get(t, s.srv.URL+"/v1/top?domain=api&key=remote_address", 200, &top)
+	if top.Total != 2 || len(top.Clients) != 1 || top.Clients[0].Value != "10.0.0.1" {
+		t.Errorf("%+v, want 10.0.0.1 denied twice", top)
+	}
+}
+
+func TestTopRefusals(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, observe.Config{})
+	for _, q := range []string{"window=5m", "by=ok", "n=0", "n=101", "n=x", "domain=api", "key=user", "domian=api&key=user"} {
+		get(t, s.srv.URL+"/v1/top?"+q, 400, nil)
+	}
+}
+
+// TestMaxKeys: keys beyond MaxKeys are not counted, and the memory stays
+// what MaxKeys allows.
+func TestMaxKeys(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, observe.Config{MaxKeys: 1})
+	s.decide(t, req("api", "user", "alice"))
+	s.decide(t, req("api", "remote_address", "10.0.0.1"))
+	if ks := s.obs.Keys(); len(ks) != 1 || ks[0].Key != "user" {
+		t.Errorf("keys %v, want only api/user", ks)
+	}
+	if _, err := observe.New(s.svc, observe.Config{MaxKeys: observe.MaxMaxKeys + 1}); err == nil {
+		t.Error("MaxKeys above the cap accepted")
+	}
+}
+
+// TestKeys: GET /v1/keys shows a client's state under the limits of each
+// prefix of its entries, and looking takes nothing.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, observe.Config{})
+	s.decide(t, req("api", "user", "al/ice", "api", "send"))
+	s.decide(t, req("api", "user", "al/ice", "api", "send"))
+	s.decide(t, req("api", "user", "al/ice", "api", "send"))
+	type body struct {
+		Descriptors []struct {
+			Rule, Code, Limit string
+			Remaining         int64
+			DeniesNext        bool `json:"denies_next"`
+			Limits            []string
+		}
+	}
+	for range 2 { // twice: the first look must not count
+		var b body
+		get(t, s.srv.URL+"/v1/keys/api/user/al%2Fice/api/send", 200, &b)
+		if len(b.Descriptors) != 2 {
+			t.Fatalf("%+v, want two descriptors", b)
+		}
+		if d := b.Descriptors[0]; d.Rule != "api.user" || d.Code != "OK" || d.Remaining != 5 || d.DeniesNext {
+			t.Errorf("user: %+v, want OK with 5 remaining (the requests were of user+api only)", d)
+		}
+		if d := b.Descriptors[1]; d.Rule != "api.user.api_send" || d.Code != "OK" || d.Remaining != 0 || !d.DeniesNext {
+			t.Errorf("user+api: %+v, want none remaining, the next denied", d)
+		}
+	}
+	for _, p := range []string{"api", "api/user", "api/user/a/b", "api/" + strings.Repeat("k/v/", 9), "api//v"} {
+		get(t, s.srv.URL+"/v1/keys/"+p, 400, nil)
+	}
+}
+
+// TestDenialLog: at most DenialLogRate lines a second, and the next line
+// says how many were left out.
+func TestDenialLog(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, observe.Config{DenialLogRate: 2})
+	for range 15 {
+		s.decide(t, req("api", "user", "alice")) // 10 denied
+	}
+	lines := func() []map[string]any {
+		var out []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(s.log.String()), "\n") {
+			if l == "" {
+				continue
+			}
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	if ls := lines(); len(ls) != 2 {
+		t.Fatalf("%d lines for 10 denials at once, want 2:\n%s", len(ls), s.log)
+	}
+	l := lines()[0]
+	for k, want := range map[string]any{"msg": "denied", "domain": "api", "descriptor": "user=alice", "rule": "api.user",
+		"limit": "5/1m0s", "rules_file": "rules.yaml:5"} {
+		if l[k] != want {
+			t.Errorf("%s = %v, want %v", k, l[k], want)
+		}
+	}
+	if ra, ok := l["retry_after"].(float64); !ok || ra <= 0 {
+		t.Errorf("retry_after %v, want a positive duration", l["retry_after"])
+	}
+	s.clk.Advance(time.Second)
+	s.decide(t, req("api", "user", "alice"))
+	ls := lines()
+	if len(ls) != 3 || ls[2]["unlogged_before"] != float64(8) {
+		t.Errorf("after a second: %d lines, last %v, want 3 with unlogged_before 8", len(ls), ls[len(ls)-1])
+	}
+}
+
+// BenchmarkObserve decides a request of one descriptor of 10,000 users on
+// the memory store, alone and through a Decider: the difference is the
+// cost of counting.
+func BenchmarkObserve(b *testing.B) {
+	s := newStack(b, observe.Config{})
+	reqs := make([]*decide.Request, 10000)
+	for i := range reqs {
+		reqs[i] = req("api", "user", "user-"+strconv.Itoa(i))
+		reqs[i].Descriptors[0].Cost = 0 // decisions stay OK
+	}
+	for _, bc := range []struct {
+		name string
+		d    observe.Service
+	}{{"without", s.svc}, {"with", s.obs}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := bc.d.Decide(ctx, reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+func FuzzKeysPath(f *testing.F) {
+	s := newStack(f, observe.Config{})
+	for _, seed := range []string{"api/user/alice", "api/user/al%2Fice/api/send", "api//", "%zz", "a/b/c/d/e"} {
+		f.Add(seed)
+	}
+	h := observe.KeysHandler(s.svc)
+	f.Fuzz(func(t *testing.T, p string) {
+		r, err := http.NewRequest("GET", "http://x/", nil)
+		if err != nil {
+			t.Skip()
+		}
+		r.URL.Path, r.URL.RawPath = "/v1/keys/"+p, ""
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != 200 && w.Code != 400 {
+			t.Fatalf("%q: %d %s", p, w.Code, w.Body)
+		}
+		if !json.Valid(w.Body.Bytes()) {
+			t.Fatalf("%q: body %q", p, w.Body)
+		}
+	})
+}
+
+func FuzzTopQuery(f *testing.F) {
+	s := newStack(f, observe.Config{})
+	s.decide(f, req("api", "user", "alice"))
+	for _, seed := range []string{"domain=api&key=user", "by=requests&window=1h&n=3", "n=-1", "window=%zz"} {
+		f.Add(seed)
+	}
+	h := s.obs.TopHandler()
+	f.Fuzz(func(t *testing.T, q string) {
+		r := httptest.NewRequest("GET", "http://x/v1/top", nil)
+		r.URL.RawQuery = q
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != 200 && w.Code != 400 {
+			t.Fatalf("%q: %d %s", q, w.Code, w.Body)
+		}
+		if !json.Valid(w.Body.Bytes()) {
+			t.Fatalf("%q: body %q", q, w.Body)
+		}
+	})
+}
+
+var _ = fmt.Sprint
