@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of sluice on a fresh Debian machine: installs what the
-# tests need (Redis, nginx) from Debian's packages when missing, starts a
+# tests need (Redis, nginx, chromium) from Debian's packages when missing, starts a
 # standalone Redis and a Redis Cluster on free loopback ports, runs gofmt,
 # go vet and all tests with the race detector, and stops the servers.
 set -euo pipefail
@@ -13,6 +13,8 @@ need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v nginx >/dev/null || need+=(nginx)
+# Debian's chromium, for the dashboard's browser test (TestDashboardBrowser).
+command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]}"
   as_root apt-get update -qq

@@ -16,11 +16,13 @@ import (
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/observe"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/tracing"
 	"github.com/sluicehq/sluice/transport/forwardauth"
 	"github.com/sluicehq/sluice/transport/respond"
+	"github.com/sluicehq/sluice/ui"
 )
 
 // coreFlags are the flags of every command that decides: serve and proxy.
@@ -43,9 +45,10 @@ type coreFlags struct {
 	asyncNodes   int
 	logLevel     string
 	logFormat    string
-	compat       compatFlags // Envoy ratelimit's metrics and shadow mode
-	net          listenFlags // ops listeners and TLS
-	trace        traceFlags  // OpenTelemetry spans
+	compat       compatFlags  // Envoy ratelimit's metrics and shadow mode
+	observe      observeFlags // heavy hitters and the denial log
+	net          listenFlags  // ops listeners and TLS
+	trace        traceFlags   // OpenTelemetry spans
 }
 
 func (c *coreFlags) register(fs *ff.FlagSet) {
@@ -66,6 +69,7 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&c.logLevel, 0, "log-level", "info", withEnv("log-level", "debug, info, warn or error"))
 	fs.StringVar(&c.logFormat, 0, "log-format", "text", withEnv("log-format", "text or json"))
 	c.compat.register(fs)
+	c.observe.register(fs)
 	c.net.register(fs)
 	c.trace.register(fs)
 }
@@ -89,12 +93,15 @@ func (c *coreFlags) loader() rules.Loader {
 // core is what serve and proxy share: the metrics registry, the store, the
 // rules watcher and the decision service wrapped in metrics.
 type core struct {
-	reg     *prometheus.Registry
-	watcher *rules.Watcher
-	decider *metrics.Decider
-	stores  *openedStore
-	closers []func() error // in the order to call them
-	syncs   atomic.Pointer[ruleSyncs]
+	reg      *prometheus.Registry
+	watcher  *rules.Watcher
+	decider  *metrics.Decider
+	svc      *decide.Service  // beneath the decorators: GET /v1/keys looks without counting
+	observer *observe.Decider // heavy hitters, denial log
+	events   *ui.Events       // rules loads, for the dashboard
+	stores   *openedStore
+	closers  []func() error // in the order to call them
+	syncs    atomic.Pointer[ruleSyncs]
 }
 
 // newCore opens the store, loads and watches the rules and makes the
@@ -115,7 +122,11 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	if c.leaseLife <= 0 || c.maxLease <= 0 || c.syncInterval <= 0 || c.asyncNodes <= 0 {
 		return nil, usageError("--lease-lifetime, --max-lease, --sync-interval and --async-nodes must be positive")
 	}
-	co := &core{reg: prometheus.NewRegistry()}
+	oc, err := c.observe.config()
+	if err != nil {
+		return nil, err
+	}
+	co := &core{reg: prometheus.NewRegistry(), events: ui.NewEvents(reloadEvents)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, co.close())
@@ -166,6 +177,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	}
 	watcher, err := c.loader().Watch(c.rules, func(set *rules.Set, err error) {
 		m.Reload(err)
+		co.events.Add(time.Now(), set, err)
 		if err != nil {
 			log.Error("rules reload failed; the rules in force stay", "rules", c.rules, "err", err)
 			return
@@ -179,6 +191,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	co.watcher, co.stores = watcher, st
 	co.closers = append(co.closers, watcher.Close, st.close)
 	m.Reload(nil)
+	co.events.Add(time.Now(), watcher.Current(), nil)
 	log.Info("rules loaded", "rules", c.rules, "version", watcher.Current().Version(), "domains", watcher.Current().Domains())
 
 	dc := decide.DefaultConfig()
@@ -204,7 +217,11 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	if tp != nil {
 		inner = tracing.NewDecider(inner, tp)
 	}
-	co.decider = m.Decider(inner)
+	oc.Logger = log
+	if co.observer, err = observe.New(inner, oc); err != nil {
+		return nil, err
+	}
+	co.svc, co.decider = svc, m.Decider(co.observer)
 	return co, nil
 }
 

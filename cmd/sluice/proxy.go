@@ -116,6 +116,10 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 		return err
 	}
 
+	if err := co.mountDashboard(ops); err != nil {
+		return err
+	}
+
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", c.listen)
 	if err != nil {

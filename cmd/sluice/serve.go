@@ -53,7 +53,8 @@ func serveCommand(stderr io.Writer) *ff.Command {
 		Usage:     "sluice serve --rules FILE|DIR [FLAGS]",
 		ShortHelp: "answer Envoy's gRPC rate limit API and the HTTP API",
 		LongHelp: "Serves envoy.service.ratelimit.v3.RateLimitService on --grpc-addr and, on --http-addr,\n" +
-			"POST /v1/decide, POST /json, GET /healthz, /readyz, /v1/rules and /metrics.\n" +
+			"POST /v1/decide, POST /json, GET /healthz, /readyz, /v1/rules, /metrics, the dashboard at /ui,\n" +
+			"the heavy hitters at /v1/top and one client's state at /v1/keys/DOMAIN/KEY/VALUE.\n" +
 			"The rules are reloaded when their files change; a broken edit keeps the rules in force.\n" +
 			"SIGINT or SIGTERM stops accepting calls and finishes those in flight.",
 		Flags: fs,
@@ -124,6 +125,10 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		Gatherer: co.reg,
 	})
 	if err != nil {
+		return err
+	}
+
+	if err := co.mountDashboard(api, ops); err != nil {
 		return err
 	}
 

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// dashboardRules limit each user to 5 requests a minute.
+const dashboardRules = `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`
+
+// decideUser asks s's HTTP API for a decision on user and returns its
+// overall code.
+func decideUser(c *http.Client, url, user string) (string, error) {
+	body := fmt.Sprintf(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":%q}]}]}`, user)
+	resp, err := c.Post(url+"/v1/decide", "application/json", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var v struct{ OverallCode string }
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return "", err
+	}
+	return v.OverallCode, nil
+}
+
+// TestServeDashboardRoutes: serve answers /ui, /v1/top with the client it
+// denied most, /v1/keys with its state, and logs its denials.
+func TestServeDashboardRoutes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "rules.yaml"), dashboardRules)
+	s := startServer(t, nil, "--rules", dir, "--deny-log-rate", "100")
+	for i := range 8 {
+		code, err := decideUser(s.http, s.httpURL, "mallory")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]string{true: "OK", false: "OVER_LIMIT"}[i < 5]; code != want {
+			t.Fatalf("request %d: %s, want %s", i, code, want)
+		}
+	}
+	if r := s.do(t, "GET", "/ui/", ""); r.code != 200 || !strings.Contains(r.body, "uPlot.iife.min.js") {
+		t.Errorf("/ui/: %d %.200s", r.code, r.body)
+	}
+	if r := s.do(t, "GET", "/ui/static/uplot/uPlot.iife.min.js", ""); r.code != 200 || len(r.body) < 40000 {
+		t.Errorf("uPlot: %d, %d bytes", r.code, len(r.body))
+	}
+	r := s.do(t, "GET", "/v1/top?domain=api&key=user&by=denied&window=1m", "")
+	var top struct {
+		Clients []struct {
+			Value string
+			Count uint64
+		}
+		ErrorBound uint64 `json:"error_bound"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &top); err != nil || r.code != 200 {
+		t.Fatalf("/v1/top: %d %s", r.code, r.body)
+	}
+	if len(top.Clients) != 1 || top.Clients[0].Value != "mallory" || top.Clients[0].Count < 3 || top.Clients[0].Count > 3+top.ErrorBound {
+		t.Errorf("/v1/top: %s, want mallory denied 3 times", r.body)
+	}
+	if r := s.do(t, "GET", "/v1/keys/api/user/mallory", ""); r.code != 200 || !strings.Contains(r.body, `"remaining":0`) || !strings.Contains(r.body, `"denies_next":true`) {
+		t.Errorf("/v1/keys: %d %s", r.code, r.body)
+	}
+	eventually(t, "a denial logged", func() bool {
+		l := s.logs.find("denied")
+		return l != nil && l["descriptor"] == "user=mallory" && l["limit"] == "5/1m0s"
+	})
+}
+
+// chromiumPath finds Debian's chromium (or Chrome). Without one the test
+// skips, or fails under CI=true, where scripts/test.sh installs it.
+func chromiumPath(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium not found; scripts/test.sh installs Debian's chromium package")
+	}
+	t.Skip("chromium not found (install Debian's chromium package; under CI=true this fails)")
+	return ""
+}
+
+// TestDashboardBrowser opens /ui of a real `sluice serve` in a headless
+// Chromium while a load runs: the page loads without console errors, its
+// decisions per second move, it lists the load's top offender, and the
+// simulator plots a fixed window's boundary burst. Screenshots are kept in
+// the test's temporary directory (and in $SLUICE_SCREENSHOT_DIR if set).
+func TestDashboardBrowser(t *testing.T) {
+	chromium := chromiumPath(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "rules.yaml"), dashboardRules)
+	s := startServer(t, nil, "--rules", dir, "--deny-log-rate", "-1")
+
+	// The load: mallory sends five times as often as each of 50 others.
+	loadCtx, stopLoad := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { stopLoad(); wg.Wait() }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; loadCtx.Err() == nil; i++ {
+			user := "mallory"
+			if i%6 != 0 {
+				user = fmt.Sprintf("user-%d", i%50)
+			}
+			if _, err := decideUser(s.http, s.httpURL, user); err != nil && loadCtx.Err() == nil {
+				t.Errorf("load: %v", err)
+				return
+			}
+			if i%20 == 0 {
+				select { // about 200 decisions a second at most
+				case <-loadCtx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	actx, cancelA := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.Headless,
+		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-gpu", true))...)
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+
+	var mu sync.Mutex
+	var problems []string
+	// Console starts the browser and subscribes before it returns, so
+	// that no message of the pages is lost (and the browser is not started
+	// twice at once by Console and the first action).
+	messages := chromedp.Console(bctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.IsException() || m.Type == chromedp.ConsoleWarning {
+				mu.Lock()
+				problems = append(problems, m.String()+" "+m.URL)
+				mu.Unlock()
+			}
+		}
+	}()
+	run := func(what string, a chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, a); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	eval := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	poll := func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(bctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+			t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+		}
+	}
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		for _, d := range []string{t.TempDir(), os.Getenv("SLUICE_SCREENSHOT_DIR")} {
+			if d == "" {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(d, name), png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("screenshot %s", filepath.Join(d, name))
+		}
+	}
+
+	run("open /ui", chromedp.Navigate(s.httpURL+"/ui"))
+	poll("decisions per second", `parseFloat(document.getElementById("rate-total").textContent) > 0`)
+	total := func() string {
+		return eval(`[...document.querySelectorAll("#rates tbody tr")].map(r => r.cells[3].textContent).join(",")`)
+	}
+	first := total()
+	poll("the totals to move", fmt.Sprintf(`[...document.querySelectorAll("#rates tbody tr")].map(r => r.cells[3].textContent).join(",") != %q`, first))
+	poll("mallory listed first", `(document.querySelector("#top tbody tr.top-row td.client") || {}).textContent === "mallory"`)
+	poll("a chart drawn", `document.querySelectorAll("#rate-chart canvas").length > 0`)
+	if rules := eval(`document.querySelector("#rules tbody").textContent`); !strings.Contains(rules, "api.user") || !strings.Contains(rules, "5/minute fixed_window") {
+		t.Errorf("rules table %q, want api.user 5/minute", rules)
+	}
+	if reloads := eval(`document.querySelector("#reloads tbody").textContent`); !strings.Contains(reloads, "loaded") {
+		t.Errorf("reloads %q, want the first load", reloads)
+	}
+	if mode := eval(`document.getElementById("store-mode").textContent`); mode != "store" {
+		t.Errorf("mode %q, want store", mode)
+	}
+	shot("dashboard.png")
+
+	run("open /ui/simulate", chromedp.Navigate(s.httpURL+"/ui/simulate"))
+	poll("the simulation's charts", `document.querySelectorAll("#charts .sim-card canvas").length >= 2`)
+	if got := eval(`JSON.stringify(window.simResult.series.map(s => [s.limit, s.admitted[59], s.admitted[60], s.max_admitted_window]))`); got != `[["100/1m0s",100,100,200],["100/1m0s sliding_window",100,0,100]]` {
+		t.Errorf("simulation %s, want fixed window 100+100 at the boundary, sliding 100+0", got)
+	}
+	if sum := eval(`document.querySelector(".sim-card .sim-summary").textContent`); !strings.Contains(sum, "in one period 200") {
+		t.Errorf("fixed window's summary %q, want 200 in one period", sum)
+	}
+	shot("simulate.png")
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Errorf("console: %s", strings.Join(problems, "\n"))
+	}
+}

@@ -1,0 +1,326 @@
+// Package simulate plays a traffic pattern against limits with sluice's
+// own algorithms (sluice.Limit.Take) on a simulated clock, and counts what
+// each admits and denies per second, so that a rule can be seen at work
+// before it is deployed: a fixed window's burst at its boundary beside a
+// sliding window's smoothing, say.
+package simulate
+
+import (
+	"bufio"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Caps on what a simulation may ask for.
+const (
+	MaxEvents   = 1_000_000      // requests in a traffic pattern
+	MaxDuration = 24 * time.Hour // how long a pattern lasts
+	MaxKeys     = 10_000         // distinct clients
+	MaxTargets  = 32             // limits simulated side by side
+	MaxSpecLen  = 4096           // bytes of a traffic spec
+	MaxRate     = 100_000        // requests a second of a phase
+)
+
+// Start is the simulated clock's first instant: the start of a day, so
+// that windows of a second, a minute or an hour begin with the pattern, as
+// Envoy's fixed windows are aligned to their unit.
+var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Event is one request at At after Start from client Key.
+type Event struct {
+	At  time.Duration
+	Key string
+}
+
+// ErrSpec is wrapped by the errors of ParseTraffic and ParseLog.
+var ErrSpec = errors.New("traffic")
+
+// ParseTraffic reads a traffic pattern: phases separated by ';', played
+// one after the other from the clock's start, each one of
+//
+//	steady RATE DURATION      RATE requests a second (10/s, 600/m, 3600/h) for DURATION (30s, 5m)
+//	ramp FROM TO DURATION     the rate growing evenly from FROM to TO over DURATION
+//	burst N                   N requests at once
+//	idle DURATION             nothing for DURATION
+//	clients N                 the phases after it spread their requests over N clients in turn (default 1)
+//
+// such as "steady 1/s 50s; burst 100; idle 1s; burst 100". The events are
+// in time order.
+func ParseTraffic(spec string) ([]Event, error) {
+	if len(spec) > MaxSpecLen {
+		return nil, fmt.Errorf("%w: spec longer than %d bytes", ErrSpec, MaxSpecLen)
+	}
+	var (
+		evs     []Event
+		at      time.Duration
+		clients = 1
+		next    int
+	)
+	emit := func(t time.Duration) error {
+		if len(evs) >= MaxEvents {
+			return fmt.Errorf("%w: more than %d requests", ErrSpec, MaxEvents)
+		}
+		evs = append(evs, Event{At: t, Key: "client-" + strconv.Itoa(next%clients+1)})
+		next++
+		return nil
+	}
+	for i, ph := range strings.Split(spec, ";") {
+		f := strings.Fields(ph)
+		if len(f) == 0 {
+			continue
+		}
+		bad := func(format string, a ...any) error {
+			return fmt.Errorf("%w: phase %d %q: %s", ErrSpec, i+1, strings.TrimSpace(ph), fmt.Sprintf(format, a...))
+		}
+		want := map[string]int{"steady": 3, "ramp": 4, "burst": 2, "idle": 2, "clients": 2}[f[0]]
+		if want == 0 {
+			return nil, bad("want steady, ramp, burst, idle or clients")
+		}
+		if len(f) != want {
+			return nil, bad("want %d words", want)
+		}
+		var err error
+		switch f[0] {
+		case "steady", "ramp":
+			from, err1 := parseRate(f[1])
+			to := from
+			if f[0] == "ramp" {
+				to, err = parseRate(f[2])
+			}
+			d, err2 := parseDuration(f[len(f)-1])
+			if err = cmp.Or(err1, err, err2); err != nil {
+				return nil, bad("%v", err)
+			}
+			if at+d > MaxDuration {
+				return nil, bad("the pattern lasts more than %v", MaxDuration)
+			}
+			// The phase's first request comes at its start, the k+1-th
+			// when the rate's integral reaches k: found in steps of a
+			// millisecond, or a 100,000th of a longer phase (the tolerance
+			// absorbs the sum's rounding).
+			acc := 1.0
+			step := max(time.Millisecond, d/100_000)
+			for t := time.Duration(0); t < d; t += step {
+				for ; acc >= 1-1e-9; acc-- {
+					if err := emit(at + t); err != nil {
+						return nil, err
+					}
+				}
+				r := from + (to-from)*float64(t)/float64(d)
+				acc += r * step.Seconds()
+			}
+			at += d
+		case "burst", "clients":
+			n, err := strconv.Atoi(f[1])
+			if err != nil || n < 1 || n > MaxEvents {
+				return nil, bad("want a count from 1 to %d", MaxEvents)
+			}
+			if f[0] == "clients" {
+				if n > MaxKeys {
+					return nil, bad("at most %d clients", MaxKeys)
+				}
+				clients = n
+				continue
+			}
+			for range n {
+				if err := emit(at); err != nil {
+					return nil, err
+				}
+			}
+		case "idle":
+			d, err := parseDuration(f[1])
+			if err != nil {
+				return nil, bad("%v", err)
+			}
+			if at += d; at > MaxDuration {
+				return nil, bad("the pattern lasts more than %v", MaxDuration)
+			}
+		}
+	}
+	if len(evs) == 0 {
+		return nil, fmt.Errorf("%w: no requests", ErrSpec)
+	}
+	return evs, nil
+}
+
+func parseRate(s string) (float64, error) {
+	n, unit, ok := strings.Cut(s, "/")
+	per := map[string]float64{"s": 1, "m": 60, "h": 3600}[unit]
+	r, err := strconv.ParseFloat(n, 64)
+	if !ok || per == 0 || err != nil || r < 0 || math.IsNaN(r) || r/per > MaxRate {
+		return 0, fmt.Errorf("rate %q: want N/s, N/m or N/h, at most %d a second", s, MaxRate)
+	}
+	return r / per, nil
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 || d > MaxDuration {
+		return 0, fmt.Errorf("duration %q: want 1ms to %v, such as 30s", s, MaxDuration)
+	}
+	return d, nil
+}
+
+// ParseLog reads a recorded log of requests, one a line: the seconds since
+// the log's start (a decimal number) and, optionally after a space or a
+// comma, the client's key. Blank lines and lines starting with # are
+// skipped. The events are sorted by time.
+func ParseLog(r io.Reader) ([]Event, error) {
+	var evs []Event
+	keys := map[string]string{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), 4096)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		ts, key, _ := strings.Cut(strings.Replace(line, ",", " ", 1), " ")
+		sec, err := strconv.ParseFloat(ts, 64)
+		if err != nil || sec < 0 || sec > MaxDuration.Seconds() {
+			return nil, fmt.Errorf("%w: line %d: time %q: want seconds from 0 to %v", ErrSpec, n, ts, MaxDuration.Seconds())
+		}
+		key = cmp.Or(strings.TrimSpace(key), "client-1")
+		if k, ok := keys[key]; ok {
+			key = k
+		} else if len(keys) >= MaxKeys {
+			return nil, fmt.Errorf("%w: line %d: more than %d clients", ErrSpec, n, MaxKeys)
+		} else {
+			keys[key] = key
+		}
+		if len(evs) >= MaxEvents {
+			return nil, fmt.Errorf("%w: line %d: more than %d requests", ErrSpec, n, MaxEvents)
+		}
+		evs = append(evs, Event{At: time.Duration(sec * float64(time.Second)), Key: key})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrSpec, err)
+	}
+	if len(evs) == 0 {
+		return nil, fmt.Errorf("%w: no requests", ErrSpec)
+	}
+	slices.SortStableFunc(evs, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
+	return evs, nil
+}
+
+// Target is a limit to simulate, and its name in the report.
+type Target struct {
+	Name  string
+	Limit sluice.Limit
+}
+
+// Targets returns a Target for each limit of set (every domain, in file
+// order; unlimited and blocking limits left out) as the rules enforce it
+// (soft throttling included) and, for each of algorithms, the same rate
+// and period under that algorithm, so that they can be compared.
+func Targets(set *rules.Set, algorithms ...sluice.Algorithm) ([]Target, error) {
+	var ts []Target
+	var walk func(rs []*rules.Rule)
+	walk = func(rs []*rules.Rule) {
+		for _, r := range rs {
+			for _, l := range r.Limits {
+				if l.Unlimited || l.Block {
+					continue
+				}
+				el := l.Enforced()
+				ts = append(ts, Target{Name: fmt.Sprintf("%s %s", r.Path, el), Limit: el})
+				for _, a := range algorithms {
+					if a == el.Algorithm {
+						continue
+					}
+					al := el
+					al.Algorithm = a
+					if !a.HasBurst() {
+						al.Burst = 0
+					}
+					if al.Validate() == nil {
+						ts = append(ts, Target{Name: fmt.Sprintf("%s %s", r.Path, al), Limit: al})
+					}
+				}
+			}
+			walk(r.Descriptors)
+		}
+	}
+	for _, d := range set.Domains() {
+		walk(set.Rules(d))
+	}
+	if len(ts) == 0 {
+		return nil, errors.New("the rules have no limit to simulate")
+	}
+	if len(ts) > MaxTargets {
+		return nil, fmt.Errorf("the rules and algorithms make %d limits to simulate; at most %d", len(ts), MaxTargets)
+	}
+	return ts, nil
+}
+
+// Series is what one Target admitted and denied in each second of the
+// pattern.
+type Series struct {
+	Name     string  `json:"name"`
+	Limit    string  `json:"limit"`
+	Admitted []int64 `json:"admitted"`
+	Denied   []int64 `json:"denied"`
+	// MaxAdmitted is the most admitted in any one second, and
+	// MaxAdmittedWindow the most admitted in any span of the limit's
+	// period (to the second): above the rate, the boundary burst of a
+	// fixed window.
+	MaxAdmitted       int64 `json:"max_admitted"`
+	MaxAdmittedWindow int64 `json:"max_admitted_window"`
+}
+
+// Result is a simulation's outcome: one Series per Target, each of
+// Seconds seconds.
+type Result struct {
+	Seconds  int      `json:"seconds"`
+	Requests int      `json:"requests"`
+	Series   []Series `json:"series"`
+}
+
+// Run plays events against each target, every client with its own state,
+// and counts per second from Start. The events must be in time order.
+func Run(events []Event, targets []Target) Result {
+	secs := 1
+	if n := len(events); n > 0 {
+		secs = int(events[n-1].At/time.Second) + 1
+	}
+	res := Result{Seconds: secs, Requests: len(events)}
+	for _, t := range targets {
+		s := Series{Name: t.Name, Limit: t.Limit.String(), Admitted: make([]int64, secs), Denied: make([]int64, secs)}
+		states := map[string]*sluice.State{}
+		for _, e := range events {
+			st := states[e.Key]
+			if st == nil {
+				st = new(sluice.State)
+				states[e.Key] = st
+			}
+			sec := int(e.At / time.Second)
+			if t.Limit.Take(st, Start.Add(e.At), 1).Allowed {
+				s.Admitted[sec]++
+			} else {
+				s.Denied[sec]++
+			}
+		}
+		w := max(1, int(t.Limit.Period/time.Second))
+		var run int64
+		for i, a := range s.Admitted {
+			s.MaxAdmitted = max(s.MaxAdmitted, a)
+			run += a
+			if i >= w {
+				run -= s.Admitted[i-w]
+			}
+			s.MaxAdmittedWindow = max(s.MaxAdmittedWindow, run)
+		}
+		res.Series = append(res.Series, s)
+	}
+	return res
+}
