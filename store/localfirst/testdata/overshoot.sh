@@ -29,7 +29,7 @@ for mode in $modes; do
   pids=()
   for i in 0 1 2; do
     "$dir/sluice" serve --rules "$dir/rules.yaml" --store "redis://127.0.0.1:$rport/0" --sync "$mode" \
-      --async-nodes 3 --store-timeout 1s ${EXTRA:-} --grpc-addr "127.0.0.1:$((base + 2 * i))" \
+      --async-nodes 3 --store-timeout 1s --fail closed ${EXTRA:-} --grpc-addr "127.0.0.1:$((base + 2 * i))" \
       --http-addr "127.0.0.1:$((base + 2 * i + 1))" --log-level error &
     pids+=($!)
   done
