@@ -360,3 +360,57 @@ func TestLeaseZipf(t *testing.T) {
 		t.Fatalf("%d users over the limit: the workload is not the one meant (about 1%%)", over)
 	}
 }
+
+// TestLeasePaused holds a lease on a node that then stops asking (a paused
+// node) while another node spends the rest of the limit: when the lease's
+// lifetime has passed, the paused node's sweep gives its unused hits back
+// and a third node admits exactly those, so the three admit the limit in
+// all.
+func TestLeasePaused(t *testing.T) {
+	for name, url := range backendURLs() {
+		t.Run(name, func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+			nodes := openLeaseNodes(t, url(t), fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{})
+			a, b, c := nodes[0], nodes[1], nodes[2]
+			l := sluice.Limit{Rate: 320, Period: time.Hour} // leases of up to 20
+			w := clk.Now().UnixMicro() - clk.Now().UnixMicro()%l.Period.Microseconds()
+			drain := func(s *Store) (n int64) {
+				for range 2 * l.Rate {
+					d, err := s.Take(context.Background(), "{k}", l, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						n++
+					}
+				}
+				return n
+			}
+			var byA int64
+			for range 30 {
+				if d, err := a.Take(context.Background(), "{k}", l, 1); err != nil || !d.Allowed {
+					t.Fatalf("%+v, %v", d, err)
+				}
+				byA++
+			}
+			held := outstanding(a, "{k}", w)
+			if held == 0 {
+				t.Fatal("a holds no lease")
+			}
+			byB := drain(b)
+			if byA+byB+held != l.Rate {
+				t.Fatalf("a admitted %d and holds %d, b admitted %d: %d, want %d", byA, held, byB, byA+byB+held, l.Rate)
+			}
+			clk.Advance(defaultLeaseLifetime) // a is paused past its lease
+			if err := a.ReturnExpired(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if st := a.Stats(); st.Returned != uint64(held) {
+				t.Fatalf("a gave back %d of the %d it held", st.Returned, held)
+			}
+			if byC := drain(c); byC != held {
+				t.Fatalf("after a's lease ended, c admitted %d, want the %d it gave back", byC, held)
+			}
+		})
+	}
+}
