@@ -138,6 +138,9 @@ type batch struct {
 	// blocked are the limits that deny every request (rules.Limit.Block),
 	// decided without the store.
 	blocked []ref
+	// elastic are the limits with throttling: elastic, decided after the
+	// others (see Service.elastic).
+	elastic []elasticRef
 }
 
 type span struct {
@@ -147,7 +150,7 @@ type span struct {
 
 // reset empties b for a request of n descriptors.
 func (b *batch) reset(n int) {
-	b.reqs, b.refs, b.ds, b.blocked = b.reqs[:0], b.refs[:0], b.ds[:0], b.blocked[:0]
+	b.reqs, b.refs, b.ds, b.blocked, b.elastic = b.reqs[:0], b.refs[:0], b.ds[:0], b.blocked[:0], b.elastic[:0]
 	if cap(b.span) < n {
 		b.span = make([]span, n)
 	}
@@ -234,6 +237,11 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	s.collect(b, r, resp, replaces, digest)
 	if len(b.reqs) == 0 {
 		block(resp, b)
+		if len(b.elastic) > 0 && overall(resp) == OK {
+			tctx, cancel := s.bound(ctx)
+			s.elastic(ctx, tctx, resp, b)
+			cancel()
+		}
 		resp.Overall = overall(resp)
 		if resp.Overall == OK {
 			s.acquire(ctx, r, resp, b, digest)
@@ -277,6 +285,9 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 		lo = hi
 	}
 	block(resp, b)
+	if len(b.elastic) > 0 && overall(resp) == OK {
+		s.elastic(ctx, tctx, resp, b)
+	}
 	resp.Overall = overall(resp)
 	if resp.Overall == OK {
 		s.acquire(ctx, r, resp, b, digest)
@@ -331,6 +342,7 @@ func (s *Service) release(b *batch) {
 	clear(b.reqs)
 	clear(b.refs)
 	clear(b.blocked)
+	clear(b.elastic)
 	clear(b.entries[:cap(b.entries)])
 	s.batches.Put(b)
 }
@@ -408,6 +420,10 @@ func (s *Service) collect(b *batch, r *Request, resp *Response, replaces, digest
 				}
 				b.key = append(append(b.key[:client], l.ID...), b.key[:client]...)
 				key := string(b.key[client:])
+				if l.Throttling == rules.Elastic {
+					b.elastic = append(b.elastic, elasticRef{ref: ref{desc: i, limit: l}, key: key, group: key[len(l.ID):], cost: d.Cost})
+					continue
+				}
 				b.reqs = append(b.reqs, sluice.Request{Key: key, Group: key[len(l.ID):], Limit: l.Enforced(), Cost: d.Cost})
 				b.refs = append(b.refs, ref{desc: i, limit: l})
 			}

@@ -31,6 +31,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("domain: a\n---\ndomain: b\n---\n"))
 	f.Add([]byte("{domain: a, descriptors: [{key: k, rate_limits: [{unlimited: true}]}]}"))
 	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    concurrency: 20\n    priority: sheddable\n    descriptors: [{key: n, concurrency: 100001, priority: x}]\n"))
+	f.Add([]byte("domain: a\ncapacity: {unit: second, requests_per_unit: 100}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, throttling: elastic, elastic_percent: 100}\n"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Parse("fuzz.yaml", data)

@@ -16,12 +16,18 @@ const (
 	Hard Throttling = iota
 	// Soft admits up to the limit × (1 + ExceedPercent/100).
 	Soft
+	// Elastic admits up to the limit, and past it up to the limit × (1 +
+	// ExceedPercent/100) while the domain's pool (Limit.Pool) has room.
+	Elastic
 )
 
-// String returns "hard" or "soft", as in rules files.
+// String returns "hard", "soft" or "elastic", as in rules files.
 func (t Throttling) String() string {
-	if t == Soft {
+	switch t {
+	case Soft:
 		return "soft"
+	case Elastic:
+		return "elastic"
 	}
 	return "hard"
 }
@@ -55,10 +61,15 @@ type Limit struct {
 	// blocking limit is never taken from a store.
 	Block bool
 	// Throttling and ExceedPercent are sluice's `throttling` and
-	// `exceed_percent`. ExceedPercent is at least 1 with Soft and 0 with
-	// Hard; Limit scaled by (100 + ExceedPercent)/100 still validates.
+	// `exceed_percent` (`elastic_percent` with Elastic). ExceedPercent is
+	// at least 1 with Soft and Elastic and 0 with Hard; Limit scaled by
+	// (100 + ExceedPercent)/100 still validates and admits more.
 	Throttling    Throttling
 	ExceedPercent int64
+	// Pool is, with Elastic, the domain's `capacity`: the shared limit
+	// whose room lets the limit reach its ceiling (Ceiling). Its ID names
+	// the domain's pool. Nil otherwise.
+	Pool *Limit
 	// Sync is sluice's `sync`: how a server decides this limit with a
 	// shared store (store/localfirst): "exact", "lease", "async", or empty
 	// for the server's default (--sync). Lease and async are for
@@ -105,6 +116,23 @@ func (l *Limit) Enforced() sluice.Limit {
 	return softLimit(l.Limit, l.ExceedPercent)
 }
 
+// Excess returns, for an Elastic limit, the limit of what it admits past
+// Limit: the ceiling (Limit with its rate and burst scaled by (100 +
+// ExceedPercent)/100, rounded down, as soft throttling scales them) less
+// Limit, so that Limit and Excess together admit up to the ceiling.
+// Loading checked that it validates. The zero sluice.Limit otherwise.
+func (l *Limit) Excess() sluice.Limit {
+	if l.Throttling != Elastic {
+		return sluice.Limit{}
+	}
+	c := softLimit(l.Limit, l.ExceedPercent)
+	c.Rate -= l.Limit.Rate
+	if c.Burst > 0 {
+		c.Burst -= l.Limit.Burst
+	}
+	return c
+}
+
 // limitJSON is how a Limit shows in the rules in force (GET /v1/rules).
 type limitJSON struct {
 	ID              string     `json:"id"`
@@ -119,6 +147,8 @@ type limitJSON struct {
 	Period          string     `json:"period,omitempty"`
 	Throttling      Throttling `json:"throttling"`
 	ExceedPercent   int64      `json:"exceed_percent,omitempty"`
+	ElasticPercent  int64      `json:"elastic_percent,omitempty"`
+	Pool            string     `json:"pool,omitempty"`
 	Sync            string     `json:"sync,omitempty"`
 	Replaces        []string   `json:"replaces,omitempty"`
 	Line            int        `json:"line"`
@@ -131,6 +161,12 @@ func (l *Limit) MarshalJSON() ([]byte, error) {
 	v := limitJSON{
 		ID: l.ID, Name: l.Name, Unlimited: l.Unlimited, Block: l.Block, Throttling: l.Throttling,
 		ExceedPercent: l.ExceedPercent, Sync: l.Sync, Replaces: l.Replaces, Line: l.Line,
+	}
+	if l.Throttling == Elastic {
+		v.ExceedPercent, v.ElasticPercent = 0, l.ExceedPercent
+		if l.Pool != nil {
+			v.Pool = l.Pool.ID
+		}
 	}
 	if !l.Unlimited {
 		v.Unit, v.UnitMultiplier = l.Unit, l.UnitMultiplier

@@ -58,3 +58,45 @@ descriptors:
 		})
 	}
 }
+
+// TestElasticRules: throttling: elastic needs elastic_percent and the
+// domain's capacity; the ceiling less the limit is the excess.
+func TestElasticRules(t *testing.T) {
+	t.Parallel()
+	set, err := Parse("r.yaml", []byte(`
+domain: api
+capacity: {unit: second, requests_per_unit: 1000}
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 30, throttling: elastic, elastic_percent: 50}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := set.Match("api", []Entry{{"user", "u"}})
+	l := r.Limits[0]
+	if l.Throttling != Elastic || l.Pool == nil || l.Pool.Limit.Rate != 1000 || l.Excess().Rate != 15 || l.Enforced() != l.Limit || l.Pool.ID == l.ID {
+		t.Fatalf("elastic limit %+v, pool %+v, excess %v", l, l.Pool, l.Excess())
+	}
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"no capacity", "domain: api\ndescriptors:\n  - key: u\n    rate_limit: {unit: second, requests_per_unit: 5, throttling: elastic, elastic_percent: 100}\n",
+			"r.yaml:4: throttling: elastic needs the domain's capacity"},
+		{"no percent", "domain: api\ncapacity: {unit: second, requests_per_unit: 5}\ndescriptors:\n  - key: u\n    rate_limit: {unit: second, requests_per_unit: 5, throttling: elastic}\n",
+			"r.yaml:5: throttling: elastic needs elastic_percent"},
+		{"percent alone", "domain: api\ndescriptors:\n  - key: u\n    rate_limit: {unit: second, requests_per_unit: 5, elastic_percent: 10}\n",
+			"elastic_percent: only with throttling: elastic"},
+		{"nothing more", "domain: api\ncapacity: {unit: second, requests_per_unit: 5}\ndescriptors:\n  - key: u\n    rate_limit: {unit: second, requests_per_unit: 5, throttling: elastic, elastic_percent: 10}\n",
+			"elastic_percent: 10% past"},
+		{"named capacity", "domain: api\ncapacity: {name: x, unit: second, requests_per_unit: 5}\ndescriptors: []\n",
+			"capacity: a plain limit"},
+		{"bad capacity", "domain: api\ncapacity: {unit: fortnight, requests_per_unit: 5}\n",
+			`r.yaml:2: unit: unknown unit "fortnight"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("r.yaml", []byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

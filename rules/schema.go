@@ -29,6 +29,9 @@ import (
 type DomainSpec struct {
 	Domain      string           `json:"domain" yaml:"domain"`
 	Descriptors []DescriptorSpec `json:"descriptors,omitempty" yaml:"descriptors,omitempty"`
+	// Capacity is sluice's `capacity`: the domain's shared limit, the pool
+	// whose room is the spare that `throttling: elastic` limits use.
+	Capacity *RateLimitSpec `json:"capacity,omitempty" yaml:"capacity,omitempty"`
 }
 
 // DescriptorSpec is one descriptor of a DomainSpec; Rule describes what
@@ -72,6 +75,7 @@ type RateLimitSpec struct {
 	Throttling      string        `json:"throttling,omitempty" yaml:"throttling,omitempty"`
 	ExceedPercent   int64         `json:"exceed_percent,omitempty" yaml:"exceed_percent,omitempty"`
 	Sync            string        `json:"sync,omitempty" yaml:"sync,omitempty"`
+	ElasticPercent  int64         `json:"elastic_percent,omitempty" yaml:"elastic_percent,omitempty"`
 }
 
 // ReplaceSpec names a limit that a RateLimitSpec replaces (Envoy's
@@ -305,6 +309,7 @@ func (c *checker) domain(ds *DomainSpec, where string) *parsedDomain {
 		c.errorf(c.line(ds, "domain"), path, "domain: must not be empty")
 	}
 	p.rules = c.descriptors(ds.Descriptors, p, nil, path)
+	c.pool(ds, p, path)
 	if p.name == "" {
 		return nil
 	}
@@ -533,6 +538,7 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 			{"unit", ls.Unit != ""}, {"algorithm", ls.Algorithm != ""}, {"burst", ls.Burst != 0},
 			{"unit_multiplier", ls.UnitMultiplier != 0}, {"throttling", ls.Throttling != ""},
 			{"exceed_percent", ls.ExceedPercent != 0}, {"sync", ls.Sync != ""},
+			{"elastic_percent", ls.ElasticPercent != 0},
 		} {
 			if f.set && !c.bad(ls, f.name) {
 				c.errorf(c.keyLine(ls, f.name), path, "%s: not allowed with unlimited: true", f.name)
@@ -603,10 +609,23 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 		l.Throttling = Hard
 	case "soft":
 		l.Throttling = Soft
+	case "elastic":
+		l.Throttling = Elastic
 	default:
 		if !c.bad(ls, "throttling") {
-			c.errorf(throttleLine, path, "throttling: want hard or soft, got %q", ls.Throttling)
+			c.errorf(throttleLine, path, "throttling: want hard, soft or elastic, got %q", ls.Throttling)
 		}
+	}
+	switch v := ls.ElasticPercent; {
+	case c.bad(ls, "elastic_percent"):
+	case v != 0 && l.Throttling != Elastic:
+		c.errorf(c.keyLine(ls, "elastic_percent"), path, "elastic_percent: only with throttling: elastic")
+	case v != 0 && (v < 1 || v > 1_000_000):
+		c.errorf(c.line(ls, "elastic_percent"), path, "elastic_percent: must be between 1 and 1000000, got %d", v)
+	case v != 0:
+		l.ExceedPercent = v
+	case l.Throttling == Elastic:
+		c.errorf(throttleLine, path, "throttling: elastic needs elastic_percent (how far past the limit the pool's spare may take it)")
 	}
 	switch v := ls.ExceedPercent; {
 	case c.bad(ls, "exceed_percent"):
@@ -639,8 +658,8 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 		if l.Limit.Burst != 0 {
 			c.errorf(c.keyLine(ls, "burst"), path, "burst: not allowed with requests_per_unit: 0 (every request is denied)")
 		}
-		if l.Throttling == Soft {
-			c.errorf(c.keyLine(ls, "throttling"), path, "throttling: soft is not allowed with requests_per_unit: 0 (every request is denied)")
+		if l.Throttling != Hard {
+			c.errorf(c.keyLine(ls, "throttling"), path, "throttling: %s is not allowed with requests_per_unit: 0 (every request is denied)", l.Throttling)
 		}
 		if c.rp.n > start {
 			return nil
@@ -674,17 +693,53 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 		}
 		return nil
 	}
-	if l.Throttling == Soft {
+	if l.Throttling != Hard {
+		field := "exceed_percent"
+		if l.Throttling == Elastic {
+			field = "elastic_percent"
+		}
 		if err := softLimit(l.Limit, l.ExceedPercent).Validate(); err != nil {
-			c.errorf(throttleLine, path, "exceed_percent: %d%% past %s is too large: %v", l.ExceedPercent, l.Limit, err)
+			c.errorf(throttleLine, path, "%s: %d%% past %s is too large: %v", field, l.ExceedPercent, l.Limit, err)
 			return nil
 		}
-		if softLimit(l.Limit, l.ExceedPercent) == l.Limit {
-			c.errorf(throttleLine, path, "exceed_percent: %d%% past %s admits nothing more (the excess rounds down to 0); raise exceed_percent", l.ExceedPercent, l.Limit)
+		if softLimit(l.Limit, l.ExceedPercent) == l.Limit || (l.Throttling == Elastic && l.Excess().Validate() != nil) {
+			c.errorf(throttleLine, path, "%s: %d%% past %s admits nothing more (the excess rounds down to 0); raise %s", field, l.ExceedPercent, l.Limit, field)
 			return nil
 		}
 	}
 	return l
+}
+
+// pool validates the domain's capacity and gives it to every elastic
+// limit of p, which needs one.
+func (c *checker) pool(ds *DomainSpec, p *parsedDomain, path string) {
+	var pool *Limit
+	if ds.Capacity != nil && !c.bad(ds, "capacity") {
+		pool = c.rateLimit(ds.Capacity, "capacity", p, path+"/capacity")
+		if pool != nil && (pool.Unlimited || pool.Block || pool.Throttling != Hard || pool.Sync != "" || pool.Name != "" || len(pool.Replaces) > 0) {
+			c.errorf(pool.Line, path+"/capacity", "capacity: a plain limit (unit, requests_per_unit, algorithm, burst, unit_multiplier) and nothing else")
+			pool = nil
+		}
+		if pool != nil {
+			pool.ID = limitID(&Rule{Domain: ds.Domain, path: []*Rule{{Value: "capacity"}}}, pool, 0) // no descriptor has an empty key: no other limit has this ID
+		}
+	}
+	var walk func(rs []*Rule)
+	walk = func(rs []*Rule) {
+		for _, r := range rs {
+			for _, l := range r.Limits {
+				if l.Throttling != Elastic {
+					continue
+				}
+				if pool == nil && ds.Capacity == nil {
+					c.errorf(l.Line, r.errPath, "throttling: elastic needs the domain's capacity (capacity: {unit: ..., requests_per_unit: ...} beside domain)")
+				}
+				l.Pool = pool
+			}
+			walk(r.Descriptors)
+		}
+	}
+	walk(p.rules)
 }
 
 // replaces validates Envoy's replaces of a limit: names to resolve once the

@@ -226,7 +226,7 @@ func TestSameMistakes(t *testing.T) {
 			"requests_per_unit: 5000000000000 per 1s is too large to compute exactly", "api/user/rate_limit", 5},
 		{"unknown throttling", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, throttling: medium}",
 			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Throttling: "medium"}),
-			`throttling: want hard or soft, got "medium"`, "api/user/rate_limit", 5},
+			`throttling: want hard, soft or elastic, got "medium"`, "api/user/rate_limit", 5},
 		{"soft without a percent", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, throttling: soft}",
 			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Throttling: "soft"}),
 			"throttling: soft needs exceed_percent (how far past the limit to admit)", "api/user/rate_limit", 5},

@@ -24,12 +24,12 @@ const maxNodes = 1 << 20
 
 // Keys allowed in each kind of mapping.
 var (
-	domainKeys     = []string{"domain", "descriptors"}
+	domainKeys     = []string{"domain", "descriptors", "capacity"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors",
 		"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata",
 		"concurrency", "priority"}
 	rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"algorithm", "burst", "unit_multiplier", "throttling", "exceed_percent", "sync"}
+		"algorithm", "burst", "unit_multiplier", "throttling", "exceed_percent", "sync", "elastic_percent"}
 	replacesKeys = []string{"name"}
 )
 
@@ -343,6 +343,15 @@ func (d *decoder) domain(n *yaml.Node) *DomainSpec {
 	if f, ok := m.fs["descriptors"]; ok {
 		ds.Descriptors = d.descriptors(f, m, "descriptors")
 	}
+	if f, has := m.fs["capacity"]; has {
+		if c := d.visit(f.val); c != nil {
+			if ls := d.rateLimit(c, "capacity"); ls != nil {
+				ds.Capacity = ls
+			} else {
+				m.sp.markBad("capacity")
+			}
+		}
+	}
 	return ds
 }
 
@@ -557,6 +566,7 @@ func (d *decoder) rateLimitInto(n *yaml.Node, what string, ls *RateLimitSpec) {
 	d.str(m, "throttling", &ls.Throttling)
 	d.integer(m, "exceed_percent", &ls.ExceedPercent, "must be between 1 and 1000000")
 	d.str(m, "sync", &ls.Sync)
+	d.integer(m, "elastic_percent", &ls.ElasticPercent, "must be between 1 and 1000000")
 	if _, ok := m.fs["requests_per_unit"]; !ok && !ls.Unlimited {
 		// Envoy reads a missing requests_per_unit as 0, denying every
 		// request; here it must be written out.

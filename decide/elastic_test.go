@@ -1,0 +1,123 @@
+package decide_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// elasticRules: each user has 4 a second and may reach 8 (elastic_percent
+// 100) while the domain's pool of 10 a second has room.
+const elasticRules = `
+domain: api
+capacity: {unit: second, requests_per_unit: 10}
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 4, throttling: elastic, elastic_percent: 100}
+`
+
+// TestElastic: with an idle pool a client reaches its ceiling; with a busy
+// pool it is held to its own limit; past-limit requests pass only while
+// the pool has room. On the memory store, one Redis and a Redis Cluster.
+func TestElastic(t *testing.T) {
+	t.Parallel()
+	stores := []struct {
+		name string
+		open func(t *testing.T, clk *clock) sluice.Store
+	}{
+		{"memory", func(t *testing.T, clk *clock) sluice.Store { return newMemory(t, clk) }},
+		{"redis", func(t *testing.T, clk *clock) sluice.Store {
+			return openRedis(t, "redis://"+testenv.RedisAddr(t), clk)
+		}},
+		{"cluster", func(t *testing.T, clk *clock) sluice.Store {
+			return openRedis(t, "redis+cluster://"+strings.Join(testenv.RedisClusterAddrs(t), ","), clk)
+		}},
+	}
+	set := loadRules(t, elasticRules)
+	for _, sc := range stores {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			cfg := decide.DefaultConfig()
+			cfg.Rules, cfg.Store, cfg.Now = func() *rules.Set { return set }, sc.open(t, clk), clk.Now
+			cfg.StoreTimeout = 5 * time.Second // a loaded CI machine; no fail mode here
+			svc, err := decide.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ask := func(user string, n int) (passed int, last *decide.Response) {
+				t.Helper()
+				for range n {
+					resp, err := svc.Decide(context.Background(), &decide.Request{Domain: "api",
+						Descriptors: []decide.Descriptor{{Entries: []decide.Entry{{Key: "user", Value: user}}, Cost: 1}}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if resp.Mode != decide.ModeStore {
+						t.Fatalf("decided by %v, not the store", resp.Mode)
+					}
+					if resp.Overall == decide.OK {
+						passed++
+					}
+					last = resp
+				}
+				return passed, last
+			}
+
+			// Idle pool: alice reaches her ceiling, 8, and no more.
+			if n, last := ask("alice", 12); n != 8 || last.Statuses[0].Decision.RetryAfter <= 0 {
+				t.Fatalf("idle pool: alice passed %d of 12, want 8 (her ceiling); last %+v", n, last.Statuses[0])
+			}
+			// The pool has 2 left (alice's 8): bob's own 4 pass whatever the
+			// pool and take its last 2, so none of his past-limit ones does.
+			if n, _ := ask("bob", 12); n != 4 {
+				t.Fatalf("pool with 2 left: bob passed %d, want 4 (his own; the pool is then full)", n)
+			}
+			if n, _ := ask("alice", 1); n != 0 {
+				t.Fatal("alice passed past her ceiling")
+			}
+
+			// Next second: a busy pool. Three users within their own
+			// limits fill it (4+4+2 of 10; the rest pass uncounted).
+			clk.Advance(time.Second)
+			for _, u := range []string{"u1", "u2", "u3"} {
+				if n, _ := ask(u, 4); n != 4 {
+					t.Fatalf("%s within its own limit passed %d of 4", u, n)
+				}
+			}
+			n, last := ask("carol", 12)
+			if n != 4 {
+				t.Fatalf("busy pool: carol passed %d of 12, want 4 (her own limit)", n)
+			}
+			if st := last.Statuses[0]; st.Code != decide.OverLimit || st.Limit == nil || st.Limit.Throttling != rules.Elastic || st.Decision.Limit != 4 {
+				t.Fatalf("busy pool: carol's last %+v", st)
+			}
+		})
+	}
+}
+
+// openRedis opens a Redis store on clk whose keys are the test's own.
+func openRedis(t *testing.T, url string, clk *clock) sluice.Store {
+	t.Helper()
+	cfg := redis.DefaultConfig()
+	cfg.KeyPrefix = fmt.Sprintf("sluicetest:%x:", rand.Uint64())
+	cfg.Now = clk.Now
+	cfg.ExpiryMargin = 10 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := redis.Open(ctx, url, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
