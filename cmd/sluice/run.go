@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			proxyCommand(stderr),
 			checkCommand(getenv, stdout, stderr),
 			benchCommand(stdout),
+			simulateCommand(stdout),
 			versionCommand(stdout),
 		},
 	}

@@ -18,14 +18,16 @@ function renderSimulation(el, res) {
     const chart = document.createElement("div");
     card.append(h, p, chart);
     el.append(card);
-    const bars = uPlot.paths.bars({size: [0.8, 40]});
+    // Admitted on the left of each second, denied on its right.
+    const left = uPlot.paths.bars({size: [0.45, 20], align: -1});
+    const right = uPlot.paths.bars({size: [0.45, 20], align: 1});
     new uPlot({
       width: Math.max(480, Math.min(900, el.clientWidth / 2 - 30)), height: 220,
       scales: {x: {time: false}},
       axes: [{label: "second"}, {label: "requests"}],
       series: [{label: "s"},
-        {label: "admitted", stroke: "#1b7f3b", fill: "rgba(27,127,59,.35)", paths: bars},
-        {label: "denied", stroke: "#b3261e", fill: "rgba(179,38,30,.35)", paths: bars}],
+        {label: "admitted", stroke: "#1b7f3b", fill: "rgba(27,127,59,.5)", paths: left},
+        {label: "denied", stroke: "#b3261e", fill: "rgba(179,38,30,.5)", paths: right}],
     }, [xs, s.admitted, s.denied], chart);
   }
 }

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/peterbourgon/ff/v4"
+
+	"github.com/sluicehq/sluice/simulate"
+	"github.com/sluicehq/sluice/ui"
+)
+
+// maxTrafficLog is the largest recorded log `sluice simulate --traffic
+// @FILE` reads: about a million lines of a timestamp and a short key.
+const maxTrafficLog = 64 << 20
+
+func simulateCommand(stdout io.Writer) *ff.Command {
+	var c coreFlags // how rules are read
+	var traffic, compare, out string
+	fs := ff.NewFlagSet("simulate")
+	fs.StringVar(&c.rules, 0, "rules", "", "rules file or directory whose limits are simulated (required)")
+	c.registerRules(fs)
+	fs.StringVar(&traffic, 0, "traffic", "", "traffic pattern, such as \"steady 1/s 50s; burst 100; idle 1s; burst 100\" (phases: steady RATE DURATION, ramp FROM TO DURATION, burst N, idle DURATION, clients N), or @FILE: a recorded log of lines \"SECONDS [KEY]\" (required)")
+	fs.StringVar(&compare, 0, "compare", "", "algorithms to play each limit's rate and period under as well, comma-separated, such as sliding_window,token_bucket")
+	fs.StringVar(&out, 0, "out", "simulate.html", "the self-contained HTML report written (- for standard output)")
+	return &ff.Command{
+		Name:      "simulate",
+		Usage:     "sluice simulate --rules FILE --traffic SPEC|@LOG [--compare ALGORITHMS] [--out FILE]",
+		ShortHelp: "play a traffic pattern against rules and plot what they admit",
+		LongHelp: "Plays the traffic against every limit of the rules (and, with --compare, the same rate\n" +
+			"and period under other algorithms), each client with its own state, with sluice's own\n" +
+			"algorithms on a simulated clock that starts at midnight. Prints what each admitted and\n" +
+			"denied, and writes an HTML report (uPlot inline, no network needed) that plots admitted\n" +
+			"and denied per second side by side. The dashboard's /ui/simulate does the same.",
+		Flags: fs,
+		Exec: func(_ context.Context, args []string) error {
+			if len(args) > 0 {
+				return usageError("simulate: unexpected arguments %q", args)
+			}
+			if c.rules == "" || traffic == "" {
+				return usageError("simulate: --rules and --traffic are required")
+			}
+			return runSimulate(c, traffic, compare, out, stdout)
+		},
+	}
+}
+
+func runSimulate(c coreFlags, traffic, compare, out string, stdout io.Writer) error {
+	set, err := c.loader().Load(c.rules)
+	if err != nil {
+		return fmt.Errorf("load rules: %w", err)
+	}
+	var evs []simulate.Event
+	if path, ok := strings.CutPrefix(traffic, "@"); ok {
+		f, err := os.Open(path)
+		if err != nil {
+			return usageError("--traffic: %v", err)
+		}
+		defer f.Close()
+		evs, err = simulate.ParseLog(io.LimitReader(f, maxTrafficLog))
+		if err != nil {
+			return usageError("--traffic %s: %v", path, err)
+		}
+	} else if evs, err = simulate.ParseTraffic(traffic); err != nil {
+		return usageError("--traffic: %v", err)
+	}
+	var algs []string
+	if compare != "" {
+		algs = strings.Split(compare, ",")
+	}
+	res, err := ui.Run(set, evs, algs)
+	if err != nil {
+		return usageError("simulate: %v", err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "limit\tadmitted\tdenied\tmost in a second\tmost in a period\t\n")
+	for _, s := range res.Series {
+		var a, d int64
+		for i := range s.Admitted {
+			a, d = a+s.Admitted[i], d+s.Denied[i]
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", s.Name, a, d, s.MaxAdmitted, s.MaxAdmittedWindow)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if out == "-" {
+		return ui.WriteReport(stdout, traffic, res)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(out), ".simulate-*.html")
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	err = ui.WriteReport(tmp, traffic, res)
+	if err = errors.Join(err, tmp.Close()); err == nil {
+		err = os.Rename(tmp.Name(), out)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("report %s: %w", out, err)
+	}
+	fmt.Fprintf(stdout, "report: %s (%d requests over %d s)\n", out, res.Requests, res.Seconds)
+	return nil
+}

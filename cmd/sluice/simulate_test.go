@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestSimulateCommand: sluice simulate prints what each limit admitted and
+// writes a self-contained report.
+func TestSimulateCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rulesPath := filepath.Join(dir, "rules.yaml")
+	writeFile(t, rulesPath, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
+	logPath := filepath.Join(dir, "traffic.log")
+	writeFile(t, logPath, "# seconds key\n59.5 alice\n59.6 alice\n60.1 alice\n")
+	out := filepath.Join(dir, "report.html")
+	var stdout bytes.Buffer
+	err := run(context.Background(), []string{"simulate", "--rules", rulesPath, "--traffic", "idle 59s; burst 100; idle 1s; burst 100",
+		"--compare", "sliding_window", "--out", out}, env(), &stdout, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`api.user 100/1m0s\s+200\s+0\s+100\s+200`, `api.user 100/1m0s sliding_window\s+100\s+100\s+100\s+100`, `report: .*report.html \(200 requests over 61 s\)`} {
+		if !regexp.MustCompile(want).MatchString(stdout.String()) {
+			t.Errorf("output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	html, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(html), "uPlot") || strings.Contains(string(html), "<script src") || !strings.Contains(string(html), `"max_admitted_window":200`) {
+		t.Errorf("report is not self-contained or lacks the data (%d bytes)", len(html))
+	}
+
+	stdout.Reset()
+	if err := run(context.Background(), []string{"simulate", "--rules", rulesPath, "--traffic", "@" + logPath, "--out", "-"}, env(), &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), "<!doctype html>") || !regexp.MustCompile(`100/1m0s\s+3\s+0`).MatchString(stdout.String()) {
+		t.Errorf("recorded log to stdout:\n%.300s", stdout.String())
+	}
+
+	for _, args := range [][]string{
+		{"simulate", "--rules", rulesPath},
+		{"simulate", "--rules", rulesPath, "--traffic", "warp 9"},
+		{"simulate", "--rules", rulesPath, "--traffic", "burst 1", "--compare", "fastest"},
+		{"simulate", "--rules", rulesPath, "--traffic", "@" + filepath.Join(dir, "missing")},
+	} {
+		var ee *exitError
+		if err := run(context.Background(), args, env(), io.Discard, io.Discard); !errors.As(err, &ee) || ee.code != 2 {
+			t.Errorf("%q: %v, want a usage error", args, err)
+		}
+	}
+}
