@@ -49,6 +49,7 @@ type coreFlags struct {
 	observe      observeFlags // heavy hitters and the denial log
 	net          listenFlags  // ops listeners and TLS
 	trace        traceFlags   // OpenTelemetry spans
+	storeTLS     storeTLSFlags
 }
 
 func (c *coreFlags) register(fs *ff.FlagSet) {
@@ -72,6 +73,7 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	c.observe.register(fs)
 	c.net.register(fs)
 	c.trace.register(fs)
+	c.storeTLS.register(fs)
 }
 
 // registerRules registers the flags of how rules are read, which check
@@ -148,8 +150,12 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		return nil, err
 	}
 
+	storeTLS, err := c.storeTLS.config(c.store)
+	if err != nil {
+		return nil, err
+	}
 	st, err := openStore(c.store, storeOptions{
-		maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), log: log,
+		maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), log: log, tls: storeTLS,
 		local: localfirst.Config{
 			NearCacheBytes: int64(c.nearCache), Sync: sync, SyncOf: co.syncOf,
 			LeaseLifetime: c.leaseLife, MaxLease: int64(c.maxLease),

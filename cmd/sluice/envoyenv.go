@@ -63,7 +63,6 @@ var envoyIgnored = []string{
 	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM",
 	"REDIS_TIMEOUT", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
 	"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME",
-	"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
 	"REDIS_SENTINEL_AUTH",
 	// a second Redis for per-second limits: sluice keeps every counter in one store
 	"REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL",
@@ -188,6 +187,23 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 		errs = append(errs, err)
 	} else if store != "" {
 		set("store", store, "REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_TLS")
+	}
+	storeTLSVars := []string{"REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"}
+	if boolean("REDIS_TLS", false) && get("REDIS_URL", "") != "" {
+		if v := get("REDIS_TLS_CACERT", ""); v != "" {
+			set("store-ca", v, "REDIS_TLS_CACERT")
+		}
+		if v := get("REDIS_TLS_CLIENT_CERT", ""); v != "" {
+			set("store-cert", v, "REDIS_TLS_CLIENT_CERT")
+		}
+		if v := get("REDIS_TLS_CLIENT_KEY", ""); v != "" {
+			set("store-key", v, "REDIS_TLS_CLIENT_KEY")
+		}
+		if boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
+			set("store-skip-hostname-verification", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+		}
+	} else {
+		ignore(storeTLSVars...)
 	}
 	if v := get("LOCAL_CACHE_SIZE_IN_BYTES", ""); v != "" {
 		set("near-cache", v, "LOCAL_CACHE_SIZE_IN_BYTES")

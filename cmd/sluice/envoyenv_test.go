@@ -68,8 +68,15 @@ func TestEnvoySettings(t *testing.T) {
 		},
 		{
 			name: "a password and TLS",
-			env:  []string{"REDIS_URL=redis.internal:6380", "REDIS_AUTH=p@ss:word/1", "REDIS_TLS=true", "REDIS_TLS_CACERT=/ca.pem"},
-			want: map[string]string{"store": "rediss://p%40ss:word%2F1@redis.internal:6380"}, ignored: []string{"REDIS_TLS_CACERT"},
+			env: []string{"REDIS_URL=redis.internal:6380", "REDIS_AUTH=p@ss:word/1", "REDIS_TLS=true", "REDIS_TLS_CACERT=/ca.pem",
+				"REDIS_TLS_CLIENT_CERT=/c.pem", "REDIS_TLS_CLIENT_KEY=/k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true"},
+			want: map[string]string{"store": "rediss://p%40ss:word%2F1@redis.internal:6380", "store-ca": "/ca.pem",
+				"store-cert": "/c.pem", "store-key": "/k.pem", "store-skip-hostname-verification": "true"},
+		},
+		{
+			name: "Redis TLS files without TLS",
+			env:  []string{"REDIS_URL=r:6379", "REDIS_TLS_CACERT=/ca.pem"},
+			want: map[string]string{"store": "redis://r:6379"}, ignored: []string{"REDIS_TLS_CACERT"},
 		},
 		{
 			name: "a password alone",

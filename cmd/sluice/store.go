@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ type storeOptions struct {
 	maxMemory  int64             // memory store: most bytes; 0: memory.Config's default
 	local      localfirst.Config // Redis: the near cache and leases; NearCacheBytes 0 turns the cache off
 	log        *slog.Logger      // warns while a Redis store is not connected
+	tls        *tls.Config       // rediss://: nil means the system's roots and the URL's host
 }
 
 // openedStore is the store that --store names, the in-process store that
@@ -99,7 +101,9 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		// A Redis that does not answer yet is no reason not to start: the
 		// fail mode decides until it does.
 		attempts := 0
-		rs, err := redis.OpenBackground(spec, redis.DefaultConfig(), time.Second, func(err error) {
+		rcfg := redis.DefaultConfig()
+		rcfg.TLS = o.tls
+		rs, err := redis.OpenBackground(spec, rcfg, time.Second, func(err error) {
 			if attempts%60 == 0 && o.log != nil { // the first, then once a minute
 				o.log.Warn("store not connected; deciding by --fail until it is", "err", err, "attempts", attempts+1)
 			}

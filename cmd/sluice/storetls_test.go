@@ -1,0 +1,107 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// freePort returns a TCP port free on loopback a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestStoreTLS runs serve on a Redis that speaks TLS only on the port it
+// is given, with a certificate of a CA made in the test: --store-ca makes
+// decisions come from it; without it the certificate is refused; and a
+// URL whose host the certificate does not name needs
+// --store-skip-hostname-verification.
+func TestStoreTLS(t *testing.T) {
+	t.Parallel()
+	authority := testenv.NewCA(t, "redis CA")
+	dir := t.TempDir()
+	p := func(n string) string { return filepath.Join(dir, n) }
+	authority.Issue(t, false, "redis.test").Write(t, p("redis.crt"), p("redis.key")) // and 127.0.0.1, not localhost
+	if err := os.WriteFile(p("ca.crt"), authority.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(freePort(t))
+	testenv.StartRedis(t, "--tls-port", port, "--tls-cert-file", p("redis.crt"), "--tls-key-file", p("redis.key"),
+		"--tls-ca-cert-file", p("ca.crt"), "--tls-auth-clients", "no")
+
+	const body = `{"domain":"api","descriptors":[{"entries":[{"key":"remote_address","value":"192.0.2.9"}]}]}`
+	decidesFromStore := func(t *testing.T, s *testServer) {
+		t.Helper()
+		// --fail closed denies until the store answers: an OK comes from it.
+		eventually(t, "a decision from the TLS store", func() bool {
+			r := s.do(t, "POST", "/v1/decide", body)
+			return r.code == 200 && strings.Contains(r.body, `"overallCode":"OK"`)
+		})
+	}
+	t.Run("with the CA", func(t *testing.T) {
+		t.Parallel()
+		s := startServer(t, nil, "--rules", exampleRules, "--fail", "closed", "--near-cache", "0",
+			"--store", "rediss://127.0.0.1:"+port, "--store-ca", p("ca.crt"))
+		decidesFromStore(t, s)
+	})
+	t.Run("another host name, not verified", func(t *testing.T) {
+		t.Parallel()
+		s := startServer(t, nil, "--rules", exampleRules, "--fail", "closed", "--near-cache", "0",
+			"--store", "rediss://localhost:"+port, "--store-ca", p("ca.crt"), "--store-skip-hostname-verification")
+		decidesFromStore(t, s)
+	})
+	for name, args := range map[string][]string{
+		"without the CA":    {"--store", "rediss://127.0.0.1:" + port},
+		"another host name": {"--store", "rediss://localhost:" + port, "--store-ca", p("ca.crt")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, nil, append([]string{"--rules", exampleRules, "--fail", "closed"}, args...)...)
+			eventually(t, "the store refused", func() bool {
+				rec := s.logs.find("store not connected; deciding by --fail until it is")
+				return rec != nil && strings.Contains(rec["err"].(string), "certificate")
+			})
+			if r := s.do(t, "POST", "/v1/decide", body); !strings.Contains(r.body, `"overallCode":"OVER_LIMIT"`) {
+				t.Errorf("decision without a trusted store = %d %s, want OVER_LIMIT by --fail closed", r.code, r.body)
+			}
+		})
+	}
+}
+
+// TestStoreTLSFlags checks the refusals of the store's TLS flags.
+func TestStoreTLSFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.pem")
+	if err := os.WriteFile(empty, []byte("nothing\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]storeTLSFlags{
+		"not rediss":       {ca: empty},
+		"no certificate":   {ca: empty},
+		"missing CA":       {ca: filepath.Join(dir, "nope.pem")},
+		"cert without key": {cert: empty},
+	} {
+		spec := "rediss://r:6379"
+		if name == "not rediss" {
+			spec = "redis://r:6379"
+		}
+		if _, err := f.config(spec); exitCode(err) != 2 {
+			t.Errorf("%s: config = %v, want a usage error", name, err)
+		}
+	}
+	if c, err := (storeTLSFlags{}).config("redis://r:6379"); c != nil || err != nil {
+		t.Errorf("no flags: config = %v, %v; want the defaults", c, err)
+	}
+}
