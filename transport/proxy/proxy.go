@@ -14,7 +14,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -107,6 +106,7 @@ type Proxy struct {
 	log        *slog.Logger
 	sleep      func(context.Context, time.Duration) error
 	rp         *httputil.ReverseProxy
+	fw         *forwarder      // GET and HEAD without a body; nil when the Transport was given or the upstream is https
 	own        *http.Transport // nil when the Transport was given
 	waiting    atomic.Int64
 }
@@ -159,6 +159,7 @@ func New(cfg Config) (*Proxy, error) {
 		sleep:      cfg.Sleep,
 	}
 	rt := cfg.Transport
+	pool := &bufferPool{}
 	if rt == nil {
 		d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
 		p.own = &http.Transport{
@@ -166,22 +167,41 @@ func New(cfg Config) (*Proxy, error) {
 			DialContext:           d.DialContext,
 			MaxIdleConns:          cfg.MaxIdleConns,
 			MaxIdleConnsPerHost:   cfg.MaxIdleConns,
-			IdleConnTimeout:       90 * time.Second,
+			IdleConnTimeout:       idleConnTimeout,
 			TLSHandshakeTimeout:   cfg.DialTimeout,
 			ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 			ExpectContinueTimeout: time.Second,
 			DisableCompression:    true, // bodies pass as they are
 		}
 		rt = p.own
+		if cfg.Upstream.Scheme == "http" {
+			p.fw = &forwarder{
+				addr:       hostPort(cfg.Upstream),
+				host:       cfg.Upstream.Host,
+				upstream:   cfg.Upstream,
+				preserve:   cfg.PreserveHost,
+				dial:       d.DialContext,
+				headerWait: cfg.ResponseHeaderTimeout,
+				idleLife:   idleConnTimeout,
+				maxIdle:    cfg.MaxIdleConns,
+				bufs:       pool,
+				failed:     p.upstreamError,
+			}
+		}
 	}
 	upstream, preserve := cfg.Upstream, cfg.PreserveHost
 	p.rp = &httputil.ReverseProxy{
+		// Rewrite takes the same URL and X-Forwarded fields as the
+		// forwarder; ReverseProxy has removed the hop-by-hop fields and the
+		// client's Forwarded and X-Forwarded fields from pr.Out.
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(upstream)
-			pr.SetXForwarded()
+			u := outURL(upstream, pr.In.URL)
+			pr.Out.URL = &u
+			pr.Out.Host = ""
 			if preserve {
 				pr.Out.Host = pr.In.Host
 			}
+			forwarded(pr.In, pr.Out.Header.Set)
 		},
 		Transport: rt,
 		// FlushInterval 0: ReverseProxy itself flushes every write of a
@@ -190,7 +210,7 @@ func New(cfg Config) (*Proxy, error) {
 		// also flush their headers on their own, one more write per
 		// response (a quarter of the proxy's CPU in the benchmark).
 		FlushInterval: 0,
-		BufferPool:    &bufferPool{},
+		BufferPool:    pool,
 		ErrorHandler:  p.upstreamError,
 		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
@@ -198,10 +218,14 @@ func New(cfg Config) (*Proxy, error) {
 }
 
 // Close closes the idle upstream connections of the Proxy's own transport.
-// Requests in flight finish; the Proxy stays usable.
+// Requests in flight finish; the Proxy stays usable, though without
+// keeping connections to the upstream idle for its GET and HEAD requests.
 func (p *Proxy) Close() error {
 	if p.own != nil {
 		p.own.CloseIdleConnections()
+	}
+	if p.fw != nil {
+		p.fw.close()
 	}
 	return nil
 }
@@ -227,12 +251,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// panicked (ReverseProxy aborts with http.ErrAbortHandler).
 	defer resp.Done(context.WithoutCancel(r.Context()))
 	if resp == nil || p.maxDelay == 0 {
-		p.rp.ServeHTTP(w, r)
+		p.forward(w, r)
 		return
 	}
 	wait := queueWait(resp)
 	if wait == 0 {
-		p.rp.ServeHTTP(w, r)
+		p.forward(w, r)
 		return
 	}
 	// Admitted by a leaky_bucket with a turn ahead: hold it until then, or
@@ -251,7 +275,34 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the client gave up waiting
 	}
+	p.forward(w, r)
+}
+
+// forward sends r upstream and its response back: GET and HEAD without a
+// body through the forwarder, the others (bodies, upgrades, an https
+// upstream or a Transport of the Config) through httputil.ReverseProxy.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
+	if p.fw != nil && eligible(r) {
+		p.fw.ServeHTTP(w, r)
+		return
+	}
 	p.rp.ServeHTTP(w, r)
+}
+
+// idleConnTimeout is how long a connection to the upstream is kept idle
+// for reuse.
+const idleConnTimeout = 90 * time.Second
+
+// hostPort returns the address to dial for u: its host, with the scheme's
+// port when it names none.
+func hostPort(u *url.URL) string {
+	if port := u.Port(); port != "" {
+		return net.JoinHostPort(u.Hostname(), port)
+	}
+	if u.Scheme == "https" {
+		return net.JoinHostPort(u.Hostname(), "443")
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
 }
 
 // tooFar answers 429 for a request a leaky_bucket admitted with a turn the
@@ -306,8 +357,7 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		return // the client is gone: nobody to answer
 	}
 	status := http.StatusBadGateway
-	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+	if isTimeout(err) {
 		status = http.StatusGatewayTimeout
 	}
 	p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream failed",
