@@ -84,7 +84,7 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		cc := c
 		stop := context.AfterFunc(ctx, func() { _ = cc.SetDeadline(longAgo) })
-		resp, err := f.roundTrip(c, r)
+		resp, err := f.roundTrip(ctx, c, r)
 		if err != nil {
 			stop()
 			c.Close()
@@ -112,13 +112,14 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // roundTrip writes r on c and reads the response's headers, within
-// f.headerWait of sending.
-func (f *forwarder) roundTrip(c *upConn, r *http.Request) (*http.Response, error) {
+// f.headerWait of sending. The caller has c's deadline set in the past
+// once ctx is done.
+func (f *forwarder) roundTrip(ctx context.Context, c *upConn, r *http.Request) (*http.Response, error) {
+	if err := setReadDeadline(ctx, c, time.Now().Add(f.headerWait)); err != nil {
+		return nil, fmt.Errorf("read response: %w", err)
+	}
 	if err := f.writeRequest(c.bw, r); err != nil {
 		return nil, fmt.Errorf("write request: %w", err)
-	}
-	if err := c.SetReadDeadline(time.Now().Add(f.headerWait)); err != nil {
-		return nil, fmt.Errorf("read response: %w", err)
 	}
 	if _, err := c.br.Peek(1); err != nil {
 		return nil, fmt.Errorf("read response: %w", err)
@@ -131,13 +132,26 @@ func (f *forwarder) roundTrip(c *upConn, r *http.Request) (*http.Response, error
 			return nil, fmt.Errorf("read response: %w", err)
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode < 100 {
-			return resp, c.SetReadDeadline(time.Time{})
+			return resp, setReadDeadline(ctx, c, time.Time{})
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			return nil, errors.New("read response: 101 Switching Protocols to a request that asked for no upgrade")
 		}
 	}
 	return nil, errors.New("read response: more than 5 informational responses")
+}
+
+// setReadDeadline sets c's read deadline to t, unless ctx is done: then
+// the deadline stays in the past where the client's leaving set it, even
+// if it did so just before.
+func setReadDeadline(ctx context.Context, c *upConn, t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return c.SetDeadline(longAgo) // the context's error is set before its AfterFunc runs
+	}
+	return nil
 }
 
 // writeRequest writes r to bw as the upstream is to receive it: the
