@@ -64,6 +64,7 @@ type Service struct {
 	slotTimeout  time.Duration
 	lease        time.Duration
 	holdLease    time.Duration
+	envoyKeys    string // Config.EnvoyKeys
 }
 
 // caps are the limits on one request: Config's MaxDescriptors, MaxEntries,
@@ -89,6 +90,7 @@ func New(cfg Config) (*Service, error) {
 		log:          cfg.Logger,
 		fallbackMode: cfg.Fail.fallback(),
 		caps:         caps{descriptors: cfg.MaxDescriptors, entries: cfg.MaxEntries, value: cfg.MaxValueBytes, digest: cfg.DigestAbove},
+		envoyKeys:    cfg.EnvoyKeys,
 		br: breaker{
 			failures: int64(max(cfg.BreakerFailures, 0)),
 			coolDown: cfg.BreakerCoolDown,
@@ -420,11 +422,15 @@ func (s *Service) collect(b *batch, r *Request, resp *Response, replaces, digest
 				}
 				b.key = append(append(b.key[:client], l.ID...), b.key[:client]...)
 				key := string(b.key[client:])
+				group := key[len(l.ID):]
 				if l.Throttling == rules.Elastic {
-					b.elastic = append(b.elastic, elasticRef{ref: ref{desc: i, limit: l}, key: key, group: key[len(l.ID):], cost: d.Cost})
+					b.elastic = append(b.elastic, elasticRef{ref: ref{desc: i, limit: l}, key: key, group: group, cost: d.Cost})
 					continue
 				}
-				b.reqs = append(b.reqs, sluice.Request{Key: key, Group: key[len(l.ID):], Limit: l.Enforced(), Cost: d.Cost})
+				if s.envoyKeys != "" && rule.EnvoyKeyed(l) {
+					key, group = s.envoyKey(rule, d.Entries), ""
+				}
+				b.reqs = append(b.reqs, sluice.Request{Key: key, Group: group, Limit: l.Enforced(), Cost: d.Cost})
 				b.refs = append(b.refs, ref{desc: i, limit: l})
 			}
 			b.span[i] = span{lo: lo, hi: len(b.reqs), alone: alone}

@@ -17,6 +17,8 @@ type compatFlags struct {
 	envoyMetrics   bool
 	nearLimitRatio float64
 	shadow         bool
+	envoyKeys      bool   // --envoy-redis-keys: share Envoy ratelimit's Redis counters
+	envoyKeyPrefix string // --envoy-key-prefix: Envoy's CACHE_KEY_PREFIX
 }
 
 func (c *compatFlags) register(fs *ff.FlagSet) {
@@ -26,6 +28,10 @@ func (c *compatFlags) register(fs *ff.FlagSet) {
 		"share of a limit past which --envoy-metrics counts hits as near_limit"))
 	fs.BoolVarDefault(&c.shadow, 0, "shadow", false, withEnv("shadow",
 		"every limit in shadow mode: decided and counted, never enforced (Envoy's SHADOW_MODE)"))
+	fs.BoolVarDefault(&c.envoyKeys, 0, "envoy-redis-keys", false, withEnv("envoy-redis-keys",
+		"count fixed windows in Redis under Envoy ratelimit's keys and as it counts (INCRBY, EXPIRE), sharing its counters (a Redis --store only)"))
+	fs.StringVar(&c.envoyKeyPrefix, 0, "envoy-key-prefix", "", withEnv("envoy-key-prefix",
+		"with --envoy-redis-keys, the prefix of Envoy's keys (Envoy's CACHE_KEY_PREFIX)"))
 }
 
 // metrics registers Envoy's metrics on m and reg when asked: call it

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/observe"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/store/envoykeys"
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/tracing"
 	"github.com/sluicehq/sluice/transport/forwardauth"
@@ -155,7 +156,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		return nil, err
 	}
 	st, err := openStore(c.store, storeOptions{
-		maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), log: log, tls: storeTLS,
+		maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), log: log, tls: storeTLS, envoyKeys: c.compat.envoyKeys,
 		local: localfirst.Config{
 			NearCacheBytes: int64(c.nearCache), Sync: sync, SyncOf: co.syncOf,
 			LeaseLifetime: c.leaseLife, MaxLease: int64(c.maxLease),
@@ -214,6 +215,9 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	dc.StoreTimeout, dc.Fail, dc.Logger = c.storeTimeout, fail, log
 	if st.slots != nil {
 		dc.Slots = st.slots
+	}
+	if c.compat.envoyKeys {
+		dc.EnvoyKeys = envoykeys.Marker + c.compat.envoyKeyPrefix
 	}
 	svc, err := decide.New(dc)
 	if err != nil {

@@ -56,8 +56,9 @@ var envoyIgnored = []string{
 	"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS",
 	"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "PROMETHEUS_MAPPER_YAML",
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
-	// counters: sluice's keys and expiry are its own
-	"EXPIRATION_JITTER_MAX_SECONDS", "CACHE_KEY_PREFIX",
+	// counters: sluice's keys and expiry are its own (CACHE_KEY_PREFIX is
+	// --envoy-key-prefix, for --envoy-redis-keys)
+	"EXPIRATION_JITTER_MAX_SECONDS",
 	// Redis settings that sluice's client sets itself (it pipelines, and
 	// --store-timeout bounds a decision's wait)
 	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM",
@@ -204,6 +205,9 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 		}
 	} else {
 		ignore(storeTLSVars...)
+	}
+	if v := get("CACHE_KEY_PREFIX", ""); v != "" {
+		set("envoy-key-prefix", v, "CACHE_KEY_PREFIX")
 	}
 	if v := get("LOCAL_CACHE_SIZE_IN_BYTES", ""); v != "" {
 		set("near-cache", v, "LOCAL_CACHE_SIZE_IN_BYTES")

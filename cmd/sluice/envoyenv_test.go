@@ -116,11 +116,16 @@ func TestEnvoySettings(t *testing.T) {
 		{
 			name: "what has no meaning here",
 			env: []string{"REDIS_URL=r:1", "USE_STATSD=true", "STATSD_HOST=statsd", "TRACING_SAMPLING_RATE=0.5", "QUOTA_MODE=true",
-				"CACHE_KEY_PREFIX=x_", "REDIS_PERSECOND=true", "GRPC_MAX_CONNECTION_AGE=1h", "RUNTIME_WATCH_ROOT=true",
+				"REDIS_PERSECOND=true", "GRPC_MAX_CONNECTION_AGE=1h", "RUNTIME_WATCH_ROOT=true",
 				"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"},
 			want: map[string]string{"store": "redis://r:1"},
-			ignored: []string{"CACHE_KEY_PREFIX", "GRPC_MAX_CONNECTION_AGE", "QUOTA_MODE", "REDIS_PERSECOND", "STATSD_HOST",
+			ignored: []string{"GRPC_MAX_CONNECTION_AGE", "QUOTA_MODE", "REDIS_PERSECOND", "STATSD_HOST",
 				"TRACING_SAMPLING_RATE", "USE_STATSD"},
+		},
+		{
+			name: "the key prefix, for --envoy-redis-keys",
+			env:  []string{"REDIS_URL=r:1", "CACHE_KEY_PREFIX=x_"},
+			want: map[string]string{"store": "redis://r:1", "envoy-key-prefix": "x_"},
 		},
 		{
 			name: "tracing with the SDK's endpoint",

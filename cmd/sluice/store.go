@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/store/envoykeys"
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
@@ -26,6 +27,7 @@ type storeOptions struct {
 	local      localfirst.Config // Redis: the near cache and leases; NearCacheBytes 0 turns the cache off
 	log        *slog.Logger      // warns while a Redis store is not connected
 	tls        *tls.Config       // rediss://: nil means the system's roots and the URL's host
+	envoyKeys  bool              // Redis: count Envoy's keys as Envoy does (store/envoykeys)
 }
 
 // openedStore is the store that --store names, the in-process store that
@@ -91,6 +93,9 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 	}
 	switch kind {
 	case storeMemory:
+		if o.envoyKeys {
+			return nil, usageError("--envoy-redis-keys: Envoy's counters are in Redis; --store is memory")
+		}
 		mem, err := newMemory(o)
 		if err != nil {
 			return nil, err
@@ -133,7 +138,13 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 			defer cancel()
 			return errors.Join(near.Close(ctx), closeBoth())
 		}
-		return &openedStore{store: near, local: mem, near: near, slots: rs.Slots(), check: rs.CheckLimit, close: closeAll}, nil
+		var store sluice.Store = near
+		if o.envoyKeys {
+			// Outermost: Envoy's keys are counted as Envoy counts them,
+			// never from a near cache or a lease.
+			store = envoykeys.New(near, rs.Client, envoykeys.Config{})
+		}
+		return &openedStore{store: store, local: mem, near: near, slots: rs.Slots(), check: rs.CheckLimit, close: closeAll}, nil
 	}
 }
 

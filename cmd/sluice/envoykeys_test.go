@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// TestServeEnvoyRedisKeys checks serve with --envoy-redis-keys on a real
+// Redis: a counter Envoy's ratelimit wrote (its INCRBY and EXPIRE, under
+// CACHE_KEY_PREFIX) is the one sluice counts in over gRPC, and sluice's
+// hits are in Envoy's key.
+func TestServeEnvoyRedisKeys(t *testing.T) {
+	t.Parallel()
+	if nearMidnight(time.Minute) {
+		t.Skip("a day window may reset under the test")
+	}
+	addr := testenv.RedisAddr(t)
+	domain := fmt.Sprintf("envoykeys%d", time.Now().UnixNano())
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, "domain: "+domain+"\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 3}\n")
+	s := startServer(t, env("CACHE_KEY_PREFIX", "ignored without Envoy's environment"), "--rules", path, "--store", "redis://"+addr,
+		"--store-timeout", "1s", "--envoy-redis-keys", "--envoy-key-prefix", "pfx_")
+
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const day = 86400
+	key := "pfx_" + domain + "_user_alice_" + strconv.FormatInt(time.Now().Unix()/day*day, 10)
+	res := c.DoMulti(ctx, c.B().Incrby().Key(key).Increment(2).Build(), c.B().Expire().Key(key).Seconds(day).Build())
+	if err := res[1].Error(); err != nil {
+		t.Fatal(err)
+	}
+	ask := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", "alice")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if resp := ask(); resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("after Envoy's 2 of 3: %v remaining %d, want OK, 0", resp.OverallCode, resp.Statuses[0].LimitRemaining)
+	}
+	if resp := ask(); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("4th: %v, want OVER_LIMIT", resp.OverallCode)
+	}
+	n, err := c.Do(ctx, c.B().Get().Key(key).Build()).AsInt64()
+	if err != nil || n != 4 {
+		t.Errorf("Envoy's key holds %d (%v), want 4", n, err)
+	}
+	ttl, err := c.Do(ctx, c.B().Ttl().Key(key).Build()).AsInt64()
+	if err != nil || ttl <= 0 || ttl > day {
+		t.Errorf("TTL %d (%v), want within (0, %d]", ttl, err, day)
+	}
+}
+
+func TestServeEnvoyRedisKeysMemory(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 3}\n")
+	err := run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--rules", path,
+		"--envoy-redis-keys"}, env(), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--envoy-redis-keys") || exitCode(err) != 2 {
+		t.Errorf("run = %v, want a usage error naming --envoy-redis-keys", err)
+	}
+}

@@ -1,0 +1,243 @@
+// Package envoykeys counts fixed windows in Redis under the keys, and with
+// the commands, of Envoy's ratelimit service, so that during a rolling
+// migration Envoy's ratelimit and sluice servers on one Redis share one set
+// of counters.
+//
+// Store is a decorator of another sluice.Store. Requests whose key begins
+// with Marker (package decide makes them with Config.EnvoyKeys set to
+// Marker and Envoy's CACHE_KEY_PREFIX) are counted as Envoy's ratelimit
+// counts a limit: the key, after the marker, completed with the start of
+// the window in seconds since the Unix epoch (the time truncated to a
+// multiple of the period, read from the host's clock, as Envoy's does),
+// gets INCRBY cost and EXPIRE period-in-seconds in one pipeline, and the
+// request passes when the count after it is within the limit. Every other
+// request goes to the decorated store.
+//
+// These requests are counted Envoy's way, not sluice's: the hits of a
+// denied request are counted too (Envoy's ratelimit adds them before it
+// compares), and the hits stay counted whatever the request's other limits
+// decide. Requests to the decorated store keep sluice's rule: when a
+// request counted here is denied, the decorated store only checks them
+// (cost 0), so the request consumes none of their quota.
+package envoykeys
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Marker begins the key of every request that Store counts as Envoy's
+// ratelimit does. No key of sluice's own begins with it: those begin with a
+// limit ID of hex digits.
+const Marker = "\x00envoy\x00"
+
+// ErrNotConnected is returned while the Redis client is not there yet: the
+// caller's fail mode decides.
+var ErrNotConnected = errors.New("envoy keys: redis not connected yet")
+
+// Config configures a Store. The zero value is the default.
+type Config struct {
+	// Now is the clock whose seconds name the windows, as Envoy's
+	// ratelimit reads its host's clock (not Redis's). Default time.Now.
+	Now func() time.Time
+}
+
+// Store counts the requests whose key begins with Marker in Redis as
+// Envoy's ratelimit does, and passes the others to the store it decorates.
+// It is safe for concurrent use.
+type Store struct {
+	next   sluice.Store
+	client func() rueidis.Client
+	now    func() time.Time
+}
+
+var (
+	_ sluice.Store        = (*Store)(nil)
+	_ sluice.LimitChecker = (*Store)(nil)
+)
+
+// New returns a Store over next whose Envoy keys are counted with the
+// client that client returns: store/redis's Background.Client, which is nil
+// until Redis first answers (then requests with Envoy keys fail with
+// ErrNotConnected). The client is the caller's to close.
+func New(next sluice.Store, client func() rueidis.Client, cfg Config) *Store {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Store{next: next, client: client, now: cfg.Now}
+}
+
+// Take applies cost hits of l to key: see TakeAll.
+func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
+	var d [1]sluice.Decision
+	err := s.TakeAll(ctx, []sluice.Request{{Key: key, Limit: l, Cost: cost}}, d[:])
+	return d[0], err
+}
+
+// TakeAll counts the requests with Envoy keys in one pipeline of INCRBY
+// and EXPIRE per request, then passes the others to the decorated store in
+// one TakeAll: with their costs when every request counted here passed,
+// and otherwise with cost 0, reporting each as it would have decided with
+// its hits taken (a request that would have been denied reports the time
+// until its limit is whole again as its retry time, which is never early).
+// An Envoy key's limit must be a fixed_window of whole seconds; another is
+// an error wrapping sluice.ErrLimit.
+func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	n := 0
+	for i := range reqs {
+		if strings.HasPrefix(reqs[i].Key, Marker) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s.next.TakeAll(ctx, reqs, ds)
+	}
+	denied, err := s.count(ctx, reqs, ds, n)
+	if err != nil || n == len(reqs) {
+		return err
+	}
+	others := make([]sluice.Request, 0, len(reqs)-n)
+	idx := make([]int, 0, len(reqs)-n)
+	for i := range reqs {
+		if !strings.HasPrefix(reqs[i].Key, Marker) {
+			r := reqs[i]
+			if denied {
+				r.Cost = 0
+			}
+			others = append(others, r)
+			idx = append(idx, i)
+		}
+	}
+	od := make([]sluice.Decision, len(others))
+	if err := s.next.TakeAll(ctx, others, od); err != nil {
+		return err
+	}
+	for k, i := range idx {
+		d := od[k]
+		if cost := reqs[i].Cost; denied && cost > 0 {
+			d = asTaken(d, cost)
+		}
+		ds[i] = d
+	}
+	return nil
+}
+
+// asTaken restates d, a decision taken with cost 0, as the decision a
+// request of cost would have had with its hits taken.
+func asTaken(d sluice.Decision, cost int64) sluice.Decision {
+	if cost <= d.Remaining {
+		d.Remaining -= cost
+		return d
+	}
+	d.Allowed = false
+	d.RetryAfter = d.ResetAfter
+	if cost > d.Limit {
+		d.RetryAfter = sluice.Never
+	}
+	return d
+}
+
+// count counts the n requests of reqs with Envoy keys and writes their
+// decisions, reporting whether one of them was denied.
+func (s *Store) count(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision, n int) (bool, error) {
+	c := s.client()
+	if c == nil {
+		return false, ErrNotConnected
+	}
+	now := s.now()
+	sec := now.Unix()
+	cmds := make(rueidis.Commands, 0, 2*n)
+	for i := range reqs {
+		r := &reqs[i]
+		if !strings.HasPrefix(r.Key, Marker) {
+			continue
+		}
+		p, err := periodSeconds(r.Limit)
+		if err != nil {
+			return false, err
+		}
+		name := key(r.Key, sec/p*p)
+		cmds = append(cmds, c.B().Incrby().Key(name).Increment(r.Cost).Build(), c.B().Expire().Key(name).Seconds(p).Build())
+	}
+	res := c.DoMulti(ctx, cmds...)
+	denied := false
+	j := 0
+	for i := range reqs {
+		r := &reqs[i]
+		if !strings.HasPrefix(r.Key, Marker) {
+			continue
+		}
+		after, err := res[j].AsInt64()
+		if err == nil {
+			err = res[j+1].Error()
+		}
+		if err != nil {
+			return false, fmt.Errorf("envoy key %q: %w", r.Key[len(Marker):], err)
+		}
+		j += 2
+		p, _ := periodSeconds(r.Limit)
+		end := time.Unix((sec/p+1)*p, 0)
+		ds[i] = decision(r.Limit.Capacity(), r.Cost, after, end.Sub(now))
+		denied = denied || !ds[i].Allowed
+	}
+	return denied, nil
+}
+
+// key returns the Redis key of Envoy key k (with Marker) in the window
+// that starts at start, in seconds.
+func key(k string, start int64) string {
+	return k[len(Marker):] + strconv.FormatInt(start, 10)
+}
+
+// periodSeconds returns the period of l in whole seconds, or an error
+// wrapping sluice.ErrLimit when l is not a fixed window of whole seconds.
+func periodSeconds(l sluice.Limit) (int64, error) {
+	if l.Algorithm != sluice.FixedWindow || l.Period < time.Second || l.Period%time.Second != 0 {
+		return 0, fmt.Errorf("%w: envoy keys count fixed windows of whole seconds, not %s", sluice.ErrLimit, l)
+	}
+	return int64(l.Period / time.Second), nil
+}
+
+// decision is the decision on a request of cost hits against a limit of
+// capacity hits a window, given the count after Envoy's INCRBY and the
+// time left in the window: allowed when the count is within the limit, as
+// Envoy's ratelimit decides.
+func decision(capacity, cost, after int64, left time.Duration) sluice.Decision {
+	d := sluice.Decision{Allowed: after <= capacity, Limit: capacity, Remaining: max(capacity-after, 0)}
+	if after > 0 {
+		d.ResetAfter = left
+	}
+	switch {
+	case d.Allowed:
+	case cost > capacity:
+		d.RetryAfter = sluice.Never
+	default:
+		d.RetryAfter = left
+	}
+	return d
+}
+
+// CheckLimit passes on the decorated store's veto, if it has one.
+func (s *Store) CheckLimit(l sluice.Limit) error {
+	if lc, ok := s.next.(sluice.LimitChecker); ok {
+		return lc.CheckLimit(l)
+	}
+	return nil
+}
+
+// Ready reports whether the decorated store is ready (true when it does
+// not say) and the Redis client is there.
+func (s *Store) Ready() bool {
+	if r, ok := s.next.(interface{ Ready() bool }); ok && !r.Ready() {
+		return false
+	}
+	return s.client() != nil
+}
