@@ -54,8 +54,14 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	addr := testenv.RedisAddr(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	return newFixtureOn(t, []string{testenv.RedisAddr(t)})
+}
+
+// newFixtureOn is newFixture on the Redis at addrs: a standalone server
+// or the nodes of a cluster.
+func newFixtureOn(t *testing.T, addrs []string) *fixture {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +159,22 @@ func window(period int64) string { return strconv.FormatInt(t0.Unix()/period*per
 
 func TestEnvoyWritesSluiceReads(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	for _, tc := range []struct {
+		name  string
+		addrs func(testing.TB) []string
+	}{
+		{"single", func(t testing.TB) []string { return []string{testenv.RedisAddr(t)} }},
+		// Envoy's keys have no hash tags: each lands in its own slot.
+		{"cluster", testenv.RedisClusterAddrs},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			envoyWritesSluiceReads(t, newFixtureOn(t, tc.addrs(t)))
+		})
+	}
+}
+
+func envoyWritesSluiceReads(t *testing.T, f *fixture) {
 	key := f.prefix + "api_user_alice_" + window(60)
 	if n := f.envoyHit(t, key, 2, 60); n != 2 {
 		t.Fatalf("Envoy's INCRBY: %d, want 2", n)
