@@ -14,6 +14,8 @@ import (
 
 	"github.com/peterbourgon/ff/v4"
 
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/shed"
 	"github.com/sluicehq/sluice/transport/httpapi"
 	"github.com/sluicehq/sluice/transport/proxy"
 )
@@ -29,6 +31,7 @@ type proxyConfig struct {
 	retryJitter     time.Duration
 	maxDelay        time.Duration
 	maxWaiting      int
+	shed            bool
 	shutdownTimeout time.Duration
 }
 
@@ -45,6 +48,7 @@ func proxyCommand(stderr io.Writer) *ff.Command {
 	fs.DurationVar(&c.retryJitter, 0, "retry-jitter", time.Second, withEnv("retry-jitter", "most random time added to Retry-After, in whole seconds"))
 	fs.DurationVar(&c.maxDelay, 0, "max-delay", def.MaxDelay, withEnv("max-delay", "longest a request a leaky_bucket admits is held for its turn; one whose turn is further gets 429 at once (0: never hold)"))
 	fs.IntVar(&c.maxWaiting, 0, "max-waiting", def.MaxWaiting, withEnv("max-waiting", "most requests waiting for their turn at once"))
+	fs.BoolVar(&c.shed, 0, "shed", withEnv("shed", "adaptive load shedding: an adaptive limit on requests in flight to the upstream, which sheds by the rules' priority (503) when it is saturated; critical and default requests wait up to --max-delay (1s when 0) for a slot"))
 	fs.DurationVar(&c.shutdownTimeout, 0, "shutdown-timeout", 10*time.Second, withEnv("shutdown-timeout", "how long a shutdown waits for requests in flight"))
 	return &ff.Command{
 		Name:      "proxy",
@@ -101,6 +105,16 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 	pc := proxy.DefaultConfig()
 	pc.Upstream, pc.Identity, pc.Decider, pc.Respond, pc.Logger = up, id, co.decider, rw, log
 	pc.MaxDelay, pc.MaxWaiting = c.maxDelay, c.maxWaiting
+	if c.shed {
+		gate, err := shed.New(shed.Config{MaxWait: c.maxDelay, MaxWaiting: c.maxWaiting})
+		if err != nil {
+			return fmt.Errorf("proxy: %w", err)
+		}
+		if err := metrics.Shed(co.reg, gate.Stats); err != nil {
+			return err
+		}
+		pc.Shed = gate
+	}
 	p, err := proxy.New(pc)
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
@@ -111,6 +125,7 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 		Rules:    co.watcher.Current,
 		Mode:     func() string { return co.decider.Mode().String() },
 		Gatherer: co.reg,
+		Shed:     shedStats(pc.Shed),
 	})
 	if err != nil {
 		return err
@@ -166,4 +181,12 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 	}
 	log.Info("stopped")
 	return serveErr
+}
+
+// shedStats returns the Stats of gate for /readyz, nil without one.
+func shedStats(gate *shed.Gate) func() shed.Stats {
+	if gate == nil {
+		return nil
+	}
+	return gate.Stats
 }

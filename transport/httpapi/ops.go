@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/shed"
 )
 
 // OpsConfig configures the operational endpoints.
@@ -23,6 +24,10 @@ type OpsConfig struct {
 	Mode func() string
 	// Gatherer is the registry /metrics serves; nil leaves /metrics out.
 	Gatherer prometheus.Gatherer
+	// Shed returns the load shedder's state (the proxy's), which /readyz
+	// shows under "shed"; nil leaves it out. A saturated upstream does
+	// not make the process unready: shedding is its answer to that.
+	Shed func() shed.Stats
 }
 
 // Ops serves the operational endpoints of a sluice process: the HTTP API
@@ -94,8 +99,8 @@ func (o *Ops) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // ready returns the readiness body and its status code.
-func (o *Ops) ready() (int, map[string]string) {
-	body := map[string]string{"status": "ready"}
+func (o *Ops) ready() (int, map[string]any) {
+	body := map[string]any{"status": "ready"}
 	if o.cfg.Mode != nil {
 		body["mode"] = o.cfg.Mode()
 	}
@@ -108,6 +113,17 @@ func (o *Ops) ready() (int, map[string]string) {
 		code, body["status"], body["reason"] = http.StatusServiceUnavailable, "not ready", "rules not loaded"
 	default:
 		body["rules"] = set.Version()
+	}
+	if o.cfg.Shed != nil {
+		st := o.cfg.Shed()
+		shedBody := map[string]any{"limit": st.Limit, "in_flight": st.InFlight, "waiting": st.Waiting,
+			"saturated": st.Saturated(), "min_rtt_ms": float64(st.MinRTT.Microseconds()) / 1000}
+		shedded := map[string]uint64{}
+		for p := shed.Sheddable; p <= shed.Critical; p++ {
+			shedded[p.String()] = st.Shed[p]
+		}
+		shedBody["shed"] = shedded
+		body["shed"] = shedBody
 	}
 	return code, body
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/shed"
 	"github.com/sluicehq/sluice/transport/respond"
 )
 
@@ -73,6 +74,12 @@ type Config struct {
 	// FailClosed answers 503 when the Decider returns an error; by default
 	// the request is forwarded.
 	FailClosed bool
+	// Shed is the load shedder in front of the upstream: it measures the
+	// upstream, keeps an adaptive limit on its concurrency and, when it is
+	// saturated, sheds by the rules' priority (503 with Retry-After);
+	// waiting requests are served first in, first out within a priority.
+	// Nil: no shedding.
+	Shed *shed.Gate
 	// Logger receives upstream and Decider errors. Default slog.Default().
 	Logger *slog.Logger
 	// Sleep waits d or until ctx is done, returning ctx's error then: the
@@ -109,6 +116,7 @@ type Proxy struct {
 	fw         *forwarder      // GET and HEAD without a body; nil when the Transport was given or the upstream is https
 	own        *http.Transport // nil when the Transport was given
 	waiting    atomic.Int64
+	shed       *shed.Gate
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -157,6 +165,7 @@ func New(cfg Config) (*Proxy, error) {
 		bodyIdle:   cfg.BodyIdleTimeout,
 		log:        cfg.Logger,
 		sleep:      cfg.Sleep,
+		shed:       cfg.Shed,
 	}
 	rt := cfg.Transport
 	pool := &bufferPool{}
@@ -251,12 +260,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// panicked (ReverseProxy aborts with http.ErrAbortHandler).
 	defer resp.Done(context.WithoutCancel(r.Context()))
 	if resp == nil || p.maxDelay == 0 {
-		p.forward(w, r)
+		p.forward(w, r, resp)
 		return
 	}
 	wait := queueWait(resp)
 	if wait == 0 {
-		p.forward(w, r)
+		p.forward(w, r, resp)
 		return
 	}
 	// Admitted by a leaky_bucket with a turn ahead: hold it until then, or
@@ -275,13 +284,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the client gave up waiting
 	}
-	p.forward(w, r)
+	p.forward(w, r, resp)
 }
 
-// forward sends r upstream and its response back: GET and HEAD without a
+// forward sends r upstream behind the load shedder, if any (see send).
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, resp *decide.Response) {
+	if p.shed == nil {
+		p.send(w, r)
+		return
+	}
+	p.guard.Writer().Gated(p.shed, respond.Priority(resp), w, r, http.HandlerFunc(p.send))
+}
+
+// Shed returns the Proxy's load shedder, nil without one.
+func (p *Proxy) Shed() *shed.Gate { return p.shed }
+
+// send sends r upstream and its response back: GET and HEAD without a
 // body through the forwarder, the others (bodies, upgrades, an https
 // upstream or a Transport of the Config) through httputil.ReverseProxy.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
+func (p *Proxy) send(w http.ResponseWriter, r *http.Request) {
 	if p.fw != nil && eligible(r) {
 		p.fw.ServeHTTP(w, r)
 		return

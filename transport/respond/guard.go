@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/shed"
 )
 
 // Decider decides a request; *decide.Service is one. It is the one
@@ -37,6 +38,10 @@ type GuardConfig struct {
 	FailClosed bool
 	// Logger receives Decider errors. Nil: slog.Default().
 	Logger *slog.Logger
+	// Shed is the load shedder in front of what Serve serves (the
+	// middleware's handler): requests it sheds get 503 with Retry-After,
+	// by their rules' priority. Nil: no shedding.
+	Shed *shed.Gate
 }
 
 // Guard is the step every HTTP way in takes before it lets a request go
@@ -49,6 +54,7 @@ type Guard struct {
 	failClosed bool
 	log        *slog.Logger
 	msg        string
+	shed       *shed.Gate
 }
 
 // NewGuard returns a Guard for cfg, or an error when Identity or Decider is
@@ -58,7 +64,7 @@ func NewGuard(name string, cfg GuardConfig) (*Guard, error) {
 	if cfg.Identity == nil || cfg.Decider == nil {
 		return nil, fmt.Errorf("%s: identity and decider are required", name)
 	}
-	g := &Guard{id: cfg.Identity, decider: cfg.Decider, w: cfg.Respond, failClosed: cfg.FailClosed, log: cfg.Logger, msg: name + " decision failed"}
+	g := &Guard{id: cfg.Identity, decider: cfg.Decider, w: cfg.Respond, failClosed: cfg.FailClosed, log: cfg.Logger, msg: name + " decision failed", shed: cfg.Shed}
 	if g.w == nil {
 		g.w = New(Config{})
 	}
@@ -96,9 +102,10 @@ func (g *Guard) Hold(w http.ResponseWriter, r *http.Request) (resp *decide.Respo
 	return g.check(w, r, true)
 }
 
-// Serve decides r as Hold does and, when it passes, serves it with next,
-// releasing its concurrency slots when next returns or panics (the panic
-// goes on), the client gone or not.
+// Serve decides r as Hold does and, when it passes, serves it with next
+// behind the load shedder (GuardConfig.Shed), releasing its concurrency
+// slots when next returns or panics (the panic goes on), the client gone
+// or not.
 func (g *Guard) Serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	resp, pass := g.check(w, r, true)
 	if !pass {
@@ -107,7 +114,7 @@ func (g *Guard) Serve(w http.ResponseWriter, r *http.Request, next http.Handler)
 	if resp != nil {
 		defer resp.Done(context.WithoutCancel(r.Context()))
 	}
-	next.ServeHTTP(w, r)
+	g.w.Gated(g.shed, Priority(resp), w, r, next)
 }
 
 func (g *Guard) check(w http.ResponseWriter, r *http.Request, hold bool) (resp *decide.Response, pass bool) {
