@@ -46,7 +46,14 @@ func RequestRule(domain string, matched *Rule, entries []Entry, rl RequestLimit)
 	if !ok {
 		return nil, fmt.Errorf("unit: unknown unit %q (want %s)", rl.Unit, unitNames)
 	}
-	l := &Limit{Unit: unit, UnitMultiplier: 1, Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Period: period}}
+	// The rule, its limit and its list of limits in one allocation.
+	a := &struct {
+		r  Rule
+		l  Limit
+		ls [1]*Limit
+	}{}
+	r, l := &a.r, &a.l
+	*l = Limit{Unit: unit, UnitMultiplier: 1, Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Period: period}}
 	switch {
 	case rl.RequestsPerUnit < 0:
 		return nil, fmt.Errorf("requests_per_unit: must be at least 0, got %d", rl.RequestsPerUnit)
@@ -59,12 +66,11 @@ func RequestRule(domain string, matched *Rule, entries []Entry, rl RequestLimit)
 		}
 	}
 
-	var r Rule
 	if matched != nil {
-		r = *matched
+		*r = *matched
 		r.path = unshared(matched.path)
 	} else {
-		r = Rule{Domain: domain, Path: domain, depth: len(entries) - 1}
+		*r = Rule{Domain: domain, Path: domain, depth: len(entries) - 1}
 		levels := make([]Rule, len(entries))
 		r.path = make([]*Rule, len(entries))
 		for i, e := range entries {
@@ -76,18 +82,24 @@ func RequestRule(domain string, matched *Rule, entries []Entry, rl RequestLimit)
 			r.Key = entries[len(entries)-1].Key
 		}
 	}
-	r.Limits = []*Limit{l}
+	a.ls[0] = l
+	r.Limits = a.ls[:]
 	r.ShadowMode, r.QuotaMode, r.Metadata, r.ShareThreshold = false, false, nil, false
 	r.Descriptors, r.sub, r.Overrides = nil, level{}, nil
-	l.ID = limitID(&r, l, 0)
 	if matched != nil {
+		// The first fixed window of this period in matched has the ID
+		// setIDs would give l there: take it rather than derive it again.
 		for _, ml := range matched.Limits {
-			if ml.ID == l.ID {
-				l.Sync = ml.Sync // one counter is kept one way
+			if !ml.Unlimited && ml.Limit.Algorithm == sluice.FixedWindow && ml.Limit.Period == period {
+				l.ID, l.Sync = ml.ID, ml.Sync // one counter is kept one way
+				break
 			}
 		}
 	}
-	return &r, nil
+	if l.ID == "" {
+		l.ID = limitID(r, l, 0)
+	}
+	return r, nil
 }
 
 // unshared returns path, or a copy of it whose levels that share a
