@@ -44,7 +44,7 @@ var envoyTriggers = []string{
 // files without GRPC_SERVER_USE_TLS, say), and then named too.
 var envoyIgnored = []string{
 	// gRPC
-	"GRPC_UDS", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE",
+	"GRPC_UDS",
 	// rules from an xDS server
 	"FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
 	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
@@ -140,6 +140,8 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 	// Listeners, with Envoy's defaults: all interfaces.
 	set("http-addr", net.JoinHostPort(get("HOST", "0.0.0.0"), get("PORT", "8080")), "HOST", "PORT")
 	set("grpc-addr", net.JoinHostPort(get("GRPC_HOST", "0.0.0.0"), get("GRPC_PORT", "8081")), "GRPC_HOST", "GRPC_PORT")
+	set("grpc-max-connection-age", get("GRPC_MAX_CONNECTION_AGE", "24h"), "GRPC_MAX_CONNECTION_AGE")
+	set("grpc-max-connection-age-grace", get("GRPC_MAX_CONNECTION_AGE_GRACE", "1h"), "GRPC_MAX_CONNECTION_AGE_GRACE")
 	ops := []string{net.JoinHostPort(get("DEBUG_HOST", "0.0.0.0"), get("DEBUG_PORT", "6070"))}
 	opsFrom := []string{"DEBUG_HOST", "DEBUG_PORT"}
 	if boolean("USE_PROMETHEUS", false) {

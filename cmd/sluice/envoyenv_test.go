@@ -18,24 +18,27 @@ func TestEnvoySettings(t *testing.T) {
 	// defaults are the settings of an Envoy environment that sets only a
 	// trigger; each case states what differs.
 	defaults := map[string]string{
-		"http-addr":              "0.0.0.0:8080",
-		"grpc-addr":              "0.0.0.0:8081",
-		"ops-addr":               "0.0.0.0:6070",
-		"log-level":              "warn",
-		"log-format":             "text",
-		"rules":                  "/srv/runtime_data/current/config",
-		"rules-envoy-layout":     "true",
-		"rules-ignore-dot-files": "false",
-		"rules-merge-domains":    "false",
-		"shadow":                 "false",
-		"response-headers":       "none",
-		"envoy-metrics":          "true",
-		"near-limit-ratio":       "0.8",
+		"http-addr":                     "0.0.0.0:8080",
+		"grpc-addr":                     "0.0.0.0:8081",
+		"ops-addr":                      "0.0.0.0:6070",
+		"log-level":                     "warn",
+		"log-format":                    "text",
+		"rules":                         "/srv/runtime_data/current/config",
+		"rules-envoy-layout":            "true",
+		"rules-ignore-dot-files":        "false",
+		"rules-merge-domains":           "false",
+		"shadow":                        "false",
+		"response-headers":              "none",
+		"envoy-metrics":                 "true",
+		"near-limit-ratio":              "0.8",
+		"grpc-max-connection-age":       "24h",
+		"grpc-max-connection-age-grace": "1h",
 	}
 	tests := []struct {
 		name    string
 		env     []string
-		want    map[string]string // over defaults; "" removes a flag
+		env2    []string          // more of env
+		want    map[string]string // over defaults
 		ignored []string
 		err     string
 	}{
@@ -53,7 +56,9 @@ func TestEnvoySettings(t *testing.T) {
 			name: "listeners and logs",
 			env: []string{"REDIS_URL=r:1", "HOST=127.0.0.1", "PORT=9000", "GRPC_HOST=::", "GRPC_PORT=9001", "DEBUG_PORT=9002",
 				"LOG_LEVEL=WARNING", "LOG_FORMAT=JSON", "RUNTIME_APPDIRECTORY=rules"},
+			env2: []string{"GRPC_MAX_CONNECTION_AGE=10m", "GRPC_MAX_CONNECTION_AGE_GRACE=30s"},
 			want: map[string]string{"http-addr": "127.0.0.1:9000", "grpc-addr": "[::]:9001", "ops-addr": "0.0.0.0:9002",
+				"grpc-max-connection-age": "10m", "grpc-max-connection-age-grace": "30s",
 				"log-format": "json", "store": "redis://r:1", "rules": "/srv/runtime_data/current/rules"},
 		},
 		{
@@ -116,10 +121,10 @@ func TestEnvoySettings(t *testing.T) {
 		{
 			name: "what has no meaning here",
 			env: []string{"REDIS_URL=r:1", "USE_STATSD=true", "STATSD_HOST=statsd", "TRACING_SAMPLING_RATE=0.5", "QUOTA_MODE=true",
-				"REDIS_PERSECOND=true", "GRPC_MAX_CONNECTION_AGE=1h", "RUNTIME_WATCH_ROOT=true",
+				"REDIS_PERSECOND=true", "GRPC_UDS=/tmp/rl.sock", "RUNTIME_WATCH_ROOT=true",
 				"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"},
 			want: map[string]string{"store": "redis://r:1"},
-			ignored: []string{"GRPC_MAX_CONNECTION_AGE", "QUOTA_MODE", "REDIS_PERSECOND", "STATSD_HOST",
+			ignored: []string{"GRPC_UDS", "QUOTA_MODE", "REDIS_PERSECOND", "STATSD_HOST",
 				"TRACING_SAMPLING_RATE", "USE_STATSD"},
 		},
 		{
@@ -154,7 +159,7 @@ func TestEnvoySettings(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			e, err := envoySettings(env(tt.env...))
+			e, err := envoySettings(env(append(tt.env, tt.env2...)...))
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) || exitCode(err) != 2 {
 					t.Fatalf("envoySettings = %v, want a usage error naming %s", err, tt.err)

@@ -34,6 +34,7 @@ type serveConfig struct {
 	shutdownTimeout time.Duration
 	reflection      bool
 	pprof           bool
+	connAge         connAgeFlags // gRPC connections' lifetime
 }
 
 func serveCommand(stderr io.Writer) *ff.Command {
@@ -42,6 +43,7 @@ func serveCommand(stderr io.Writer) *ff.Command {
 	fs.StringVar(&c.grpcAddr, 0, "grpc-addr", "127.0.0.1:8081", withEnv("grpc-addr", "address of Envoy's gRPC rate limit API; port 0 picks a free port"))
 	fs.StringVar(&c.httpAddr, 0, "http-addr", "127.0.0.1:8080", withEnv("http-addr", "address of the HTTP API; port 0 picks a free port"))
 	c.coreFlags.register(fs)
+	c.connAge.register(fs)
 	fs.StringVar(&c.identity, 0, "identity", "", withEnv("identity", "identity file (Envoy rate_limits actions): serves forward-auth on GET /v1/auth"))
 	fs.StringVar(&c.headers, 0, "response-headers", "all", withEnv("response-headers", headersUsage))
 	fs.DurationVar(&c.retryJitter, 0, "retry-jitter", time.Second, withEnv("retry-jitter", "most random time added to Retry-After, in whole seconds"))
@@ -181,7 +183,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		hln.Close()
 		return err
 	}
-	var gopts []grpc.ServerOption
+	gopts := c.connAge.options()
 	if tc := tlsc.config("grpc", "h2"); tc != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
 	}
