@@ -81,3 +81,24 @@ func TestServeEnvoyRedisKeysMemory(t *testing.T) {
 		t.Errorf("run = %v, want a usage error naming --envoy-redis-keys", err)
 	}
 }
+
+// TestJSONRequestLimit checks Envoy's /json endpoint with a descriptor's
+// own limit, in protobuf's JSON: it takes the rules' place there as over
+// gRPC, and an unlimited descriptor reports 4294967295 remaining.
+func TestJSONRequestLimit(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100}\n  - key: partner\n    rate_limit: {unlimited: true}\n")
+	s := startServer(t, nil, "--rules", path)
+	body := `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"alice"}],"limit":{"requests_per_unit":1,"unit":"MINUTE"}}]}`
+	if r := s.do(t, "POST", "/json", body); r.code != 200 || !strings.Contains(r.body, `"requestsPerUnit":1`) {
+		t.Fatalf("first: %d %s, want 200 with the request's limit of 1", r.code, r.body)
+	}
+	if r := s.do(t, "POST", "/json", body); r.code != 429 || !strings.Contains(r.body, `"overallCode":"OVER_LIMIT"`) {
+		t.Errorf("second: %d %s, want 429 OVER_LIMIT", r.code, r.body)
+	}
+	r := s.do(t, "POST", "/json", `{"domain":"api","descriptors":[{"entries":[{"key":"partner","value":"p"}]},{}]}`)
+	if r.code != 200 || !strings.Contains(r.body, `"limitRemaining":4294967295`) {
+		t.Errorf("unlimited and empty: %d %s, want 200 with limitRemaining 4294967295", r.code, r.body)
+	}
+}
