@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,10 +10,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/transport/proxy"
 )
 
@@ -461,4 +464,86 @@ func rawUpstream(t *testing.T, answer string) string {
 		}
 	}()
 	return "http://" + ln.Addr().String()
+}
+
+// FuzzForwarderResponse feeds the forwarder an upstream that answers any
+// bytes: the client gets the upstream's own status when those bytes are
+// an HTTP response net/http reads, 502 when they are not, and the proxy
+// never fails otherwise (http.ErrAbortHandler, the cut-short body, is the
+// only panic allowed).
+func FuzzForwarderResponse(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 204 No Content\r\nConnection: X-A, close\r\nX-A: 1\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n2\r\nok\r\n0\r\nX-T: 1\r\n\r\n",
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+		"HTTP/1.0 200 OK\r\n\r\nuntil close",
+		"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+		"HTTP/1.1 999 Odd\r\nContent-Length: -1\r\n\r\n",
+		"garbage\r\n\r\n",
+		"",
+	} {
+		f.Add([]byte(s))
+	}
+	var mu sync.Mutex
+	var answer []byte
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	done := make(chan struct{})
+	f.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	go func() { // ends when the listener closes
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if _, err := http.ReadRequest(bufio.NewReader(conn)); err == nil {
+				mu.Lock()
+				conn.Write(answer)
+				mu.Unlock()
+			}
+			conn.Close()
+		}
+	}()
+	id, err := identity.New(identity.Config{Domain: "fuzz"}, nil) // no limits: nothing to decide
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		mu.Lock()
+		answer = b
+		mu.Unlock()
+		want := http.StatusBadGateway
+		if resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), nil); err == nil {
+			resp.Body.Close()
+			want = resp.StatusCode
+		}
+		for _, wy := range ways() {
+			cfg := wy.cfg(t, 5*time.Second)
+			cfg.Identity = id
+			p := newProxy(t, "http://"+ln.Addr().String(), cfg)
+			rec := httptest.NewRecorder()
+			func() {
+				defer func() {
+					if v := recover(); v != nil && v != http.ErrAbortHandler {
+						t.Fatalf("%s: panic %v", wy.name, v)
+					}
+				}()
+				p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+			}()
+			if want >= 200 && want <= 999 && rec.Code != want && rec.Code != http.StatusBadGateway {
+				t.Fatalf("%s: status %d, the upstream said %d", wy.name, rec.Code, want)
+			}
+			if (want < 100 || want > 999) && rec.Code != http.StatusBadGateway {
+				t.Fatalf("%s: status %d for an answer net/http does not read, want 502", wy.name, rec.Code)
+			}
+		}
+	})
 }

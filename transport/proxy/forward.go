@@ -131,7 +131,11 @@ func (f *forwarder) roundTrip(ctx context.Context, c *upConn, r *http.Request) (
 		if err != nil {
 			return nil, fmt.Errorf("read response: %w", err)
 		}
-		if resp.StatusCode >= 200 || resp.StatusCode < 100 {
+		if err := checkStatus(resp); err != nil {
+			resp.Body.Close()
+			return nil, fmt.Errorf("read response: %w", err)
+		}
+		if resp.StatusCode >= 200 {
 			return resp, setReadDeadline(ctx, c, time.Time{})
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -406,6 +410,15 @@ func joinPath(a, b string) string {
 		return a + "/" + b
 	}
 	return a + b
+}
+
+// checkStatus refuses a response whose status net/http reads but cannot
+// write: 000 to 099.
+func checkStatus(resp *http.Response) error {
+	if resp.StatusCode < 100 {
+		return fmt.Errorf("status %03d", resp.StatusCode)
+	}
+	return nil
 }
 
 // isEventStream reports whether h's Content-Type is text/event-stream.

@@ -213,6 +213,9 @@ func New(cfg Config) (*Proxy, error) {
 			forwarded(pr.In, pr.Out.Header.Set)
 		},
 		Transport: rt,
+		// An upstream's status below 100 is a 502, not a panic in
+		// WriteHeader.
+		ModifyResponse: checkStatus,
 		// FlushInterval 0: ReverseProxy itself flushes every write of a
 		// streamed response (no Content-Length, or text/event-stream) at
 		// once, and lets responses of known length go out whole; -1 would
