@@ -75,6 +75,13 @@ func TestExactAcrossStores(t *testing.T) {
 	}
 }
 
+// hangSlack is how much longer than its deadline a call may take before
+// loadGen counts it as hung: scheduling on a loaded two-core machine under
+// the race detector delays goroutines by a few hundred milliseconds, and
+// what the tests guard against is a call held for seconds, as Envoy's
+// ratelimit holds its callers while Redis is away.
+const hangSlack = 400 * time.Millisecond
+
 // loadGen runs goroutines that call Take with a deadline of timeout until
 // stop is closed, and records how each call ended.
 type loadGen struct {
@@ -114,7 +121,7 @@ func (l *loadGen) run(s *Store, goroutines int, timeout time.Duration, stop <-ch
 				} else {
 					l.lastOK.Store(time.Now().UnixNano())
 				}
-				if took > timeout+50*time.Millisecond {
+				if took > timeout+hangSlack {
 					l.slow.Add(1)
 				}
 				if int64(took) > l.worst.Load() {
@@ -182,7 +189,7 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	t.Logf("paused: %d calls, %d errors, recovered %v after resume (hung %v)", l.calls.Load(), l.errs.Load(), back, time.Since(paused))
 
 	if n := l.slow.Load(); n != 0 {
-		t.Fatalf("%d calls took longer than their %v deadline + 50ms (worst %v)", n, timeout, time.Duration(l.worst.Load()))
+		t.Fatalf("%d calls took longer than their %v deadline + %v (worst %v)", n, timeout, hangSlack, time.Duration(l.worst.Load()))
 	}
 	t.Logf("worst call %v", time.Duration(l.worst.Load()))
 }
@@ -235,7 +242,7 @@ func TestClusterFailover(t *testing.T) {
 	l.waitOK(t, since, 5*time.Second)
 	t.Logf("decisions continue %v after the kill; %d calls, %d errors", time.Since(killed).Round(time.Millisecond), l.calls.Load(), l.errs.Load())
 	if n := l.slow.Load(); n != 0 {
-		t.Fatalf("%d calls took longer than their %v deadline + 50ms (worst %v)", n, timeout, time.Duration(l.worst.Load()))
+		t.Fatalf("%d calls took longer than their %v deadline + %v (worst %v)", n, timeout, hangSlack, time.Duration(l.worst.Load()))
 	}
 	// The old master comes back as a replica; the cluster is whole again.
 	master.Restart()
