@@ -43,7 +43,9 @@ type Config struct {
 	// Logger receives the denial lines, at level Info. Default
 	// slog.Default().
 	Logger *slog.Logger
-	// Now is the clock of the windows. Default time.Now.
+	// Now is the clock of the windows. Nil (the default) means the
+	// Decider's own clock, which reads the system clock every 100 ms from
+	// a goroutine that Close stops. Tests pass a fake clock here.
 	Now func() time.Time
 }
 
@@ -54,7 +56,7 @@ func DefaultConfig() Config {
 		MaxKeys:       16, // keys of a few domains' rules; about 13 MiB at most
 		DenialLogRate: 10, // lines a second: enough to see who, not a flood in the logs
 		Logger:        slog.Default(),
-		Now:           time.Now,
+		Now:           nil, // the Decider's coarse clock
 	}
 }
 
@@ -62,11 +64,13 @@ func DefaultConfig() Config {
 const MaxMaxKeys = 1024
 
 // Decider counts the decisions of a Service and logs its denials. It is
-// safe for concurrent use and has the same Decide method.
+// safe for concurrent use and has the same Decide method. Close it when
+// done.
 type Decider struct {
 	next    Service
 	cfg     Config
 	mode    func() decide.Mode
+	clock   *coarseClock  // nil when Config.Now is set
 	logs    *rate.Limiter // nil: no denial log
 	dropped atomic.Int64  // denial lines not logged since the last one
 
@@ -75,9 +79,11 @@ type Decider struct {
 	nkey int
 }
 
-// counters are the counts of one domain and descriptor key.
+// counters are the counts of one domain and descriptor key: each request
+// counts once, as admitted or as denied, and the requests are their sum
+// (sketch.TopOf), so a decision updates one sketch.
 type counters struct {
-	requests, denied *sketch.Counter
+	admitted, denied *sketch.Counter
 }
 
 // New returns a Decider that watches next.
@@ -95,13 +101,14 @@ func New(next Service, cfg Config) (*Decider, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = d.Logger
 	}
-	if cfg.Now == nil {
-		cfg.Now = d.Now
-	}
 	if _, err := sketch.New(cfg.Sketch); err != nil {
 		return nil, fmt.Errorf("observe: %w", err)
 	}
 	o := &Decider{next: next, cfg: cfg}
+	if cfg.Now == nil {
+		o.clock = newCoarseClock()
+		o.cfg.Now = o.clock.now
+	}
 	if cfg.DenialLogRate > 0 {
 		o.logs = rate.NewLimiter(rate.Limit(cfg.DenialLogRate), max(1, int(cfg.DenialLogRate)))
 	}
@@ -111,6 +118,15 @@ func New(next Service, cfg Config) (*Decider, error) {
 	m := map[string]map[string]*counters{}
 	o.keys.Store(&m)
 	return o, nil
+}
+
+// Close stops the Decider's clock, if it has its own. It is safe to call
+// more than once; the Decider must not be used after.
+func (o *Decider) Close() error {
+	if o.clock != nil {
+		o.clock.close()
+	}
+	return nil
 }
 
 // Mode returns the decorated Service's Mode, or decide.ModeStore when it
@@ -131,6 +147,12 @@ func (o *Decider) Decide(ctx context.Context, r *decide.Request) (*decide.Respon
 	if err != nil || resp == nil {
 		return resp, err
 	}
+	o.count(r, resp)
+	return resp, nil
+}
+
+// count counts the statuses of resp, the answer to r.
+func (o *Decider) count(r *decide.Request, resp *decide.Response) {
 	var now time.Time
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
@@ -148,16 +170,16 @@ func (o *Decider) Decide(ctx context.Context, r *decide.Request) (*decide.Respon
 			if c == nil {
 				continue
 			}
-			c.requests.Add(now, e.Value)
 			if denied {
 				c.denied.Add(now, e.Value)
+			} else {
+				c.admitted.Add(now, e.Value)
 			}
 		}
 		if denied && o.logs != nil {
 			o.logDenial(now, r.Domain, entries, st)
 		}
 	}
-	return resp, nil
 }
 
 // logDenial logs one denial if the sample allows it.
@@ -202,12 +224,11 @@ func (o *Decider) counters(domain, key string) *counters {
 	if o.nkey >= o.cfg.MaxKeys {
 		return nil
 	}
-	req, err1 := sketch.New(o.cfg.Sketch)
-	den, err2 := sketch.New(o.cfg.Sketch)
-	if err1 != nil || err2 != nil {
+	adm, err := sketch.New(o.cfg.Sketch)
+	if err != nil {
 		return nil // New checked the Config
 	}
-	c := &counters{requests: req, denied: den}
+	c := &counters{admitted: adm, denied: adm.Sibling()}
 	m := make(map[string]map[string]*counters, len(old)+1)
 	for k, v := range old {
 		m[k] = v
@@ -249,18 +270,19 @@ func (o *Decider) Bytes() int {
 	return 2 * o.nkey * sketch.BytesFor(o.cfg.Sketch)
 }
 
-// Top returns the heaviest n clients of domain and key, by requests or by
-// denials (denied), in window (sketch.Minute or sketch.Hour). ok is false
+// Top returns the heaviest n clients of domain and key, by requests (the
+// sum of the admitted and denied sketches, whose candidates are those of
+// either) or by denials (denied), in window (sketch.Minute or sketch.Hour). ok is false
 // when the pair is not counted.
 func (o *Decider) Top(domain, key string, denied bool, window time.Duration, n int) (t sketch.Top, ok bool, err error) {
 	c := (*o.keys.Load())[domain][key]
 	if c == nil {
 		return sketch.Top{}, false, nil
 	}
-	s := c.requests
 	if denied {
-		s = c.denied
+		t, err = c.denied.Top(o.cfg.Now(), window, n)
+	} else {
+		t, err = sketch.TopOf(o.cfg.Now(), window, n, c.admitted, c.denied)
 	}
-	t, err = s.Top(o.cfg.Now(), window, n)
 	return t, true, err
 }

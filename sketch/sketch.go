@@ -191,34 +191,65 @@ func (c *Counter) advance(now time.Time) {
 // Top returns the n values with the largest estimates in window (Minute
 // or Hour) at now, largest first.
 func (c *Counter) Top(now time.Time, window time.Duration, n int) (Top, error) {
+	return TopOf(now, window, n, c)
+}
+
+// Sibling returns a new, empty Counter with c's Config and hash seed, so
+// that TopOf can add their estimates: two Counters that between them
+// count each occurrence once (admitted and denied, say) answer for the
+// sum (requests) without a third.
+func (c *Counter) Sibling() *Counter {
+	s := &Counter{cfg: c.cfg, seed: c.seed}
+	s.fine = newRing(c.cfg, fineSlot)
+	s.coarse = newRing(c.cfg, coarseSlot)
+	return s
+}
+
+// TopOf returns the n values with the largest sums of their estimates in
+// the siblings cs (see Sibling) in window at now, largest first. The
+// candidates are those of every Counter. A sum is never below the true
+// count; the bound is e/Width of the summed totals, and holds with
+// probability at least 1 - len(cs) x e^-Depth.
+func TopOf(now time.Time, window time.Duration, n int, cs ...*Counter) (Top, error) {
 	if window != Minute && window != Hour {
 		return Top{}, ErrWindow
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.advance(now)
-	idx := now.UnixNano() / int64(fineSlot)
-	var slots []*slot
-	span := slotsPerWin * fineSlot
-	for i := range c.fine.slots {
-		s := &c.fine.slots[i]
-		if s.epoch > idx-slotsPerWin && s.epoch <= idx && (window == Minute || s.epoch == idx) {
-			slots = append(slots, s)
-		}
+	if len(cs) == 0 {
+		return Top{}, nil
 	}
-	if window == Hour {
-		span = slotsPerWin * coarseSlot
-		cidx := now.UnixNano() / int64(coarseSlot)
-		for i := range c.coarse.slots {
-			s := &c.coarse.slots[i]
-			if s.epoch > cidx-slotsPerWin && s.epoch <= cidx {
+	cfg := cs[0].cfg
+	for _, c := range cs {
+		if c.seed != cs[0].seed {
+			return Top{}, errors.New("sketch: TopOf of counters that are not siblings")
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.advance(now)
+	}
+	idx := now.UnixNano() / int64(fineSlot)
+	cidx := now.UnixNano() / int64(coarseSlot)
+	var slots []*slot
+	for _, c := range cs {
+		for i := range c.fine.slots {
+			s := &c.fine.slots[i]
+			if s.epoch > idx-slotsPerWin && s.epoch <= idx && (window == Minute || s.epoch == idx) {
 				slots = append(slots, s)
 			}
 		}
+		if window == Hour {
+			for i := range c.coarse.slots {
+				s := &c.coarse.slots[i]
+				if s.epoch > cidx-slotsPerWin && s.epoch <= cidx {
+					slots = append(slots, s)
+				}
+			}
+		}
 	}
-	var t Top
-	t.Span = span
-	t.Confidence = 1 - math.Exp(-float64(c.cfg.Depth))
+	t := Top{Span: slotsPerWin * fineSlot}
+	if window == Hour {
+		t.Span = slotsPerWin * coarseSlot
+	}
+	t.Confidence = max(0, 1-float64(len(cs))*math.Exp(-float64(cfg.Depth)))
 	seen := map[uint64]bool{}
 	for _, s := range slots {
 		t.Total += s.total
@@ -230,9 +261,9 @@ func (c *Counter) Top(now time.Time, window time.Duration, n int) (Top, error) {
 			seen[h] = true
 			var est uint64
 			for _, o := range slots {
-				est += uint64(o.estimate(h, c.cfg.Width-1))
+				est += uint64(o.estimate(h, cfg.Width-1))
 			}
-			v := s.vals[i*c.cfg.ValueBytes : i*c.cfg.ValueBytes+int(s.lens[i])]
+			v := s.vals[i*cfg.ValueBytes : i*cfg.ValueBytes+int(s.lens[i])]
 			t.Hits = append(t.Hits, Hit{Value: string(v), Count: est, Truncated: s.cut[i]})
 		}
 	}
@@ -245,7 +276,7 @@ func (c *Counter) Top(now time.Time, window time.Duration, n int) (Top, error) {
 	if len(t.Hits) > n {
 		t.Hits = t.Hits[:max(n, 0)]
 	}
-	t.ErrorBound = uint64(math.Ceil(math.E / float64(c.cfg.Width) * float64(t.Total)))
+	t.ErrorBound = uint64(math.Ceil(math.E / float64(cfg.Width) * float64(t.Total)))
 	return t, nil
 }
 
@@ -288,6 +319,7 @@ type slot struct {
 	used   int
 	hashes []uint64 // of the candidates
 	counts []uint32 // their estimates when last seen
+	low    uint32   // the least of counts once all TopK are used
 	lens   []uint8
 	cut    []bool
 	vals   []byte // TopK x ValueBytes
@@ -310,7 +342,7 @@ func newSlot(cfg Config) slot {
 }
 
 func (s *slot) reset(epoch int64) {
-	s.epoch, s.total, s.used = epoch, 0, 0
+	s.epoch, s.total, s.used, s.low = epoch, 0, 0, 0
 	for _, r := range s.rows {
 		clear(r)
 	}
@@ -355,29 +387,36 @@ func (s *slot) estimate(h uint64, mask int) uint32 {
 }
 
 // offer keeps h (value v) among the candidates if its estimate est is
-// among the TopK largest seen in the slot.
+// among the TopK largest seen in the slot. With the table full and est at
+// most the least count kept, nothing changes: a candidate's estimate only
+// grows, so h, if kept, has that least count already.
 func offer[V string | []byte](s *slot, h uint64, est uint32, v V, vb int) {
-	low := -1
-	for i := 0; i < s.used; i++ {
-		if s.hashes[i] == h {
-			s.counts[i] = est
-			return
-		}
-		if low < 0 || s.counts[i] < s.counts[low] {
-			low = i
-		}
-	}
-	i := s.used
-	if i < len(s.hashes) {
-		s.used++
-	} else if est > s.counts[low] {
-		i = low
-	} else {
+	full := s.used == len(s.hashes)
+	if full && est <= s.low {
 		return
 	}
-	s.hashes[i], s.counts[i] = h, est
-	n := copy(s.vals[i*vb:(i+1)*vb], v)
-	s.lens[i], s.cut[i] = uint8(min(n, 255)), n < len(v)
+	at := -1
+	for i := 0; i < s.used; i++ {
+		if s.hashes[i] == h {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		if !full {
+			at = s.used
+			s.used++
+		} else {
+			at = slices.Index(s.counts[:s.used], s.low)
+		}
+		s.hashes[at] = h
+		n := copy(s.vals[at*vb:(at+1)*vb], v)
+		s.lens[at], s.cut[at] = uint8(min(n, 255)), n < len(v)
+	}
+	s.counts[at] = est
+	if s.used == len(s.hashes) {
+		s.low = slices.Min(s.counts[:s.used])
+	}
 }
 
 // fold adds the counters and candidates of a fine slot into s.

@@ -20,6 +20,13 @@ func TestZipf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// a and b, siblings, count the same stream split between them (a third
+	// to b, as denials might be): TopOf(a, b) must answer as c does.
+	a, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := a.Sibling()
 	const requests, clients = 1_000_000, 100_000
 	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, clients-1)
 	exact := map[string]uint64{}
@@ -31,7 +38,13 @@ func TestZipf(t *testing.T) {
 		v := names[z.Uint64()]
 		exact[v]++
 		// A million requests spread over 40 s: four fine slots.
-		c.Add(t0.Add(time.Duration(i)*40*time.Second/requests), v)
+		at := t0.Add(time.Duration(i) * 40 * time.Second / requests)
+		c.Add(at, v)
+		if i%3 == 0 {
+			b.Add(at, v)
+		} else {
+			a.Add(at, v)
+		}
 	}
 	now := t0.Add(40 * time.Second)
 	want := make([]string, 0, len(exact))
@@ -41,8 +54,15 @@ func TestZipf(t *testing.T) {
 	slices.SortFunc(want, func(a, b string) int { return int(exact[b]) - int(exact[a]) })
 	want = want[:10]
 
-	for _, w := range []time.Duration{Minute, Hour} {
-		top, err := c.Top(now, w, 10)
+	for _, w := range []time.Duration{Minute, Hour, -Minute, -Hour} {
+		var top Top
+		var err error
+		if w > 0 {
+			top, err = c.Top(now, w, 10)
+		} else {
+			w = -w
+			top, err = TopOf(now, w, 10, a, b)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -231,6 +231,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	if co.observer, err = observe.New(inner, oc); err != nil {
 		return nil, err
 	}
+	co.closers = append(co.closers, co.observer.Close)
 	co.svc, co.decider = svc, m.Decider(co.observer)
 	return co, nil
 }
