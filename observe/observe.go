@@ -34,7 +34,7 @@ type Config struct {
 	// MaxKeys is the most domain and descriptor key pairs counted; the
 	// rules bound them too, since only the keys of descriptors that
 	// matched a rule are counted. Default 16: with the default sketch,
-	// 2 x 16 x sketch.BytesFor = about 13 MiB at most.
+	// 2 x 16 x sketch.BytesFor = 6.5 MiB at most.
 	MaxKeys int
 	// DenialLogRate is the most denials logged per second (a token bucket
 	// with a burst of as many); the lines beyond are counted and the next
@@ -53,7 +53,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Sketch:        sketch.DefaultConfig(),
-		MaxKeys:       16, // keys of a few domains' rules; about 13 MiB at most
+		MaxKeys:       16, // keys of a few domains' rules; 6.5 MiB at most
 		DenialLogRate: 10, // lines a second: enough to see who, not a flood in the logs
 		Logger:        slog.Default(),
 		Now:           nil, // the Decider's coarse clock

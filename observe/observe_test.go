@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/observe"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/sketch"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -206,6 +207,12 @@ func TestMaxKeys(t *testing.T) {
 	s.decide(t, req("api", "remote_address", "10.0.0.1"))
 	if ks := s.obs.Keys(); len(ks) != 1 || ks[0].Key != "user" {
 		t.Errorf("keys %v, want only api/user", ks)
+	}
+	for i := range 1000 { // many clients: the memory stays
+		s.decide(t, req("api", "user", "u"+strconv.Itoa(i)))
+	}
+	if b, want := s.obs.Bytes(), 2*sketch.BytesFor(sketch.Config{}); b != want || want > 500<<10 {
+		t.Errorf("Bytes %d, want %d (two default sketches, under 500 KiB)", b, want)
 	}
 	if _, err := observe.New(s.svc, observe.Config{MaxKeys: observe.MaxMaxKeys + 1}); err == nil {
 		t.Error("MaxKeys above the cap accepted")

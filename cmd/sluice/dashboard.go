@@ -20,7 +20,7 @@ type observeFlags struct {
 
 func (o *observeFlags) register(fs *ff.FlagSet) {
 	fs.Float64Var(&o.denyLogRate, 0, "deny-log-rate", observe.DefaultConfig().DenialLogRate, withEnv("deny-log-rate", "most denials logged a second, each with domain, descriptor, limit and retry time (10); the next line logged counts those left out; negative logs none"))
-	fs.IntVar(&o.topKeys, 0, "top-keys", observe.DefaultConfig().MaxKeys, withEnv("top-keys", "most domain and descriptor key pairs whose heavy hitters GET /v1/top counts (16: 13 MiB at most with --top-width 1024)"))
+	fs.IntVar(&o.topKeys, 0, "top-keys", observe.DefaultConfig().MaxKeys, withEnv("top-keys", "most domain and descriptor key pairs whose heavy hitters GET /v1/top counts (16: 6.5 MiB at most with --top-width 1024)"))
 	fs.IntVar(&o.topWidth, 0, "top-width", sketch.DefaultConfig().Width, withEnv("top-width", "counters per row of each count-min sketch: /v1/top's counts are at most e/width of a window's total too high, with 98% confidence (1024: 0.27%)"))
 }
 

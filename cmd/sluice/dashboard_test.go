@@ -139,7 +139,7 @@ func TestDashboardBrowser(t *testing.T) {
 	defer cancel()
 	actx, cancelA := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.Headless,
-		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-gpu", true))...)
+		chromedp.WindowSize(1280, 800), chromedp.Flag("disable-gpu", true))...)
 	defer cancelA()
 	bctx, cancelB := chromedp.NewContext(actx)
 	defer cancelB()
@@ -178,7 +178,7 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	poll := func(what, expr string) {
 		t.Helper()
-		if _, err := chromedp.Run(bctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		if _, err := chromedp.Run(bctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(45*time.Second), chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
 			t.Fatalf("waiting for %s (%s): %v", what, expr, err)
 		}
 	}
@@ -208,6 +208,10 @@ func TestDashboardBrowser(t *testing.T) {
 	poll("the totals to move", fmt.Sprintf(`[...document.querySelectorAll("#rates tbody tr")].map(r => r.cells[3].textContent).join(",") != %q`, first))
 	poll("mallory listed first", `(document.querySelector("#top tbody tr.top-row td.client") || {}).textContent === "mallory"`)
 	poll("a chart drawn", `document.querySelectorAll("#rate-chart canvas").length > 0`)
+	if os.Getenv("SLUICE_SCREENSHOT_DIR") != "" {
+		// For the README's picture, a chart of 20 polls.
+		poll("20 points plotted", `times.length >= 20`)
+	}
 	if rules := eval(`document.querySelector("#rules tbody").textContent`); !strings.Contains(rules, "api.user") || !strings.Contains(rules, "5/minute fixed_window") {
 		t.Errorf("rules table %q, want api.user 5/minute", rules)
 	}

@@ -101,7 +101,7 @@ function update(s) {
       cell(tr, d.path);
       cell(tr, (d.limits || []).map(l => l.unlimited ? "unlimited" : l.block ? "block" :
         `${l.requests_per_unit}/${l.unit_multiplier > 1 ? l.unit_multiplier + " " : ""}${l.unit} ${l.algorithm || "fixed_window"}${l.burst ? " burst " + l.burst : ""}`).join("; ") + (d.shadow_mode ? " (shadow)" : ""));
-      cell(tr, domain.file + ":" + d.line);
+      cell(tr, domain.file.split("/").pop() + ":" + d.line);
       rules.push(tr);
       walk(domain, d.descriptors);
     }
