@@ -62,7 +62,7 @@ func TestLint(t *testing.T) {
 // warning.
 func TestShippedIdentitiesLint(t *testing.T) {
 	t.Parallel()
-	for _, path := range []string{"../examples/nginx/identity.yaml", "../examples/caddy/identity.yaml", "../examples/traefik/identity.yaml", "testdata/hybrid.yaml"} {
+	for _, path := range []string{"../examples/nginx/identity.yaml", "../examples/caddy/identity.yaml", "../examples/traefik/identity.yaml", "../examples/protect-identity.yaml", "testdata/hybrid.yaml"} {
 		_, ws, err := LintFile(path)
 		if err != nil {
 			t.Fatal(err)

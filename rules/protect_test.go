@@ -100,3 +100,20 @@ descriptors:
 		})
 	}
 }
+
+// TestProtectExample: examples/protect.yaml, the README's example of
+// elastic throttling, concurrency limits and priorities, loads as it says.
+func TestProtectExample(t *testing.T) {
+	t.Parallel()
+	set, err := Load("../examples/protect.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, _ := set.Match("api", []Entry{{"user", "u"}})
+	checkout, _ := set.Match("api", []Entry{{"route", "/checkout"}})
+	export, _ := set.Match("api", []Entry{{"route", "/export"}})
+	if user == nil || user.Concurrency != 20 || user.Limits[0].Throttling != Elastic || user.Limits[0].Pool.Limit.Rate != 2000 ||
+		checkout == nil || checkout.Priority != PriorityCritical || export == nil || export.Priority != PrioritySheddable || export.Concurrency != 4 {
+		t.Fatalf("user %+v, checkout %+v, export %+v", user, checkout, export)
+	}
+}

@@ -11,7 +11,12 @@
 // nothing queued, and once per window of samples (about one round trip)
 // the requests queued at the upstream are estimated as
 //
-//	queued = limit × (1 − minRTT / mean latency of the window)
+//	queued = limit × (1 − minRTT / least latency of the window)
+//
+// The window's least latency, not its mean, as CoDel reads a queue: a
+// standing queue delays every request of the window, the least included,
+// while noise (a slow request, a descheduled thread on a busy machine)
+// delays some only, and must not pass for queueing.
 //
 // Below Alpha the limit grows by one (only while the upstream was used up
 // to half the limit at least, so an idle one does not inflate it); above
@@ -141,7 +146,7 @@ type Gate struct {
 	minRTT   time.Duration
 	minAt    time.Time
 	nextMin  time.Duration // least latency of the current MinRTTWindow
-	winSum   time.Duration
+	winMin   time.Duration // least latency of the window
 	winN     int
 	winErr   int
 	winPeak  int // most in flight during the window
@@ -332,7 +337,9 @@ func (g *Gate) sample(rtt time.Duration, failed bool) {
 		g.failed++
 	} else {
 		rtt = max(rtt, time.Microsecond)
-		g.winSum += rtt
+		if g.winN == 0 || rtt < g.winMin {
+			g.winMin = rtt
+		}
 		g.winN++
 		if g.nextMin == 0 || rtt < g.nextMin {
 			g.nextMin = rtt
@@ -353,8 +360,7 @@ func (g *Gate) sample(rtt time.Duration, failed bool) {
 	case g.winErr*10 > g.winN+g.winErr:
 		limit *= 0.9
 	case g.winN > 0:
-		mean := g.winSum / time.Duration(g.winN)
-		queued := limit * (1 - float64(g.minRTT)/float64(mean))
+		queued := limit * (1 - float64(g.minRTT)/float64(g.winMin))
 		switch {
 		case queued < float64(g.cfg.Alpha) && g.winPeak*2 >= int(limit):
 			limit++
@@ -363,7 +369,7 @@ func (g *Gate) sample(rtt time.Duration, failed bool) {
 		}
 	}
 	g.limit = min(max(limit, float64(g.cfg.MinLimit)), float64(g.cfg.MaxLimit))
-	g.winSum, g.winN, g.winErr, g.winPeak = 0, 0, 0, g.inFlight
+	g.winMin, g.winN, g.winErr, g.winPeak = 0, 0, 0, g.inFlight
 	// A limit that grew may admit waiters now.
 	if g.inFlight < int(g.limit) && g.waiting > 0 {
 		g.inFlight++ // release takes one back
