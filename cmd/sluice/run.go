@@ -43,8 +43,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Name:      "sluice",
 		Usage:     "sluice <SUBCOMMAND> [FLAGS]",
 		ShortHelp: "a distributed rate limiter",
-		LongHelp: "Every flag can also be set through the environment: --grpc-addr as SLUICE_GRPC_ADDR.\n" +
-			"Flags given on the command line win over the environment.",
+		LongHelp: "Every flag can also be set through the environment: --grpc-addr as SLUICE_GRPC_ADDR,\n" +
+			"and, for serve and proxy, in the YAML file --config names (grpc-addr: \":8081\").\n" +
+			"Flags given on the command line win over the environment, and the environment over the file;\n" +
+			"serve also reads Envoy ratelimit's variables (REDIS_URL, RUNTIME_ROOT, ...) when they are set,\n" +
+			"below SLUICE_ variables and above the file.",
 		Subcommands: []*ff.Command{
 			serveCommand(stderr),
 			proxyCommand(stderr),

@@ -55,7 +55,7 @@ func serveCommand(stderr io.Writer) *ff.Command {
 		Usage:     "sluice serve --rules FILE|DIR [FLAGS]",
 		ShortHelp: "answer Envoy's gRPC rate limit API and the HTTP API",
 		LongHelp: "Serves envoy.service.ratelimit.v3.RateLimitService on --grpc-addr and, on --http-addr,\n" +
-			"POST /v1/decide, POST /json, GET /healthz, /readyz, /v1/rules, /metrics, the dashboard at /ui,\n" +
+			"POST /v1/decide, POST /json, GET /healthz, /readyz, /healthcheck, /v1/rules, /metrics, the dashboard at /ui,\n" +
 			"the heavy hitters at /v1/top and one client's state at /v1/keys/DOMAIN/KEY/VALUE.\n" +
 			"The rules are reloaded when their files change; a broken edit keeps the rules in force.\n" +
 			"SIGINT or SIGTERM stops accepting calls and finishes those in flight.",
