@@ -29,6 +29,7 @@ func FuzzLoad(f *testing.F) {
 	}
 	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    value: '*x*'\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1, throttling: soft, exceed_percent: 50}\n"))
 	f.Add([]byte("domain: a\n---\ndomain: b\n---\n"))
+	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    rate_limits: [{unit: minute, requests_per_unit: 9, sync: lease}, {unit: hour, requests_per_unit: 9, algorithm: sliding_window, sync: async}, {unit: day, requests_per_unit: 9, algorithm: gcra, sync: lease}, {unit: second, requests_per_unit: 1, sync: soon}]\n"))
 	f.Add([]byte("{domain: a, descriptors: [{key: k, rate_limits: [{unlimited: true}]}]}"))
 	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    concurrency: 20\n    priority: sheddable\n    descriptors: [{key: n, concurrency: 100001, priority: x}]\n"))
 	f.Add([]byte("domain: a\ncapacity: {unit: second, requests_per_unit: 100}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, throttling: elastic, elastic_percent: 100}\n"))
