@@ -6,6 +6,13 @@
 // of Traefik and Caddy, never both), and takes on it the step every HTTP
 // way in takes (respond.Guard): decide, and answer 200 or 429 with the rate
 // limit fields.
+//
+// For nginx (forward_auth_headers X-Original) no answer has a body: the
+// auth_request subrequest reads only the status and headers, and nginx
+// closes a kept-alive connection whose answer had a body it did not read,
+// so a JSON body on each 429 would cost a new connection to sluice per
+// denied request. Traefik and Caddy pass a denial's body on to the client,
+// so for X-Forwarded it stays.
 package forwardauth
 
 import (
@@ -26,8 +33,9 @@ type Config = respond.GuardConfig
 
 // Handler answers forward-auth requests. It is safe for concurrent use.
 type Handler struct {
-	id    *identity.Identity
-	guard *respond.Guard
+	id       *identity.Identity
+	guard    *respond.Guard
+	bodyless bool // answers go without a body: nginx's auth_request
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -42,7 +50,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Identity.ForwardAuthHeaders() == "" {
 		return nil, errors.New("forwardauth: the identity file names no forward_auth_headers: X-Original (nginx auth_request) or X-Forwarded (Traefik, Caddy)")
 	}
-	return &Handler{id: cfg.Identity, guard: g}, nil
+	bodyless := cfg.Identity.ForwardAuthHeaders() == identity.ForwardAuthXOriginal
+	return &Handler{id: cfg.Identity, guard: g, bodyless: bodyless}, nil
 }
 
 // ServeHTTP answers 200 when the original request may pass and 429 when it
@@ -50,7 +59,24 @@ func New(cfg Config) (*Handler, error) {
 // method: nginx's auth subrequest keeps the original request's method
 // unless told `proxy_method GET`.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.bodyless {
+		w = &headersOnly{w}
+	}
 	if _, pass := h.guard.Check(w, h.id.Original(r)); pass {
 		w.WriteHeader(http.StatusOK)
 	}
 }
+
+// headersOnly is a ResponseWriter that sends the status and header fields
+// it is given, without a body or a Content-Length announcing one.
+type headersOnly struct{ http.ResponseWriter }
+
+func (w *headersOnly) WriteHeader(code int) {
+	delete(w.Header(), "Content-Length")
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *headersOnly) Write(p []byte) (int, error) { return len(p), nil }
+
+// Unwrap returns the ResponseWriter w wraps, for http.ResponseController.
+func (w *headersOnly) Unwrap() http.ResponseWriter { return w.ResponseWriter }

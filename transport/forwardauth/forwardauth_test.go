@@ -187,7 +187,14 @@ func TestNginx(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sluice := httptest.NewServer(h)
+	sluice := httptest.NewUnstartedServer(h)
+	var sluiceConns atomic.Int64 // connections nginx opened to sluice
+	sluice.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			sluiceConns.Add(1)
+		}
+	}
+	sluice.Start()
 	t.Cleanup(sluice.Close)
 
 	conf, err := os.ReadFile("../../examples/nginx/nginx.conf")
@@ -253,6 +260,12 @@ func TestNginx(t *testing.T) {
 	if resp, body := get(bob, "/page", ""); resp.StatusCode != 200 || body != "hello /page" {
 		t.Fatalf("another client: %d %q, want 200", resp.StatusCode, body)
 	}
+	// The auth subrequests, one at a time from one nginx worker, share one
+	// kept-alive connection to sluice (upstream keepalive, HTTP/1.1 and an
+	// empty Connection field in the example), 429s included.
+	if n := sluiceConns.Load(); n != 1 {
+		t.Fatalf("5 auth subrequests took %d connections to sluice, want 1", n)
+	}
 
 	// A header beyond sluice's caps is refused, not let through.
 	long := clientFrom("127.0.0.6")
@@ -280,5 +293,56 @@ func TestNginx(t *testing.T) {
 	sluice.Close()
 	if resp, body := get(bob, "/other", ""); resp.StatusCode != 200 || body != "hello /other" {
 		t.Fatalf("sluice down: %d %q, want 200 from the upstream (fail open)", resp.StatusCode, body)
+	}
+}
+
+// TestBodyless: for nginx (X-Original) a 429 carries the rate limit fields
+// and no body, so that nginx keeps its connection; for Traefik and Caddy
+// (X-Forwarded), which pass a denial on to the client, it has the JSON
+// body. A 200 has no body either way.
+func TestBodyless(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		family  string
+		body429 string // how the 429's body begins
+	}{
+		{identity.ForwardAuthXOriginal, ""},
+		{identity.ForwardAuthXForwarded, `{"error":"rate limited","retry_after":`}, // 50 or 51: jitter
+	} {
+		t.Run(tt.family, func(t *testing.T) {
+			t.Parallel()
+			h, err := forwardauth.New(forwardauth.Config{Identity: newIdentityFor(t, tt.family), Decider: service(t, perIP)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			for i, want := range []struct {
+				code int
+				body string
+			}{{200, ""}, {200, ""}, {200, ""}, {429, tt.body429}} {
+				req, err := http.NewRequest(http.MethodGet, srv.URL+"/v1/auth", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set(tt.family+"-Method", "GET")
+				req.Header.Set(map[string]string{identity.ForwardAuthXOriginal: "X-Original-URI", identity.ForwardAuthXForwarded: "X-Forwarded-Uri"}[tt.family], "/page")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != want.code || !strings.HasPrefix(string(b), want.body) || (want.body == "") != (len(b) == 0) || resp.ContentLength != int64(len(b)) {
+					t.Fatalf("request %d: %d %q (length %d), want %d %q", i+1, resp.StatusCode, b, resp.ContentLength, want.code, want.body)
+				}
+				if resp.Header.Get("RateLimit-Policy") != `"per-ip";q=3;w=60` {
+					t.Fatalf("request %d: RateLimit-Policy %q", i+1, resp.Header.Get("RateLimit-Policy"))
+				}
+			}
+		})
 	}
 }
