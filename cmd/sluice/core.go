@@ -35,6 +35,7 @@ type coreFlags struct {
 	mergeDomains bool // a domain may span files
 	store        string
 	storeTimeout time.Duration
+	slotLease    time.Duration
 	fail         string
 	maxEntries   int
 	maxMemory    byteSize
@@ -57,6 +58,7 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&c.rules, 0, "rules", "", withEnv("rules", "rules file or directory of *.yaml files (required)"))
 	c.registerRules(fs)
 	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master"))
+	fs.DurationVar(&c.slotLease, 0, "concurrency-lease", decide.DefaultConfig().Lease, withEnv("concurrency-lease", "how long a request of the decision APIs (gRPC, JSON, forward-auth), which report no end, holds a slot of a concurrency limit"))
 	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", decide.DefaultConfig().StoreTimeout, withEnv("store-timeout", "longest wait for the store per decision before --fail decides (negative: no bound)"))
 	fs.StringVar(&c.fail, 0, "fail", "open", withEnv("fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)"))
 	c.maxMemory = defaultMaxMemory
@@ -124,6 +126,9 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	}
 	if c.leaseLife <= 0 || c.maxLease <= 0 || c.syncInterval <= 0 || c.asyncNodes <= 0 {
 		return nil, usageError("--lease-lifetime, --max-lease, --sync-interval and --async-nodes must be positive")
+	}
+	if c.slotLease <= 0 {
+		return nil, usageError("--concurrency-lease %v: must be above 0", c.slotLease)
 	}
 	oc, err := c.observe.config()
 	if err != nil {
@@ -213,6 +218,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	}
 	dc.Rules, dc.Store, dc.Local = watcher.Current, store, st.local
 	dc.StoreTimeout, dc.Fail, dc.Logger = c.storeTimeout, fail, log
+	dc.Lease = c.slotLease
 	if st.slots != nil {
 		dc.Slots = st.slots
 	}

@@ -152,6 +152,7 @@ func TestUsage(t *testing.T) {
 		{name: "bench zipf below 1", args: []string{"bench", "--grpc-addr", "127.0.0.1:1", "--zipf", "0.5"}, code: 2},
 		{name: "bad sync mode", args: []string{"serve", "--rules", exampleRules, "--sync", "later"}, code: 2},
 		{name: "no lease lifetime", args: []string{"serve", "--rules", exampleRules, "--lease-lifetime", "0s"}, code: 2},
+		{name: "no concurrency lease", args: []string{"serve", "--rules", exampleRules, "--concurrency-lease", "0s"}, code: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
