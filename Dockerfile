@@ -20,9 +20,13 @@ RUN go mod download
 COPY . .
 ARG VERSION=
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/sluice ./cmd/sluice
+# Envoy ratelimit's image runs /bin/ratelimit, and Deployments name it in
+# their command: run as "ratelimit" without arguments, sluice serves.
+RUN mkdir -p /out/bin && ln -s /sluice /out/bin/ratelimit
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/sluice /sluice
+COPY --from=build /out/bin/ /bin/
 COPY deploy/image/sluice.yaml /etc/sluice/sluice.yaml
 COPY examples/rules.yaml /etc/sluice/rules/rules.yaml
 ENV SLUICE_CONFIG=/etc/sluice/sluice.yaml

@@ -384,3 +384,21 @@ func logEnvoy(w io.Writer, fs ff.Flags, e *envoyEnv) error {
 	}
 	return nil
 }
+
+// envoyCommand is the name of Envoy ratelimit's binary (/bin/ratelimit in
+// its image), which Deployments name in their command.
+const envoyCommand = "ratelimit"
+
+// commandArgs returns the arguments run gets for the command line argv
+// (the program's name first): the arguments after the name, or, when
+// sluice runs under Envoy's binary's name without arguments, as Envoy
+// ratelimit's image is run, "serve".
+func commandArgs(argv []string) []string {
+	if len(argv) == 0 {
+		return nil
+	}
+	if len(argv) == 1 && filepath.Base(argv[0]) == envoyCommand {
+		return []string{"serve"}
+	}
+	return argv[1:]
+}

@@ -369,3 +369,20 @@ func FuzzEnvoySettings(f *testing.F) {
 		}
 	})
 }
+
+func TestCommandArgs(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		argv, want []string
+	}{
+		{argv: []string{"/bin/ratelimit"}, want: []string{"serve"}},         // Envoy's image's command
+		{argv: []string{"ratelimit", "version"}, want: []string{"version"}}, // arguments: as they are
+		{argv: []string{"/sluice"}, want: []string{}},                       // sluice's own name: the usage
+		{argv: []string{"/sluice", "serve", "--rules", "r"}, want: []string{"serve", "--rules", "r"}},
+		{argv: nil, want: nil},
+	} {
+		if got := commandArgs(tt.argv); !slices.Equal(got, tt.want) {
+			t.Errorf("commandArgs(%q) = %q, want %q", tt.argv, got, tt.want)
+		}
+	}
+}

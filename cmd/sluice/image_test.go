@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,6 +29,7 @@ import (
 type dockerfile struct {
 	build  string            // the RUN line that builds sluice
 	copies map[string]string // image path: repository path, for the last stage's COPY from the context
+	links  map[string]string // image path: symbolic link target, from the build stage's ln -s and COPY --from
 	env    []string          // ENV KEY=VALUE, in order
 	user   string            // USER
 	cmd    []string          // ENTRYPOINT then CMD
@@ -40,8 +43,9 @@ func readDockerfile(t *testing.T) dockerfile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := dockerfile{copies: map[string]string{}}
+	d := dockerfile{copies: map[string]string{}, links: map[string]string{}}
 	var entry, cmd []string
+	built := map[string]string{} // build stage path: link target
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		instr, rest, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
@@ -52,10 +56,22 @@ func readDockerfile(t *testing.T) dockerfile {
 			if strings.Contains(rest, "go build") {
 				d.build = rest
 			}
+			for _, part := range strings.Split(rest, "&&") {
+				if f := strings.Fields(part); len(f) == 4 && f[0] == "ln" && f[1] == "-s" {
+					built[f[3]] = f[2]
+				}
+			}
 		case "COPY":
 			f := strings.Fields(rest)
 			if len(f) == 2 && !strings.HasPrefix(f[0], "--") {
 				d.copies[f[1]] = f[0]
+			}
+			if len(f) == 3 && f[0] == "--from=build" && strings.HasSuffix(f[1], "/") {
+				for link, target := range built {
+					if rel, ok := strings.CutPrefix(link, f[1]); ok {
+						d.links[path.Join(f[2], rel)] = target
+					}
+				}
 			}
 		case "ENV":
 			d.env = append(d.env, strings.Fields(rest)...)
@@ -126,28 +142,77 @@ func TestStaticBinary(t *testing.T) {
 		}
 	}
 	checkImageConfig(t, d, root)
+	for link, target := range d.links {
+		p := filepath.Join(root, link)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d.links["/bin/ratelimit"] != d.cmd[0] {
+		t.Errorf("the image's /bin/ratelimit links to %q, want %s, as Envoy ratelimit's Deployments run it", d.links["/bin/ratelimit"], d.cmd[0])
+	}
 
-	// The image's command, on free ports, still on all interfaces, with
-	// JSON logs to find them.
-	args := append(d.cmd[1:], "--grpc-addr", ":0", "--http-addr", ":0", "--log-format", "json")
+	t.Run("as the image runs", func(t *testing.T) {
+		// The image's command, on free ports, still on all interfaces,
+		// with JSON logs to find them.
+		args := append(d.cmd[1:], "--grpc-addr", ":0", "--http-addr", ":0", "--log-format", "json")
+		if os.Geteuid() != 0 {
+			t.Log("not root: running with an empty environment in an empty directory, without chroot")
+			runImage(t, "", append([]string{bin}, append(args,
+				"--config", filepath.Join(root, "etc/sluice/sluice.yaml"),
+				"--rules", filepath.Join(root, "etc/sluice/rules"))...), nil, 0, 0, true)
+			return
+		}
+		runImage(t, root, append([]string{d.cmd[0]}, args...), d.env, uid, gid, true)
+	})
+	t.Run("as Envoy ratelimit's Deployment runs it", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to chroot")
+		}
+		// Envoy's rules layout, and its environment on free ports.
+		rules, err := os.ReadFile(exampleRules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := filepath.Join(root, "srv/runtime_data/current/ratelimit/config")
+		if err := os.MkdirAll(cfg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cfg, "config.yaml"), rules, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		env := append(slices.Clone(d.env), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+			"REDIS_SOCKET_TYPE=tcp", "USE_STATSD=false", "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0",
+			"LOG_LEVEL=info", "LOG_FORMAT=json")
+		runImage(t, root, []string{"/bin/ratelimit"}, env, uid, gid, false)
+	})
+}
+
+// runImage runs argv in root as uid:gid with env and nothing else (or,
+// with root "", argv as it is with an empty environment in an empty
+// directory), waits until it listens on all interfaces, checks that it
+// serves health and a decision (/v1/decide with sluice's response headers,
+// or Envoy's /healthcheck and /json), and stops it with SIGTERM.
+func runImage(t *testing.T, root string, argv, env []string, uid, gid uint32, sluiceWay bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var cmd *exec.Cmd
-	if os.Geteuid() == 0 {
-		cmd = exec.CommandContext(ctx, d.cmd[0], args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = env
+	if env == nil {
+		cmd.Env = []string{}
+	}
+	if root != "" {
 		cmd.SysProcAttr = &syscall.SysProcAttr{
 			Chroot:     root,
 			Credential: &syscall.Credential{Uid: uid, Gid: gid},
 		}
 		cmd.Dir = "/"
-		cmd.Env = d.env
 	} else {
-		t.Log("not root: running with an empty environment in an empty directory, without chroot")
-		cmd = exec.CommandContext(ctx, bin, append(args,
-			"--config", filepath.Join(root, "etc/sluice/sluice.yaml"),
-			"--rules", filepath.Join(root, "etc/sluice/rules"))...)
 		cmd.Dir = t.TempDir()
-		cmd.Env = []string{}
 	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -199,12 +264,16 @@ func TestStaticBinary(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if code, body := get("GET", "/healthz", ""); code != 200 {
-		t.Errorf("/healthz = %d %s", code, body)
+	health, decide := "/healthz", "/v1/decide"
+	if !sluiceWay {
+		health, decide = "/healthcheck", "/json"
 	}
-	code, body := get("POST", "/v1/decide", `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"alice"},{"key":"path","value":"/login"}]}]}`)
+	if code, body := get("GET", health, ""); code != 200 {
+		t.Errorf("%s = %d %s", health, code, body)
+	}
+	code, body := get("POST", decide, `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"alice"},{"key":"path","value":"/login"}]}]}`)
 	if code != 200 || !strings.Contains(body, `"overallCode":"OK"`) || !strings.Contains(body, `"requestsPerUnit":5`) {
-		t.Errorf("/v1/decide = %d %s, want OK under the example's login limit of 5", code, body)
+		t.Errorf("%s = %d %s, want OK under the example's login limit of 5", decide, code, body)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -15,7 +15,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, commandArgs(os.Args), os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		var ee *exitError
