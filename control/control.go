@@ -8,7 +8,9 @@
 package control
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -190,7 +192,43 @@ type DB interface {
 	// atomic step that also raises the generation and notifies the
 	// nodes; otherwise it writes nothing and returns ErrStale.
 	Commit(ctx context.Context, gen int64, ch Change) (int64, error)
-	// Subscribe calls notify on each change notification until ctx ends,
-	// reconnecting as needed; it returns when ctx ends.
+	// Subscribe calls notify with the generation of each change
+	// notification, and with -1 each time it has subscribed (a change may
+	// have been missed before), until ctx ends, reconnecting as needed; it
+	// returns when ctx ends.
 	Subscribe(ctx context.Context, notify func(gen int64))
+}
+
+// maxOverrideEntries caps the entries of an override's descriptor: 64.
+const maxOverrideEntries = 64
+
+// OverrideID returns the identity of the override of entries in domain as
+// it goes in a URL: its Key, base64url-encoded without padding.
+func OverrideID(domain string, entries []rules.Entry) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(OverrideKey(domain, entries)))
+}
+
+// ParseOverrideID reads an OverrideID back into its domain and entries,
+// strictly: exactly the JSON OverrideKey writes, at most 64 entries.
+func ParseOverrideID(id string) (string, []rules.Entry, error) {
+	b, err := base64.RawURLEncoding.DecodeString(id)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: override id: %w", ErrInvalid, err)
+	}
+	var k struct {
+		D *string       `json:"d"`
+		E []rules.Entry `json:"e"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&k); err != nil || dec.More() || k.D == nil {
+		return "", nil, fmt.Errorf("%w: override id: not one an override has", ErrInvalid)
+	}
+	if len(k.E) == 0 || len(k.E) > maxOverrideEntries {
+		return "", nil, fmt.Errorf("%w: override id: %d entries; want 1 to %d", ErrInvalid, len(k.E), maxOverrideEntries)
+	}
+	if OverrideKey(*k.D, k.E) != string(b) {
+		return "", nil, fmt.Errorf("%w: override id: not one an override has", ErrInvalid)
+	}
+	return *k.D, k.E, nil
 }

@@ -122,6 +122,10 @@ func TestEditor(t *testing.T) {
 	if _, err := e.SetOverride(ctx, "alice", bad2, false); !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), "nothing to override") {
 		t.Fatalf("override without rule: %v", err)
 	}
+	latin1 := rules.Override{Domain: "api", Entries: []rules.Entry{{Key: "tenant", Value: "caf\xe9"}}, Limits: []rules.RateLimitSpec{{Unit: "second", RequestsPerUnit: 5}}}
+	if _, err := e.SetOverride(ctx, "alice", latin1, false); !errors.Is(err, control.ErrInvalid) || !strings.Contains(err.Error(), "UTF-8") {
+		t.Fatalf("override of a value that is not UTF-8: %v", err)
+	}
 	ov := rules.Override{Domain: "api", Entries: []rules.Entry{{Key: "tenant", Value: "acme"}}, Limits: []rules.RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}}
 	if _, err := e.SetOverride(ctx, "alice", ov, false); err != nil {
 		t.Fatal(err)
@@ -240,7 +244,7 @@ func TestRetriever(t *testing.T) {
 	snap := filepath.Join(t.TempDir(), "rules.snapshot")
 	var reloads sync.Map
 	r, err := control.NewRetriever(ctx, control.RetrieverConfig{DB: db, Snapshot: snap, Now: clk.Now, Poll: -1,
-		OnReload: func(s *rules.Set, source string, err error) {
+		OnReload: func(s *rules.Set, source string, _ int64, err error) {
 			if err == nil {
 				reloads.Store(source, true)
 			}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pmezard/go-difflib/difflib"
 
@@ -360,6 +361,14 @@ func (e *Editor) SetOverride(ctx context.Context, author string, o rules.Overrid
 	now := e.c.Now()
 	if !o.Expires.IsZero() && !o.Expires.After(now) {
 		return OverrideRecord{}, fmt.Errorf("%w: expires %s is not in the future", ErrInvalid, o.Expires.Format(time.RFC3339))
+	}
+	for _, e := range o.Entries {
+		if !utf8.ValidString(o.Domain) || !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
+			return OverrideRecord{}, fmt.Errorf("%w: the domain, keys and values must be UTF-8", ErrInvalid)
+		}
+	}
+	if len(o.Entries) > maxOverrideEntries {
+		return OverrideRecord{}, fmt.Errorf("%w: %d entries; want at most %d", ErrInvalid, len(o.Entries), maxOverrideEntries)
 	}
 	rec := OverrideRecord{Override: o, Author: author, Time: now.UTC()}
 	key := rec.Key()

@@ -54,11 +54,12 @@ type RetrieverConfig struct {
 	StartTimeout time.Duration
 	// Now is the clock of overrides' expiry; nil means time.Now.
 	Now func() time.Time
-	// OnReload, if not nil, is told of each reload: the new Set and its
-	// source (SourceStart, ...), or a nil Set and why the rules in force
-	// stay. It is called one call at a time, from the Retriever's
-	// goroutines or NewRetriever's, and must not call Close.
-	OnReload func(set *rules.Set, source string, err error)
+	// OnReload, if not nil, is told of each reload: the new Set, its
+	// source (SourceStart, ...) and the database's generation it was built
+	// from, or a nil Set and why the rules in force stay. It is called one
+	// call at a time, from the Retriever's goroutines or NewRetriever's,
+	// and must call no method of the Retriever.
+	OnReload func(set *rules.Set, source string, generation int64, err error)
 }
 
 // Retriever keeps a node's rules in step with a rules database: it learns
@@ -77,6 +78,7 @@ type Retriever struct {
 	tried int64      // the last generation that failed to build, to try it once
 
 	kick   chan struct{} // an override's expiry changed
+	notes  chan struct{} // a notification came: the generation may have changed
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -98,7 +100,7 @@ func NewRetriever(ctx context.Context, c RetrieverConfig) (*Retriever, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	r := &Retriever{c: c, kick: make(chan struct{}, 1), tried: -1}
+	r := &Retriever{c: c, kick: make(chan struct{}, 1), notes: make(chan struct{}, 1), tried: -1}
 	sctx, cancel := context.WithTimeout(ctx, c.StartTimeout)
 	err := r.Refresh(sctx, SourceStart)
 	cancel()
@@ -116,9 +118,12 @@ func NewRetriever(ctx context.Context, c RetrieverConfig) (*Retriever, error) {
 	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
-		c.DB.Subscribe(lctx, func(gen int64) {
-			if gen != r.generation() {
-				r.refresh(lctx, SourceNotify)
+		// notify runs in the database client's reader: it must not wait
+		// for the database, so the loop reads what changed.
+		c.DB.Subscribe(lctx, func(int64) {
+			select {
+			case r.notes <- struct{}{}:
+			default: // a check is pending already
 			}
 		})
 	}()
@@ -179,14 +184,22 @@ func (r *Retriever) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.kick:
+		case <-r.notes:
+			r.check(ctx, SourceNotify)
 		case <-poll:
-			gen, err := r.c.DB.Generation(ctx)
-			if err == nil && gen != r.generation() {
-				r.refresh(ctx, SourcePoll)
-			}
+			r.check(ctx, SourcePoll)
 		case <-expiry.C:
 			r.Expire()
 		}
+	}
+}
+
+// check reads the generation and refreshes when it is not the one in
+// force.
+func (r *Retriever) check(ctx context.Context, source string) {
+	gen, err := r.c.DB.Generation(ctx)
+	if err == nil && gen != r.generation() {
+		r.refresh(ctx, source)
 	}
 }
 
@@ -199,7 +212,7 @@ func (r *Retriever) refresh(ctx context.Context, source string) { _ = r.Refresh(
 func (r *Retriever) Refresh(ctx context.Context, source string) error {
 	st, err := r.c.DB.State(ctx)
 	if err != nil {
-		r.report(nil, source, err)
+		r.report(nil, source, -1, err)
 		return err
 	}
 	return r.swap(st, source, true)
@@ -232,7 +245,7 @@ func (r *Retriever) swap(st *State, source string, save bool) error {
 	if err != nil {
 		r.tried = st.Generation
 		err = fmt.Errorf("rules database generation %d: %w", st.Generation, err)
-		r.report(nil, source, err)
+		r.report(nil, source, st.Generation, err)
 		return err
 	}
 	r.tried = -1
@@ -240,7 +253,7 @@ func (r *Retriever) swap(st *State, source string, save bool) error {
 	r.cur.Store(s)
 	if save && r.c.Snapshot != "" {
 		if err := writeSnapshot(r.c.Snapshot, st); err != nil {
-			r.report(s, source, err)
+			r.report(s, source, st.Generation, err)
 			return nil
 		}
 	}
@@ -248,13 +261,13 @@ func (r *Retriever) swap(st *State, source string, save bool) error {
 	case r.kick <- struct{}{}: // the next expiry may have changed
 	default:
 	}
-	r.report(s, source, nil)
+	r.report(s, source, st.Generation, nil)
 	return nil
 }
 
-func (r *Retriever) report(s *rules.Set, source string, err error) {
+func (r *Retriever) report(s *rules.Set, source string, gen int64, err error) {
 	if r.c.OnReload != nil {
-		r.c.OnReload(s, source, err)
+		r.c.OnReload(s, source, gen, err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/control/redisdb"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/metrics"
@@ -52,11 +53,13 @@ type coreFlags struct {
 	net          listenFlags  // ops listeners and TLS
 	trace        traceFlags   // OpenTelemetry spans
 	storeTLS     storeTLSFlags
+	db           rulesDBFlags // a rules database's snapshot and polling
 }
 
 func (c *coreFlags) register(fs *ff.FlagSet) {
-	fs.StringVar(&c.rules, 0, "rules", "", withEnv("rules", "rules file or directory of *.yaml files (required)"))
+	fs.StringVar(&c.rules, 0, "rules", "", withEnv("rules", "rules file or directory of *.yaml files, or a rules database: redis://host:port/db (required)"))
 	c.registerRules(fs)
+	c.db.register(fs)
 	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master"))
 	fs.DurationVar(&c.slotLease, 0, "concurrency-lease", decide.DefaultConfig().Lease, withEnv("concurrency-lease", "how long a request of the decision APIs (gRPC, JSON, forward-auth), which report no end, holds a slot of a concurrency limit"))
 	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", decide.DefaultConfig().StoreTimeout, withEnv("store-timeout", "longest wait for the store per decision before --fail decides (negative: no bound)"))
@@ -99,7 +102,9 @@ func (c *coreFlags) loader() rules.Loader {
 // rules watcher and the decision service wrapped in metrics.
 type core struct {
 	reg      *prometheus.Registry
-	watcher  *rules.Watcher
+	watcher  rulesSource // the files' watcher or the rules database's retriever
+	rulesDB  *redisdb.DB // the rules database, or nil for files
+	rulesM   *metrics.RulesSource
 	decider  *metrics.Decider
 	svc      *decide.Service  // beneath the decorators: GET /v1/keys looks without counting
 	observer *observe.Decider // heavy hitters, denial log
@@ -187,24 +192,22 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 			return nil, errors.Join(err, st.close())
 		}
 	}
-	watcher, err := c.loader().Watch(c.rules, func(set *rules.Set, err error) {
-		m.Reload(err)
-		co.events.Add(time.Now(), set, err)
-		if err != nil {
-			log.Error("rules reload failed; the rules in force stay", "rules", c.rules, "err", err)
-			return
+	if co.rulesM, err = metrics.NewRulesSource(co.reg, func() *rules.Set {
+		if co.watcher == nil {
+			return nil
 		}
-		log.Info("rules reloaded", "rules", c.rules, "version", set.Version(), "domains", set.Domains())
-	}, rules.WithCheck(st.check))
-	if err != nil {
-		m.Reload(err)
-		return nil, errors.Join(fmt.Errorf("load rules: %w", err), st.close())
+		return co.watcher.Current()
+	}); err != nil {
+		return nil, errors.Join(err, st.close())
 	}
-	co.watcher, co.stores = watcher, st
-	co.closers = append(co.closers, watcher.Close, st.close)
-	m.Reload(nil)
+	watcher, db, closeRules, err := openRules(log, c, st.check, m, co.rulesM, func(set *rules.Set, err error) { co.events.Add(time.Now(), set, err) })
+	if err != nil {
+		return nil, errors.Join(err, st.close())
+	}
+	co.watcher, co.rulesDB, co.stores = watcher, db, st
+	co.closers = append(co.closers, closeRules, st.close)
 	co.events.Add(time.Now(), watcher.Current(), nil)
-	log.Info("rules loaded", "rules", c.rules, "version", watcher.Current().Version(), "domains", watcher.Current().Domains())
+	log.Info("rules loaded", "rules", redactURL(c.rules), "version", watcher.Current().Version(), "domains", watcher.Current().Domains())
 
 	dc := decide.DefaultConfig()
 	tp, stopTracing, err := c.trace.provider()

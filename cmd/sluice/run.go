@@ -55,6 +55,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			benchCommand(stdout),
 			simulateCommand(stdout),
 			versionCommand(stdout),
+			rulesCommand(stdout),
+			overrideCommand(stdout),
 		},
 	}
 	addConfigFlag(root.Subcommands)

@@ -154,15 +154,32 @@ func (db *DB) conn() (rueidis.Client, error) {
 	return c, nil
 }
 
-func (db *DB) history(domain string) string { return "{" + db.cfg.Name + "}:history:" + domain }
+func (db *DB) historyKey(domain string) string { return "{" + db.cfg.Name + "}:history:" + domain }
 
 func unavailable(what string, err error) error {
 	return fmt.Errorf("%s: %w: %w", what, control.ErrUnavailable, err)
 }
 
+// retryRead calls read again, once, when it failed on the connection
+// rather than by a timeout or an answer of Redis: a connection Redis
+// closed (a restart) fails the first call made on it. Only reads are
+// tried again.
+func retryRead[T any](ctx context.Context, read func(context.Context) (T, error)) (T, error) {
+	v, err := read(ctx)
+	if err != nil && errors.Is(err, control.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		var re *rueidis.RedisError
+		if !errors.As(err, &re) {
+			v, err = read(ctx)
+		}
+	}
+	return v, err
+}
+
 // State reads the generation, every domain's current version and the
 // overrides in one script call.
-func (db *DB) State(ctx context.Context) (*control.State, error) {
+func (db *DB) State(ctx context.Context) (*control.State, error) { return retryRead(ctx, db.state) }
+
+func (db *DB) state(ctx context.Context) (*control.State, error) {
 	c, err := db.conn()
 	if err != nil {
 		return nil, err
@@ -227,7 +244,9 @@ func decodeHash(m rueidis.RedisMessage, f func([]byte) error) error {
 }
 
 // Generation reads the generation.
-func (db *DB) Generation(ctx context.Context) (int64, error) {
+func (db *DB) Generation(ctx context.Context) (int64, error) { return retryRead(ctx, db.generation) }
+
+func (db *DB) generation(ctx context.Context) (int64, error) {
 	c, err := db.conn()
 	if err != nil {
 		return 0, err
@@ -246,13 +265,17 @@ func (db *DB) Generation(ctx context.Context) (int64, error) {
 
 // History returns the versions of domain kept, oldest first.
 func (db *DB) History(ctx context.Context, domain string) ([]control.Doc, error) {
+	return retryRead(ctx, func(ctx context.Context) ([]control.Doc, error) { return db.history(ctx, domain) })
+}
+
+func (db *DB) history(ctx context.Context, domain string) ([]control.Doc, error) {
 	c, err := db.conn()
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, db.cfg.Timeout)
 	defer cancel()
-	vs, err := c.Do(ctx, c.B().Lrange().Key(db.history(domain)).Start(0).Stop(-1).Build()).AsStrSlice()
+	vs, err := c.Do(ctx, c.B().Lrange().Key(db.historyKey(domain)).Start(0).Stop(-1).Build()).AsStrSlice()
 	if err != nil {
 		return nil, unavailable("read rules history", err)
 	}
@@ -270,10 +293,10 @@ func (db *DB) Commit(ctx context.Context, gen int64, ch control.Change) (int64, 
 	var kind, field string
 	var value []byte
 	var err error
-	hist := db.history("")
+	hist := db.historyKey("")
 	switch {
 	case ch.Doc != nil:
-		kind, field, hist = "doc", ch.Doc.Domain, db.history(ch.Doc.Domain)
+		kind, field, hist = "doc", ch.Doc.Domain, db.historyKey(ch.Doc.Domain)
 		value, err = json.Marshal(ch.Doc)
 	case ch.Override != nil:
 		kind, field = "ovset", ch.Override.Key()
@@ -307,12 +330,19 @@ func (db *DB) Commit(ctx context.Context, gen int64, ch control.Change) (int64, 
 }
 
 // Subscribe calls notify with the generation of each change published,
-// until ctx ends, subscribing again a second after a lost connection.
+// and with -1 each time the subscription starts (changes may have been
+// missed before), until ctx ends, subscribing again a second after a lost
+// connection.
 func (db *DB) Subscribe(ctx context.Context, notify func(gen int64)) {
+	hooked := rueidis.WithOnSubscriptionHook(ctx, func(s rueidis.PubSubSubscription) {
+		if s.Kind == "subscribe" {
+			notify(-1)
+		}
+	})
 	for ctx.Err() == nil {
 		c, err := db.conn()
 		if err == nil {
-			err = c.Receive(ctx, c.B().Subscribe().Channel(db.channel).Build(), func(m rueidis.PubSubMessage) {
+			err = c.Receive(hooked, c.B().Subscribe().Channel(db.channel).Build(), func(m rueidis.PubSubMessage) {
 				if g, err := strconv.ParseInt(m.Message, 10, 64); err == nil {
 					notify(g)
 				}

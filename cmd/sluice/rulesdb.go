@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/peterbourgon/ff/v4"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/redisdb"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// rulesDBFlags are the flags of a rules database (--rules redis://...).
+type rulesDBFlags struct {
+	snapshot string
+	poll     time.Duration
+}
+
+func (c *rulesDBFlags) register(fs *ff.FlagSet) {
+	fs.StringVar(&c.snapshot, 0, "rules-snapshot", "", withEnv("rules-snapshot", "with --rules redis://...: file keeping the last good rules, from which a node starts while the database is down"))
+	fs.DurationVar(&c.poll, 0, "rules-poll", control.DefaultPoll, withEnv("rules-poll", "with --rules redis://...: how often the database's generation is read in case a change notification was missed (negative: never)"))
+}
+
+// isRulesDB reports whether --rules names a rules database (a Redis URL)
+// rather than files.
+func isRulesDB(spec string) bool {
+	for _, p := range []string{"redis://", "rediss://", "redis+cluster://", "rediss+cluster://", "redis+sentinel://"} {
+		if strings.HasPrefix(strings.ToLower(spec), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// rulesSource is where a node's rules come from: a rules.Watcher of files
+// or a control.Retriever of a rules database.
+type rulesSource interface {
+	Current() *rules.Set
+}
+
+// openRules opens the rules --rules names, with the store's veto check,
+// counting reloads in m and rm and telling onReload of each after the
+// first load. It returns the source, the rules database
+// (nil for files) and how to close both.
+func openRules(log *slog.Logger, c coreFlags, check func(sluice.Limit) error, m *metrics.Metrics, rm *metrics.RulesSource, onReload func(*rules.Set, error)) (rulesSource, *redisdb.DB, func() error, error) {
+	report := func(set *rules.Set, source string, gen int64, err error) {
+		m.Reload(err)
+		rm.Reload(set, source, gen, err)
+		onReload(set, err)
+		if err != nil {
+			log.Error("rules reload failed; the rules in force stay", "rules", redactURL(c.rules), "source", source, "err", err)
+			return
+		}
+		log.Info("rules reloaded", "rules", redactURL(c.rules), "source", source, "version", set.Version(), "generation", gen,
+			"domains", set.Domains(), "overrides", len(set.Overrides()))
+	}
+	if !isRulesDB(c.rules) {
+		w, err := c.loader().Watch(c.rules, func(set *rules.Set, err error) { report(set, "files", 0, err) }, rules.WithCheck(check))
+		if err != nil {
+			m.Reload(err)
+			return nil, nil, nil, fmt.Errorf("load rules: %w", err)
+		}
+		m.Reload(nil)
+		rm.Reload(w.Current(), "files", 0, nil)
+		return w, nil, w.Close, nil
+	}
+	db, err := redisdb.Open(c.rules, redisdb.Config{})
+	if err != nil {
+		return nil, nil, nil, usageError("--rules: %v", err)
+	}
+	r, err := control.NewRetriever(context.Background(), control.RetrieverConfig{
+		DB: db, Loader: c.loader(), Check: check, Snapshot: c.db.snapshot, Poll: c.db.poll, OnReload: report,
+	})
+	if err != nil { // OnReload counted the failure
+		return nil, nil, nil, errors.Join(fmt.Errorf("load rules: %w", err), db.Close())
+	}
+	return r, db, func() error { return errors.Join(r.Close(), db.Close()) }, nil
+}

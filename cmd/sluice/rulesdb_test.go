@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// The admin tokens of the rules database tests.
+const (
+	testWriteSecret = "ops-secret-0123456789abcdef"
+	testReadSecret  = "viewer-secret-0123456789abcdef"
+)
+
+// fleet is three `sluice serve` on one rules database.
+type fleet struct {
+	redis  *testenv.RedisServer
+	dir    string
+	tokens string
+	nodes  []*testServer
+	admins []string // each node's admin URL
+}
+
+func tenantDoc(n int) string {
+	return fmt.Sprintf("domain: api\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", n)
+}
+
+// startNode starts node i of f with its own snapshot file.
+func (f *fleet) startNode(t *testing.T, i int) *testServer {
+	t.Helper()
+	s := startServer(t, nil, "--rules", "redis://"+f.redis.Addr, "--rules-snapshot", filepath.Join(f.dir, fmt.Sprintf("node%d.snapshot", i)),
+		"--admin-tokens", f.tokens, "--admin-addr", "127.0.0.1:0", "--store", "memory")
+	rec := s.logs.find("admin API listening")
+	if rec == nil {
+		t.Fatalf("no admin API; logs:\n%s", s.logs)
+	}
+	f.admins[i] = "http://" + rec["admin_addr"].(string)
+	f.nodes[i] = s
+	return s
+}
+
+func startFleet(t *testing.T) *fleet {
+	t.Helper()
+	f := &fleet{redis: testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always"), dir: t.TempDir(),
+		nodes: make([]*testServer, 3), admins: make([]string, 3)}
+	f.tokens = filepath.Join(f.dir, "tokens")
+	if err := os.WriteFile(f.tokens, []byte("# who role secret\nops write "+testWriteSecret+"\nviewer read "+testReadSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range f.nodes {
+		f.startNode(t, i)
+	}
+	return f
+}
+
+// cli runs a sluice command against node i's admin API with secret and
+// returns its output.
+func (f *fleet) cli(t *testing.T, i int, secret string, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), append([]string{args[0], args[1], "--admin-url", f.admins[i]}, args[2:]...),
+		env("SLUICE_ADMIN_TOKEN="+secret), &out, &errOut)
+	if err != nil {
+		errOut.WriteString(err.Error())
+	}
+	return out.String() + errOut.String(), err
+}
+
+var requestsPerUnit = regexp.MustCompile(`"requestsPerUnit":(\d+)`)
+
+// limit returns the limit node s enforces on tenant's requests, by a
+// decision, or -1 when none applies.
+func limit(t *testing.T, s *testServer, tenant string) int {
+	t.Helper()
+	r := s.do(t, "POST", "/v1/decide", `{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"`+tenant+`"}]}]}`)
+	m := requestsPerUnit.FindStringSubmatch(r.body)
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+func (f *fleet) allEnforce(t *testing.T, tenant string, n int) bool {
+	for _, s := range f.nodes {
+		if limit(t, s, tenant) != n {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRulesDatabase: three nodes on one rules database enforce a change
+// made through any node's admin API; overrides, history and rollback by
+// the CLI; the database killed, nodes keep enforcing and writes answer
+// 503; a node restarted while it is down enforces its snapshot.
+func TestRulesDatabase(t *testing.T) {
+	f := startFleet(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "api.yaml")
+	if err := os.WriteFile(file, []byte(tenantDoc(100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "import", dir); err != nil || !strings.Contains(out, "api: is now version 1") {
+		t.Fatalf("rules import: %v\n%s", err, out)
+	}
+	eventually(t, "every node enforcing version 1", func() bool { return f.allEnforce(t, "acme", 100) })
+
+	// A read token changes nothing; the wrong token neither.
+	writeFile(t, file, tenantDoc(1))
+	if out, err := f.cli(t, 1, testReadSecret, "rules", "push", file); err == nil || !strings.Contains(out, "read-only") {
+		t.Fatalf("push with a read token: %v\n%s", err, out)
+	}
+	if out, err := f.cli(t, 1, "not-a-token-0123456789", "rules", "push", file); err == nil || !strings.Contains(out, "HTTP 401") {
+		t.Fatalf("push with a wrong token: %v\n%s", err, out)
+	}
+	if out, err := f.cli(t, 1, testReadSecret, "rules", "diff", file); err != nil || !strings.Contains(out, "+    rate_limit: {unit: hour, requests_per_unit: 1}") {
+		t.Fatalf("diff with a read token: %v\n%s", err, out)
+	}
+	if !f.allEnforce(t, "acme", 100) {
+		t.Fatal("a refused change is in force")
+	}
+
+	// One command changes a tenant's limit on the whole fleet.
+	if out, err := f.cli(t, 2, testWriteSecret, "override", "set", "--limit", "500/hour", "--for", "1h", "api", "tenant=acme"); err != nil {
+		t.Fatalf("override set: %v\n%s", err, out)
+	}
+	eventually(t, "every node enforcing the override", func() bool { return f.allEnforce(t, "acme", 500) && f.allEnforce(t, "other", 100) })
+	if out, err := f.cli(t, 0, testReadSecret, "override", "list"); err != nil || !strings.Contains(out, "api tenant=acme: 500/hour, until ") || !strings.Contains(out, "set by ops") {
+		t.Fatalf("override list: %v\n%s", err, out)
+	}
+	if out, err := f.cli(t, 0, testWriteSecret, "override", "delete", "api", "tenant=acme"); err != nil {
+		t.Fatalf("override delete: %v\n%s", err, out)
+	}
+	eventually(t, "the override gone everywhere", func() bool { return f.allEnforce(t, "acme", 100) })
+
+	// A push, the history, and the way back.
+	writeFile(t, file, tenantDoc(200))
+	if out, err := f.cli(t, 1, testWriteSecret, "rules", "push", "--if-match", `"v1"`, file); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	eventually(t, "every node enforcing version 2", func() bool { return f.allEnforce(t, "acme", 200) })
+	if out, err := f.cli(t, 1, testWriteSecret, "rules", "push", "--if-match", `"v1"`, file); err == nil || !strings.Contains(out, "HTTP 412") {
+		t.Fatalf("push with a stale --if-match: %v\n%s", err, out)
+	}
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "rollback", "api", "1"); err != nil || !strings.Contains(out, "api: is now version 3") {
+		t.Fatalf("rollback: %v\n%s", err, out)
+	}
+	eventually(t, "every node enforcing version 1 again", func() bool { return f.allEnforce(t, "acme", 100) })
+	out, err := f.cli(t, 0, testReadSecret, "rules", "history", "--diff", "api")
+	if err != nil || !regexp.MustCompile(`(?s)^v3\t\S+\tops \(rollback to version 1\)\n.*v2\t\S+\tops\n.*v1\t\S+\tops\n`).MatchString(out) {
+		t.Fatalf("history: %v\n%s", err, out)
+	}
+	if got, err := f.cli(t, 0, testReadSecret, "rules", "get", "api"); err != nil || !strings.HasSuffix(got, tenantDoc(100)) {
+		t.Fatalf("get after rollback: %v\n%s", err, got)
+	}
+	// Each node says what it has in force, and the admin calls it served.
+	eventually(t, "the metrics", func() bool {
+		m := f.nodes[1].do(t, "GET", "/metrics", "").body
+		return strings.Contains(m, "sluice_rules_generation 5") && strings.Contains(m, `sluice_rules_source_reloads_total{result="success",source="notify"}`) &&
+			strings.Contains(m, "sluice_rules_overrides 0") && strings.Contains(m, `sluice_admin_requests_total{code="403",token="viewer"} 1`) &&
+			strings.Contains(m, `sluice_admin_requests_total{code="401",token=""} 1`)
+	})
+
+	// Propagation: 100 changes through node 0, each waited for on all three.
+	var lat []time.Duration
+	for i := range 100 {
+		n := 1000 + i
+		start := time.Now()
+		r := f.put(t, 0, tenantDoc(n))
+		if r != 200 {
+			t.Fatalf("PUT %d: %d", i, r)
+		}
+		// Asked again at once, not every 20ms, for the figure's sake.
+		for !f.allEnforce(t, "acme", n) {
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("change %d not on every node within 10s", i)
+			}
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	t.Logf("propagation over 100 changes (PUT sent to all three nodes enforcing): p50 %v, p99 %v, max %v", p50, p99, lat[len(lat)-1])
+	if p99 > time.Second {
+		t.Errorf("p99 propagation %v, above 1s", p99)
+	}
+
+	// The database killed: nodes keep enforcing, writes answer 503.
+	last := 1099
+	f.redis.Kill()
+	if code := f.put(t, 1, tenantDoc(7)); code != 503 {
+		t.Fatalf("PUT with the database down: %d", code)
+	}
+	if !f.allEnforce(t, "acme", last) {
+		t.Fatal("the rules in force changed with the database down")
+	}
+	// A node restarted while the database is down enforces its snapshot.
+	if err := f.nodes[2].stop(); err != nil {
+		t.Fatal(err)
+	}
+	s := f.startNode(t, 2)
+	if rec := s.logs.find("rules reloaded"); rec == nil || rec["source"] != "snapshot" {
+		t.Fatalf("restarted node's first load: %v\n%s", rec, s.logs)
+	}
+	if got := limit(t, s, "acme"); got != last {
+		t.Fatalf("restarted node enforces %d, want %d", got, last)
+	}
+	// The database back: it holds the last good version, whole.
+	f.redis.Restart()
+	var cur string
+	eventually(t, "the database answering", func() bool {
+		var err error
+		cur, err = f.cli(t, 0, testReadSecret, "rules", "get", "api")
+		return err == nil
+	})
+	if !strings.HasSuffix(cur, tenantDoc(last)) || !strings.Contains(cur, `"v103"`) {
+		t.Fatalf("after the restart: %s", cur)
+	}
+	eventually(t, "node 1 reading the database again", func() bool {
+		_, err := f.cli(t, 1, testReadSecret, "rules", "get", "api")
+		return err == nil
+	})
+	if code := f.put(t, 1, tenantDoc(8)); code != 200 {
+		t.Fatalf("PUT with the database back: %d", code)
+	}
+	eventually(t, "every node enforcing the change after the outage", func() bool { return f.allEnforce(t, "acme", 8) })
+}
+
+// put sends a PUT of domain api's document to node i's admin API and
+// returns the status.
+func (f *fleet) put(t *testing.T, i int, doc string) int {
+	t.Helper()
+	ac := &adminClient{base: f.admins[i], secret: testWriteSecret, http: f.nodes[i].http}
+	_, _, err := ac.do(context.Background(), "PUT", "/v1/admin/domains/api", []byte(doc))
+	if err == nil {
+		return 200
+	}
+	if e, ok := err.(*apiError); ok {
+		t.Logf("PUT to node %d: %v", i, e)
+		return e.code
+	}
+	t.Fatal(err)
+	return 0
+}
