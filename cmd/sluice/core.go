@@ -206,7 +206,6 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	}
 	co.watcher, co.rulesDB, co.stores = watcher, db, st
 	co.closers = append(co.closers, closeRules, st.close)
-	co.events.Add(time.Now(), watcher.Current(), nil)
 	log.Info("rules loaded", "rules", redactURL(c.rules), "version", watcher.Current().Version(), "domains", watcher.Current().Domains())
 
 	dc := decide.DefaultConfig()

@@ -69,6 +69,7 @@ func openRules(log *slog.Logger, c coreFlags, check func(sluice.Limit) error, m 
 		}
 		m.Reload(nil)
 		rm.Reload(w.Current(), "files", 0, nil)
+		onReload(w.Current(), nil)
 		return w, nil, w.Close, nil
 	}
 	db, err := redisdb.Open(c.rules, redisdb.Config{})
