@@ -117,13 +117,14 @@ func (st *State) Domain(domain string) (Doc, bool) {
 }
 
 // Build makes the Set of st, as every node does: the documents of the
-// domains not deleted read by ld (file:line errors name domain@vN), the
+// domains not deleted read by ld (a domain at version 0 without text is
+// read with another's document, as a rules file of several domains is) (file:line errors name domain@vN), the
 // store's veto check applied (nil accepts every limit), then the overrides
 // in force at now.
 func (st *State) Build(ld rules.Loader, check func(sluice.Limit) error, now time.Time) (*rules.Set, error) {
 	docs := make([]rules.Document, 0, len(st.Domains))
 	for _, d := range st.Domains {
-		if !d.Deleted {
+		if !d.Deleted && (d.Text != "" || d.Version > 0) {
 			docs = append(docs, rules.Document{Name: d.Name(), Data: []byte(d.Text)})
 		}
 	}

@@ -329,3 +329,62 @@ func TestRetriever(t *testing.T) {
 		t.Fatalf("after the database came back: %d", got)
 	}
 }
+
+// TestNodeVeto: a node whose store vetoes a limit keeps the rules in force
+// when the database holds it (an editor without that veto wrote it), and
+// takes the next state it can build.
+func TestNodeVeto(t *testing.T) {
+	db := openDB(t, testenv.RedisAddr(t))
+	ctx := context.Background()
+	e := newEditor(t, db, time.Now)
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 10), "", false); err != nil {
+		t.Fatal(err)
+	}
+	veto := func(l sluice.Limit) error {
+		if l.Rate > 1000 {
+			return errors.New("too many for this store")
+		}
+		return nil
+	}
+	failures := make(chan error, 10)
+	r, err := control.NewRetriever(ctx, control.RetrieverConfig{DB: db, Check: veto, Poll: -1,
+		OnReload: func(_ *rules.Set, source string, _ int64, err error) {
+			if err != nil {
+				failures <- err
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	tenant := rules.Entry{Key: "tenant", Value: "acme"}
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 5000), "", false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-failures:
+		if !strings.Contains(err.Error(), "too many for this store") {
+			t.Fatalf("refusal: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no refusal reported")
+	}
+	if got := limitOf(t, r.Current(), "api", tenant); got != 10 {
+		t.Fatalf("a vetoed set in force: %d", got)
+	}
+	// A blocking override (requests_per_unit 0) is taken: no store takes it.
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 20), "", false); err != nil {
+		t.Fatal(err)
+	}
+	ov := rules.Override{Domain: "api", Entries: []rules.Entry{tenant}, Limits: []rules.RateLimitSpec{{Unit: "hour", RequestsPerUnit: 0}}}
+	if _, err := e.SetOverride(ctx, "a", ov, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the blocking override", func() bool {
+		rl, err := r.Current().Match("api", []rules.Entry{tenant})
+		return err == nil && rl != nil && rl.Limits[0].Block
+	})
+	if got := limitOf(t, r.Current(), "api", rules.Entry{Key: "tenant", Value: "other"}); got != 20 {
+		t.Fatalf("after the veto: %d", got)
+	}
+}

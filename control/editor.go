@@ -273,7 +273,11 @@ func (e *Editor) commitDoc(ctx context.Context, author, domain, ifMatch string, 
 		if err != nil {
 			return Result{}, err
 		}
-		cur, _ := st.Domain(domain)
+		cur, found := st.Domain(domain)
+		if found && cur.Version == 0 && !cur.Deleted {
+			// A rules file the database does not own (control/filedb).
+			return Result{}, fmt.Errorf("%w: domain %q is %s, a rules file with another name or other domains: change it there, or move it to %s.yaml", ErrInvalid, domain, cur.Note, domain)
+		}
 		if ifMatch != "" && !matches(ifMatch, cur) {
 			return Result{}, fmt.Errorf("domain %q is at version %d, not %s: %w", domain, cur.Version, ifMatch, ErrConflict)
 		}

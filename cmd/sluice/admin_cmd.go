@@ -8,6 +8,7 @@ import (
 	"github.com/peterbourgon/ff/v4"
 
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/filedb"
 	"github.com/sluicehq/sluice/transport/admin"
 )
 
@@ -30,14 +31,17 @@ func startAdmin(ctx context.Context, a adminFlags, co *core, c coreFlags, tc *tl
 	if a.tokens == "" {
 		return nil, nil
 	}
-	if co.rulesDB == nil {
-		return nil, usageError("--admin-tokens: the admin API changes a rules database: --rules redis://...")
-	}
 	toks, err := admin.LoadTokens(a.tokens)
 	if err != nil {
 		return nil, usageError("--admin-tokens: %v", err)
 	}
-	ed, err := control.NewEditor(control.EditorConfig{DB: co.rulesDB, Loader: c.loader(), Check: co.stores.check, Log: log})
+	var db control.DB = co.rulesDB
+	if co.rulesDB == nil { // rules files: the admin API writes them
+		if db, err = filedb.Open(c.rules, c.loader()); err != nil {
+			return nil, usageError("--admin-tokens: %v", err)
+		}
+	}
+	ed, err := control.NewEditor(control.EditorConfig{DB: db, Loader: c.loader(), Check: co.stores.check, Log: log})
 	if err != nil {
 		return nil, err
 	}

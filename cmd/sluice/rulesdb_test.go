@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -252,4 +253,69 @@ func (f *fleet) put(t *testing.T, i int, doc string) int {
 	}
 	t.Fatal(err)
 	return 0
+}
+
+// TestAdminOverFiles: with rules in a directory, the admin API writes the
+// domain's file atomically, the watcher puts it in force, history and
+// rollback work, overrides are refused, and --admin-read-only writes
+// nothing.
+func TestAdminOverFiles(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "api.yaml"), []byte(tenantDoc(100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "other.yaml"), []byte("domain: web\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 5}\n---\ndomain: mail\ndescriptors:\n  - key: to\n    rate_limit: {unit: second, requests_per_unit: 5}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("ops write "+testWriteSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := &fleet{nodes: make([]*testServer, 1), admins: make([]string, 1)}
+	s := startServer(t, nil, "--rules", dir, "--admin-tokens", tokens, "--admin-addr", "127.0.0.1:0")
+	f.nodes[0], f.admins[0] = s, "http://"+s.logs.find("admin API listening")["admin_addr"].(string)
+	if got := limit(t, s, "acme"); got != 100 {
+		t.Fatalf("start: %d", got)
+	}
+	file := filepath.Join(t.TempDir(), "api.yaml")
+	writeFile(t, file, tenantDoc(300))
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "push", file); err != nil || !strings.Contains(out, "api: is now version 2") {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "api.yaml")); err != nil || string(b) != tenantDoc(300) {
+		t.Fatalf("the file: %q, %v", b, err)
+	}
+	eventually(t, "the pushed file in force", func() bool { return limit(t, s, "acme") == 300 })
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "rollback", "api", "1"); err == nil || !strings.Contains(out, "HTTP 404") {
+		t.Fatalf("rollback to a version never written through the API: %v\n%s", err, out)
+	}
+	writeFile(t, file, tenantDoc(400))
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "push", "--if-match", `"v2"`, file); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "rollback", "api", "2"); err != nil || !strings.Contains(out, "api: is now version 4") {
+		t.Fatalf("rollback: %v\n%s", err, out)
+	}
+	eventually(t, "the rollback in force", func() bool { return limit(t, s, "acme") == 300 })
+	// A domain of a file the API does not own is refused, as overrides are.
+	writeFile(t, file, strings.ReplaceAll(tenantDoc(1), "api", "web"))
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "push", file); err == nil || !strings.Contains(out, `domain "web" is in other.yaml`) {
+		t.Fatalf("push of web: %v\n%s", err, out)
+	}
+	if out, err := f.cli(t, 0, testWriteSecret, "override", "set", "--limit", "5/second", "api", "tenant=acme"); err == nil || !strings.Contains(out, "need a rules database") {
+		t.Fatalf("override over files: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "web.yaml")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("web.yaml: %v", err)
+	}
+	// Read-only: nothing is written.
+	ro := startServer(t, nil, "--rules", dir, "--admin-tokens", tokens, "--admin-addr", "127.0.0.1:0", "--admin-read-only")
+	f.nodes[0], f.admins[0] = ro, "http://"+ro.logs.find("admin API listening")["admin_addr"].(string)
+	writeFile(t, file, tenantDoc(1))
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "push", file); err == nil || !strings.Contains(out, "read-only") {
+		t.Fatalf("push to a read-only API: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "api.yaml")); string(b) != tenantDoc(300) {
+		t.Fatalf("the file after a read-only push: %q", b)
+	}
 }
