@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,7 +73,14 @@ func openRules(log *slog.Logger, c coreFlags, check func(sluice.Limit) error, m 
 		onReload(w.Current(), nil)
 		return w, nil, w.Close, nil
 	}
-	db, err := redisdb.Open(c.rules, redisdb.Config{})
+	var tc *tls.Config
+	if strings.HasPrefix(strings.ToLower(c.rules), "rediss") { // the store's TLS flags serve a rules database in TLS too
+		var err error
+		if tc, err = c.storeTLS.config(c.rules); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	db, err := redisdb.Open(c.rules, redisdb.Config{TLS: tc})
 	if err != nil {
 		return nil, nil, nil, usageError("--rules: %v", err)
 	}

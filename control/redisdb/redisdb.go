@@ -7,6 +7,7 @@ package redisdb
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +33,9 @@ type Config struct {
 	History int
 	// Timeout bounds each call to Redis; zero means 2 seconds.
 	Timeout time.Duration
+	// TLS, if not nil, is the TLS configuration of a rediss:// URL (nil:
+	// the system's roots and the URL's host name).
+	TLS *tls.Config
 }
 
 // DB is a rules database in Redis. It is safe for concurrent use.
@@ -95,7 +99,7 @@ func Open(rawURL string, cfg Config) (*DB, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second // per call to Redis
 	}
-	opt, err := redis.ClientOption(rawURL, redis.Config{})
+	opt, err := redis.ClientOption(rawURL, redis.Config{TLS: cfg.TLS})
 	if err != nil {
 		return nil, fmt.Errorf("rules database: %w", err)
 	}
