@@ -26,7 +26,9 @@ type RequestLimit struct {
 // when none matched; the domain must be one the rules define), and the
 // returned rule has one limit, rl counted in a fixed window aligned to its
 // unit, in neither shadow nor quota mode, without a name, replaces or
-// metadata, whatever matched says.
+// metadata, whatever matched says. It replaces matched's rate limits only:
+// matched's concurrency limit and priority (sluice's, which Envoy's
+// ratelimit has not) stay, as do its metric names.
 //
 // The limit counts where a fixed_window limit with rl's period would count
 // in matched (its ID is the one setIDs gives the first such limit), so
