@@ -166,7 +166,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		return nil, err
 	}
 	st, err := openStore(c.store, storeOptions{
-		maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), log: log, tls: storeTLS, envoyKeys: c.compat.envoyKeys,
+		maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), floodGuard: c.observe.floodGuard, log: log, tls: storeTLS, envoyKeys: c.compat.envoyKeys,
 		local: localfirst.Config{
 			NearCacheBytes: int64(c.nearCache), Sync: sync, SyncOf: co.syncOf,
 			LeaseLifetime: c.leaseLife, MaxLease: int64(c.maxLease),

@@ -11,16 +11,19 @@ import (
 	"github.com/sluicehq/sluice/ui"
 )
 
-// observeFlags size the heavy hitters (GET /v1/top) and the denial log.
+// observeFlags size the heavy hitters (GET /v1/top) and the denial log,
+// and turn on the memory store's flood guard.
 type observeFlags struct {
 	denyLogRate float64
 	topKeys     int
 	topWidth    int
+	floodGuard  bool
 }
 
 func (o *observeFlags) register(fs *ff.FlagSet) {
 	fs.Float64Var(&o.denyLogRate, 0, "deny-log-rate", observe.DefaultConfig().DenialLogRate, withEnv("deny-log-rate", "most denials logged a second, each with domain, descriptor, limit and retry time (10); the next line logged counts those left out; negative logs none"))
 	fs.IntVar(&o.topKeys, 0, "top-keys", observe.DefaultConfig().MaxKeys, withEnv("top-keys", "most domain and descriptor key pairs whose heavy hitters GET /v1/top counts (16: 6.5 MiB at most with --top-width 1024)"))
+	fs.BoolVarDefault(&o.floodGuard, 0, "flood-guard", false, withEnv("flood-guard", "memory store: a client seen for the first time takes no entry until it is seen again (two Bloom filters, 4 MiB), so a flood of one-shot clients cannot push real ones out; costs at most one uncounted request per client a minute"))
 	fs.IntVar(&o.topWidth, 0, "top-width", sketch.DefaultConfig().Width, withEnv("top-width", "counters per row of each count-min sketch: /v1/top's counts are at most e/width of a window's total too high, with 98% confidence (1024: 0.27%)"))
 }
 

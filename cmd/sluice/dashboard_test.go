@@ -239,3 +239,30 @@ func TestDashboardBrowser(t *testing.T) {
 		t.Errorf("console: %s", strings.Join(problems, "\n"))
 	}
 }
+
+// TestServeFloodGuard: with --flood-guard a client's first request is not
+// counted (the stated cost), so a limit of 5 admits 6; without, 5.
+func TestServeFloodGuard(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{{nil, 5}, {[]string{"--flood-guard"}, 6}} {
+		dir := t.TempDir()
+		writeFile(t, filepath.Join(dir, "rules.yaml"), dashboardRules)
+		s := startServer(t, nil, append([]string{"--rules", dir}, tc.args...)...)
+		admitted := 0
+		for range 8 {
+			code, err := decideUser(s.http, s.httpURL, "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code == "OK" {
+				admitted++
+			}
+		}
+		if admitted != tc.want {
+			t.Errorf("%v: admitted %d of 8, want %d", tc.args, admitted, tc.want)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/store/envoykeys"
+	"github.com/sluicehq/sluice/store/floodguard"
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
@@ -28,6 +29,7 @@ type storeOptions struct {
 	log        *slog.Logger      // warns while a Redis store is not connected
 	tls        *tls.Config       // rediss://: nil means the system's roots and the URL's host
 	envoyKeys  bool              // Redis: count Envoy's keys as Envoy does (store/envoykeys)
+	floodGuard bool              // memory store: a new key takes no entry until seen again (store/floodguard)
 }
 
 // openedStore is the store that --store names, the in-process store that
@@ -100,8 +102,14 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		if err != nil {
 			return nil, err
 		}
+		var st sluice.Store = mem
+		if o.floodGuard {
+			if st, err = floodguard.New(mem, floodguard.Config{}); err != nil {
+				return nil, errors.Join(err, mem.Close())
+			}
+		}
 		// The memory store cannot fail, so it is its own local fallback.
-		return &openedStore{store: mem, local: mem, close: mem.Close}, nil
+		return &openedStore{store: st, local: mem, close: mem.Close}, nil
 	default: // storeRedis
 		// A Redis that does not answer yet is no reason not to start: the
 		// fail mode decides until it does.
