@@ -94,7 +94,7 @@ func TestKnownKeysCounted(t *testing.T) {
 	for i := range 200 { // 50 s, in one minute window
 		clk.Advance(250 * time.Millisecond)
 		take(fmt.Sprintf("flood-%d", i)) // a rotation every 10 keys, 2.5 s
-		if i%4 == 0 { // alice every second, the Interval
+		if i%4 == 0 {                    // alice every second, the Interval
 			if take("alice").Allowed {
 				admitted++
 			}
