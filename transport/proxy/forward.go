@@ -47,9 +47,10 @@ type forwarder struct {
 // upConn is a connection to the upstream with its buffers.
 type upConn struct {
 	net.Conn
-	br    *bufio.Reader
-	bw    *bufio.Writer
-	since time.Time // idle since, on the idle list
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	since     time.Time // idle since, on the idle list
+	interrupt func()    // sets the deadlines in the past: the client left
 }
 
 // longAgo is a deadline in the past: it interrupts blocked reads and writes.
@@ -82,8 +83,7 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		cc := c
-		stop := context.AfterFunc(ctx, func() { _ = cc.SetDeadline(longAgo) })
+		stop := context.AfterFunc(ctx, c.interrupt)
 		resp, err := f.roundTrip(ctx, c, r)
 		if err != nil {
 			stop()
@@ -257,7 +257,9 @@ func (f *forwarder) connect(ctx context.Context) (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &upConn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}, nil
+	c := &upConn{Conn: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}
+	c.interrupt = func() { _ = nc.SetDeadline(longAgo) }
+	return c, nil
 }
 
 // get takes the most recently used idle connection, closing those idle

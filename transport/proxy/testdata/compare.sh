@@ -16,13 +16,18 @@
 #
 #   transport/proxy/testdata/compare.sh                 # 5 rounds of 10 s
 #   ROUNDS=3 DURATION=5 transport/proxy/testdata/compare.sh
-#   PORT=19100 ...                                      # first of 7 ports
+#   PORT=19100 ...                                      # first of 8 ports
+#   BEFORE=/path/to/old/sluice ...                      # also that binary's proxy
+#
+# With BEFORE, a fifth configuration, before, runs that sluice binary's
+# proxy as sluice's, in the same rounds: before and after in one run.
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10}
 PORT=${PORT:-19000}
 CONNS=${CONNS:-50}
+BEFORE=${BEFORE:-}
 
 for tool in nginx wrk go; do
 	command -v "$tool" >/dev/null || { [ "$tool" = nginx ] && [ -x /usr/sbin/nginx ]; } ||
@@ -40,7 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-up=$PORT floor=$((PORT + 1)) limit=$((PORT + 2)) auth=$((PORT + 3)) proxy=$((PORT + 4)) serve=$((PORT + 5)) grpc=$((PORT + 6))
+up=$PORT floor=$((PORT + 1)) limit=$((PORT + 2)) auth=$((PORT + 3)) proxy=$((PORT + 4)) serve=$((PORT + 5)) grpc=$((PORT + 6)) before=$((PORT + 7))
 
 (cd "$root" && go build -o "$dir/sluice" ./cmd/sluice)
 
@@ -94,12 +99,20 @@ nginx_start auth "upstream sluice { server 127.0.0.1:$serve; keepalive 64; }
 	--listen "127.0.0.1:$proxy" --log-level warn &
 pids+=($!)
 pid_sluice=$!
+ports="$up $floor $limit $auth $proxy $serve"
+if [ -n "$BEFORE" ]; then
+	"$BEFORE" proxy --upstream "http://127.0.0.1:$up" --rules "$dir/rules.yaml" --domain bench \
+		--listen "127.0.0.1:$before" --log-level warn &
+	pids+=($!)
+	pid_before=$!
+	ports="$ports $before"
+fi
 "$dir/sluice" serve --rules "$dir/rules.yaml" --identity "$dir/identity.yaml" --http-addr "127.0.0.1:$serve" \
 	--grpc-addr "127.0.0.1:$grpc" --log-level warn &
 pids+=($!)
 pid_serve=$!
 
-for port in $up $floor $limit $auth $proxy $serve; do
+for port in $ports; do
 	for _ in $(seq 100); do
 		curl -fs -o /dev/null "http://127.0.0.1:$port/" && break
 		[ "$port" = "$serve" ] && curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break
@@ -144,6 +157,7 @@ for r in $(seq "$ROUNDS"); do
 	run limit_req "$limit" "$pid_limit" | tee -a "$results"
 	run sluice "$proxy" "$pid_sluice" | tee -a "$results"
 	run auth "$auth" "$pid_auth" "$pid_serve" | tee -a "$results"
+	if [ -n "$BEFORE" ]; then run before "$before" "$pid_before" | tee -a "$results"; fi
 done
 
 echo "# medians over $ROUNDS rounds of ${DURATION}s"
@@ -154,13 +168,15 @@ awk '
 	}
 	{ n[$1]++; rps[$1, n[$1]] = $2; cpu[$1, n[$1]] = $4 }
 	END {
-		split("floor limit_req sluice auth", names, " ")
-		for (k = 1; k <= 4; k++) {
+		split("floor limit_req sluice auth before", names, " ")
+		for (k = 1; k <= 5; k++) {
 			c = names[k]; delete a; delete b
+			if (!n[c]) continue
 			for (i = 1; i <= n[c]; i++) { a[i] = rps[c, i]; b[i] = cpu[c, i] }
 			mr[c] = median(a, n[c]); mc[c] = median(b, n[c])
 			printf "%-9s %10.0f %9s %8.1f\n", c, mr[c], "", mc[c]
 		}
 		printf "sluice proxy / limit_req: %.2f x the requests/s (issue 17: at least 0.8), %.2f x the CPU per request (at most 1.5)\n", mr["sluice"] / mr["limit_req"], mc["sluice"] / mc["limit_req"]
 		printf "auth_request / limit_req: %.2f x the requests/s (issue 17: at least 0.6)\n", mr["auth"] / mr["limit_req"]
+		if (n["before"]) printf "sluice proxy / before: %.2f x the requests/s, %.2f x the CPU per request\n", mr["sluice"] / mr["before"], mc["sluice"] / mc["before"]
 	}' "$results"
