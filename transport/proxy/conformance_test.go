@@ -134,6 +134,44 @@ func TestConformanceHeaders(t *testing.T) {
 	}
 }
 
+// TestConformancePreserveHost: with PreserveHost the upstream gets the
+// Host the client asked for, without it the upstream's own.
+func TestConformancePreserveHost(t *testing.T) {
+	t.Parallel()
+	hosts := make(chan string, 1)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hosts <- r.Host
+	}))
+	t.Cleanup(upstream.Close)
+	for _, wy := range ways() {
+		for _, preserve := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/%v", wy.name, preserve), func(t *testing.T) {
+				cfg := wy.cfg(t, 0)
+				cfg.PreserveHost = preserve
+				front := httptest.NewServer(newProxy(t, upstream.URL, cfg))
+				t.Cleanup(front.Close)
+				req, err := http.NewRequest(http.MethodGet, front.URL+"/", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Host = "app.example"
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				want := strings.TrimPrefix(upstream.URL, "http://")
+				if preserve {
+					want = "app.example"
+				}
+				if got := <-hosts; got != want {
+					t.Fatalf("upstream got Host %q, want %q", got, want)
+				}
+			})
+		}
+	}
+}
+
 // TestConformanceStreaming: a response of unknown length reaches the
 // client write by write while the upstream is still writing, and its
 // trailers follow it.
