@@ -166,10 +166,13 @@ func TestProxyOps(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	for path, want := range map[string]string{
-		"/healthz":     `"status":"ok"`,
-		"/readyz":      `"status":"ready"`,
-		"/healthcheck": "OK",
-		"/metrics":     "sluice_rules_reloads_total",
+		"/healthz":      `"status":"ok"`,
+		"/readyz":       `"status":"ready"`,
+		"/healthcheck":  "OK",
+		"/metrics":      "sluice_rules_reloads_total",
+		"/ui/":          "app.js", // the dashboard (issue 16)
+		"/ui/api/stats": `"decisions"`,
+		"/v1/top":       `"counted":false`,
 	} {
 		if code, body := get("http://" + opsAddr + path); code != 200 || !strings.Contains(body, want) {
 			t.Errorf("ops GET %s = %d %.200s, want 200 with %s", path, code, body, want)
