@@ -60,7 +60,7 @@ func New(cfg Config) (*Handler, error) {
 // unless told `proxy_method GET`.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.bodyless {
-		w = &headersOnly{w}
+		w = &headersOnly{ResponseWriter: w}
 	}
 	if _, pass := h.guard.Check(w, h.id.Original(r)); pass {
 		w.WriteHeader(http.StatusOK)
@@ -68,15 +68,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // headersOnly is a ResponseWriter that sends the status and header fields
-// it is given, without a body or a Content-Length announcing one.
-type headersOnly struct{ http.ResponseWriter }
+// of a decision (200 or 429) without a body or a Content-Length announcing
+// one. Any other answer, such as a 400 naming the cap a request broke,
+// keeps its body: it is rare, and says what is wrong.
+type headersOnly struct {
+	http.ResponseWriter
+	body bool // the status written was neither 200 nor 429
+}
 
 func (w *headersOnly) WriteHeader(code int) {
-	delete(w.Header(), "Content-Length")
+	w.body = code != http.StatusOK && code != http.StatusTooManyRequests
+	if !w.body {
+		delete(w.Header(), "Content-Length")
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *headersOnly) Write(p []byte) (int, error) { return len(p), nil }
+func (w *headersOnly) Write(p []byte) (int, error) {
+	if w.body {
+		return w.ResponseWriter.Write(p)
+	}
+	return len(p), nil
+}
 
 // Unwrap returns the ResponseWriter w wraps, for http.ResponseController.
 func (w *headersOnly) Unwrap() http.ResponseWriter { return w.ResponseWriter }
