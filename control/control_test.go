@@ -388,3 +388,36 @@ func TestNodeVeto(t *testing.T) {
 		t.Fatalf("after the veto: %d", got)
 	}
 }
+
+// TestCluster: the rules database on a Redis Cluster (every key under one
+// hash tag, so each change is one script on one shard) with a node
+// following it.
+func TestCluster(t *testing.T) {
+	addrs := testenv.RedisClusterAddrs(t)
+	db, err := redisdb.Open("redis+cluster://"+strings.Join(addrs, ","), redisdb.Config{Name: fmt.Sprintf("test:cluster:%d", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	e := newEditor(t, db, time.Now)
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 100), "", false); err != nil {
+		t.Fatal(err)
+	}
+	r, err := control.NewRetriever(ctx, control.RetrieverConfig{DB: db, Poll: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	tenant := rules.Entry{Key: "tenant", Value: "acme"}
+	if got := limitOf(t, r.Current(), "api", tenant); got != 100 {
+		t.Fatalf("start: %d", got)
+	}
+	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 200), `"v1"`, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the change through the cluster", func() bool { return limitOf(t, r.Current(), "api", tenant) == 200 })
+	if hist, err := e.History(ctx, "api"); err != nil || len(hist) != 2 {
+		t.Fatalf("history: %v %v", hist, err)
+	}
+}

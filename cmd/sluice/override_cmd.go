@@ -150,7 +150,7 @@ func parseEntries(args []string) ([]rules.Entry, error) {
 func parseLimit(s string) (rules.RateLimitSpec, error) {
 	n, unit, ok := strings.Cut(s, "/")
 	v, err := strconv.ParseInt(n, 10, 64)
-	if !ok || err != nil || v < 0 {
+	if !ok || err != nil || v < 0 || unit == "" {
 		return rules.RateLimitSpec{}, usageError("--limit %q: want REQUESTS/UNIT such as 500/second", s)
 	}
 	if full, short := map[string]string{"s": "second", "m": "minute", "h": "hour", "d": "day"}[unit]; short {
