@@ -103,7 +103,8 @@ func chromiumPath(t *testing.T) string {
 // Chromium while a load runs: the page loads without console errors, its
 // decisions per second move, it lists the load's top offender, and the
 // simulator plots a fixed window's boundary burst. Screenshots are kept in
-// the test's temporary directory (and in $SLUICE_SCREENSHOT_DIR if set).
+// a temporary directory the log names (and in $SLUICE_SCREENSHOT_DIR if
+// set).
 func TestDashboardBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
 	dir := t.TempDir()
@@ -182,13 +183,19 @@ func TestDashboardBrowser(t *testing.T) {
 			t.Fatalf("waiting for %s (%s): %v", what, expr, err)
 		}
 	}
+	// The screenshots are the test's artefacts: kept after it ends, in a
+	// temporary directory of their own that the log names.
+	artefacts, err := os.MkdirTemp("", "sluice-dashboard-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	shot := func(name string) {
 		t.Helper()
 		png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
 		if err != nil {
 			t.Fatalf("screenshot: %v", err)
 		}
-		for _, d := range []string{t.TempDir(), os.Getenv("SLUICE_SCREENSHOT_DIR")} {
+		for _, d := range []string{artefacts, os.Getenv("SLUICE_SCREENSHOT_DIR")} {
 			if d == "" {
 				continue
 			}
