@@ -77,6 +77,7 @@ type Decider struct {
 	mu   sync.Mutex                                      // held to add keys
 	keys atomic.Pointer[map[string]map[string]*counters] // domain -> key; copied on write
 	nkey int
+	full atomic.Bool // nkey reached MaxKeys
 }
 
 // counters are the counts of one domain and descriptor key: each request
@@ -212,7 +213,7 @@ func (o *Decider) logDenial(now time.Time, domain string, entries []decide.Entry
 // counters returns the counters of domain and key, made on first use, or
 // nil when MaxKeys pairs are counted already.
 func (o *Decider) counters(domain, key string) *counters {
-	if c := (*o.keys.Load())[domain][key]; c != nil {
+	if c := (*o.keys.Load())[domain][key]; c != nil || o.full.Load() {
 		return c
 	}
 	o.mu.Lock()
@@ -222,6 +223,7 @@ func (o *Decider) counters(domain, key string) *counters {
 		return c
 	}
 	if o.nkey >= o.cfg.MaxKeys {
+		o.full.Store(true) // later calls need not lock
 		return nil
 	}
 	adm, err := sketch.New(o.cfg.Sketch)
