@@ -299,7 +299,8 @@ func TestNginx(t *testing.T) {
 // TestBodyless: for nginx (X-Original) a 429 carries the rate limit fields
 // and no body, so that nginx keeps its connection; for Traefik and Caddy
 // (X-Forwarded), which pass a denial on to the client, it has the JSON
-// body. A 200 has no body either way.
+// body. A 200 has no body either way. (respond's TestInvalidRequestRefused
+// checks that a 400 names the cap on every way in, nginx's included.)
 func TestBodyless(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
