@@ -7,12 +7,13 @@
 // way in takes (respond.Guard): decide, and answer 200 or 429 with the rate
 // limit fields.
 //
-// For nginx (forward_auth_headers X-Original) no answer has a body: the
-// auth_request subrequest reads only the status and headers, and nginx
-// closes a kept-alive connection whose answer had a body it did not read,
-// so a JSON body on each 429 would cost a new connection to sluice per
-// denied request. Traefik and Caddy pass a denial's body on to the client,
-// so for X-Forwarded it stays.
+// For nginx (forward_auth_headers X-Original) a decision (200 or 429) has
+// no body: the auth_request subrequest reads only the status and headers,
+// and nginx closes a kept-alive connection whose answer had a body it did
+// not read, so a JSON body on each 429 would cost a new connection to
+// sluice per denied request. A rarer answer (a 400 naming the cap a request
+// broke, a 503 when failing closed) keeps its body. Traefik and Caddy pass
+// a denial's body on to the client, so for X-Forwarded it stays.
 package forwardauth
 
 import (
