@@ -97,6 +97,10 @@ func TestEditor(t *testing.T) {
 	if err != nil || cur.Version != 2 || cur.Author != "bob" || cur.Text != string(doc("api", 200)) {
 		t.Fatalf("after a stale write: %+v, %v", cur, err)
 	}
+	// The same document again makes no version.
+	if res, err := e.PutDomain(ctx, "bob", "api", doc("api", 200), "", false); err != nil || res.Changed || res.Doc.Version != 2 || res.Doc.Author != "bob" {
+		t.Fatalf("the same document again: %+v, %v", res, err)
+	}
 	// A dry run writes nothing.
 	if res, err := e.PutDomain(ctx, "bob", "api", doc("api", 400), "", true); err != nil || !res.DryRun || res.Doc.Version != 3 || !strings.Contains(res.Diff, "-    rate_limit: {unit: second, requests_per_unit: 200}") {
 		t.Fatalf("dry run: %+v, %v", res, err)

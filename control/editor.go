@@ -290,6 +290,10 @@ func (e *Editor) commitDoc(ctx context.Context, author, domain, ifMatch string, 
 			return Result{}, fmt.Errorf("domain %q: %w", domain, ErrNotFound)
 		}
 		res := Result{Doc: d, Diff: diff(cur, d), Changed: cur.Text != d.Text || cur.Deleted != d.Deleted, DryRun: dry, Generation: st.Generation}
+		if !res.Changed && cur.Version > 0 {
+			res.Doc = cur // the same document again: no new version
+			return res, nil
+		}
 		cand := *st
 		cand.Domains = replaceDoc(st.Domains, d)
 		if len(cand.Domains) > e.c.MaxDomains {

@@ -61,6 +61,9 @@ type Config struct {
 	// MaxBodyBytes caps a request's body (413 above it); zero means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// BodyTimeout bounds how long a request's body may take to arrive;
+	// zero means 30 seconds.
+	BodyTimeout time.Duration
 	// Now is the clock that an override's ttl counts from; nil means
 	// time.Now.
 	Now func() time.Time
@@ -89,6 +92,9 @@ func New(c Config) (*Handler, error) {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 30 * time.Second // a rules document over a slow link
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -135,6 +141,9 @@ type statusWriter struct {
 	code int
 }
 
+// Unwrap lets http.ResponseController reach the connection.
+func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter }
+
 func (sw *statusWriter) WriteHeader(code int) {
 	sw.code = code
 	sw.ResponseWriter.WriteHeader(code)
@@ -165,6 +174,9 @@ func (h *Handler) auth(write bool, f func(http.ResponseWriter, *http.Request, To
 			writeError(sw, http.StatusForbidden, "the admin API is read-only (--admin-read-only): change the rules where they are kept", nil)
 			return
 		}
+		// A body arrives within BodyTimeout (recorders in tests have no
+		// deadline to set).
+		_ = http.NewResponseController(sw).SetReadDeadline(time.Now().Add(h.c.BodyTimeout))
 		r.Body = http.MaxBytesReader(sw, r.Body, h.c.MaxBodyBytes)
 		if err := f(sw, r, t); err != nil {
 			h.fail(sw, r, t, err)

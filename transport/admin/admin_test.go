@@ -453,3 +453,39 @@ func FuzzRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestSlowBody: a body that does not arrive within BodyTimeout is cut
+// off, and nothing is written.
+func TestSlowBody(t *testing.T) {
+	db, err := redisdb.Open("redis://"+testenv.RedisAddr(t), redisdb.Config{Name: fmt.Sprintf("slow:%d", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ed, _ := control.NewEditor(control.EditorConfig{DB: db, Log: log})
+	toks, _ := admin.ParseTokens("tokens", []byte(tokensFile))
+	h, err := admin.New(admin.Config{Backend: ed, Tokens: toks, Log: log, BodyTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest("PUT", srv.URL+"/v1/admin/domains/api", pr)
+	req.Header.Set("Authorization", "Bearer "+alice)
+	req.ContentLength = 1000
+	go pw.Write([]byte("domain: api\n")) // and then nothing
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "timeout") {
+			t.Fatalf("slow body: %d %s", resp.StatusCode, b)
+		}
+	}
+	if g, err := db.Generation(context.Background()); err != nil || g != 0 {
+		t.Fatalf("generation %d, %v", g, err)
+	}
+}
