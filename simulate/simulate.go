@@ -42,6 +42,13 @@ type Event struct {
 	Key string
 }
 
+// Pattern is a traffic pattern: its requests in time order, and how long it
+// lasts (a trailing idle phase included; at least to its last request).
+type Pattern struct {
+	Events []Event
+	Length time.Duration
+}
+
 // ErrSpec is wrapped by the errors of ParseTraffic and ParseLog.
 var ErrSpec = errors.New("traffic")
 
@@ -54,11 +61,10 @@ var ErrSpec = errors.New("traffic")
 //	idle DURATION             nothing for DURATION
 //	clients N                 the phases after it spread their requests over N clients in turn (default 1)
 //
-// such as "steady 1/s 50s; burst 100; idle 1s; burst 100". The events are
-// in time order.
-func ParseTraffic(spec string) ([]Event, error) {
+// such as "steady 1/s 50s; burst 100; idle 1s; burst 100".
+func ParseTraffic(spec string) (Pattern, error) {
 	if len(spec) > MaxSpecLen {
-		return nil, fmt.Errorf("%w: spec longer than %d bytes", ErrSpec, MaxSpecLen)
+		return Pattern{}, fmt.Errorf("%w: spec longer than %d bytes", ErrSpec, MaxSpecLen)
 	}
 	var (
 		evs     []Event
@@ -84,10 +90,10 @@ func ParseTraffic(spec string) ([]Event, error) {
 		}
 		want := map[string]int{"steady": 3, "ramp": 4, "burst": 2, "idle": 2, "clients": 2}[f[0]]
 		if want == 0 {
-			return nil, bad("want steady, ramp, burst, idle or clients")
+			return Pattern{}, bad("want steady, ramp, burst, idle or clients")
 		}
 		if len(f) != want {
-			return nil, bad("want %d words", want)
+			return Pattern{}, bad("want %d words", want)
 		}
 		var err error
 		switch f[0] {
@@ -99,10 +105,10 @@ func ParseTraffic(spec string) ([]Event, error) {
 			}
 			d, err2 := parseDuration(f[len(f)-1])
 			if err = cmp.Or(err1, err, err2); err != nil {
-				return nil, bad("%v", err)
+				return Pattern{}, bad("%v", err)
 			}
 			if at+d > MaxDuration {
-				return nil, bad("the pattern lasts more than %v", MaxDuration)
+				return Pattern{}, bad("the pattern lasts more than %v", MaxDuration)
 			}
 			// The phase's first request comes at its start, the k+1-th
 			// when the rate's integral reaches k: found in steps of a
@@ -113,7 +119,7 @@ func ParseTraffic(spec string) ([]Event, error) {
 			for t := time.Duration(0); t < d; t += step {
 				for ; acc >= 1-1e-9; acc-- {
 					if err := emit(at + t); err != nil {
-						return nil, err
+						return Pattern{}, err
 					}
 				}
 				r := from + (to-from)*float64(t)/float64(d)
@@ -123,34 +129,34 @@ func ParseTraffic(spec string) ([]Event, error) {
 		case "burst", "clients":
 			n, err := strconv.Atoi(f[1])
 			if err != nil || n < 1 || n > MaxEvents {
-				return nil, bad("want a count from 1 to %d", MaxEvents)
+				return Pattern{}, bad("want a count from 1 to %d", MaxEvents)
 			}
 			if f[0] == "clients" {
 				if n > MaxKeys {
-					return nil, bad("at most %d clients", MaxKeys)
+					return Pattern{}, bad("at most %d clients", MaxKeys)
 				}
 				clients = n
 				continue
 			}
 			for range n {
 				if err := emit(at); err != nil {
-					return nil, err
+					return Pattern{}, err
 				}
 			}
 		case "idle":
 			d, err := parseDuration(f[1])
 			if err != nil {
-				return nil, bad("%v", err)
+				return Pattern{}, bad("%v", err)
 			}
 			if at += d; at > MaxDuration {
-				return nil, bad("the pattern lasts more than %v", MaxDuration)
+				return Pattern{}, bad("the pattern lasts more than %v", MaxDuration)
 			}
 		}
 	}
 	if len(evs) == 0 {
-		return nil, fmt.Errorf("%w: no requests", ErrSpec)
+		return Pattern{}, fmt.Errorf("%w: no requests", ErrSpec)
 	}
-	return evs, nil
+	return Pattern{Events: evs, Length: at}, nil
 }
 
 func parseRate(s string) (float64, error) {
@@ -174,8 +180,8 @@ func parseDuration(s string) (time.Duration, error) {
 // ParseLog reads a recorded log of requests, one a line: the seconds since
 // the log's start (a decimal number) and, optionally after a space or a
 // comma, the client's key. Blank lines and lines starting with # are
-// skipped. The events are sorted by time.
-func ParseLog(r io.Reader) ([]Event, error) {
+// skipped. The events are sorted by time; the pattern ends with the last.
+func ParseLog(r io.Reader) (Pattern, error) {
 	var evs []Event
 	keys := map[string]string{}
 	sc := bufio.NewScanner(r)
@@ -188,29 +194,29 @@ func ParseLog(r io.Reader) ([]Event, error) {
 		ts, key, _ := strings.Cut(strings.Replace(line, ",", " ", 1), " ")
 		sec, err := strconv.ParseFloat(ts, 64)
 		if err != nil || sec < 0 || sec > MaxDuration.Seconds() {
-			return nil, fmt.Errorf("%w: line %d: time %q: want seconds from 0 to %v", ErrSpec, n, ts, MaxDuration.Seconds())
+			return Pattern{}, fmt.Errorf("%w: line %d: time %q: want seconds from 0 to %v", ErrSpec, n, ts, MaxDuration.Seconds())
 		}
 		key = cmp.Or(strings.TrimSpace(key), "client-1")
 		if k, ok := keys[key]; ok {
 			key = k
 		} else if len(keys) >= MaxKeys {
-			return nil, fmt.Errorf("%w: line %d: more than %d clients", ErrSpec, n, MaxKeys)
+			return Pattern{}, fmt.Errorf("%w: line %d: more than %d clients", ErrSpec, n, MaxKeys)
 		} else {
 			keys[key] = key
 		}
 		if len(evs) >= MaxEvents {
-			return nil, fmt.Errorf("%w: line %d: more than %d requests", ErrSpec, n, MaxEvents)
+			return Pattern{}, fmt.Errorf("%w: line %d: more than %d requests", ErrSpec, n, MaxEvents)
 		}
 		evs = append(evs, Event{At: time.Duration(sec * float64(time.Second)), Key: key})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSpec, err)
+		return Pattern{}, fmt.Errorf("%w: %v", ErrSpec, err)
 	}
 	if len(evs) == 0 {
-		return nil, fmt.Errorf("%w: no requests", ErrSpec)
+		return Pattern{}, fmt.Errorf("%w: no requests", ErrSpec)
 	}
 	slices.SortStableFunc(evs, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
-	return evs, nil
+	return Pattern{Events: evs, Length: evs[len(evs)-1].At}, nil
 }
 
 // Target is a limit to simulate, and its name in the report.
@@ -286,12 +292,14 @@ type Result struct {
 	Series   []Series `json:"series"`
 }
 
-// Run plays events against each target, every client with its own state,
-// and counts per second from Start. The events must be in time order.
-func Run(events []Event, targets []Target) Result {
-	secs := 1
+// Run plays p against each target, every client with its own state, and
+// counts per second from Start, for the whole of p's Length. The events
+// must be in time order.
+func Run(p Pattern, targets []Target) Result {
+	events := p.Events
+	secs := max(1, int((p.Length+time.Second-1)/time.Second))
 	if n := len(events); n > 0 {
-		secs = int(events[n-1].At/time.Second) + 1
+		secs = max(secs, int(events[n-1].At/time.Second)+1)
 	}
 	res := Result{Seconds: secs, Requests: len(events)}
 	for _, t := range targets {

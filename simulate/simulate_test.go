@@ -28,13 +28,13 @@ func TestBoundaryBurst(t *testing.T) {
 	if len(ts) != 3 || ts[0].Limit.Algorithm != sluice.FixedWindow || ts[1].Limit.Algorithm != sluice.SlidingWindow {
 		t.Fatalf("targets %+v, want fixed, sliding and token bucket", ts)
 	}
-	evs, err := simulate.ParseTraffic(boundary)
+	p, err := simulate.ParseTraffic(boundary)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := simulate.Run(evs, ts)
-	if res.Seconds != 61 || res.Requests != 200 {
-		t.Fatalf("%d seconds, %d requests, want 61 and 200", res.Seconds, res.Requests)
+	res := simulate.Run(p, ts)
+	if res.Seconds != 65 || res.Requests != 200 {
+		t.Fatalf("%d seconds, %d requests, want 65 (the trailing idle included) and 200", res.Seconds, res.Requests)
 	}
 	fixed, sliding := res.Series[0], res.Series[1]
 	if fixed.Admitted[59] != 100 || fixed.Admitted[60] != 100 || fixed.MaxAdmittedWindow != 200 {
@@ -68,7 +68,8 @@ func TestParseTraffic(t *testing.T) {
 		{spec: strings.Repeat("burst 1;", 600), error: "longer than"},
 		{spec: "burst 1000000; burst 1", error: "more than"},
 	} {
-		evs, err := simulate.ParseTraffic(tc.spec)
+		p, err := simulate.ParseTraffic(tc.spec)
+		evs := p.Events
 		if tc.error != "" {
 			if err == nil || !errors.Is(err, simulate.ErrSpec) || !strings.Contains(err.Error(), tc.error) {
 				t.Errorf("%q: %v, want an error with %q", tc.spec, err, tc.error)
@@ -91,9 +92,13 @@ func TestParseTraffic(t *testing.T) {
 
 func TestParseLog(t *testing.T) {
 	t.Parallel()
-	evs, err := simulate.ParseLog(strings.NewReader("# t key\n1.5 alice\n0.25,bob\n\n2\n"))
+	p, err := simulate.ParseLog(strings.NewReader("# t key\n1.5 alice\n0.25,bob\n\n2\n"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	evs := p.Events
+	if p.Length != 2*time.Second {
+		t.Errorf("length %v, want 2s", p.Length)
 	}
 	want := []simulate.Event{{250 * time.Millisecond, "bob"}, {1500 * time.Millisecond, "alice"}, {2 * time.Second, "client-1"}}
 	if len(evs) != 3 || evs[0] != want[0] || evs[1] != want[1] || evs[2] != want[2] {
@@ -111,15 +116,16 @@ func FuzzParseTraffic(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, spec string) {
-		evs, err := simulate.ParseTraffic(spec)
+		p, err := simulate.ParseTraffic(spec)
+		evs := p.Events
 		if err != nil {
 			if !errors.Is(err, simulate.ErrSpec) {
 				t.Fatalf("%q: error %v does not wrap ErrSpec", spec, err)
 			}
 			return
 		}
-		if len(evs) == 0 || len(evs) > simulate.MaxEvents {
-			t.Fatalf("%q: %d events", spec, len(evs))
+		if len(evs) == 0 || len(evs) > simulate.MaxEvents || p.Length < evs[len(evs)-1].At || p.Length > simulate.MaxDuration {
+			t.Fatalf("%q: %d events, length %v", spec, len(evs), p.Length)
 		}
 		for i := 1; i < len(evs); i++ {
 			if evs[i].At < evs[i-1].At || evs[i].At > simulate.MaxDuration {
@@ -133,8 +139,8 @@ func FuzzParseLog(f *testing.F) {
 	f.Add("1 a\n2,b\n")
 	f.Add("# c\n0.5\n")
 	f.Fuzz(func(t *testing.T, log string) {
-		evs, err := simulate.ParseLog(strings.NewReader(log))
-		if err == nil && len(evs) == 0 {
+		p, err := simulate.ParseLog(strings.NewReader(log))
+		if err == nil && len(p.Events) == 0 {
 			t.Fatal("no events and no error")
 		}
 	})

@@ -270,15 +270,15 @@ func Simulate(rulesYAML, traffic string, algorithms []string) (simulate.Result, 
 	if err != nil {
 		return simulate.Result{}, fmt.Errorf("rules: %w", err)
 	}
-	evs, err := simulate.ParseTraffic(traffic)
+	p, err := simulate.ParseTraffic(traffic)
 	if err != nil {
 		return simulate.Result{}, err
 	}
-	return Run(set, evs, algorithms)
+	return Run(set, p, algorithms)
 }
 
-// Run simulates evs against set's limits and the algorithms named.
-func Run(set *rules.Set, evs []simulate.Event, algorithms []string) (simulate.Result, error) {
+// Run simulates p against set's limits and the algorithms named.
+func Run(set *rules.Set, p simulate.Pattern, algorithms []string) (simulate.Result, error) {
 	if len(algorithms) > 8 {
 		return simulate.Result{}, errors.New("at most 8 algorithms")
 	}
@@ -294,7 +294,7 @@ func Run(set *rules.Set, evs []simulate.Event, algorithms []string) (simulate.Re
 	if err != nil {
 		return simulate.Result{}, err
 	}
-	return simulate.Run(evs, ts), nil
+	return simulate.Run(p, ts), nil
 }
 
 // reportTemplate is the self-contained HTML report of `sluice simulate`:

@@ -56,25 +56,25 @@ func runSimulate(c coreFlags, traffic, compare, out string, stdout io.Writer) er
 	if err != nil {
 		return fmt.Errorf("load rules: %w", err)
 	}
-	var evs []simulate.Event
+	var pat simulate.Pattern
 	if path, ok := strings.CutPrefix(traffic, "@"); ok {
 		f, err := os.Open(path)
 		if err != nil {
 			return usageError("--traffic: %v", err)
 		}
 		defer f.Close()
-		evs, err = simulate.ParseLog(io.LimitReader(f, maxTrafficLog))
+		pat, err = simulate.ParseLog(io.LimitReader(f, maxTrafficLog))
 		if err != nil {
 			return usageError("--traffic %s: %v", path, err)
 		}
-	} else if evs, err = simulate.ParseTraffic(traffic); err != nil {
+	} else if pat, err = simulate.ParseTraffic(traffic); err != nil {
 		return usageError("--traffic: %v", err)
 	}
 	var algs []string
 	if compare != "" {
 		algs = strings.Split(compare, ",")
 	}
-	res, err := ui.Run(set, evs, algs)
+	res, err := ui.Run(set, pat, algs)
 	if err != nil {
 		return usageError("simulate: %v", err)
 	}
