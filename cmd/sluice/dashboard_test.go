@@ -228,6 +228,13 @@ func TestDashboardBrowser(t *testing.T) {
 	if mode := eval(`document.getElementById("store-mode").textContent`); mode != "store" {
 		t.Errorf("mode %q, want store", mode)
 	}
+	run("look mallory up", chromedp.Steps(
+		chromedp.SendKeys("#lookup-path", "api/user/mallory"),
+		chromedp.Click("#lookup button")))
+	poll("mallory's state", `(document.querySelector("#lookup-result tbody") || {}).textContent.includes("denied")`)
+	if got := eval(`document.querySelector("#lookup-result tbody").textContent`); !strings.Contains(got, "user=mallory") || !strings.Contains(got, "api.user") {
+		t.Errorf("lookup %q, want mallory under api.user", got)
+	}
 	shot("dashboard.png")
 
 	run("open /ui/simulate", chromedp.Navigate(s.httpURL+"/ui/simulate"))

@@ -140,6 +140,31 @@ async function updateTop(keys) {
   el("top-note").textContent = rows.length ? "Counts from a count-min sketch: never below the true count, at most the bound above it (98% confidence)." : "No client over a limit in the last minute.";
 }
 
+// lookup shows one client's state from GET /v1/keys (a take of cost 0).
+async function lookup(ev) {
+  ev.preventDefault();
+  const parts = el("lookup-path").value.split("/").filter(p => p !== "").map(encodeURIComponent);
+  const r = await fetch("../v1/keys/" + parts.join("/"));
+  const body = await r.json();
+  if (!r.ok) {
+    el("lookup-note").textContent = body.error;
+    fill(el("lookup-result").tBodies[0], []);
+    return;
+  }
+  el("lookup-note").textContent = "";
+  fill(el("lookup-result").tBodies[0], body.descriptors.map(d => {
+    const tr = document.createElement("tr");
+    cell(tr, d.entries.map(e => e.key + "=" + e.value).join(", "));
+    cell(tr, d.rule || "no rule");
+    cell(tr, (d.limits || []).join("; "));
+    cell(tr, d.remaining, "n");
+    cell(tr, d.reset_after);
+    cell(tr, d.denies_next ? "denied" : "admitted", d.denies_next ? "bad" : "ok");
+    return tr;
+  }));
+}
+el("lookup").addEventListener("submit", lookup);
+
 async function poll() {
   try {
     const r = await fetch("api/stats", {cache: "no-store"});
