@@ -330,12 +330,7 @@ func block(resp *Response, b *batch) {
 	for _, br := range b.blocked {
 		st := &resp.Statuses[br.desc]
 		p := br.limit.Limit.Period
-		st.Limit, st.Decision = br.limit, sluice.Decision{ResetAfter: p, RetryAfter: p}
-		if st.Shadow {
-			st.Code, st.ShadowOverLimit = OK, true
-			continue
-		}
-		st.Code = OverLimit
+		st.decide(br.limit, sluice.Decision{ResetAfter: p, RetryAfter: p})
 	}
 }
 
@@ -537,15 +532,22 @@ func (s *Service) settle(resp *Response, b *batch, lo, hi int) {
 				best, bestLimit = d, l
 			}
 		}
-		st.Limit, st.Decision = bestLimit, best
-		switch {
-		case best.Allowed:
-			st.Code = OK
-		case st.Shadow:
-			st.Code, st.ShadowOverLimit = OK, true
-		default:
-			st.Code = OverLimit
-		}
+		st.decide(bestLimit, best)
+	}
+}
+
+// decide writes limit l's decision d into st: the code is OK when d
+// allows; when d denies, OK with ShadowOverLimit in shadow mode, else
+// OverLimit.
+func (st *Status) decide(l *rules.Limit, d sluice.Decision) {
+	st.Limit, st.Decision = l, d
+	switch {
+	case d.Allowed:
+		st.Code = OK
+	case st.Shadow:
+		st.Code, st.ShadowOverLimit = OK, true
+	default:
+		st.Code = OverLimit
 	}
 }
 

@@ -73,15 +73,7 @@ func elasticStatus(st *Status, l *rules.Limit, d sluice.Decision) {
 	if st.Limit != nil && !binds(d, st.Decision) {
 		return
 	}
-	st.Limit, st.Decision = l, d
-	switch {
-	case d.Allowed:
-		st.Code = OK
-	case st.Shadow:
-		st.Code, st.ShadowOverLimit = OK, true
-	default:
-		st.Code = OverLimit
-	}
+	st.decide(l, d)
 }
 
 // takeOne takes one request from the store, or decides it by the fail
