@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -487,5 +488,42 @@ func TestSlowBody(t *testing.T) {
 	}
 	if g, err := db.Generation(context.Background()); err != nil || g != 0 {
 		t.Fatalf("generation %d, %v", g, err)
+	}
+}
+
+// TestConcurrentPUT: two writers over HTTP with the same If-Match: one
+// gets 200, the other 412, and the domain holds the winner's document.
+func TestConcurrentPUT(t *testing.T) {
+	f := start(t, testenv.RedisAddr(t), false)
+	if r := f.do(t, "PUT", "/v1/admin/domains/api", alice, apiDoc(1)); r.code != 201 {
+		t.Fatalf("first PUT: %d %s", r.code, r.body)
+	}
+	for round := range 10 {
+		etag := f.do(t, "GET", "/v1/admin/domains/api", rita, "").header.Get("ETag")
+		codes := make([]int, 2)
+		done := make(chan struct{})
+		for i := range 2 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				req, _ := http.NewRequest("PUT", f.url+"/v1/admin/domains/api", strings.NewReader(apiDoc(100*round+i+2)))
+				req.Header.Set("Authorization", "Bearer "+alice)
+				req.Header.Set("If-Match", etag)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return
+				}
+				resp.Body.Close()
+				codes[i] = resp.StatusCode
+			}()
+		}
+		<-done
+		<-done
+		won := slices.Index(codes, 200)
+		if won < 0 || codes[1-won] != 412 {
+			t.Fatalf("round %d: %v, want one 200 and one 412", round, codes)
+		}
+		if r := f.do(t, "GET", "/v1/admin/domains/api", rita, ""); r.body != apiDoc(100*round+won+2) {
+			t.Fatalf("round %d: the domain holds %q, not the winner's", round, r.body)
+		}
 	}
 }
