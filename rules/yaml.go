@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/yamlerr"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -60,7 +61,7 @@ func decodeFile(src source, errs *Errors) ([]*DomainSpec, *checker) {
 			break
 		}
 		if err != nil {
-			line, msg := syntaxError(err)
+			line, msg := yamlerr.Split(err)
 			d.errorf(line, "%s", msg)
 			return nil, nil
 		}
@@ -83,20 +84,6 @@ func decodeFile(src source, errs *Errors) ([]*DomainSpec, *checker) {
 // errorf reports a mistake at line of the file.
 func (d *decoder) errorf(line int, format string, args ...any) {
 	d.rp.add(line, "", fmt.Sprintf(format, args...))
-}
-
-// syntaxError splits the YAML parser's "yaml: line N: msg" into its line
-// and message.
-func syntaxError(err error) (int, string) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, after, ok := strings.Cut(rest, ": "); ok {
-			if line, err := strconv.Atoi(n); err == nil {
-				return line, "invalid YAML: " + after
-			}
-		}
-	}
-	return 0, "invalid YAML: " + msg
 }
 
 // visit resolves aliases and charges one node against the budget; it

@@ -13,6 +13,7 @@ import (
 	"github.com/peterbourgon/ff/v4"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicehq/sluice/internal/yamlerr"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -112,7 +113,7 @@ func applyConfig(fs ff.Flags, name string, data []byte) error {
 		if errors.Is(err, io.EOF) {
 			return nil // an empty file sets nothing
 		}
-		line, msg := yamlError(err)
+		line, msg := yamlerr.Split(err)
 		errorf(line, "%s", msg)
 		return errs
 	}
@@ -229,20 +230,6 @@ func describeNode(n *yaml.Node) string {
 		return strconv.Quote(n.Value)
 	}
 	return "a YAML document"
-}
-
-// yamlError splits the YAML parser's "yaml: line N: msg" into its line and
-// message.
-func yamlError(err error) (int, string) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if n, after, ok := strings.Cut(rest, ": "); ok {
-			if line, err := strconv.Atoi(n); err == nil {
-				return line, "invalid YAML: " + after
-			}
-		}
-	}
-	return 0, "invalid YAML: " + msg
 }
 
 // suggest returns " (did you mean --x?)" for the flag of fs closest to
