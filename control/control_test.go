@@ -323,6 +323,12 @@ func TestRetriever(t *testing.T) {
 		_, err := db.Generation(ctx)
 		return err == nil
 	})
+	if err := r2.Refresh(ctx, control.SourcePoll); err == nil || !strings.Contains(err.Error(), "lost its data") {
+		t.Fatalf("refresh from an empty database: %v", err)
+	}
+	if got := limitOf(t, r2.Current(), "api", tenant); got != 500 {
+		t.Fatalf("after the database came back empty: %d", got)
+	}
 	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 42), "", false); err != nil {
 		t.Fatal(err)
 	}

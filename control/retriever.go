@@ -73,9 +73,10 @@ type Retriever struct {
 	c   RetrieverConfig
 	cur atomic.Pointer[rules.Set]
 
-	mu    sync.Mutex // serializes reloads and guards the fields below
-	state *State     // the state in force
-	tried int64      // the last generation that failed to build, to try it once
+	mu       sync.Mutex // serializes reloads and guards the fields below
+	state    *State     // the state in force
+	tried    int64      // the last generation that failed to build, to try it once
+	triedErr error      // why it failed
 
 	kick   chan struct{} // an override's expiry changed
 	notes  chan struct{} // a notification came: the generation may have changed
@@ -239,12 +240,20 @@ func (r *Retriever) swap(st *State, source string, save bool) error {
 		return nil // nothing new
 	}
 	if source != SourceExpiry && st.Generation == r.tried {
-		return fmt.Errorf("rules database generation %d: does not build", st.Generation)
+		return r.triedErr // reported already
+	}
+	if len(st.Domains) == 0 && r.state != nil && len(r.state.Domains) > 0 {
+		// Not even a deleted domain: a Redis that lost its data (restarted
+		// without persistence, flushed), not a change anyone made.
+		err := fmt.Errorf("rules database generation %d is empty, not even deleted domains: it lost its data; the rules in force (generation %d) stay until rules are written to it (sluice rules import)", st.Generation, r.state.Generation)
+		r.tried, r.triedErr = st.Generation, err
+		r.report(nil, source, st.Generation, err)
+		return err
 	}
 	s, err := st.Build(r.c.Loader, r.c.Check, r.c.Now())
 	if err != nil {
-		r.tried = st.Generation
 		err = fmt.Errorf("rules database generation %d: %w", st.Generation, err)
+		r.tried, r.triedErr = st.Generation, err
 		r.report(nil, source, st.Generation, err)
 		return err
 	}
