@@ -238,17 +238,5 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 
 // syncLoop calls SyncAsync every interval until stop is closed.
 func (s *Store) syncLoop(stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(s.syncEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), max(s.syncEvery, time.Second))
-			_ = s.SyncAsync(ctx) // counted in Stats.ReturnErrors
-			cancel()
-		}
-	}
+	every(stop, done, s.syncEvery, max(s.syncEvery, time.Second), s.SyncAsync) // errors counted in Stats.ReturnErrors
 }

@@ -435,17 +435,5 @@ func (s *Store) returnLeases(ctx context.Context, all bool) error {
 
 // sweep calls ReturnExpired every half lifetime until stop is closed.
 func (s *Store) sweep(stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(max(s.leases.lifetime/2, time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), max(s.leases.lifetime, time.Second))
-			_ = s.ReturnExpired(ctx) // counted in Stats.ReturnErrors
-			cancel()
-		}
-	}
+	every(stop, done, max(s.leases.lifetime/2, time.Millisecond), max(s.leases.lifetime, time.Second), s.ReturnExpired) // errors counted in Stats.ReturnErrors
 }

@@ -246,6 +246,24 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// every calls f every interval, each call within timeout, until stop is
+// closed; then it closes done. f's errors are dropped: f counts them.
+func every(stop <-chan struct{}, done chan<- struct{}, interval, timeout time.Duration, f func(context.Context) error) {
+	defer close(done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			_ = f(ctx)
+			cancel()
+		}
+	}
+}
+
 // Close returns every lease's unused hits to the store and writes back
 // async mode's hits, within ctx's time, and stops the Store's goroutines;
 // it does not close the decorated store. It is safe to call more than
