@@ -2,7 +2,6 @@ package observe
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/httpjson"
 	"github.com/sluicehq/sluice/sketch"
 )
 
@@ -53,7 +53,7 @@ func (o *Decider) TopHandler() http.Handler {
 			Window: cmp.Or(q.Get("window"), "1m"), Clients: []hitJSON{}}
 		for k := range q {
 			if !slices.Contains([]string{"domain", "key", "by", "window", "n"}, k) {
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q: want domain, key, by, window, n", k))
+				httpjson.Error(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q: want domain, key, by, window, n", k))
 				return
 			}
 		}
@@ -61,7 +61,7 @@ func (o *Decider) TopHandler() http.Handler {
 		if s := q.Get("n"); s != "" {
 			var err error
 			if n, err = strconv.Atoi(s); err != nil || n < 1 || n > MaxTop {
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("n %q: want 1 to %d", s, MaxTop))
+				httpjson.Error(w, http.StatusBadRequest, fmt.Sprintf("n %q: want 1 to %d", s, MaxTop))
 				return
 			}
 		}
@@ -72,20 +72,20 @@ func (o *Decider) TopHandler() http.Handler {
 		case "1h":
 			win = sketch.Hour
 		default:
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("window %q: want 1m or 1h", t.Window))
+			httpjson.Error(w, http.StatusBadRequest, fmt.Sprintf("window %q: want 1m or 1h", t.Window))
 			return
 		}
 		if t.By != "denied" && t.By != "requests" {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("by %q: want requests or denied", t.By))
+			httpjson.Error(w, http.StatusBadRequest, fmt.Sprintf("by %q: want requests or denied", t.By))
 			return
 		}
 		if (t.Domain == "") != (t.Key == "") {
-			writeError(w, http.StatusBadRequest, "domain and key go together")
+			httpjson.Error(w, http.StatusBadRequest, "domain and key go together")
 			return
 		}
 		top, ok, err := o.Top(t.Domain, t.Key, t.By == "denied", win, n)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			httpjson.Error(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		t.Counted = ok
@@ -133,18 +133,18 @@ func KeysHandler(svc Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/keys/")
 		if !ok {
-			writeError(w, http.StatusNotFound, "not found")
+			httpjson.Error(w, http.StatusNotFound, "not found")
 			return
 		}
 		parts := strings.Split(p, "/")
 		if len(parts) < 3 || len(parts)%2 != 1 || len(parts) > 1+2*MaxKeyEntries {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("want /v1/keys/DOMAIN/KEY/VALUE with 1 to %d key/value pairs", MaxKeyEntries))
+			httpjson.Error(w, http.StatusBadRequest, fmt.Sprintf("want /v1/keys/DOMAIN/KEY/VALUE with 1 to %d key/value pairs", MaxKeyEntries))
 			return
 		}
 		for i, s := range parts {
 			u, err := url.PathUnescape(s)
 			if err != nil || (u == "" && i%2 == 0) {
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("path segment %d %q: want a non-empty escaped segment", i+1, s))
+				httpjson.Error(w, http.StatusBadRequest, fmt.Sprintf("path segment %d %q: want a non-empty escaped segment", i+1, s))
 				return
 			}
 			parts[i] = u
@@ -157,7 +157,7 @@ func KeysHandler(svc Service) http.Handler {
 		}
 		resp, err := svc.Decide(r.Context(), req)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			httpjson.Error(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		out := keyJSON{Domain: req.Domain}
@@ -187,22 +187,9 @@ func sortKeys(ks []Key) {
 	slices.SortFunc(ks, func(a, b Key) int { return cmp.Or(cmp.Compare(a.Domain, b.Domain), cmp.Compare(a.Key, b.Key)) })
 }
 
+// writeJSON answers v as JSON that no cache keeps: the counts change
+// with every decision.
 func writeJSON(w http.ResponseWriter, code int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "encode: "+err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	w.Write(append(b, '\n')) //nolint:errcheck // the client went away; nothing to do
-}
-
-func writeError(w http.ResponseWriter, code int, msg string) {
-	b, _ := json.Marshal(map[string]string{"error": msg}) // a map of strings always encodes
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	w.Write(append(b, '\n')) //nolint:errcheck // the client went away; nothing to do
+	httpjson.Write(w, code, v)
 }

@@ -34,6 +34,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/httpjson"
 	"github.com/sluicehq/sluice/observe"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/simulate"
@@ -185,7 +186,7 @@ type storeStats struct {
 func (h *Handler) stats(w http.ResponseWriter, _ *http.Request) {
 	fams, err := h.cfg.Gatherer.Gather()
 	if err != nil && len(fams) == 0 {
-		writeError(w, http.StatusInternalServerError, "gather metrics: "+err.Error())
+		httpjson.Error(w, http.StatusInternalServerError, "gather metrics: "+err.Error())
 		return
 	}
 	st := statsJSON{Time: time.Now(), Rules: h.cfg.Rules(), Decisions: []decisionCount{}, Reloads: []Event{}, Keys: []observe.Key{}}
@@ -244,19 +245,19 @@ type simulateRequest struct {
 func simulateHandler(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxSimulateBody))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: %v (at most %d bytes)", err, MaxSimulateBody))
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: %v (at most %d bytes)", err, MaxSimulateBody))
 		return
 	}
 	var req simulateRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "body: "+err.Error())
+		httpjson.Error(w, http.StatusBadRequest, "body: "+err.Error())
 		return
 	}
 	res, err := Simulate(req.Rules, req.Traffic, req.Algorithms)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		httpjson.Error(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	writeJSON(w, res)
@@ -336,20 +337,9 @@ func WriteReport(w io.Writer, traffic string, res simulate.Result) error {
 	})
 }
 
+// writeJSON answers v as JSON that no cache keeps: the figures change
+// with every request.
 func writeJSON(w http.ResponseWriter, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "encode: "+err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	w.Write(append(b, '\n')) //nolint:errcheck // the client went away
-}
-
-func writeError(w http.ResponseWriter, code int, msg string) {
-	b, _ := json.Marshal(map[string]string{"error": msg}) // a map of strings always encodes
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	w.Write(append(b, '\n')) //nolint:errcheck // the client went away
+	httpjson.Write(w, http.StatusOK, v)
 }

@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/sluicehq/sluice/internal/httpjson"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/transport/respond"
 )
@@ -152,15 +153,15 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, envoyStatus boo
 	*bp = body[:0]
 	if err != nil {
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
+			httpjson.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
 			return
 		}
-		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
+		httpjson.Error(w, http.StatusBadRequest, "read body: "+err.Error())
 		return
 	}
 	req, err := decodeRequest(body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		httpjson.Error(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	resp, err := h.cfg.RateLimiter.ShouldRateLimit(r.Context(), req)
@@ -173,7 +174,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, envoyStatus boo
 		case codes.DeadlineExceeded, codes.Canceled, codes.Unavailable:
 			code = http.StatusServiceUnavailable
 		}
-		writeError(w, code, st.Message())
+		httpjson.Error(w, code, st.Message())
 		return
 	}
 	ob := bufPool.Get().(*[]byte)
@@ -181,7 +182,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, envoyStatus boo
 	out, err := encodeResponse((*ob)[:0], resp)
 	*ob = out[:0]
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		httpjson.Error(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	setHeaders(w.Header(), resp)
@@ -251,28 +252,8 @@ func readAll(r io.Reader, b []byte) ([]byte, error) {
 func (h *Handler) rules(w http.ResponseWriter, _ *http.Request) {
 	set := h.cfg.Rules()
 	if set == nil {
-		writeError(w, http.StatusServiceUnavailable, "rules not loaded")
+		httpjson.Error(w, http.StatusServiceUnavailable, "rules not loaded")
 		return
 	}
-	writeJSON(w, http.StatusOK, set)
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, "encode: "+err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	w.Write(append(b, '\n')) //nolint:errcheck // the client went away; nothing to do
-}
-
-// writeError answers {"error": msg} with code.
-func writeError(w http.ResponseWriter, code int, msg string) {
-	b, _ := json.Marshal(map[string]string{"error": msg}) // a map of strings always encodes
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	w.Write(append(b, '\n')) //nolint:errcheck // the client went away; nothing to do
+	httpjson.Write(w, http.StatusOK, set)
 }

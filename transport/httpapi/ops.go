@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicehq/sluice/internal/httpjson"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/shed"
 )
@@ -95,7 +96,7 @@ func handle(mux *http.ServeMux, pattern string, handler http.Handler) (err error
 }
 
 func (o *Ops) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // ready returns the readiness body and its status code.
@@ -133,7 +134,7 @@ func (o *Ops) ready() (int, map[string]any) {
 // otherwise.
 func (o *Ops) readyz(w http.ResponseWriter, _ *http.Request) {
 	code, body := o.ready()
-	writeJSON(w, code, body)
+	httpjson.Write(w, code, body)
 }
 
 // healthcheck answers as Envoy's ratelimit does, for probes written for
