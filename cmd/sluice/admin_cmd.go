@@ -31,7 +31,7 @@ func startAdmin(ctx context.Context, a adminFlags, co *core, c coreFlags, tc *tl
 	if a.tokens == "" {
 		return nil, nil
 	}
-	toks, err := admin.LoadTokens(a.tokens)
+	toks, err := admin.WatchTokens(a.tokens, func(err error) { log.Error("admin tokens file", "err", err) })
 	if err != nil {
 		return nil, usageError("--admin-tokens: %v", err)
 	}

@@ -53,8 +53,8 @@ const maxTTL = 366 * 24 * time.Hour
 
 // Config configures the admin API. A zero field means its default.
 type Config struct {
-	Backend Backend // required
-	Tokens  *Tokens // required
+	Backend Backend     // required
+	Tokens  TokenLookup // required: *Tokens, or a *TokensFile read again when it changes
 	// ReadOnly refuses every change with 403 (a GitOps setup, whose rules
 	// change only by their repository); dry runs still answer.
 	ReadOnly bool

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -525,5 +526,44 @@ func TestConcurrentPUT(t *testing.T) {
 		if r := f.do(t, "GET", "/v1/admin/domains/api", rita, ""); r.body != apiDoc(100*round+won+2) {
 			t.Fatalf("round %d: the domain holds %q, not the winner's", round, r.body)
 		}
+	}
+}
+
+// TestTokensFile: a token removed from the file stops working without a
+// restart, a new one works, and a broken file keeps the tokens in force.
+func TestTokensFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	write := func(s string) {
+		t.Helper()
+		tmp := path + ".new"
+		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil { // a new inode, as editors and Secrets do
+			t.Fatal(err)
+		}
+	}
+	write(tokensFile)
+	var errs []error
+	tf, err := admin.WatchTokens(path, func(err error) { errs = append(errs, err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, ok := tf.Lookup(alice); !ok || tok.Name != "alice" {
+		t.Fatal("alice's token refused")
+	}
+	write("carol write carol-secret-0123456789\n")
+	if _, ok := tf.Lookup(alice); ok {
+		t.Fatal("a removed token still works")
+	}
+	if tok, ok := tf.Lookup("carol-secret-0123456789"); !ok || tok.Name != "carol" {
+		t.Fatal("a new token refused")
+	}
+	write("carol admin short\n")
+	if tok, ok := tf.Lookup("carol-secret-0123456789"); !ok || tok.Name != "carol" {
+		t.Fatal("a broken file dropped the tokens in force")
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `role "admin"`) {
+		t.Fatalf("errors: %v", errs)
 	}
 }

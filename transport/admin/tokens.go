@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
+	"syscall"
 )
 
 // Caps on a tokens file.
@@ -148,4 +150,74 @@ func (ts *Tokens) Lookup(secret string) (Token, bool) {
 		return Token{}, false
 	}
 	return ts.list[found], true
+}
+
+// TokenLookup finds the token of a secret; *Tokens and *TokensFile are
+// ones.
+type TokenLookup interface {
+	Lookup(secret string) (Token, bool)
+}
+
+// TokensFile is a tokens file read again when it changes (its size,
+// modification time or inode, checked on each Lookup), so that a token
+// is revoked or added without a restart. A file that no longer reads
+// keeps the tokens in force, and onError is told why. It is safe for
+// concurrent use.
+type TokensFile struct {
+	path    string
+	onError func(error)
+	mu      sync.Mutex
+	stamp   fileStamp
+	tokens  *Tokens
+}
+
+// fileStamp is what says a file changed.
+type fileStamp struct {
+	size  int64
+	mtime int64
+	ino   uint64
+}
+
+func stampOf(fi os.FileInfo) fileStamp {
+	st := fileStamp{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ino = sys.Ino
+	}
+	return st
+}
+
+// WatchTokens reads the tokens file at path, failing as LoadTokens does,
+// and reads it again when it changes.
+func WatchTokens(path string, onError func(error)) (*TokensFile, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("admin tokens: %w", err)
+	}
+	ts, err := LoadTokens(path)
+	if err != nil {
+		return nil, err
+	}
+	if onError == nil {
+		onError = func(error) {}
+	}
+	return &TokensFile{path: path, onError: onError, stamp: stampOf(fi), tokens: ts}, nil
+}
+
+// Lookup finds secret's token in the file as it is now.
+func (tf *TokensFile) Lookup(secret string) (Token, bool) {
+	tf.mu.Lock()
+	if fi, err := os.Stat(tf.path); err != nil {
+		tf.onError(fmt.Errorf("admin tokens: %w; the tokens read before stay", err))
+	} else if st := stampOf(fi); st != tf.stamp {
+		ts, err := LoadTokens(tf.path)
+		if err != nil {
+			tf.onError(fmt.Errorf("%w; the tokens read before stay", err))
+		} else {
+			tf.tokens = ts
+		}
+		tf.stamp = st // one report per change
+	}
+	ts := tf.tokens
+	tf.mu.Unlock()
+	return ts.Lookup(secret)
 }
