@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/coarseclock"
 	"github.com/sluicehq/sluice/sketch"
 )
 
@@ -70,9 +71,9 @@ type Decider struct {
 	next    Service
 	cfg     Config
 	mode    func() decide.Mode
-	clock   *coarseClock  // nil when Config.Now is set
-	logs    *rate.Limiter // nil: no denial log
-	dropped atomic.Int64  // denial lines not logged since the last one
+	clock   *coarseclock.Clock // nil when Config.Now is set
+	logs    *rate.Limiter      // nil: no denial log
+	dropped atomic.Int64       // denial lines not logged since the last one
 
 	mu   sync.Mutex                                      // held to add keys
 	keys atomic.Pointer[map[string]map[string]*counters] // domain -> key; copied on write
@@ -107,8 +108,9 @@ func New(next Service, cfg Config) (*Decider, error) {
 	}
 	o := &Decider{next: next, cfg: cfg}
 	if cfg.Now == nil {
-		o.clock = newCoarseClock()
-		o.cfg.Now = o.clock.now
+		c := coarseclock.New(clockResolution)
+		o.clock = c
+		o.cfg.Now = func() time.Time { return time.UnixMicro(c.Now()) }
 	}
 	if cfg.DenialLogRate > 0 {
 		o.logs = rate.NewLimiter(rate.Limit(cfg.DenialLogRate), max(1, int(cfg.DenialLogRate)))
@@ -125,7 +127,7 @@ func New(next Service, cfg Config) (*Decider, error) {
 // more than once; the Decider must not be used after.
 func (o *Decider) Close() error {
 	if o.clock != nil {
-		o.clock.close()
+		o.clock.Close()
 	}
 	return nil
 }

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/coarseclock"
 )
 
 // Config configures a Store. A zero field means its default, so Config{}
@@ -152,7 +153,7 @@ type Store struct {
 	mask   uint64
 	seed   maphash.Seed
 	nowFn  func() time.Time
-	clock  *coarseClock // nil when nowFn is set
+	clock  *coarseclock.Clock // nil when nowFn is set
 	closed atomic.Bool
 }
 
@@ -209,7 +210,7 @@ func New(cfg Config) (*Store, error) {
 		sh.maxBytes = live / int64(cfg.Shards)
 	}
 	if cfg.Now == nil {
-		s.clock = newCoarseClock(cfg.ClockResolution)
+		s.clock = coarseclock.New(cfg.ClockResolution)
 	}
 	return s, nil
 }
@@ -219,7 +220,7 @@ func New(cfg Config) (*Store, error) {
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	if s.clock != nil {
-		s.clock.close()
+		s.clock.Close()
 	}
 	return nil
 }
@@ -246,7 +247,7 @@ func (s *Store) NonBlocking() bool { return true }
 // enough to be inlined.
 func (s *Store) now() int64 {
 	if c := s.clock; c != nil {
-		return c.now()
+		return c.Now()
 	}
 	return s.callNow()
 }
