@@ -1,11 +1,9 @@
 package testenv
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 )
@@ -55,44 +53,7 @@ func Caddy(t testing.TB, conf string, port int) {
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatalf("write Caddyfile: %v", err)
 	}
-	var out syncBuffer
 	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start caddy: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }() // owned by the cleanup below, which waits for it
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("caddy output:\n%s", out.String())
-		}
-	})
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		select {
-		case err := <-done:
-			done <- err // for the cleanup
-			t.Fatalf("caddy exited: %v\n%s", err, out.String())
-		default:
-		}
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("caddy does not listen on %s after 20s: %v\n%s", addr, err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling for a server to start, not for a window
-	}
+	server(t, "caddy", cmd, port, 20*time.Second, nil)
 }

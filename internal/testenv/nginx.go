@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -61,47 +60,12 @@ func Nginx(t testing.TB, conf string, port int) {
 	}
 	errLog := filepath.Join(dir, "error.log")
 	global := "daemon off; master_process off; pid " + filepath.Join(dir, "nginx.pid") + "; error_log " + errLog + " info;"
-	var out syncBuffer
 	cmd := exec.Command(bin, "-e", errLog, "-p", dir, "-c", path, "-g", global)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start nginx: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }() // owned by the cleanup below, which waits for it
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt) // nginx stops at once on SIGINT
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			logged, _ := os.ReadFile(errLog)
-			t.Logf("nginx output:\n%s\nnginx error log:\n%s", out.String(), logged)
-		}
+	// nginx stops at once on SIGINT.
+	server(t, "nginx", cmd, port, 10*time.Second, func() string {
+		logged, _ := os.ReadFile(errLog)
+		return "nginx error log:\n" + string(logged)
 	})
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case err := <-done:
-			done <- err // for the cleanup
-			logged, _ := os.ReadFile(errLog)
-			t.Fatalf("nginx exited: %v\n%s\n%s", err, out.String(), logged)
-		default:
-		}
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx does not listen on %s after 10s: %v\n%s", addr, err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling for a server to start, not for a window
-	}
 }
 
 // Replace returns s with each old string of pairs replaced by the new one
