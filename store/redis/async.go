@@ -57,7 +57,7 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 		}
 		names[i], recs[i] = s.name(r.Key, r.Group), b
 	}
-	groups := s.bySlot(names)
+	groups := s.bySlot(names, indices(len(names)))
 	execs := make([]rueidis.LuaExec, len(groups))
 	for g, idx := range groups {
 		keys, blob := make([]string, len(idx)), make([]byte, 0, len(idx)*(1+4*8))
@@ -89,20 +89,17 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 	return counts, at, nil
 }
 
-// bySlot returns the indices of names grouped by cluster slot, in order
-// of first appearance; outside a cluster, one group of all.
-func (s *Store) bySlot(names []string) [][]int {
+// bySlot returns idx, indices of names, grouped by the cluster slot of
+// their names, in order of first appearance; outside a cluster, one group
+// of all.
+func (s *Store) bySlot(names []string, idx []int) [][]int {
 	if !s.cluster {
-		all := make([]int, len(names))
-		for i := range all {
-			all[i] = i
-		}
-		return [][]int{all}
+		return [][]int{idx}
 	}
 	var groups [][]int
 	at := make(map[uint16]int)
-	for i, n := range names {
-		sl := s.slot(n)
+	for _, i := range idx {
+		sl := s.slot(names[i])
 		g, ok := at[sl]
 		if !ok {
 			g = len(groups)
@@ -112,6 +109,15 @@ func (s *Store) bySlot(names []string) [][]int {
 		groups[g] = append(groups[g], i)
 	}
 	return groups
+}
+
+// indices returns the indices 0 to n-1.
+func indices(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
 }
 
 // SyncCounts is Store.SyncCounts on the connected store, or fails as Take

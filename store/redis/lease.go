@@ -67,7 +67,7 @@ func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, windows
 		return 0, nil
 	}
 	var execs []rueidis.LuaExec
-	for _, idx := range s.bySlot(names) {
+	for _, idx := range s.bySlot(names, indices(len(names))) {
 		keys, blob := make([]string, len(idx)), make([]byte, 0, len(idx)*(1+3*8))
 		for k, i := range idx {
 			keys[k], blob = names[i], append(blob, recs[i]...)

@@ -498,23 +498,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 		return nil
 	}
 	names := s.names(reqs, remote)
-	// Group by slot, in order of first appearance.
-	var groups [][]int
-	if !s.cluster {
-		groups = [][]int{remote}
-	} else {
-		bySlot := make(map[uint16]int)
-		for _, i := range remote {
-			sl := s.slot(names[i])
-			g, ok := bySlot[sl]
-			if !ok {
-				g = len(groups)
-				bySlot[sl] = g
-				groups = append(groups, nil)
-			}
-			groups[g] = append(groups[g], i)
-		}
-	}
+	groups := s.bySlot(names, remote)
 	if len(groups) > 1 && mode == modeAll {
 		allowed, err := s.takeGroups(ctx, reqs, names, ds, groups, modeDryRun)
 		if err != nil || !allowed {
