@@ -2,10 +2,12 @@ package testenv
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,16 +35,41 @@ func NginxBinary(t testing.TB) string {
 	return p
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
+// that no earlier call in this process returned, in 23000-29999: below
+// Linux's ephemeral range (32768-60999), so that a server binding port 0
+// (httptest, an outgoing connection) cannot take it before the server it is
+// meant for binds it, and clear of the Redis ports (20000-22767) and their
+// cluster bus ports (30000-32767). Two tests that start nginx and Caddy side
+// by side once got the same port from the kernel's port 0, and the second
+// server's test talked to the first server.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	for range 1000 {
+		port := 23000 + rand.IntN(7000)
+		portsMu.Lock()
+		taken := portsGiven[port]
+		portsGiven[port] = true
+		portsMu.Unlock()
+		if taken {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("free port: none of 1,000 tried in 23000-29999 was free")
+	return 0
 }
+
+// portsGiven holds the ports FreePort has returned in this process.
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // Nginx starts a real nginx with the configuration conf (a whole
 // nginx.conf: events and http blocks; no daemon, pid or error_log
