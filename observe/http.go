@@ -175,7 +175,7 @@ func KeysHandler(svc Service) http.Handler {
 				}
 			}
 			if l := st.Limit; l != nil {
-				s.Limit, s.LimitID, s.RulesFile = l.Enforced().String(), l.ID, fmt.Sprintf("%s:%d", l.File, l.Line)
+				s.Limit, s.LimitID, s.RulesFile = l.Enforced().String(), l.ID, l.Place()
 			}
 			out.Descriptors = append(out.Descriptors, s)
 		}

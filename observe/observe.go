@@ -203,8 +203,10 @@ func (o *Decider) logDenial(now time.Time, domain string, entries []decide.Entry
 	attrs := []any{"domain", domain, "descriptor", b.String(), "rule", st.Rule.Path,
 		"retry_after", st.Decision.RetryAfter, "shadow", st.Shadow}
 	if st.Limit != nil {
-		attrs = append(attrs, "limit", st.Limit.Enforced().String(), "limit_id", st.Limit.ID,
-			"rules_file", fmt.Sprintf("%s:%d", st.Limit.File, st.Limit.Line))
+		attrs = append(attrs, "limit", st.Limit.Enforced().String(), "limit_id", st.Limit.ID)
+		if place := st.Limit.Place(); place != "" {
+			attrs = append(attrs, "rules_file", place)
+		}
 	}
 	if n := o.dropped.Swap(0); n > 0 {
 		attrs = append(attrs, "unlogged_before", n)

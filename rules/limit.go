@@ -3,6 +3,7 @@ package rules
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -98,6 +99,15 @@ type Limit struct {
 
 // Period returns the limit's window: Unit × UnitMultiplier.
 func (l *Limit) Period() time.Duration { return l.Limit.Period }
+
+// Place returns where the limit is written, "file:line", or "" for a limit
+// that no file holds (an override, a request's own limit).
+func (l *Limit) Place() string {
+	if l.File == "" {
+		return ""
+	}
+	return l.File + ":" + strconv.Itoa(l.Line)
+}
 
 // Enforced returns the limit that decides whether a request passes: Limit
 // with hard throttling, and with soft throttling Limit with its rate, and
