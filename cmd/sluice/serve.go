@@ -222,7 +222,9 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 
 	errc := make(chan error, 2)
 	go func() {
-		if err := gsrv.Serve(gln); err != nil {
+		// A shutdown that comes before Serve starts makes Serve return
+		// ErrServerStopped: that is the stop we asked for, not a failure.
+		if err := gsrv.Serve(gln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			errc <- fmt.Errorf("serve gRPC: %w", err)
 			return
 		}
