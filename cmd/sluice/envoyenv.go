@@ -43,8 +43,6 @@ var envoyTriggers = []string{
 // maps are not listed here; some of them are ignored in some cases (TLS
 // files without GRPC_SERVER_USE_TLS, say), and then named too.
 var envoyIgnored = []string{
-	// gRPC
-	"GRPC_UDS",
 	// rules from an xDS server
 	"FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
 	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
@@ -139,7 +137,14 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 
 	// Listeners, with Envoy's defaults: all interfaces.
 	set("http-addr", net.JoinHostPort(get("HOST", "0.0.0.0"), get("PORT", "8080")), "HOST", "PORT")
-	set("grpc-addr", net.JoinHostPort(get("GRPC_HOST", "0.0.0.0"), get("GRPC_PORT", "8081")), "GRPC_HOST", "GRPC_PORT")
+	if uds := get("GRPC_UDS", ""); uds != "" {
+		// A unix socket instead of GRPC_HOST:GRPC_PORT, as in Envoy.
+		set("grpc-unix", uds, "GRPC_UDS")
+		set("grpc-addr", "", "GRPC_UDS")
+		ignore("GRPC_HOST", "GRPC_PORT")
+	} else {
+		set("grpc-addr", net.JoinHostPort(get("GRPC_HOST", "0.0.0.0"), get("GRPC_PORT", "8081")), "GRPC_HOST", "GRPC_PORT")
+	}
 	set("grpc-max-connection-age", get("GRPC_MAX_CONNECTION_AGE", "24h"), "GRPC_MAX_CONNECTION_AGE")
 	set("grpc-max-connection-age-grace", get("GRPC_MAX_CONNECTION_AGE_GRACE", "1h"), "GRPC_MAX_CONNECTION_AGE_GRACE")
 	ops := []string{net.JoinHostPort(get("DEBUG_HOST", "0.0.0.0"), get("DEBUG_PORT", "6070"))}

@@ -62,6 +62,12 @@ func TestEnvoySettings(t *testing.T) {
 				"log-format": "json", "store": "redis://r:1", "rules": "/srv/runtime_data/current/rules"},
 		},
 		{
+			name:    "gRPC on a unix socket instead of TCP",
+			env:     []string{"REDIS_URL=r:1", "GRPC_UDS=/var/run/ratelimit/rl.sock", "GRPC_HOST=127.0.0.1", "GRPC_PORT=9001"},
+			want:    map[string]string{"store": "redis://r:1", "grpc-addr": "", "grpc-unix": "/var/run/ratelimit/rl.sock"},
+			ignored: []string{"GRPC_HOST", "GRPC_PORT"},
+		},
+		{
 			name: "Prometheus",
 			env:  []string{"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:9191", "PROMETHEUS_PATH=/stats"},
 			want: map[string]string{"ops-addr": "0.0.0.0:6070,:9191"}, ignored: []string{"PROMETHEUS_PATH"},
@@ -121,10 +127,10 @@ func TestEnvoySettings(t *testing.T) {
 		{
 			name: "what has no meaning here",
 			env: []string{"REDIS_URL=r:1", "USE_STATSD=true", "STATSD_HOST=statsd", "TRACING_SAMPLING_RATE=0.5", "QUOTA_MODE=true",
-				"REDIS_PERSECOND=true", "GRPC_UDS=/tmp/rl.sock", "RUNTIME_WATCH_ROOT=true",
+				"REDIS_PERSECOND=true", "RUNTIME_WATCH_ROOT=true",
 				"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"},
 			want: map[string]string{"store": "redis://r:1"},
-			ignored: []string{"GRPC_UDS", "QUOTA_MODE", "REDIS_PERSECOND", "STATSD_HOST",
+			ignored: []string{"QUOTA_MODE", "REDIS_PERSECOND", "STATSD_HOST",
 				"TRACING_SAMPLING_RATE", "USE_STATSD"},
 		},
 		{
@@ -347,13 +353,13 @@ func TestShadowFlag(t *testing.T) {
 // either refused with a usage error naming it, or makes settings that
 // serve's flags take or refuse with a usage error.
 func FuzzEnvoySettings(f *testing.F) {
-	f.Add("redis:6379", "", "SINGLE", "tcp", "info", "8080", "false")
-	f.Add("mymaster,s1:26379", "u:p@ss", "sentinel", "", "WARN", "0", "true")
-	f.Add("a:1,b:2", "pw", "cluster", "TCP", "debug", "x", "1")
-	f.Add("/var/run/r.sock", "", "", "unix", "", "", "")
-	f.Fuzz(func(t *testing.T, url, auth, typ, socket, level, port, flag string) {
+	f.Add("redis:6379", "", "SINGLE", "tcp", "info", "8080", "false", "")
+	f.Add("mymaster,s1:26379", "u:p@ss", "sentinel", "", "WARN", "0", "true", "")
+	f.Add("a:1,b:2", "pw", "cluster", "TCP", "debug", "x", "1", "/tmp/rl.sock")
+	f.Add("/var/run/r.sock", "", "", "unix", "", "", "", "rl.sock")
+	f.Fuzz(func(t *testing.T, url, auth, typ, socket, level, port, flag, uds string) {
 		getenv := env("REDIS_URL="+url, "REDIS_AUTH="+auth, "REDIS_TYPE="+typ, "REDIS_SOCKET_TYPE="+socket,
-			"LOG_LEVEL="+level, "PORT="+port, "SHADOW_MODE="+flag, "REDIS_TLS="+flag, "RUNTIME_ROOT=/r")
+			"LOG_LEVEL="+level, "PORT="+port, "SHADOW_MODE="+flag, "REDIS_TLS="+flag, "RUNTIME_ROOT=/r", "GRPC_UDS="+uds)
 		e, err := envoySettings(getenv)
 		if err != nil {
 			if exitCode(err) != 2 {

@@ -5,11 +5,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/peterbourgon/ff/v4"
@@ -162,4 +166,58 @@ func (o *opsServers) shutdown(ctx context.Context) error {
 		err = errors.Join(err, <-o.errc)
 	}
 	return err
+}
+
+// listenUnix listens on the unix domain socket at path, with the file's
+// permissions set to mode before anything is served. A socket file that a
+// process left behind (one nothing accepts on any more) is removed first;
+// a socket another process still serves on, or a file that is not a
+// socket, is refused. The listener removes the file when it is closed.
+func listenUnix(ctx context.Context, path string, mode fs.FileMode) (net.Listener, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("listen unix %s: %w", path, err)
+	case fi.Mode().Type() != fs.ModeSocket:
+		return nil, fmt.Errorf("listen unix %s: the file exists and is not a socket", path)
+	default:
+		d := net.Dialer{Timeout: time.Second}
+		c, err := d.DialContext(ctx, "unix", path)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen unix %s: another process serves on it", path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("listen unix %s: check the socket left there: %w", path, err)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("listen unix %s: remove the stale socket: %w", path, err)
+		}
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen unix: %w", err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("listen unix %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// fileMode is a flag value of file permissions written in octal: 660,
+// 0660 or 0o660; at most 0777.
+type fileMode fs.FileMode
+
+func (m *fileMode) String() string { return fmt.Sprintf("%#o", uint32(*m)) }
+
+func (m *fileMode) Set(s string) error {
+	n, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimPrefix(s, "0o"), "0O"), 8, 32)
+	if err != nil || n > 0o777 {
+		return fmt.Errorf("%q: want permissions in octal, such as 0660 (at most 0777)", s)
+	}
+	*m = fileMode(n)
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -27,6 +28,8 @@ import (
 type serveConfig struct {
 	coreFlags
 	grpcAddr        string
+	grpcUnix        string   // a unix socket's path, or "" for none
+	grpcUnixMode    fileMode // its permissions
 	httpAddr        string
 	identity        string
 	headers         string
@@ -39,9 +42,11 @@ type serveConfig struct {
 }
 
 func serveCommand(stderr io.Writer) *ff.Command {
-	var c serveConfig
+	c := serveConfig{grpcUnixMode: 0o660} // the owner and its group may connect
 	fs := ff.NewFlagSet("serve")
-	fs.StringVar(&c.grpcAddr, 0, "grpc-addr", "127.0.0.1:8081", withEnv("grpc-addr", "address of Envoy's gRPC rate limit API; port 0 picks a free port"))
+	fs.StringVar(&c.grpcAddr, 0, "grpc-addr", "127.0.0.1:8081", withEnv("grpc-addr", "address of Envoy's gRPC rate limit API; port 0 picks a free port; empty: none (with --grpc-unix)"))
+	fs.StringVar(&c.grpcUnix, 0, "grpc-unix", "", withEnv("grpc-unix", "path of a unix domain socket on which to serve the gRPC API too (a stale socket there is replaced)"))
+	fs.Value(0, "grpc-unix-mode", &c.grpcUnixMode, withEnv("grpc-unix-mode", "permissions of --grpc-unix's socket, in octal"))
 	fs.StringVar(&c.httpAddr, 0, "http-addr", "127.0.0.1:8080", withEnv("http-addr", "address of the HTTP API; port 0 picks a free port"))
 	c.coreFlags.register(fs)
 	c.connAge.register(fs)
@@ -169,25 +174,30 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 
-	var lc net.ListenConfig
-	gln, err := lc.Listen(ctx, "tcp", c.grpcAddr)
+	glns, err := listenGRPC(ctx, c)
 	if err != nil {
-		return fmt.Errorf("listen gRPC: %w", err)
+		return err
 	}
+	closeGRPC := func() {
+		for _, ln := range glns {
+			ln.Close()
+		}
+	}
+	var lc net.ListenConfig
 	hln, err := lc.Listen(ctx, "tcp", c.httpAddr)
 	if err != nil {
-		gln.Close()
+		closeGRPC()
 		return fmt.Errorf("listen HTTP: %w", err)
 	}
 	opsSrv, err := startOps(ctx, c.net.opsAddr, ops, tlsc.config("ops", httpProtos...), log)
 	if err != nil {
-		gln.Close()
+		closeGRPC()
 		hln.Close()
 		return err
 	}
 	adminSrv, err := startAdmin(ctx, c.admin, co, c.coreFlags, tlsc.config("admin", httpProtos...), log)
 	if err != nil {
-		gln.Close()
+		closeGRPC()
 		hln.Close()
 		return errors.Join(err, opsSrv.shutdown(ctx))
 	}
@@ -216,20 +226,28 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	if c.reflection {
 		reflection.Register(gsrv)
 	}
-	log.Info("listening", "grpc_addr", gln.Addr().String(), "http_addr", hln.Addr().String(),
+	grpcAddr := ""
+	if c.grpcAddr != "" {
+		grpcAddr = glns[0].Addr().String()
+	}
+	log.Info("listening", "grpc_addr", grpcAddr, "grpc_unix", c.grpcUnix, "http_addr", hln.Addr().String(),
 		"ops_addr", strings.Join(opsSrv.addrs, ","), "tls", tlsc.loader != nil,
 		"store", redactURL(c.store), "fail", c.fail)
 
-	errc := make(chan error, 2)
-	go func() {
-		// A shutdown that comes before Serve starts makes Serve return
-		// ErrServerStopped: that is the stop we asked for, not a failure.
-		if err := gsrv.Serve(gln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			errc <- fmt.Errorf("serve gRPC: %w", err)
-			return
-		}
-		errc <- nil
-	}()
+	errc := make(chan error, 1+len(glns))
+	for _, gln := range glns {
+		go func() {
+			// A shutdown that comes before Serve starts makes Serve return
+			// ErrServerStopped: that is the stop we asked for, not a
+			// failure. Stopping closes the listener (a unix socket's file
+			// goes with it).
+			if err := gsrv.Serve(gln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				errc <- fmt.Errorf("serve gRPC on %s: %w", gln.Addr(), err)
+				return
+			}
+			errc <- nil
+		}()
+	}
 	go func() {
 		if err := serveHTTP(hsrv, hln, tlsc.config("http", httpProtos...)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serve HTTP: %w", err)
@@ -239,7 +257,7 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	}()
 
 	var serveErr error
-	running := 2
+	running := 1 + len(glns)
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down", "timeout", c.shutdownTimeout)
@@ -279,4 +297,32 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 	}
 	log.Info("stopped")
 	return serveErr
+}
+
+// listenGRPC opens the gRPC listeners c asks for: --grpc-addr's (first)
+// and --grpc-unix's, at least one.
+func listenGRPC(ctx context.Context, c serveConfig) ([]net.Listener, error) {
+	if c.grpcAddr == "" && c.grpcUnix == "" {
+		return nil, usageError("--grpc-addr and --grpc-unix are both empty: gRPC needs one of them")
+	}
+	var lns []net.Listener
+	if c.grpcAddr != "" {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", c.grpcAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen gRPC: %w", err)
+		}
+		lns = append(lns, ln)
+	}
+	if c.grpcUnix != "" {
+		ln, err := listenUnix(ctx, c.grpcUnix, fs.FileMode(c.grpcUnixMode))
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("gRPC: %w", err)
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
 }
