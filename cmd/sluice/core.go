@@ -60,7 +60,7 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&c.rules, 0, "rules", "", withEnv("rules", "rules file or directory of *.yaml files, or a rules database: redis://host:port/db (required)"))
 	c.registerRules(fs)
 	c.db.register(fs)
-	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master"))
+	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master, unix:///path/to/redis.sock"))
 	fs.DurationVar(&c.slotLease, 0, "concurrency-lease", decide.DefaultConfig().Lease, withEnv("concurrency-lease", "how long a request of the decision APIs (gRPC, JSON, forward-auth), which report no end, holds a slot of a concurrency limit"))
 	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", decide.DefaultConfig().StoreTimeout, withEnv("store-timeout", "longest wait for the store per decision before --fail decides (negative: no bound)"))
 	fs.StringVar(&c.fail, 0, "fail", "open", withEnv("fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)"))

@@ -100,8 +100,8 @@ func envoyError(name, value, why string) error {
 
 // envoySettings reads Envoy ratelimit's variables through getenv and
 // returns the flag settings they make, or nil when none of envoyTriggers
-// is set. A variable sluice cannot honour safely (a memcache backend, a
-// Redis unix socket, rules from xDS) is an error.
+// is set. A variable sluice cannot honour safely (a memcache backend,
+// rules from xDS) is an error.
 func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 	if !slices.ContainsFunc(envoyTriggers, func(k string) bool { return getenv(k) != "" }) {
 		return nil, nil
@@ -287,12 +287,13 @@ func envoyStore(get func(name, def string) string, boolean func(string, bool) bo
 	if raw == "" {
 		return "", nil
 	}
-	switch {
-	case strings.EqualFold(socket, "unix"), socket == "" && strings.HasPrefix(raw, "/"):
-		return "", envoyError("REDIS_SOCKET_TYPE", "unix", "sluice reaches Redis over TCP: set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port")
-	case socket != "" && !strings.EqualFold(socket, "tcp"):
-		return "", envoyError("REDIS_SOCKET_TYPE", socket, "want tcp")
+	// Envoy dials a single Redis over REDIS_SOCKET_TYPE, whose default is
+	// unix; a cluster's and a sentinel's nodes always over TCP. sluice
+	// takes a REDIS_URL that is no path for TCP when the type is unset.
+	if socket != "" && !strings.EqualFold(socket, "tcp") && !strings.EqualFold(socket, "unix") {
+		return "", envoyError("REDIS_SOCKET_TYPE", socket, "want tcp or unix")
 	}
+	unix := typ == "single" && (strings.EqualFold(socket, "unix") || socket == "" && strings.HasPrefix(raw, "/"))
 	if strings.Contains(raw, "://") {
 		return raw, nil // already a URL
 	}
@@ -303,6 +304,16 @@ func envoyStore(get func(name, def string) string, boolean func(string, bool) bo
 			name, pass = "", auth
 		}
 		user = url.UserPassword(name, pass).String() + "@"
+	}
+	if unix {
+		if tlsOn {
+			return "", envoyError("REDIS_TLS", "true", "sluice reaches a Redis on a unix socket without TLS")
+		}
+		path, err := filepath.Abs(raw) // Envoy's dial reads a relative path from its directory
+		if err != nil {
+			return "", envoyError("REDIS_URL", raw, err.Error())
+		}
+		return "unix://" + user + path, nil
 	}
 	scheme := "redis"
 	if tlsOn {

@@ -32,7 +32,7 @@ func (c *rulesDBFlags) register(fs *ff.FlagSet) {
 // isRulesDB reports whether --rules names a rules database (a Redis URL)
 // rather than files.
 func isRulesDB(spec string) bool {
-	for _, p := range []string{"redis://", "rediss://", "redis+cluster://", "rediss+cluster://", "redis+sentinel://"} {
+	for _, p := range []string{"redis://", "rediss://", "redis+cluster://", "rediss+cluster://", "redis+sentinel://", "unix://"} {
 		if strings.HasPrefix(strings.ToLower(spec), p) {
 			return true
 		}

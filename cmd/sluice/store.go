@@ -55,7 +55,8 @@ const (
 
 // storeKind returns the kind of store spec names: storeMemory for
 // "memory" (or "memory://"), storeRedis for a Redis URL (redis://,
-// rediss://, redis+cluster://, rediss+cluster://, redis+sentinel://).
+// rediss://, redis+cluster://, rediss+cluster://, redis+sentinel://, or
+// unix:// for a Redis on a unix socket).
 func storeKind(spec string) (string, error) {
 	scheme := spec
 	if i := strings.Index(spec, "://"); i >= 0 {
@@ -69,7 +70,7 @@ func storeKind(spec string) (string, error) {
 		return "", errNoStore
 	case "memory":
 		return storeMemory, nil
-	case "redis", "rediss", "redis+sentinel", "redis+cluster", "rediss+cluster":
+	case "redis", "rediss", "redis+sentinel", "redis+cluster", "rediss+cluster", "unix":
 		return storeRedis, nil
 	}
 	return "", fmt.Errorf("--store %q: unknown store (want memory or a redis:// URL)", spec)

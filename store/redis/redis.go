@@ -217,6 +217,7 @@ func (s *Store) CheckLimit(l sluice.Limit) error { return CheckLimit(l) }
 //	redis+cluster://[user:password@]host:port,host:port,...   a Redis Cluster (any nodes of it)
 //	rediss+cluster://...                           the same over TLS
 //	redis+sentinel://[user:password@]host:port[,host:port...]/mastername[/db]
+//	unix://[user:password@]/path/to/redis.sock    a single Redis on a unix socket
 //
 // The port defaults to 6379. ctx bounds the connection check.
 func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
@@ -305,10 +306,12 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return fail("want redis://, rediss://, redis+cluster:// or redis+sentinel://")
+		return fail("want redis://, rediss://, redis+cluster://, redis+sentinel:// or unix://")
 	}
-	var tlsOn, cluster, sentinel bool
+	var tlsOn, cluster, sentinel, unix bool
 	switch scheme {
+	case "unix":
+		unix = true
 	case "redis":
 	case "rediss":
 		tlsOn = true
@@ -333,7 +336,22 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 		DisableAutoPipelining: true,
 		Dialer:                netDialer(cfg.DialTimeout),
 	}
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+	at := strings.LastIndexByte(rest, '@')
+	if unix {
+		// The user information ends where the socket's absolute path
+		// starts, which may hold '@' itself.
+		slash := strings.IndexByte(rest, '/')
+		if slash < 0 {
+			return fail("want unix:///path/to/redis.sock")
+		}
+		if at = -1; slash > 0 {
+			if rest[slash-1] != '@' {
+				return fail("want unix:///path/to/redis.sock or unix://user:password@/path/to/redis.sock")
+			}
+			at = slash - 1
+		}
+	}
+	if at >= 0 {
 		user, pass, hasPass := strings.Cut(rest[:at], ":")
 		var err error
 		if opt.Username, err = url.PathUnescape(user); err != nil {
@@ -345,6 +363,18 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 			}
 		}
 		rest = rest[at+1:]
+	}
+	if unix {
+		// One Redis at a socket's path, on the connections of a dialer of
+		// unix sockets with the dial timeout; no database number (Redis
+		// has SELECT, the URL no place for it), no TLS.
+		if rest == "/" || strings.HasSuffix(rest, "/") {
+			return fail("no socket path")
+		}
+		opt.InitAddress = []string{rest}
+		opt.ForceSingleClient = true
+		opt.DialCtxFn = dialUnix
+		return opt, false, nil
 	}
 	hosts, path, _ := strings.Cut(rest, "/")
 	if hosts == "" {
@@ -402,6 +432,12 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 	return opt, cluster, nil
 }
 
+// dialUnix connects to the unix socket at path with d: rueidis's dialer
+// for a unix:// store.
+func dialUnix(ctx context.Context, path string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+	return d.DialContext(ctx, "unix", path)
+}
+
 func netDialer(timeout time.Duration) net.Dialer {
 	return net.Dialer{Timeout: timeout, KeepAlive: 15 * time.Second}
 }
@@ -412,7 +448,11 @@ func redact(raw string) string {
 	if !ok {
 		return raw
 	}
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+	at := strings.LastIndexByte(rest, '@')
+	if i := strings.Index(rest, "@/"); scheme == "unix" && i >= 0 {
+		at = i // a socket's path may hold '@'
+	}
+	if at >= 0 {
 		if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
 			return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
 		}

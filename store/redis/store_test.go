@@ -43,6 +43,14 @@ func TestParseURL(t *testing.T) {
 		{name: "cluster over tls", url: "rediss+cluster://u:p@a:1", addrs: []string{"a:1"}, user: "u", pass: "p", cluster: true, tls: true},
 		{name: "sentinel", url: "redis+sentinel://s1:26379,s2:26379/mymaster", addrs: []string{"s1:26379", "s2:26379"}, master: "mymaster"},
 		{name: "sentinel with db", url: "redis+sentinel://s1:26379/mymaster/2", addrs: []string{"s1:26379"}, master: "mymaster", db: 2},
+		{name: "unix socket", url: "unix:///var/run/redis/redis.sock", addrs: []string{"/var/run/redis/redis.sock"}},
+		{name: "unix socket with a password", url: "unix://u:p%2Fw@/run/r.sock", addrs: []string{"/run/r.sock"}, user: "u", pass: "p/w"},
+		{name: "unix socket with @ in its path", url: "unix://:pw@/run/a@b.sock", addrs: []string{"/run/a@b.sock"}, pass: "pw"},
+		{name: "unix socket without a path", url: "unix://", err: "want unix:///path"},
+		{name: "unix socket, a directory", url: "unix:///run/", err: "no socket path"},
+		{name: "unix socket with a host", url: "unix://localhost/run/r.sock", err: "want unix:///path"},
+		{name: "unix socket with a query", url: "unix:///run/r.sock?db=1", err: "query"},
+		{name: "unix socket password redacted", url: "unix://u:hunter2@run/r.sock", err: "u:xxxxx@"},
 		{name: "no scheme", url: "localhost:6379", err: "want redis://"},
 		{name: "unknown scheme", url: "memcache://h:1", err: `unknown scheme "memcache"`},
 		{name: "no host", url: "redis:///0", err: "no host"},
@@ -72,6 +80,9 @@ func TestParseURL(t *testing.T) {
 			}
 			if !tt.cluster && tt.master == "" && !opt.ForceSingleClient {
 				t.Fatal("a single Redis should force the single client")
+			}
+			if unix := strings.HasPrefix(tt.url, "unix:"); unix != (opt.DialCtxFn != nil) {
+				t.Fatalf("parseURL(%q): a dialer of unix sockets %v, want %v", tt.url, opt.DialCtxFn != nil, unix)
 			}
 		})
 	}
