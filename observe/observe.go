@@ -74,6 +74,10 @@ type Decider struct {
 	clock   *coarseclock.Clock // nil when Config.Now is set
 	logs    *rate.Limiter      // nil: no denial log
 	dropped atomic.Int64       // denial lines not logged since the last one
+	// quiet is when logs next has a token (Unix ns) after it last
+	// refused: a denial before that is not logged, without taking the
+	// limiter's lock, as the limiter would refuse it too.
+	quiet atomic.Int64
 
 	mu   sync.Mutex                                      // held to add keys
 	keys atomic.Pointer[map[string]map[string]*counters] // domain -> key; copied on write
@@ -187,8 +191,16 @@ func (o *Decider) count(r *decide.Request, resp *decide.Response) {
 
 // logDenial logs one denial if the sample allows it.
 func (o *Decider) logDenial(now time.Time, domain string, entries []decide.Entry, st *decide.Status) {
+	if now.UnixNano() < o.quiet.Load() {
+		o.dropped.Add(1)
+		return
+	}
 	if !o.logs.AllowN(now, 1) {
 		o.dropped.Add(1)
+		// At most one token's time: a denial logged by another goroutine
+		// since AllowN refused cannot make it longer.
+		wait := min(1-o.logs.TokensAt(now), 1) / float64(o.logs.Limit())
+		o.quiet.Store(now.Add(time.Duration(wait * float64(time.Second))).UnixNano())
 		return
 	}
 	var b strings.Builder

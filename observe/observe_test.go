@@ -296,31 +296,69 @@ func TestDenialLog(t *testing.T) {
 	}
 }
 
+// TestDenialLogRefill: a line is logged as soon as the sample has a
+// token again, not later (the Decider skips the limiter until then).
+func TestDenialLogRefill(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, observe.Config{DenialLogRate: 2}) // a token every 500 ms, burst 2
+	nlines := func() int { return strings.Count(s.log.String(), "\n") }
+	for range 8 {
+		s.decide(t, req("api", "user", "alice")) // 5 pass, 3 denied: 2 logged
+	}
+	if n := nlines(); n != 2 {
+		t.Fatalf("%d lines, want 2:\n%s", n, s.log)
+	}
+	s.clk.Advance(499 * time.Millisecond)
+	s.decide(t, req("api", "user", "alice"))
+	if n := nlines(); n != 2 {
+		t.Fatalf("499 ms on: %d lines, want 2:\n%s", n, s.log)
+	}
+	s.clk.Advance(time.Millisecond)
+	s.decide(t, req("api", "user", "alice"))
+	if n := nlines(); n != 3 || !strings.Contains(s.log.String(), `"unlogged_before":2`) {
+		t.Fatalf("500 ms on: %d lines, want 3, the last with unlogged_before 2:\n%s", n, s.log)
+	}
+}
+
 // BenchmarkObserve decides a request of one descriptor of 10,000 users on
-// the memory store, alone and through a Decider: the difference is the
-// cost of counting.
+// the memory store, alone and through a Decider with its default Config
+// (the denial log on): the difference is what counting (and, for
+// result=denied, the denial log's sampling) costs a decision. Compare
+// with benchstat -col /observe.
 func BenchmarkObserve(b *testing.B) {
 	s := newStack(b, observe.Config{})
-	reqs := make([]*decide.Request, 10000)
-	for i := range reqs {
-		reqs[i] = req("api", "user", "user-"+strconv.Itoa(i))
-		reqs[i].Descriptors[0].Cost = 0 // decisions stay OK
-	}
-	for _, bc := range []struct {
-		name string
-		d    observe.Service
-	}{{"without", s.svc}, {"with", s.obs}} {
-		b.Run(bc.name, func(b *testing.B) {
-			ctx := context.Background()
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				if _, err := bc.d.Decide(ctx, reqs[i%len(reqs)]); err != nil {
-					b.Fatal(err)
-				}
-				i++
+	for _, result := range []string{"ok", "denied"} {
+		reqs := make([]*decide.Request, 10000)
+		for i := range reqs {
+			reqs[i] = req("api", "user", result+"-"+strconv.Itoa(i))
+			if result == "ok" {
+				reqs[i].Descriptors[0].Cost = 0 // decisions stay OK
+				continue
 			}
-		})
+			for range 6 { // over the limit of 5 a minute, on a clock that stands still
+				s.decide(b, reqs[i])
+			}
+		}
+		for _, bc := range []struct {
+			name string
+			d    observe.Service
+		}{{"without", s.svc}, {"with", s.obs}} {
+			b.Run("result="+result+"/observe="+bc.name, func(b *testing.B) {
+				ctx := context.Background()
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					resp, err := bc.d.Decide(ctx, reqs[i%len(reqs)])
+					if err != nil {
+						b.Fatal(err)
+					}
+					if got := resp.Overall == decide.OK; got != (result == "ok") {
+						b.Fatalf("%s: decided %v", reqs[i%len(reqs)].Descriptors[0].Entries[0].Value, resp.Overall)
+					}
+					i++
+				}
+			})
+		}
 	}
 }
 

@@ -362,16 +362,18 @@ func index(h uint64, i int, mask int) int {
 // minimum grow) and returns h's estimate after.
 func (s *slot) add(h uint64, mask int) uint32 {
 	s.total++
+	var cells [MaxDepth]*uint32 // h's counter in each row, hashed once
 	est := uint32(math.MaxUint32)
 	for i, r := range s.rows {
-		est = min(est, r[index(h, i, mask)])
+		cells[i] = &r[index(h, i, mask)]
+		est = min(est, *cells[i])
 	}
 	if est == math.MaxUint32 {
 		return est // saturated
 	}
 	est++
-	for i, r := range s.rows {
-		if c := &r[index(h, i, mask)]; *c < est {
+	for _, c := range cells[:len(s.rows)] {
+		if *c < est {
 			*c = est
 		}
 	}
