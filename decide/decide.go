@@ -209,28 +209,12 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 		resp.UnknownDomain = true
 		return resp, nil
 	}
-	replaces := false
-	for i := range r.Descriptors {
-		rule, err := set.Match(r.Domain, r.Descriptors[i].Entries)
-		if errors.Is(err, rules.ErrUnknownDomain) {
-			resp.UnknownDomain = true
-			return resp, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: descriptor %d: %w", ErrInvalidRequest, i, err)
-		}
-		if rl := r.Descriptors[i].Limit; rl != nil {
-			if rule, err = rules.RequestRule(r.Domain, rule, r.Descriptors[i].Entries, *rl); err != nil {
-				return nil, fmt.Errorf("%w: descriptor %d: limit: %w", ErrInvalidRequest, i, err)
-			}
-		}
-		resp.Statuses[i].Rule = rule
-		if rule != nil {
-			resp.Statuses[i].Shadow = rule.ShadowMode
-			for _, l := range rule.Limits {
-				replaces = replaces || len(l.Replaces) > 0
-			}
-		}
+	replaces, err := match(set, r, resp)
+	if err != nil {
+		return nil, err
+	}
+	if resp.UnknownDomain {
+		return resp, nil
 	}
 
 	b := s.batches.Get().(*batch)
@@ -295,6 +279,36 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 		s.acquire(ctx, r, resp, b, digest)
 	}
 	return resp, nil
+}
+
+// match writes the rule each descriptor of r matches (rules.RequestRule's
+// for one with its own Limit) into resp's statuses, and reports whether a
+// limit of them replaces others by name. In a domain the rules do not
+// define, it sets resp.UnknownDomain and stops.
+func match(set *rules.Set, r *Request, resp *Response) (replaces bool, err error) {
+	for i := range r.Descriptors {
+		rule, err := set.Match(r.Domain, r.Descriptors[i].Entries)
+		if errors.Is(err, rules.ErrUnknownDomain) {
+			resp.UnknownDomain = true
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("%w: descriptor %d: %w", ErrInvalidRequest, i, err)
+		}
+		if rl := r.Descriptors[i].Limit; rl != nil {
+			if rule, err = rules.RequestRule(r.Domain, rule, r.Descriptors[i].Entries, *rl); err != nil {
+				return false, fmt.Errorf("%w: descriptor %d: limit: %w", ErrInvalidRequest, i, err)
+			}
+		}
+		resp.Statuses[i].Rule = rule
+		if rule != nil {
+			resp.Statuses[i].Shadow = rule.ShadowMode
+			for _, l := range rule.Limits {
+				replaces = replaces || len(l.Replaces) > 0
+			}
+		}
+	}
+	return replaces, nil
 }
 
 // overall returns the verdict on a request from its descriptors' statuses:

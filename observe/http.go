@@ -2,6 +2,8 @@ package observe
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/httpjson"
+	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/sketch"
 )
 
@@ -103,10 +106,14 @@ func (o *Decider) TopHandler() http.Handler {
 
 // keyJSON is the body of GET /v1/keys.
 type keyJSON struct {
-	Domain      string       `json:"domain"`
-	Descriptors []statusJSON `json:"descriptors"`
+	Domain        string       `json:"domain"`
+	UnknownDomain bool         `json:"unknown_domain,omitempty"`
+	Descriptors   []statusJSON `json:"descriptors"`
 }
 
+// statusJSON is one descriptor: its binding limit (the one a request's
+// status would name: denying, or else with the least remaining) at the
+// top, as Decide reports it, and every limit of its rule under limits.
 type statusJSON struct {
 	Entries    []decide.Entry `json:"entries"`
 	Rule       string         `json:"rule,omitempty"` // empty: no rule matches
@@ -115,21 +122,54 @@ type statusJSON struct {
 	LimitID    string         `json:"limit_id,omitempty"`
 	RulesFile  string         `json:"rules_file,omitempty"`
 	Remaining  int64          `json:"remaining"`
-	DeniesNext bool           `json:"denies_next"` // a request of cost 1 would be over the limit now
+	DeniesNext bool           `json:"denies_next"` // a request of cost 1 would be over a limit now
 	ResetAfter string         `json:"reset_after"`
 	RetryAfter string         `json:"retry_after,omitempty"`
 	Shadow     bool           `json:"shadow,omitempty"`
-	Limits     []string       `json:"limits,omitempty"` // every limit of the rule
+	Limits     []limitJSON    `json:"limits,omitempty"` // every limit of the rule, each with its own state
+}
+
+// limitJSON is one limit of a descriptor's rule and its own counter.
+type limitJSON struct {
+	Limit      string       `json:"limit"` // as enforced: soft throttling's excess included
+	ID         string       `json:"id"`
+	Name       string       `json:"name,omitempty"`
+	RulesFile  string       `json:"rules_file,omitempty"`
+	Throttling string       `json:"throttling,omitempty"` // soft or elastic; hard left out
+	Unlimited  bool         `json:"unlimited,omitempty"`
+	Block      bool         `json:"block,omitempty"`
+	Replaced   bool         `json:"replaced,omitempty"` // another limit of the request replaces it
+	Remaining  int64        `json:"remaining"`
+	ResetAfter string       `json:"reset_after"`
+	DeniesNext bool         `json:"denies_next"`
+	Elastic    *elasticJSON `json:"elastic,omitempty"`
+}
+
+// elasticJSON is an elastic limit's excess (past the limit, up to its
+// ceiling) and the domain's pool.
+type elasticJSON struct {
+	Excess           string `json:"excess"`
+	ExcessRemaining  int64  `json:"excess_remaining"`
+	ExcessResetAfter string `json:"excess_reset_after"`
+	Pool             string `json:"pool"`
+	PoolRemaining    int64  `json:"pool_remaining"`
+	PoolResetAfter   string `json:"pool_reset_after"`
+}
+
+// Inspector is what KeysHandler asks: the Inspect method of
+// *decide.Service.
+type Inspector interface {
+	Inspect(ctx context.Context, r *decide.Request) (*decide.Inspection, error)
 }
 
 // KeysHandler serves GET /v1/keys/{domain}/{key}/{value}[/{key}/{value}...]:
-// one client's state, by a take of cost 0 from svc (which should be the
-// service beneath the Decider, so that looking counts nothing), for each
-// prefix of the entries, each a descriptor, as a request with those
-// entries would have it decided: the rule matched, the limit with the
-// least remaining, what remains and when it resets. Values with a slash
-// are escaped (%2F).
-func KeysHandler(svc Service) http.Handler {
+// one client's state, by svc's Inspect (a take of cost 0 from each
+// counter, which counts nothing), for each prefix of the entries, each a
+// descriptor, as a request with those entries would have it decided: the
+// rule matched, and each of its limits with what remains of it and when it
+// resets; at the top, the limit a decision would name. Values with a slash
+// are escaped (%2F). A store that cannot answer gets 503.
+func KeysHandler(svc Inspector) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/keys/")
 		if !ok {
@@ -155,32 +195,64 @@ func KeysHandler(svc Service) http.Handler {
 			entries = append(entries, decide.Entry{Key: parts[i], Value: parts[i+1]})
 			req.Descriptors = append(req.Descriptors, decide.Descriptor{Entries: slices.Clip(entries)})
 		}
-		resp, err := svc.Decide(r.Context(), req)
-		if err != nil {
+		ins, err := svc.Inspect(r.Context(), req)
+		switch {
+		case errors.Is(err, decide.ErrInvalidRequest):
 			httpjson.Error(w, http.StatusBadRequest, err.Error())
 			return
+		case err != nil:
+			httpjson.Error(w, http.StatusServiceUnavailable, err.Error())
+			return
 		}
-		out := keyJSON{Domain: req.Domain}
-		for i, st := range resp.Statuses {
-			s := statusJSON{Entries: req.Descriptors[i].Entries, Code: st.Code.String(), Shadow: st.Shadow,
-				Remaining: st.Decision.Remaining, ResetAfter: st.Decision.ResetAfter.String()}
-			if st.Code == decide.OverLimit || st.ShadowOverLimit {
-				s.RetryAfter = st.Decision.RetryAfter.String()
-			}
-			s.DeniesNext = st.Limit != nil && (st.Decision.Remaining < 1 || st.Limit.Block)
-			if st.Rule != nil {
-				s.Rule = st.Rule.Path
-				for _, l := range st.Rule.Limits {
-					s.Limits = append(s.Limits, l.Enforced().String())
-				}
-			}
-			if l := st.Limit; l != nil {
-				s.Limit, s.LimitID, s.RulesFile = l.Enforced().String(), l.ID, l.Place()
-			}
-			out.Descriptors = append(out.Descriptors, s)
+		out := keyJSON{Domain: req.Domain, UnknownDomain: ins.UnknownDomain}
+		for i := range ins.Descriptors {
+			out.Descriptors = append(out.Descriptors, descriptorJSON(req.Descriptors[i].Entries, &ins.Descriptors[i]))
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
+}
+
+// descriptorJSON renders one descriptor's state.
+func descriptorJSON(entries []decide.Entry, ds *decide.DescriptorState) statusJSON {
+	s := statusJSON{Entries: entries, Code: decide.OK.String(), ResetAfter: time.Duration(0).String()}
+	if ds.Rule == nil {
+		return s
+	}
+	s.Rule, s.Shadow = ds.Rule.Path, ds.Rule.ShadowMode
+	for i := range ds.Limits {
+		ls := &ds.Limits[i]
+		l := ls.Limit
+		lj := limitJSON{Limit: l.Enforced().String(), ID: l.ID, Name: l.Name, RulesFile: l.Place(),
+			Unlimited: l.Unlimited, Block: l.Block, Replaced: ls.Replaced, Remaining: ls.Decision.Remaining,
+			ResetAfter: ls.Decision.ResetAfter.String(), DeniesNext: ls.DeniesNext()}
+		if l.Unlimited {
+			lj.Limit = "unlimited"
+		}
+		if l.Throttling != rules.Hard {
+			lj.Throttling = l.Throttling.String()
+		}
+		if l.Throttling == rules.Elastic && l.Pool != nil {
+			lj.Elastic = &elasticJSON{Excess: l.Excess().String(), ExcessRemaining: ls.Excess.Remaining,
+				ExcessResetAfter: ls.Excess.ResetAfter.String(), Pool: l.Pool.Limit.String(),
+				PoolRemaining: ls.Pool.Remaining, PoolResetAfter: ls.Pool.ResetAfter.String()}
+		}
+		s.DeniesNext = s.DeniesNext || lj.DeniesNext
+		s.Limits = append(s.Limits, lj)
+	}
+	if ds.Binding < 0 {
+		return s
+	}
+	b := &ds.Limits[ds.Binding]
+	l := b.Limit
+	s.Limit, s.LimitID, s.RulesFile = l.Enforced().String(), l.ID, l.Place()
+	s.Remaining, s.ResetAfter = b.Decision.Remaining, b.Decision.ResetAfter.String()
+	if !b.Decision.Allowed {
+		s.RetryAfter = b.Decision.RetryAfter.String()
+		if !s.Shadow {
+			s.Code = decide.OverLimit.String()
+		}
+	}
+	return s
 }
 
 func sortKeys(ks []Key) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -39,6 +40,10 @@ descriptors:
   - key: remote_address
     shadow_mode: true
     rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: tenant
+    rate_limits:
+      - {unit: minute, requests_per_unit: 5}
+      - {unit: hour, requests_per_unit: 50, throttling: soft, exceed_percent: 10}
 `
 
 // stack is a decision service on a memory store with a Decider over it,
@@ -232,7 +237,10 @@ func TestKeys(t *testing.T) {
 			Rule, Code, Limit string
 			Remaining         int64
 			DeniesNext        bool `json:"denies_next"`
-			Limits            []string
+			Limits            []struct {
+				Remaining  int64
+				DeniesNext bool `json:"denies_next"`
+			}
 		}
 	}
 	for range 2 { // twice: the first look must not count
@@ -244,13 +252,90 @@ func TestKeys(t *testing.T) {
 		if d := b.Descriptors[0]; d.Rule != "api.user" || d.Code != "OK" || d.Remaining != 5 || d.DeniesNext {
 			t.Errorf("user: %+v, want OK with 5 remaining (the requests were of user+api only)", d)
 		}
-		if d := b.Descriptors[1]; d.Rule != "api.user.api_send" || d.Code != "OK" || d.Remaining != 0 || !d.DeniesNext {
+		if d := b.Descriptors[1]; d.Rule != "api.user.api_send" || d.Code != "OK" || d.Remaining != 0 || !d.DeniesNext ||
+			len(d.Limits) != 1 || d.Limits[0].Remaining != 0 || !d.Limits[0].DeniesNext {
 			t.Errorf("user+api: %+v, want none remaining, the next denied", d)
 		}
 	}
 	for _, p := range []string{"api", "api/user", "api/user/a/b", "api/" + strings.Repeat("k/v/", 9), "api//v"} {
 		get(t, s.srv.URL+"/v1/keys/"+p, 400, nil)
 	}
+}
+
+// TestKeysEveryLimit: GET /v1/keys shows every limit of the rule with its
+// own remaining and reset, not only the one that binds.
+func TestKeysEveryLimit(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, observe.Config{})
+	for range 3 {
+		s.decide(t, req("api", "tenant", "acme"))
+	}
+	s.clk.Advance(10 * time.Second)
+	type limit struct {
+		Limit, ID, Throttling string
+		RulesFile             string `json:"rules_file"`
+		Remaining             int64
+		ResetAfter            string `json:"reset_after"`
+		DeniesNext            bool   `json:"denies_next"`
+	}
+	var b struct {
+		Descriptors []struct {
+			Limit     string
+			LimitID   string `json:"limit_id"`
+			Remaining int64
+			Limits    []limit
+		}
+	}
+	get(t, s.srv.URL+"/v1/keys/api/tenant/acme", 200, &b)
+	if len(b.Descriptors) != 1 || len(b.Descriptors[0].Limits) != 2 {
+		t.Fatalf("%+v, want one descriptor with two limits", b)
+	}
+	d := b.Descriptors[0]
+	want := []limit{
+		{Limit: "5/1m0s", RulesFile: "rules.yaml:15", Remaining: 2, ResetAfter: "50s"},
+		{Limit: "55/1h0m0s", Throttling: "soft", RulesFile: "rules.yaml:16", Remaining: 47, ResetAfter: "59m50s"},
+	}
+	for i, w := range want {
+		got := d.Limits[i]
+		w.ID = got.ID
+		if got != w || got.ID == "" {
+			t.Errorf("limit %d: %+v, want %+v", i, got, w)
+		}
+	}
+	if d.Limit != "5/1m0s" || d.LimitID != d.Limits[0].ID || d.Remaining != 2 {
+		t.Errorf("binding limit %s (%s), %d remaining; want the first, 2", d.Limit, d.LimitID, d.Remaining)
+	}
+}
+
+// TestKeysStoreDown: a store that cannot answer gets 503, an invalid
+// request 400.
+func TestKeysStoreDown(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"store down", errors.New("redis: connection refused"), http.StatusServiceUnavailable},
+		{"invalid", fmt.Errorf("%w: too long", decide.ErrInvalidRequest), http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := observe.KeysHandler(inspectFunc(func(context.Context, *decide.Request) (*decide.Inspection, error) { return nil, tc.err }))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/keys/api/user/alice", nil))
+			if w.Code != tc.want || !strings.Contains(w.Body.String(), tc.err.Error()) {
+				t.Errorf("%d %s, want %d with the error", w.Code, w.Body, tc.want)
+			}
+		})
+	}
+}
+
+// inspectFunc is an observe.Inspector that calls itself.
+type inspectFunc func(context.Context, *decide.Request) (*decide.Inspection, error)
+
+func (f inspectFunc) Inspect(ctx context.Context, r *decide.Request) (*decide.Inspection, error) {
+	return f(ctx, r)
 }
 
 // TestDenialLog: at most DenialLogRate lines a second, and the next line

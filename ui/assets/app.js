@@ -152,15 +152,25 @@ async function lookup(ev) {
     return;
   }
   el("lookup-note").textContent = "";
-  fill(el("lookup-result").tBodies[0], body.descriptors.map(d => {
-    const tr = document.createElement("tr");
-    cell(tr, d.entries.map(e => e.key + "=" + e.value).join(", "));
-    cell(tr, d.rule || "no rule");
-    cell(tr, (d.limits || []).join("; "));
-    cell(tr, d.remaining, "n");
-    cell(tr, d.reset_after);
-    cell(tr, d.denies_next ? "denied" : "admitted", d.denies_next ? "bad" : "ok");
-    return tr;
+  // One row per limit of each descriptor's rule, each with its own state.
+  fill(el("lookup-result").tBodies[0], body.descriptors.flatMap(d => {
+    const limits = d.limits && d.limits.length ? d.limits : [null];
+    return limits.map(l => {
+      const tr = document.createElement("tr");
+      cell(tr, d.entries.map(e => e.key + "=" + e.value).join(", "));
+      cell(tr, (d.rule || "no rule") + (d.shadow ? " (shadow)" : ""));
+      if (!l) {
+        cell(tr, ""); cell(tr, ""); cell(tr, ""); cell(tr, "admitted", "ok");
+        return tr;
+      }
+      const note = l.replaced ? " (replaced)" : l.elastic ?
+        ` elastic: ${l.elastic.excess_remaining} of excess, ${l.elastic.pool_remaining} of pool ${l.elastic.pool}` : "";
+      cell(tr, l.limit + (l.throttling ? " " + l.throttling : "") + note);
+      cell(tr, l.unlimited || l.replaced ? "" : l.remaining, "n");
+      cell(tr, l.unlimited || l.replaced ? "" : l.reset_after);
+      cell(tr, l.denies_next ? "denied" : "admitted", l.denies_next ? "bad" : "ok");
+      return tr;
+    });
   }));
 }
 el("lookup").addEventListener("submit", lookup);
