@@ -40,7 +40,7 @@ func NewRulesSource(reg prometheus.Registerer, current func() *rules.Set) (*Rule
 	overrides := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_rules_overrides",
 		Help: "Overrides in force on this node.",
-	}, func() float64 { return float64(len(current().Overrides())) })
+	}, func() float64 { return float64(current().NumOverrides()) })
 	for _, c := range []prometheus.Collector{m.reloads, m.info, m.gen, overrides} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register rules metrics: %w", err)

@@ -23,41 +23,53 @@ func (s *Set) Check(check func(sluice.Limit) error) error {
 	}
 	var errs Errors
 	n := 0
-	refuse := func(r *Rule, l *Limit, msg string) {
+	// pos is the index of an override, -1 for a rule of the rules.
+	refuse := func(r *Rule, pos int, l *Limit, msg string) {
 		if n++; n < maxErrors {
-			errs = append(errs, &Error{File: l.File, Line: l.Line, Path: r.errPath, Msg: msg})
+			path := r.errPath
+			if pos >= 0 {
+				path = fmt.Sprintf("overrides[%d]", pos)
+			}
+			errs = append(errs, &Error{File: l.File, Line: l.Line, Path: path, Msg: msg})
+		}
+	}
+	limits := func(r *Rule, pos int) {
+		for _, l := range r.Limits {
+			if l.Unlimited || l.Block {
+				continue // never taken from a store
+			}
+			e := l.Enforced()
+			if err := check(e); err != nil {
+				msg := fmt.Sprintf("limit %s: %v", l.Limit, err)
+				if e != l.Limit {
+					msg = fmt.Sprintf("limit %s, enforced as %s by throttling: soft, exceed_percent: %d: %v", l.Limit, e, l.ExceedPercent, err)
+				}
+				refuse(r, pos, l, msg)
+				continue
+			}
+			if e != l.Limit {
+				if err := check(l.Limit); err != nil {
+					refuse(r, pos, l, fmt.Sprintf("limit %s: %v", l.Limit, err))
+				}
+			}
 		}
 	}
 	var walk func(rules []*Rule)
 	walk = func(rules []*Rule) {
 		for _, r := range rules {
-			for _, l := range r.Limits {
-				if l.Unlimited || l.Block {
-					continue // never taken from a store
-				}
-				e := l.Enforced()
-				if err := check(e); err != nil {
-					msg := fmt.Sprintf("limit %s: %v", l.Limit, err)
-					if e != l.Limit {
-						msg = fmt.Sprintf("limit %s, enforced as %s by throttling: soft, exceed_percent: %d: %v", l.Limit, e, l.ExceedPercent, err)
-					}
-					refuse(r, l, msg)
-					continue
-				}
-				if e != l.Limit {
-					if err := check(l.Limit); err != nil {
-						refuse(r, l, fmt.Sprintf("limit %s: %v", l.Limit, err))
-					}
-				}
-			}
+			limits(r, -1)
 			walk(r.Descriptors)
 		}
 	}
 	for _, name := range s.names {
 		walk(s.domains[name].rules)
 	}
-	for _, o := range s.Overrides() {
-		walk([]*Rule{o.Rule})
+	for _, name := range s.names {
+		if x := s.domains[name].overrides; x != nil {
+			for i := range x.recs {
+				limits(x.rules[x.recs[i].rule], int(x.recs[i].pos))
+			}
+		}
 	}
 	if n == 0 {
 		return nil

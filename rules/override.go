@@ -36,31 +36,6 @@ type Override struct {
 	Expires time.Time `json:"expires,omitzero" yaml:"expires,omitempty"`
 }
 
-// overrides are the overrides of a Set, by domain and by the last entry of
-// their descriptor, so that Match finds one with a map lookup.
-type overrides map[string]map[Entry][]*overrideRule
-
-// overrideRule is one override in force: its entries and the rule that
-// takes the overridden rule's place.
-type overrideRule struct {
-	entries []Entry
-	rule    *Rule
-	expires time.Time
-}
-
-// lookup returns the rule of the override for entries in domain, or nil.
-func (os overrides) lookup(domain string, entries []Entry) *Rule {
-	if len(os) == 0 || len(entries) == 0 {
-		return nil
-	}
-	for _, o := range os[domain][entries[len(entries)-1]] {
-		if slices.Equal(o.entries, entries) {
-			return o.rule
-		}
-	}
-	return nil
-}
-
 // maxOverrides bounds the overrides of one Set.
 const maxOverrides = 1 << 20
 
@@ -83,7 +58,7 @@ func (s *Set) WithOverrides(now time.Time, ovs ...Override) (*Set, error) {
 	}
 	rp := &report{errs: &errs}
 	c := &checker{rp: rp, budget: maxRules}
-	out := overrides{}
+	out := map[string]*overrideBuilder{}
 	var kept []Override
 	for i := range ovs {
 		o := &ovs[i]
@@ -98,33 +73,47 @@ func (s *Set) WithOverrides(now time.Time, ovs ...Override) (*Set, error) {
 		if !ok {
 			continue
 		}
-		if prev := out.lookup(o.Domain, o.Entries); prev != nil {
+		ob := out[o.Domain]
+		if ob == nil {
+			ob = newOverrideBuilder()
+			out[o.Domain] = ob
+		}
+		if ob.has(o.Entries) {
 			c.errorf(0, where, "a second override of %s", entriesString(o.Entries))
 			continue
 		}
-		p := &parsedDomain{name: o.Domain, rp: rp, names: map[string]bool{}}
-		r := *base // the overridden rule's place, settings and metric names
-		r.Limits, r.Overrides, r.errPath = nil, base, where
-		r.Descriptors, r.sub = nil, level{} // Match never goes below an override
 		if len(o.Limits) == 0 {
 			c.errorf(0, where, "rate_limits: empty; want one or more limits")
 			continue
 		}
+		spec, err := json.Marshal(o.Limits)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		key := overrideRuleKey{base: base, limits: string(spec)}
+		if r, ok := ob.rule(key); ok { // the same limits for the same rule: one Rule
+			ob.add(o.Entries, key, r, i, o.Expires)
+			kept = append(kept, *o)
+			continue
+		}
+		p := &parsedDomain{name: o.Domain, rp: rp, names: map[string]bool{}}
+		r := *base // the overridden rule's place, settings and metric names
+		r.Limits, r.Overrides, r.errPath = nil, base, "overrides"
+		r.Descriptors, r.sub = nil, level{} // Match never goes below an override
 		r.Limits = c.rateLimits(o.Limits, p, where)
 		if len(r.Limits) != len(o.Limits) {
 			continue // reported
 		}
+		named := false
 		for _, l := range r.Limits {
-			if len(l.Replaces) > 0 || l.Name != "" {
-				c.errorf(0, where, "rate_limits: an override's limits have no name and replace nothing")
-			}
+			named = named || len(l.Replaces) > 0 || l.Name != ""
+		}
+		if named {
+			c.errorf(0, where, "rate_limits: an override's limits have no name and replace nothing")
+			continue
 		}
 		setIDs(&r)
-		if out[o.Domain] == nil {
-			out[o.Domain] = map[Entry][]*overrideRule{}
-		}
-		last := o.Entries[len(o.Entries)-1]
-		out[o.Domain][last] = append(out[o.Domain][last], &overrideRule{entries: slices.Clone(o.Entries), rule: &r, expires: o.Expires})
+		ob.add(o.Entries, key, &r, i, o.Expires)
 		kept = append(kept, *o)
 	}
 	if len(errs) > 0 {
@@ -136,12 +125,21 @@ func (s *Set) WithOverrides(now time.Time, ovs ...Override) (*Set, error) {
 	}
 	n := *s
 	n.rulesVersion = s.RulesVersion()
-	n.overrides, n.version = nil, n.rulesVersion
-	if len(out) > 0 {
+	n.version = n.rulesVersion
+	n.domains = make(map[string]*domain, len(s.domains))
+	for name, d := range s.domains {
+		nd := *d
+		nd.overrides = nil
+		if ob := out[name]; ob != nil && len(ob.x.recs) > 0 {
+			nd.overrides = ob.index()
+		}
+		n.domains[name] = &nd
+	}
+	if len(kept) > 0 {
 		h := sha256.New()
 		fmt.Fprintf(h, "%s\x00", n.rulesVersion)
 		h.Write(b)
-		n.overrides, n.version = out, hex.EncodeToString(h.Sum(nil)[:8])
+		n.version = hex.EncodeToString(h.Sum(nil)[:8])
 	}
 	return &n, nil
 }
@@ -212,17 +210,21 @@ type OverrideRule struct {
 }
 
 // Overrides returns the overrides in force in s, sorted by domain and
-// entries. Their rules and entries must not be modified.
+// entries. Their rules must not be modified.
 func (s *Set) Overrides() []OverrideRule {
 	if s == nil {
 		return nil
 	}
 	var out []OverrideRule
-	for d, byEntry := range s.overrides {
-		for _, os := range byEntry {
-			for _, o := range os {
-				out = append(out, OverrideRule{Domain: d, Entries: o.entries, Rule: o.rule, Expires: o.expires})
-			}
+	for _, name := range s.names {
+		x := s.domains[name].overrides
+		if x == nil {
+			continue
+		}
+		for i := range x.recs {
+			rec := &x.recs[i]
+			out = append(out, OverrideRule{Domain: name, Entries: decodeEntries(x.keys[rec.off:rec.end]),
+				Rule: x.rules[rec.rule], Expires: rec.expires})
 		}
 	}
 	slices.SortFunc(out, func(a, b OverrideRule) int {
@@ -236,6 +238,20 @@ func (s *Set) Overrides() []OverrideRule {
 	return out
 }
 
+// NumOverrides returns how many overrides are in force in s.
+func (s *Set) NumOverrides() int {
+	if s == nil {
+		return 0
+	}
+	n := 0
+	for _, d := range s.domains {
+		if d.overrides != nil {
+			n += len(d.overrides.recs)
+		}
+	}
+	return n
+}
+
 // NextExpiry returns when the first override of s to expire does, or the
 // zero time when none expires.
 func (s *Set) NextExpiry() time.Time {
@@ -243,12 +259,14 @@ func (s *Set) NextExpiry() time.Time {
 	if s == nil {
 		return next
 	}
-	for _, byEntry := range s.overrides {
-		for _, os := range byEntry {
-			for _, o := range os {
-				if !o.expires.IsZero() && (next.IsZero() || o.expires.Before(next)) {
-					next = o.expires
-				}
+	for _, d := range s.domains {
+		if d.overrides == nil {
+			continue
+		}
+		for i := range d.overrides.recs {
+			e := d.overrides.recs[i].expires
+			if !e.IsZero() && (next.IsZero() || e.Before(next)) {
+				next = e
 			}
 		}
 	}

@@ -224,6 +224,26 @@ func BenchmarkMatchOverrides(b *testing.B) {
 			}
 		})
 	}
+	// Each of the 10,000 in turn, as requests of many tenants come, and
+	// as many tenants without one.
+	for _, bb := range []struct {
+		name, prefix string
+	}{{"10000/overrides", "tenant-"}, {"10000/others", "other-"}} {
+		b.Run(bb.name, func(b *testing.B) {
+			es := make([][]Entry, 10_000)
+			for i := range es {
+				es[i] = entries("tenant", fmt.Sprint(bb.prefix, i))
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if r, err := with.Match("api", es[i%len(es)]); r == nil || err != nil {
+					b.Fatal(r, err)
+				}
+				i++
+			}
+		})
+	}
 }
 
 // TestOverrideCheck checks that a store's veto reaches the limits of

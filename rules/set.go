@@ -12,10 +12,9 @@ import (
 // loaded and safe for concurrent use; a reload builds a new one. The zero
 // Set, like a nil *Set, has no domains.
 type Set struct {
-	domains   map[string]*domain
-	names     []string // sorted
-	version   string
-	overrides overrides // nil without overrides (WithOverrides)
+	domains map[string]*domain
+	names   []string // sorted
+	version string
 	// rulesVersion is the version of the rules alone once WithOverrides
 	// made the Set; "" before, when version is that.
 	rulesVersion string
@@ -28,6 +27,9 @@ type domain struct {
 	line  int
 	rules []*Rule
 	root  level
+	// overrides are the overrides in force in the domain (WithOverrides);
+	// nil for none.
+	overrides *overrideIndex
 }
 
 // level holds the lookup tables of one list of descriptors, so that Match
@@ -89,12 +91,19 @@ func (lv *level) lookup(e Entry) *Rule {
 // first: Match returns its rule, which takes the place of the rule the
 // descriptor would match.
 func (s *Set) Match(domain string, entries []Entry) (*Rule, error) {
-	if s != nil && s.overrides != nil {
-		if r := s.overrides.lookup(domain, entries); r != nil {
+	if s == nil {
+		return nil, ErrUnknownDomain
+	}
+	d := s.domains[domain]
+	if d == nil {
+		return nil, ErrUnknownDomain
+	}
+	if d.overrides != nil {
+		if r := d.overrides.lookup(entries); r != nil {
 			return r, nil
 		}
 	}
-	return s.match(domain, entries)
+	return d.match(entries)
 }
 
 // match is Match without overrides.
@@ -106,6 +115,11 @@ func (s *Set) match(domain string, entries []Entry) (*Rule, error) {
 	if d == nil {
 		return nil, ErrUnknownDomain
 	}
+	return d.match(entries)
+}
+
+// match is Match in d, without overrides.
+func (d *domain) match(entries []Entry) (*Rule, error) {
 	lv := &d.root
 	for i := range entries {
 		r := lv.lookup(entries[i])

@@ -60,7 +60,7 @@ func openRules(log *slog.Logger, c coreFlags, check func(sluice.Limit) error, m 
 			return
 		}
 		log.Info("rules reloaded", "rules", redactURL(c.rules), "source", source, "version", set.Version(), "generation", gen,
-			"domains", set.Domains(), "overrides", len(set.Overrides()))
+			"domains", set.Domains(), "overrides", set.NumOverrides())
 	}
 	if !isRulesDB(c.rules) {
 		w, err := c.loader().Watch(c.rules, func(set *rules.Set, err error) { report(set, "files", 0, err) }, rules.WithCheck(check))
