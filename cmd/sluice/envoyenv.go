@@ -62,7 +62,6 @@ var envoyIgnored = []string{
 	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM",
 	"REDIS_TIMEOUT", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
 	"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME",
-	"REDIS_SENTINEL_AUTH",
 	// a second Redis for per-second limits: sluice keeps every counter in one store
 	"REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL",
 	"REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH",
@@ -195,6 +194,11 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 		errs = append(errs, err)
 	} else if store != "" {
 		set("store", store, "REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_TLS")
+	}
+	if v := get("REDIS_SENTINEL_AUTH", ""); v != "" && get("REDIS_URL", "") != "" && strings.EqualFold(get("REDIS_TYPE", "single"), "sentinel") {
+		set("store-sentinel-auth", v, "REDIS_SENTINEL_AUTH")
+	} else {
+		ignore("REDIS_SENTINEL_AUTH") // as in Envoy, without a sentinel
 	}
 	storeTLSVars := []string{"REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"}
 	if boolean("REDIS_TLS", false) && get("REDIS_URL", "") != "" {
@@ -372,8 +376,11 @@ func (e *envoyEnv) redactedSettings() []string {
 	out := make([]string, 0, len(e.settings))
 	for _, s := range e.settings {
 		v := s.value
-		if s.flag == "store" {
+		switch s.flag {
+		case "store":
 			v = redactURL(v)
+		case "store-sentinel-auth":
+			v = "xxxxx"
 		}
 		out = append(out, fmt.Sprintf("%s=%s", s.flag, v))
 	}

@@ -102,7 +102,12 @@ func TestEnvoySettings(t *testing.T) {
 		{
 			name: "a sentinel",
 			env:  []string{"REDIS_TYPE=sentinel", "REDIS_URL=mymaster,s1:26379,s2:26379", "REDIS_SENTINEL_AUTH=x"},
-			want: map[string]string{"store": "redis+sentinel://s1:26379,s2:26379/mymaster"}, ignored: []string{"REDIS_SENTINEL_AUTH"},
+			want: map[string]string{"store": "redis+sentinel://s1:26379,s2:26379/mymaster", "store-sentinel-auth": "x"},
+		},
+		{
+			name: "a sentinel's password without a sentinel",
+			env:  []string{"REDIS_URL=r:1", "REDIS_SENTINEL_AUTH=x"},
+			want: map[string]string{"store": "redis://r:1"}, ignored: []string{"REDIS_SENTINEL_AUTH"},
 		},
 		{
 			name: "decisions, headers, metrics, near cache",

@@ -17,8 +17,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // socketDir returns a new directory with a short path for unix sockets
@@ -175,12 +173,11 @@ func TestListenUnixRefuses(t *testing.T) {
 	}
 }
 
-// TestServeNeedsAGRPCListener checks that serve refuses to run without
-// any gRPC listener, and that --grpc-unix-mode is checked.
-func TestServeNeedsAGRPCListener(t *testing.T) {
+// TestGRPCUnixMode checks that --grpc-unix-mode takes permissions only
+// (TestServeErrors: no gRPC listener at all).
+func TestGRPCUnixMode(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
-		{"serve", "--rules", exampleRules, "--grpc-addr", "", "--http-addr", "127.0.0.1:0"},
 		{"serve", "--rules", exampleRules, "--grpc-unix", "/x.sock", "--grpc-unix-mode", "0800"},
 		{"serve", "--rules", exampleRules, "--grpc-unix", "/x.sock", "--grpc-unix-mode", "1777"},
 	} {
@@ -188,32 +185,5 @@ func TestServeNeedsAGRPCListener(t *testing.T) {
 		if exitCode(err) != 2 {
 			t.Errorf("%q = %v, want a usage error", args, err)
 		}
-	}
-}
-
-// TestServeEnvoyRedisUnixSocket runs serve on Envoy's environment with a
-// Redis on a unix socket (REDIS_SOCKET_TYPE=unix, REDIS_URL a path, as
-// Envoy's nutcracker sidecar setups have it): decisions are counted in
-// that Redis, over its socket.
-func TestServeEnvoyRedisUnixSocket(t *testing.T) {
-	t.Parallel()
-	sock := filepath.Join(socketDir(t), "redis.sock")
-	redis := testenv.StartRedis(t, "--unixsocket", sock, "--unixsocketperm", "700")
-	rules := copyRules(t, exampleRules)
-	s := startServer(t, env("REDIS_SOCKET_TYPE=unix", "REDIS_URL="+sock, "DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1",
-		"LOG_LEVEL=info"),
-		"--rules", rules, "--fail", "closed")
-	eventually(t, "the store connected", func() bool {
-		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
-	})
-	body := `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"unix"},{"key":"path","value":"/login"}]}]}`
-	if r := s.do(t, "POST", "/json", body); r.code != 200 || !strings.Contains(r.body, `"overallCode":"OK"`) {
-		t.Fatalf("POST /json = %d %s, want OK from the Redis on the socket (--fail closed denies without it)", r.code, r.body)
-	}
-	if n := strings.TrimSpace(redis.CLI("dbsize")); n == "0" {
-		t.Errorf("DBSIZE = %s: the decision left no key in the Redis on the socket", n)
-	}
-	if clients := redis.CLI("client", "list"); !strings.Contains(clients, "addr="+sock) {
-		t.Errorf("no client of the Redis on its socket %s:\n%s", sock, clients)
 	}
 }

@@ -181,6 +181,10 @@ func TestServeErrors(t *testing.T) {
 		{"bad redis URL", []string{"--store", "redis://127.0.0.1:1/0?db=2"}, "--store: redis store URL redis://127.0.0.1:1/0?db=2: query parameters are not supported"},
 		{"unknown store", []string{"--store", "etcd://x"}, "unknown store"},
 		{"empty store", []string{"--store", ""}, "--store is empty"},
+		{"a sentinel's password without a sentinel", []string{"--store", "redis://:pw@127.0.0.1:1", "--store-sentinel-auth", "x"},
+			"--store-sentinel-auth: --store redis://:xxxxx@127.0.0.1:1 names no sentinel"},
+		{"a sentinel's password for memory", []string{"--store-sentinel-auth", "x"}, "--store-sentinel-auth: --store is memory"},
+		{"no gRPC listener", []string{"--grpc-addr", ""}, "--grpc-addr and --grpc-unix are both empty"},
 		{"broken rules", []string{"--rules", "testdata/does-not-exist.yaml"}, "load rules"},
 		{"address in use", []string{"--grpc-addr", "127.0.0.1:1", "--http-addr", "256.0.0.1:0"}, "listen"},
 	}

@@ -30,6 +30,9 @@ type storeOptions struct {
 	tls        *tls.Config       // rediss://: nil means the system's roots and the URL's host
 	envoyKeys  bool              // Redis: count Envoy's keys as Envoy does (store/envoykeys)
 	floodGuard bool              // memory store: a new key takes no entry until seen again (store/floodguard)
+	// sentinelAuth is the password, or user:password, of the sentinels
+	// of a redis+sentinel:// store; "" for none.
+	sentinelAuth string
 }
 
 // openedStore is the store that --store names, the in-process store that
@@ -99,6 +102,9 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		if o.envoyKeys {
 			return nil, usageError("--envoy-redis-keys: Envoy's counters are in Redis; --store is memory")
 		}
+		if o.sentinelAuth != "" {
+			return nil, usageError("--store-sentinel-auth: --store is memory, not a redis+sentinel:// URL")
+		}
 		mem, err := newMemory(o)
 		if err != nil {
 			return nil, err
@@ -117,6 +123,16 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		attempts := 0
 		rcfg := redis.DefaultConfig()
 		rcfg.TLS = o.tls
+		if o.sentinelAuth != "" {
+			if !strings.HasPrefix(strings.ToLower(spec), "redis+sentinel://") {
+				return nil, usageError("--store-sentinel-auth: --store %s names no sentinel (want redis+sentinel://)", redactURL(spec))
+			}
+			user, pass, ok := strings.Cut(o.sentinelAuth, ":") // Envoy's REDIS_SENTINEL_AUTH form
+			if !ok {
+				user, pass = "", o.sentinelAuth
+			}
+			rcfg.SentinelUsername, rcfg.SentinelPassword = user, pass
+		}
 		rs, err := redis.OpenBackground(spec, rcfg, time.Second, func(err error) {
 			if attempts%60 == 0 && o.log != nil { // the first, then once a minute
 				o.log.Warn("store not connected; deciding by --fail until it is", "err", err, "attempts", attempts+1)

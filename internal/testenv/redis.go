@@ -108,6 +108,7 @@ type RedisServer struct {
 	dir  string
 	args []string
 	conf string // a sentinel's configuration file, or ""
+	pass string // the password the server requires, or ""
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -232,10 +233,19 @@ func (r *RedisServer) do(timeout time.Duration, args ...string) (string, error) 
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
+	rd := bufio.NewReader(conn)
+	if r.pass != "" {
+		if _, err := fmt.Fprintf(conn, "AUTH %s\r\n", r.pass); err != nil {
+			return "", err
+		}
+		if line, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+			return strings.TrimRight(line, "\r\n"), fmt.Errorf("AUTH: %q %v", line, err)
+		}
+	}
 	if _, err := fmt.Fprintf(conn, "%s\r\n", strings.Join(args, " ")); err != nil {
 		return "", err
 	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
+	line, err := rd.ReadString('\n')
 	return strings.TrimRight(line, "\r\n"), err
 }
 
@@ -243,7 +253,7 @@ func (r *RedisServer) do(timeout time.Duration, args ...string) (string, error) 
 // failing the test when it fails or takes more than 30s.
 func (r *RedisServer) CLI(args ...string) string {
 	r.t.Helper()
-	out, err := cli(append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(r.Port)}, args...)...)
+	out, err := cli(append(r.cliArgs(), args...)...)
 	if err != nil {
 		r.t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
 	}
@@ -262,12 +272,29 @@ func cli(args ...string) (string, error) {
 // master declared down after one second, and waits until it answers PING.
 func StartRedisSentinel(t testing.TB, master *RedisServer, name string) *RedisServer {
 	t.Helper()
-	r := &RedisServer{t: t, bin: RedisServerBinary(t), dir: t.TempDir()}
+	return startSentinel(t, master, name, "")
+}
+
+// StartRedisSentinelAuth starts a Redis Sentinel as StartRedisSentinel
+// does that requires clients to authenticate with password (its
+// requirepass; no spaces). The returned server's Do and CLI
+// authenticate.
+func StartRedisSentinelAuth(t testing.TB, master *RedisServer, name, password string) *RedisServer {
+	t.Helper()
+	return startSentinel(t, master, name, password)
+}
+
+func startSentinel(t testing.TB, master *RedisServer, name, password string) *RedisServer {
+	t.Helper()
+	r := &RedisServer{t: t, bin: RedisServerBinary(t), dir: t.TempDir(), pass: password}
 	r.Port = redisFreePort(t)
 	r.Addr = "127.0.0.1:" + strconv.Itoa(r.Port)
 	r.conf = filepath.Join(r.dir, "sentinel.conf")
 	conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 1\n"+
 		"sentinel down-after-milliseconds %[1]s 1000\nsentinel failover-timeout %[1]s 5000\n", name, master.Port)
+	if password != "" {
+		conf += "requirepass " + password + "\n"
+	}
 	if err := os.WriteFile(r.conf, []byte(conf), 0o600); err != nil {
 		t.Fatalf("write sentinel config: %v", err)
 	}
@@ -378,8 +405,17 @@ func (r *RedisServer) cli(args ...string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "redis-cli", append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(r.Port)}, args...)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "redis-cli", append(r.cliArgs(), args...)...).CombinedOutput()
 	return string(out), err
+}
+
+// cliArgs are redis-cli's arguments that reach the server.
+func (r *RedisServer) cliArgs() []string {
+	a := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(r.Port)}
+	if r.pass != "" {
+		a = append(a, "-a", r.pass, "--no-auth-warning")
+	}
+	return a
 }
 
 // MasterOf returns the node that a running node reports as the master of

@@ -124,6 +124,12 @@ type Config struct {
 	// TLS configures rediss:// connections. Nil (the default) means the
 	// system's roots and the URL's host name.
 	TLS *tls.Config
+	// SentinelUsername and SentinelPassword authenticate the connections
+	// to the sentinels of a redis+sentinel:// URL (the URL's own user and
+	// password are the master's). Empty (the default): no AUTH to the
+	// sentinels; a password alone: AUTH with the password. Other URLs
+	// refuse them.
+	SentinelUsername, SentinelPassword string
 }
 
 // DefaultConfig returns the default configuration: what every zero field
@@ -139,6 +145,7 @@ func DefaultConfig() Config {
 		ExpiryMargin: time.Second,           // beyond the reset time; at most twice
 		Now:          nil,                   // Redis's TIME
 		TLS:          nil,                   // system roots, the URL's host name
+		// SentinelUsername, SentinelPassword: "", no AUTH to the sentinels
 	}
 }
 
@@ -364,6 +371,9 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 		}
 		rest = rest[at+1:]
 	}
+	if !sentinel && (cfg.SentinelUsername != "" || cfg.SentinelPassword != "") {
+		return fail("a sentinel's user or password is set, but the URL names no sentinel (want redis+sentinel://)")
+	}
 	if unix {
 		// One Redis at a socket's path, on the connections of a dialer of
 		// unix sockets with the dial timeout; no database number (Redis
@@ -396,6 +406,7 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 		}
 		opt.Sentinel.MasterSet = parts[0]
 		opt.Sentinel.Dialer = opt.Dialer
+		opt.Sentinel.Username, opt.Sentinel.Password = cfg.SentinelUsername, cfg.SentinelPassword
 		// Besides Sentinel's +switch-master events, ask every few seconds,
 		// so that a missed event does not bind the store to a demoted
 		// master (rueidis recommends it).

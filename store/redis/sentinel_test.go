@@ -57,3 +57,58 @@ func TestSentinel(t *testing.T) {
 		t.Fatalf("after the failover: %+v, want 4 remaining (the state survived on the replica)", d)
 	}
 }
+
+// TestSentinelAuth decides through a Redis Sentinel that requires a
+// password (its requirepass): with Config.SentinelPassword the store
+// finds the master and decides; without it, or with a wrong one, Open
+// fails. The master's own password is the URL's, apart from it.
+func TestSentinelAuth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a master and a sentinel")
+	}
+	t.Parallel()
+	master := testenv.StartRedis(t)
+	if got := master.Do("CONFIG", "SET", "requirepass", "masterpw"); got != "+OK" {
+		t.Fatalf("CONFIG SET requirepass = %q", got)
+	}
+	// The sentinel needs the master's password to watch it; it is
+	// started first and told afterwards.
+	sentinel := testenv.StartRedisSentinelAuth(t, master, "authmaster", "sentinelpw")
+	if got := sentinel.Do("SENTINEL", "SET", "authmaster", "auth-pass", "masterpw"); got != "+OK" {
+		t.Fatalf("SENTINEL SET auth-pass = %q", got)
+	}
+	url := "redis+sentinel://:masterpw@" + sentinel.Addr + "/authmaster"
+
+	for _, tt := range []struct{ name, user, pass, want string }{
+		{"no password", "", "", "NOAUTH"}, {"a wrong password", "", "nope", "WRONGPASS"},
+	} {
+		cfg := DefaultConfig()
+		cfg.SentinelUsername, cfg.SentinelPassword = tt.user, tt.pass
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s, err := Open(ctx, url, cfg)
+		cancel()
+		if err == nil {
+			s.Close()
+			t.Fatalf("%s for the sentinel: Open succeeded, want %s", tt.name, tt.want)
+		}
+		if !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "masterpw") {
+			t.Fatalf("%s for the sentinel: Open = %v, want %s (and no password)", tt.name, err, tt.want)
+		}
+	}
+
+	cfg := DefaultConfig()
+	cfg.SentinelPassword = "sentinelpw"
+	s := open(t, url, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l := sluice.Limit{Rate: 2, Period: time.Hour}
+	for i, want := range []bool{true, true, false} {
+		d, err := s.Take(ctx, "{sentinel-auth}", l, 1)
+		if err != nil || d.Allowed != want {
+			t.Fatalf("Take %d through the sentinel = %+v, %v; want allowed %v (2 an hour)", i+1, d, err, want)
+		}
+	}
+	if got := strings.TrimSpace(master.CLI("-a", "masterpw", "--no-auth-warning", "exists", cfg.KeyPrefix+"{sentinel-auth}")); got != "1" {
+		t.Errorf("EXISTS on the master = %q, want 1", got)
+	}
+}

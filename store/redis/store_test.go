@@ -32,6 +32,9 @@ func TestParseURL(t *testing.T) {
 		cluster bool
 		tls     bool
 		err     string
+		// sentinelPass is Config.SentinelPassword, and the sentinel
+		// connections' password wanted.
+		sentinelPass string
 	}{
 		{name: "plain", url: "redis://localhost:6380", addrs: []string{"localhost:6380"}},
 		{name: "default port", url: "redis://cache", addrs: []string{"cache:6379"}},
@@ -43,6 +46,7 @@ func TestParseURL(t *testing.T) {
 		{name: "cluster over tls", url: "rediss+cluster://u:p@a:1", addrs: []string{"a:1"}, user: "u", pass: "p", cluster: true, tls: true},
 		{name: "sentinel", url: "redis+sentinel://s1:26379,s2:26379/mymaster", addrs: []string{"s1:26379", "s2:26379"}, master: "mymaster"},
 		{name: "sentinel with db", url: "redis+sentinel://s1:26379/mymaster/2", addrs: []string{"s1:26379"}, master: "mymaster", db: 2},
+		{name: "sentinel with passwords", url: "redis+sentinel://:m@s1:26379/mymaster", addrs: []string{"s1:26379"}, master: "mymaster", pass: "m", sentinelPass: "s"},
 		{name: "unix socket", url: "unix:///var/run/redis/redis.sock", addrs: []string{"/var/run/redis/redis.sock"}},
 		{name: "unix socket with a password", url: "unix://u:p%2Fw@/run/r.sock", addrs: []string{"/run/r.sock"}, user: "u", pass: "p/w"},
 		{name: "unix socket with @ in its path", url: "unix://:pw@/run/a@b.sock", addrs: []string{"/run/a@b.sock"}, pass: "pw"},
@@ -52,6 +56,7 @@ func TestParseURL(t *testing.T) {
 		{name: "unix socket with a query", url: "unix:///run/r.sock?db=1", err: "query"},
 		{name: "unix socket password redacted", url: "unix://u:hunter2@run/r.sock", err: "u:xxxxx@"},
 		{name: "no scheme", url: "localhost:6379", err: "want redis://"},
+		{name: "a sentinel's password without a sentinel", url: "redis://h:1", sentinelPass: "x", err: "names no sentinel"},
 		{name: "unknown scheme", url: "memcache://h:1", err: `unknown scheme "memcache"`},
 		{name: "no host", url: "redis:///0", err: "no host"},
 		{name: "bad db", url: "redis://h:1/x", err: `database "x"`},
@@ -63,7 +68,9 @@ func TestParseURL(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opt, cluster, err := parseURL(tt.url, DefaultConfig())
+			cfg := DefaultConfig()
+			cfg.SentinelPassword = tt.sentinelPass
+			opt, cluster, err := parseURL(tt.url, cfg)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) || strings.Contains(err.Error(), "hunter2") {
 					t.Fatalf("parseURL(%q) error = %v, want one containing %q (and no password)", tt.url, err, tt.err)
@@ -80,6 +87,9 @@ func TestParseURL(t *testing.T) {
 			}
 			if !tt.cluster && tt.master == "" && !opt.ForceSingleClient {
 				t.Fatal("a single Redis should force the single client")
+			}
+			if opt.Sentinel.Password != tt.sentinelPass {
+				t.Fatalf("parseURL(%q): the sentinels' password %q, want %q", tt.url, opt.Sentinel.Password, tt.sentinelPass)
 			}
 			if unix := strings.HasPrefix(tt.url, "unix:"); unix != (opt.DialCtxFn != nil) {
 				t.Fatalf("parseURL(%q): a dialer of unix sockets %v, want %v", tt.url, opt.DialCtxFn != nil, unix)
