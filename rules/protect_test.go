@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -115,5 +117,84 @@ func TestProtectExample(t *testing.T) {
 	if user == nil || user.Concurrency != 20 || user.Limits[0].Throttling != Elastic || user.Limits[0].Pool.Limit.Rate != 2000 ||
 		checkout == nil || checkout.Priority != PriorityCritical || export == nil || export.Priority != PrioritySheddable || export.Concurrency != 4 {
 		t.Fatalf("user %+v, checkout %+v, export %+v", user, checkout, export)
+	}
+}
+
+// TestRulesJSONProtect: the rules in force (GET /v1/rules) show the
+// domain's capacity and each rule's and limit's protection fields:
+// concurrency, priority, elastic throttling with its percent and pool, and
+// sync.
+func TestRulesJSONProtect(t *testing.T) {
+	t.Parallel()
+	set, err := Parse("r.yaml", []byte(`
+domain: api
+capacity: {unit: second, requests_per_unit: 1000, algorithm: token_bucket, burst: 1500}
+descriptors:
+  - key: user
+    concurrency: 20
+    priority: critical
+    rate_limit: {unit: second, requests_per_unit: 30, throttling: elastic, elastic_percent: 50, sync: lease}
+---
+domain: web
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 5}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type limit struct {
+		ID, Unit, Algorithm, Period, Throttling, Pool, Sync string
+		RequestsPerUnit                                     int64 `json:"requests_per_unit"`
+		Burst, Line                                         int64
+		ElasticPercent                                      int64 `json:"elastic_percent"`
+	}
+	var v struct {
+		Domains []struct {
+			Domain      string
+			Capacity    *limit
+			Descriptors []struct {
+				Concurrency int64
+				Priority    string
+				Limits      []limit
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Domains) != 2 || v.Domains[0].Domain != "api" || v.Domains[1].Capacity != nil {
+		t.Fatalf("%s: want api with a capacity, web without", b)
+	}
+	api := v.Domains[0]
+	c := api.Capacity
+	if c == nil || c.RequestsPerUnit != 1000 || c.Unit != "second" || c.Algorithm != "token_bucket" || c.Burst != 1500 || c.Line != 3 || c.ID == "" {
+		t.Fatalf("capacity %+v in %s", c, b)
+	}
+	d := api.Descriptors[0]
+	l := d.Limits[0]
+	if d.Concurrency != 20 || d.Priority != "critical" || l.Throttling != "elastic" || l.ElasticPercent != 50 || l.Pool != c.ID || l.Sync != "lease" {
+		t.Errorf("rule %+v, limit %+v in %s", d, l, b)
+	}
+}
+
+// TestMergedCapacity: merged parts of a domain state its capacity once;
+// a second is refused, with the first's place.
+func TestMergedCapacity(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.yaml"), "domain: api\ncapacity: {unit: second, requests_per_unit: 100}\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, throttling: elastic, elastic_percent: 100}\n")
+	write(t, filepath.Join(dir, "b.yaml"), "domain: api\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	if _, err := (Loader{MergeDomains: true}).Load(dir); err != nil {
+		t.Fatalf("one capacity: %v", err)
+	}
+	write(t, filepath.Join(dir, "c.yaml"), "domain: api\ncapacity: {unit: second, requests_per_unit: 50}\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 5, throttling: elastic, elastic_percent: 100}\n")
+	_, err := (Loader{MergeDomains: true}).Load(dir)
+	if want := filepath.Join(dir, "c.yaml") + `:2: capacity: domain "api" has one already (at ` + filepath.Join(dir, "a.yaml") + ":2)"; err == nil || err.Error() != want {
+		t.Errorf("two capacities: %v, want %s", err, want)
 	}
 }

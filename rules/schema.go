@@ -282,6 +282,7 @@ type parsedDomain struct {
 	rules    []*Rule
 	names    map[string]bool // names of the domain's limits
 	replaces []replaceRef
+	pool     *Limit // the domain's capacity, nil if none
 }
 
 // replaceRef is one entry of a limit's replaces, to check once the whole
@@ -724,6 +725,7 @@ func (c *checker) pool(ds *DomainSpec, p *parsedDomain, path string) {
 			pool.ID = limitID(&Rule{Domain: ds.Domain, path: []*Rule{{Value: "capacity"}}}, pool, 0) // no descriptor has an empty key: no other limit has this ID
 		}
 	}
+	p.pool = pool
 	var walk func(rs []*Rule)
 	walk = func(rs []*Rule) {
 		for _, r := range rs {
@@ -893,6 +895,15 @@ func assemble(parsed []*parsedDomain, merge bool, errs *Errors) *Set {
 			s.names = append(s.names, p.name)
 		}
 		d := s.domains[p.name]
+		if p.pool != nil {
+			// One pool per domain: merged parts that each stated one
+			// would leave "the domain's spare" ambiguous.
+			if d.capacity != nil {
+				p.rp.add(p.pool.Line, p.name+"/capacity", fmt.Sprintf("capacity: domain %q has one already (at %s)", p.name, d.capacity.Place()))
+			} else {
+				d.capacity = p.pool
+			}
+		}
 		type at struct {
 			rule *Rule
 			p    *parsedDomain

@@ -22,11 +22,12 @@ type Set struct {
 
 // domain is one domain of a Set with the lookup tables of its top level.
 type domain struct {
-	name  string
-	file  string
-	line  int
-	rules []*Rule
-	root  level
+	name     string
+	file     string
+	line     int
+	capacity *Limit // the pool of its elastic limits; nil if none
+	rules    []*Rule
+	root     level
 	// overrides are the overrides in force in the domain (WithOverrides);
 	// nil for none.
 	overrides *overrideIndex
@@ -187,6 +188,7 @@ type domainJSON struct {
 	Domain      string     `json:"domain"`
 	File        string     `json:"file"`
 	Line        int        `json:"line"`
+	Capacity    *Limit     `json:"capacity,omitempty"`
 	Descriptors []ruleJSON `json:"descriptors"`
 }
 
@@ -207,7 +209,8 @@ func rulesJSON(rules []*Rule) []ruleJSON {
 }
 
 // MarshalJSON renders the rules in force, for GET /v1/rules:
-// {"version": ..., "domains": [{"domain", "file", "line", "descriptors"}]},
+// {"version": ..., "domains": [{"domain", "file", "line", "capacity",
+// "descriptors"}]} (capacity, the elastic limits' pool, only if stated),
 // domains sorted by name, descriptors in file order with the rules file's
 // field names, each limit with its ID and period; then the overrides in
 // force, if any: {"domain", "entries", "path", "limits", "expires"}.
@@ -228,7 +231,7 @@ func (s *Set) MarshalJSON() ([]byte, error) {
 		for _, name := range s.names {
 			d := s.domains[name]
 			v.Domains = append(v.Domains, domainJSON{
-				Domain: d.name, File: d.file, Line: d.line, Descriptors: rulesJSON(d.rules),
+				Domain: d.name, File: d.file, Line: d.line, Capacity: d.capacity, Descriptors: rulesJSON(d.rules),
 			})
 		}
 		for _, o := range s.Overrides() {

@@ -95,18 +95,25 @@ function update(s) {
   prev = {t, totals: now, calls: s.store.calls, sum: s.store.sum_seconds};
 
   const rules = [];
+  const limitText = l => l.unlimited ? "unlimited" : l.block ? "block" :
+    `${l.requests_per_unit}/${l.unit_multiplier > 1 ? l.unit_multiplier + " " : ""}${l.unit} ${l.algorithm || "fixed_window"}${l.burst ? " burst " + l.burst : ""}` +
+    (l.throttling === "elastic" ? ` elastic +${l.elastic_percent}%` : l.throttling === "soft" ? ` soft +${l.exceed_percent}%` : "");
+  const row = (domain, path, text, line) => {
+    const tr = document.createElement("tr");
+    cell(tr, path); cell(tr, text); cell(tr, domain.file.split("/").pop() + ":" + line);
+    rules.push(tr);
+  };
   const walk = (domain, ds) => {
     for (const d of ds || []) {
-      const tr = document.createElement("tr");
-      cell(tr, d.path);
-      cell(tr, (d.limits || []).map(l => l.unlimited ? "unlimited" : l.block ? "block" :
-        `${l.requests_per_unit}/${l.unit_multiplier > 1 ? l.unit_multiplier + " " : ""}${l.unit} ${l.algorithm || "fixed_window"}${l.burst ? " burst " + l.burst : ""}`).join("; ") + (d.shadow_mode ? " (shadow)" : ""));
-      cell(tr, domain.file.split("/").pop() + ":" + d.line);
-      rules.push(tr);
+      row(domain, d.path, (d.limits || []).map(limitText).join("; ") + (d.concurrency ? `; ${d.concurrency} in flight` : "") +
+        (d.priority ? ` (${d.priority})` : "") + (d.shadow_mode ? " (shadow)" : ""), d.line);
       walk(domain, d.descriptors);
     }
   };
-  for (const d of (s.rules && s.rules.domains) || []) walk(d, d.descriptors);
+  for (const d of (s.rules && s.rules.domains) || []) {
+    if (d.capacity) row(d, d.domain + " capacity", limitText(d.capacity) + " (the elastic limits' pool)", d.capacity.line);
+    walk(d, d.descriptors);
+  }
   fill(el("rules").tBodies[0], rules);
   el("rules-version").textContent = s.rules ? s.rules.version : "";
 
