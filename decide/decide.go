@@ -225,7 +225,7 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 		block(resp, b)
 		if len(b.elastic) > 0 && overall(resp) == OK {
 			tctx, cancel := s.bound(ctx)
-			s.elastic(ctx, tctx, resp, b)
+			s.elastic(ctx, tctx, r, resp, b)
 			cancel()
 		}
 		resp.Overall = overall(resp)
@@ -272,7 +272,7 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	}
 	block(resp, b)
 	if len(b.elastic) > 0 && overall(resp) == OK {
-		s.elastic(ctx, tctx, resp, b)
+		s.elastic(ctx, tctx, r, resp, b)
 	}
 	resp.Overall = overall(resp)
 	if resp.Overall == OK {

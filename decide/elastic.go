@@ -41,16 +41,25 @@ const excessPrefix = "+"
 // excess (at most the excess per window), and a request within its limit
 // that finds the pool full is not counted in it (the pool is full anyway).
 // A request denied here keeps the hits its other limits took.
-func (s *Service) elastic(ctx, tctx context.Context, resp *Response, b *batch) {
+//
+// "Spare" is the pool's room and, when the caller can tell (r.Spare, the
+// proxy's and the middleware's load shedder), the service's own: a
+// request past its limit while the service has no spare capacity is
+// denied before it takes anything from the excess or the pool.
+func (s *Service) elastic(ctx, tctx context.Context, r *Request, resp *Response, b *batch) {
 	for _, e := range b.elastic {
 		st := &resp.Statuses[e.desc]
 		l := e.limit
 		own := s.takeOne(ctx, tctx, resp, sluice.Request{Key: e.key, Group: e.group, Limit: l.Limit, Cost: e.cost})
 		pool := sluice.Request{Key: l.Pool.ID, Group: l.Pool.ID, Limit: l.Pool.Limit, Cost: e.cost}
 		d := own
-		if own.Allowed {
+		switch {
+		case own.Allowed:
 			s.takeOne(ctx, tctx, resp, pool) // counted; the pool's verdict does not matter here
-		} else {
+		case r.Spare != nil && !r.Spare():
+			// The service is saturated: nothing past the limit. Its own
+			// refill is the time to retry (the service's is unknown).
+		default:
 			ex := s.takeOne(ctx, tctx, resp, sluice.Request{Key: excessPrefix + e.key, Group: e.group, Limit: l.Excess(), Cost: e.cost})
 			if ex.Allowed {
 				p := s.takeOne(ctx, tctx, resp, pool)

@@ -121,3 +121,43 @@ func openRedis(t *testing.T, url string, clk *clock) sluice.Store {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// TestElasticSpare: a request past its client's limit passes only while
+// the service has spare capacity (Request.Spare) as well as the pool; one
+// refused for want of it takes nothing from the excess or the pool, and
+// Spare is asked only past the limit.
+func TestElasticSpare(t *testing.T) {
+	t.Parallel()
+	set := loadRules(t, elasticRules)
+	clk := newClock()
+	svc := newService(t, set, clk, decide.Config{})
+	spare, asked := false, 0
+	ask := func(user string, n int) (passed int) {
+		t.Helper()
+		for range n {
+			r := req("api", []string{"user", user})
+			r.Spare = func() bool { asked++; return spare }
+			if decideOK(t, svc, r).Overall == decide.OK {
+				passed++
+			}
+		}
+		return passed
+	}
+	if n := ask("alice", 4); n != 4 || asked != 0 {
+		t.Fatalf("within her limit: %d of 4 passed, Spare asked %d times; want 4, 0", n, asked)
+	}
+	if n := ask("alice", 3); n != 0 || asked != 3 {
+		t.Fatalf("no spare capacity: %d past her limit passed, Spare asked %d times; want 0, 3", n, asked)
+	}
+	spare = true
+	if n := ask("alice", 6); n != 4 {
+		t.Fatalf("spare capacity again: %d of 6 passed, want 4 (her whole excess: the refused ones took none)", n)
+	}
+	ins, err := svc.Inspect(context.Background(), req("api", []string{"user", "alice"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := ins.Descriptors[0].Limits[0].Pool; p.Remaining != 2 {
+		t.Errorf("pool %d remaining, want 2 (alice's 8; the refused ones took none)", p.Remaining)
+	}
+}

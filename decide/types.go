@@ -33,6 +33,13 @@ type Request struct {
 	// until Done, or Config.HoldLease at most. Without it (the decision
 	// APIs, which hear of no end) they are held for Config.Lease.
 	Hold bool
+	// Spare, when set, reports whether the service the request goes to
+	// has spare capacity now: the proxy and the middleware ask their load
+	// shedder (shed.Gate.HasRoom). An elastic limit then admits a request
+	// past the client's own limit only while Spare says so and the
+	// domain's pool has room; it is asked only then. Nil (the decision
+	// APIs, which see no service) leaves the pool alone to decide.
+	Spare func() bool
 }
 
 // Code is a verdict, with Envoy's meaning.

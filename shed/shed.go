@@ -377,6 +377,20 @@ func (g *Gate) sample(rtt time.Duration, failed bool) {
 	}
 }
 
+// HasRoom reports whether the upstream has spare capacity now: whether
+// the Gate would admit even a sheddable request at once (in flight below
+// the limit less ReservePercent, nobody waiting). Elastic throttling asks
+// it (decide.Request.Spare) before it lets a client past its own limit. A
+// nil Gate always has room.
+func (g *Gate) HasRoom() bool {
+	if g == nil {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.admits(Sheddable)
+}
+
 // Stats is a Gate's state, for metrics and readiness.
 type Stats struct {
 	Limit    int

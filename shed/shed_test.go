@@ -163,3 +163,35 @@ func TestLaw(t *testing.T) {
 		t.Fatal("MinLimit above MaxLimit accepted")
 	}
 }
+
+// TestHasRoom: the upstream has room while even a sheddable request
+// would go in at once: below the limit less its reserve, nobody waiting.
+func TestHasRoom(t *testing.T) {
+	t.Parallel()
+	var none *shed.Gate
+	if !none.HasRoom() {
+		t.Error("a nil Gate has no room")
+	}
+	g, err := shed.New(shed.Config{InitialLimit: 10, MinLimit: 10, MaxLimit: 10, ReservePercent: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []shed.Ticket
+	for i := range 8 {
+		if !g.HasRoom() {
+			t.Fatalf("no room with %d of 10 in flight (8 for sheddable)", i)
+		}
+		tk, err := g.Acquire(context.Background(), shed.Critical)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, tk)
+	}
+	if g.HasRoom() {
+		t.Error("room with 8 of 10 in flight, the rest reserved")
+	}
+	ts[0].Drop()
+	if !g.HasRoom() {
+		t.Error("no room with 7 of 10 in flight")
+	}
+}

@@ -78,7 +78,8 @@ type Config struct {
 	// upstream, keeps an adaptive limit on its concurrency and, when it is
 	// saturated, sheds by the rules' priority (503 with Retry-After);
 	// waiting requests are served first in, first out within a priority.
-	// Nil: no shedding.
+	// Elastic limits let a client past its own limit only while it has
+	// room (shed.Gate.HasRoom). Nil: no shedding.
 	Shed *shed.Gate
 	// Logger receives upstream and Decider errors. Default slog.Default().
 	Logger *slog.Logger
@@ -153,7 +154,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	g, err := respond.NewGuard("proxy", respond.GuardConfig{
 		Identity: cfg.Identity, Decider: cfg.Decider, Respond: cfg.Respond,
-		FailClosed: cfg.FailClosed, Logger: cfg.Logger,
+		FailClosed: cfg.FailClosed, Logger: cfg.Logger, Shed: cfg.Shed,
 	})
 	if err != nil {
 		return nil, err

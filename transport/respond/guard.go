@@ -39,8 +39,10 @@ type GuardConfig struct {
 	// Logger receives Decider errors. Nil: slog.Default().
 	Logger *slog.Logger
 	// Shed is the load shedder in front of what Serve serves (the
-	// middleware's handler): requests it sheds get 503 with Retry-After,
-	// by their rules' priority. Nil: no shedding.
+	// middleware's handler, or the proxy's upstream): requests it sheds
+	// get 503 with Retry-After, by their rules' priority, and elastic
+	// limits let a client past its own limit only while it has room
+	// (decide.Request.Spare). Nil: no shedding.
 	Shed *shed.Gate
 }
 
@@ -55,6 +57,7 @@ type Guard struct {
 	log        *slog.Logger
 	msg        string
 	shed       *shed.Gate
+	spare      func() bool // shed.HasRoom, made once; nil without a shedder
 }
 
 // NewGuard returns a Guard for cfg, or an error when Identity or Decider is
@@ -67,6 +70,9 @@ func NewGuard(name string, cfg GuardConfig) (*Guard, error) {
 	g := &Guard{id: cfg.Identity, decider: cfg.Decider, w: cfg.Respond, failClosed: cfg.FailClosed, log: cfg.Logger, msg: name + " decision failed", shed: cfg.Shed}
 	if g.w == nil {
 		g.w = New(Config{})
+	}
+	if g.shed != nil {
+		g.spare = g.shed.HasRoom
 	}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -122,7 +128,7 @@ func (g *Guard) check(w http.ResponseWriter, r *http.Request, hold bool) (resp *
 	if len(ds) == 0 { // no limit applies: nothing to decide
 		return nil, true
 	}
-	req := decide.Request{Domain: g.id.Domain(), Descriptors: ds, Hold: hold}
+	req := decide.Request{Domain: g.id.Domain(), Descriptors: ds, Hold: hold, Spare: g.spare}
 	resp, err := g.decider.Decide(r.Context(), &req)
 	if err != nil {
 		if r.Context().Err() != nil {
