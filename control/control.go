@@ -135,11 +135,19 @@ func (st *State) Build(ld rules.Loader, check func(sluice.Limit) error, now time
 	if err := s.Check(check); err != nil {
 		return nil, err
 	}
+	return st.BuildOn(s, check, now)
+}
+
+// BuildOn makes the Set of the rules s (built and checked already, such
+// as a rules.Watcher's of files) with st's overrides in force at now, the
+// store's veto check applied to their limits; st's documents are not
+// read.
+func (st *State) BuildOn(s *rules.Set, check func(sluice.Limit) error, now time.Time) (*rules.Set, error) {
 	ovs := make([]rules.Override, len(st.Overrides))
 	for i, o := range st.Overrides {
 		ovs[i] = o.Override
 	}
-	s, err = s.WithOverrides(now, ovs...)
+	s, err := s.WithOverrides(now, ovs...)
 	if err == nil {
 		err = checkOverrides(s, check)
 	}
@@ -198,6 +206,13 @@ type DB interface {
 	// have been missed before), until ctx ends, reconnecting as needed; it
 	// returns when ctx ends.
 	Subscribe(ctx context.Context, notify func(gen int64))
+}
+
+// OverridesReader is a DB that can read its state without the domains'
+// documents: the generation and the overrides alone. A Retriever with a
+// Base reads that instead of State.
+type OverridesReader interface {
+	ReadOverrides(ctx context.Context) (*State, error)
 }
 
 // maxOverrideEntries caps the entries of an override's descriptor: 64.

@@ -32,6 +32,7 @@ const (
 	SourceNotify   = "notify"   // a change notification
 	SourcePoll     = "poll"     // the poll of the generation
 	SourceExpiry   = "expiry"   // an override's end
+	SourceFiles    = "files"    // new rules from Base (Rebase)
 )
 
 // RetrieverConfig configures a Retriever. A zero field means its default.
@@ -54,6 +55,13 @@ type RetrieverConfig struct {
 	StartTimeout time.Duration
 	// Now is the clock of overrides' expiry; nil means time.Now.
 	Now func() time.Time
+	// Base, if not nil, gives the rules the database's overrides apply to,
+	// instead of its documents: a rules.Watcher's Current for rules in
+	// files (control/filedb keeps their overrides). Rebase must be called
+	// each time it changes. With Base, a start whose overrides do not
+	// build puts Base's rules in force alone (and OnReload says why), and
+	// the database is read again at its next change; Snapshot is not used.
+	Base func() *rules.Set
 	// OnReload, if not nil, is told of each reload: the new Set, its
 	// source (SourceStart, ...) and the database's generation it was built
 	// from, or a nil Set and why the rules in force stay. It is called one
@@ -77,6 +85,7 @@ type Retriever struct {
 	state    *State     // the state in force
 	tried    int64      // the last generation that failed to build, to try it once
 	triedErr error      // why it failed
+	base     *rules.Set // with Base: the rules the Set in force was built on
 
 	kick   chan struct{} // an override's expiry changed
 	notes  chan struct{} // a notification came: the generation may have changed
@@ -105,7 +114,14 @@ func NewRetriever(ctx context.Context, c RetrieverConfig) (*Retriever, error) {
 	sctx, cancel := context.WithTimeout(ctx, c.StartTimeout)
 	err := r.Refresh(sctx, SourceStart)
 	cancel()
-	if err != nil {
+	if err != nil && c.Base != nil {
+		// Rules in files need no database to start: their rules alone,
+		// until the overrides build.
+		r.mu.Lock()
+		r.base = c.Base()
+		r.cur.Store(r.base)
+		r.mu.Unlock()
+	} else if err != nil {
 		st, serr := readSnapshot(c.Snapshot)
 		if serr != nil {
 			return nil, fmt.Errorf("rules database: %w; snapshot: %w", err, serr)
@@ -211,7 +227,11 @@ func (r *Retriever) refresh(ctx context.Context, source string) { _ = r.Refresh(
 // force, builds and swaps in its Set; source names the reason for
 // OnReload. It returns why the Set in force stays, if it does for an error.
 func (r *Retriever) Refresh(ctx context.Context, source string) error {
-	st, err := r.c.DB.State(ctx)
+	read := r.c.DB.State
+	if or, ok := r.c.DB.(OverridesReader); ok && r.c.Base != nil {
+		read = or.ReadOverrides
+	}
+	st, err := read(ctx)
 	if err != nil {
 		r.report(nil, source, -1, err)
 		return err
@@ -231,18 +251,42 @@ func (r *Retriever) Expire() {
 	}
 }
 
+// Rebase builds the Set of the state in force again on Base's rules, when
+// they are not those it was built on; a Set that does not build (an
+// override for a rule the files no longer have) leaves the one in force,
+// and OnReload says why. It does nothing without Base.
+func (r *Retriever) Rebase() {
+	if r.c.Base == nil {
+		return
+	}
+	r.mu.Lock()
+	st, base := r.state, r.c.Base()
+	if st == nil && base != r.base {
+		// Started without the database's state: the rules alone.
+		r.base = base
+		r.cur.Store(base)
+		r.report(base, SourceFiles, -1, nil)
+	}
+	same := base == r.base
+	r.mu.Unlock()
+	if st != nil && !same {
+		_ = r.swap(st, SourceFiles, false)
+	}
+}
+
 // swap builds st's Set and puts it in force, writing the snapshot when
 // save is set; a state that does not build leaves the Set in force.
 func (r *Retriever) swap(st *State, source string, save bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if source != SourceExpiry && r.state != nil && st.Generation == r.state.Generation {
+	again := source == SourceExpiry || source == SourceFiles // the state in force, rebuilt
+	if !again && r.state != nil && st.Generation == r.state.Generation {
 		return nil // nothing new
 	}
-	if source != SourceExpiry && st.Generation == r.tried {
+	if !again && st.Generation == r.tried {
 		return r.triedErr // reported already
 	}
-	if len(st.Domains) == 0 && r.state != nil && len(r.state.Domains) > 0 {
+	if r.c.Base == nil && len(st.Domains) == 0 && r.state != nil && len(r.state.Domains) > 0 {
 		// Not even a deleted domain: a Redis that lost its data (restarted
 		// without persistence, flushed), not a change anyone made.
 		err := fmt.Errorf("rules database generation %d is empty, not even deleted domains: it lost its data; the rules in force (generation %d) stay until rules are written to it (sluice rules import)", st.Generation, r.state.Generation)
@@ -250,17 +294,30 @@ func (r *Retriever) swap(st *State, source string, save bool) error {
 		r.report(nil, source, st.Generation, err)
 		return err
 	}
-	s, err := st.Build(r.c.Loader, r.c.Check, r.c.Now())
+	var s, base *rules.Set
+	var err error
+	if r.c.Base != nil {
+		base = r.c.Base()
+		s, err = st.BuildOn(base, r.c.Check, r.c.Now())
+	} else {
+		s, err = st.Build(r.c.Loader, r.c.Check, r.c.Now())
+	}
 	if err != nil {
 		err = fmt.Errorf("rules database generation %d: %w", st.Generation, err)
 		r.tried, r.triedErr = st.Generation, err
+		if r.c.Base != nil && r.state == nil {
+			// A start with Base: its rules alone are in force
+			// (NewRetriever); the state is kept for Rebase and Expire to
+			// try again.
+			r.state = st
+		}
 		r.report(nil, source, st.Generation, err)
 		return err
 	}
 	r.tried = -1
-	r.state = st
+	r.state, r.base = st, base
 	r.cur.Store(s)
-	if save && r.c.Snapshot != "" {
+	if save && r.c.Snapshot != "" && r.c.Base == nil {
 		if err := writeSnapshot(r.c.Snapshot, st); err != nil {
 			r.report(s, source, st.Generation, err)
 			return nil

@@ -35,11 +35,12 @@ func startAdmin(ctx context.Context, a adminFlags, co *core, c coreFlags, tc *tl
 	if err != nil {
 		return nil, usageError("--admin-tokens: %v", err)
 	}
-	var db control.DB = co.rulesDB
-	if co.rulesDB == nil { // rules files: the admin API writes them
-		if db, err = filedb.Open(c.rules, c.loader()); err != nil {
+	db := co.rulesDB
+	if db == nil { // says why the admin API cannot write these rules files
+		if _, err := filedb.Open(c.rules, c.loader()); err != nil {
 			return nil, usageError("--admin-tokens: %v", err)
 		}
+		return nil, usageError("--admin-tokens: the admin API cannot write rules %s", c.rules)
 	}
 	ed, err := control.NewEditor(control.EditorConfig{DB: db, Loader: c.loader(), Check: co.stores.check, Log: log})
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/control/redisdb"
+	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/metrics"
@@ -105,7 +105,7 @@ func (c *coreFlags) loader() rules.Loader {
 type core struct {
 	reg      *prometheus.Registry
 	watcher  rulesSource // the files' watcher or the rules database's retriever
-	rulesDB  *redisdb.DB // the rules database, or nil for files
+	rulesDB  control.DB  // what the admin API writes: the rules database, or control/filedb for a rules directory; nil for one file
 	rulesM   *metrics.RulesSource
 	decider  *metrics.Decider
 	svc      *decide.Service  // beneath the decorators: GET /v1/keys looks without counting

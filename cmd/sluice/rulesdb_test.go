@@ -257,8 +257,9 @@ func (f *fleet) put(t *testing.T, i int, doc string) int {
 
 // TestAdminOverFiles: with rules in a directory, the admin API writes the
 // domain's file atomically, the watcher puts it in force, history and
-// rollback work, overrides are refused, and --admin-read-only writes
-// nothing.
+// rollback work, overrides set, listed and deleted by the CLI are kept in
+// the directory and enforced (by a node started on it later too), and
+// --admin-read-only writes nothing.
 func TestAdminOverFiles(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "api.yaml"), []byte(tenantDoc(100)), 0o600); err != nil {
@@ -297,20 +298,58 @@ func TestAdminOverFiles(t *testing.T) {
 		t.Fatalf("rollback: %v\n%s", err, out)
 	}
 	eventually(t, "the rollback in force", func() bool { return limit(t, s, "acme") == 300 })
-	// A domain of a file the API does not own is refused, as overrides are.
+	// A domain of a file the API does not own is refused.
 	writeFile(t, file, strings.ReplaceAll(tenantDoc(1), "api", "web"))
 	if out, err := f.cli(t, 0, testWriteSecret, "rules", "push", file); err == nil || !strings.Contains(out, `domain "web" is in other.yaml`) {
 		t.Fatalf("push of web: %v\n%s", err, out)
 	}
-	if out, err := f.cli(t, 0, testWriteSecret, "override", "set", "--limit", "5/second", "api", "tenant=acme"); err == nil || !strings.Contains(out, "need a rules database") {
-		t.Fatalf("override over files: %v\n%s", err, out)
-	}
 	if _, err := os.Stat(filepath.Join(dir, "web.yaml")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("web.yaml: %v", err)
 	}
+	// Overrides: kept beside the files, enforced at once, on the rules
+	// the files hold.
+	if out, err := f.cli(t, 0, testWriteSecret, "override", "set", "--limit", "5/hour", "api", "tenant=acme"); err != nil || !strings.Contains(out, "api tenant=acme: 5/hour, no expiry, set by ops") {
+		t.Fatalf("override set: %v\n%s", err, out)
+	}
+	eventually(t, "the override in force", func() bool { return limit(t, s, "acme") == 5 })
+	if got := limit(t, s, "other"); got != 300 {
+		t.Fatalf("another tenant beside the override: %d", got)
+	}
+	if out, err := f.cli(t, 0, testWriteSecret, "override", "set", "--limit", "7/second", "api", "ip=1.2.3.4"); err == nil || !strings.Contains(out, "no rule with limits matches") {
+		t.Fatalf("override for no rule: %v\n%s", err, out)
+	}
+	if out, err := f.cli(t, 0, testWriteSecret, "override", "set", "--limit", "9/hour", "--for", "1h", "api", "tenant=bolt"); err != nil {
+		t.Fatalf("override set: %v\n%s", err, out)
+	}
+	eventually(t, "the second override in force", func() bool { return limit(t, s, "bolt") == 9 })
+	if out, err := f.cli(t, 0, testWriteSecret, "override", "list"); err != nil || !strings.Contains(out, "api tenant=acme: 5/hour, no expiry, set by ops") ||
+		!strings.Contains(out, "api tenant=bolt: 9/hour, until ") {
+		t.Fatalf("override list: %v\n%s", err, out)
+	}
+	if out, err := f.cli(t, 0, testWriteSecret, "override", "delete", "api", "tenant=bolt"); err != nil {
+		t.Fatalf("override delete: %v\n%s", err, out)
+	}
+	eventually(t, "the deleted override gone", func() bool { return limit(t, s, "bolt") == 300 })
+	if b, err := os.ReadFile(filepath.Join(dir, ".sluice-admin", "overrides.json")); err != nil || !strings.Contains(string(b), `"value":"acme"`) || strings.Contains(string(b), "bolt") {
+		t.Fatalf("overrides.json: %s, %v", b, err)
+	}
+	// An edit of the file by hand: the override stays on the new rules.
+	writeFile(t, filepath.Join(dir, "api.yaml"), tenantDoc(350))
+	eventually(t, "the edited file in force", func() bool { return limit(t, s, "other") == 350 })
+	if got := limit(t, s, "acme"); got != 5 {
+		t.Fatalf("the override after an edit of the file: %d", got)
+	}
+	writeFile(t, filepath.Join(dir, "api.yaml"), tenantDoc(300))
+	eventually(t, "the file back", func() bool { return limit(t, s, "other") == 300 })
 	// Read-only: nothing is written.
 	ro := startServer(t, nil, "--rules", dir, "--admin-tokens", tokens, "--admin-addr", "127.0.0.1:0", "--admin-read-only")
 	f.nodes[0], f.admins[0] = ro, "http://"+ro.logs.find("admin API listening")["admin_addr"].(string)
+	if got := limit(t, ro, "acme"); got != 5 {
+		t.Fatalf("a node started on the directory: acme %d, want its override", got)
+	}
+	if out, err := f.cli(t, 0, testWriteSecret, "override", "delete", "api", "tenant=acme"); err == nil || !strings.Contains(out, "read-only") {
+		t.Fatalf("override delete on a read-only API: %v\n%s", err, out)
+	}
 	writeFile(t, file, tenantDoc(1))
 	if out, err := f.cli(t, 0, testWriteSecret, "rules", "push", file); err == nil || !strings.Contains(out, "read-only") {
 		t.Fatalf("push to a read-only API: %v\n%s", err, out)

@@ -3,10 +3,15 @@
 // domain the admin API writes in DIR/DOMAIN.yaml (written to a temporary
 // file renamed over it, which the rules Watcher then loads), versions and
 // history in DIR/.sluice-admin/, a hidden directory the rules loader skips.
-// Overrides need a rules database: they are refused here.
+// The overrides are kept there too, in overrides.json (written to a
+// temporary file renamed over it); a node applies them to the rules its
+// Watcher loads with a control.Retriever whose Base is the Watcher's, and
+// learns of a change made in its own process at once (Subscribe), of one
+// made by another process at its next poll of the generation.
 package filedb
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -33,15 +38,24 @@ const historyKept = 100
 // domain at the admin API's 4 MiB cap, with room).
 const maxMetaBytes = 256 << 20
 
+// overridesFile is the file of the overrides, in metaDir.
+const overridesFile = "overrides.json"
+
 // DB is a rules directory as a control.DB. It is safe for concurrent use
 // within one process; two processes must not write one directory.
 type DB struct {
 	dir string
 	ld  rules.Loader
-	mu  sync.Mutex
+	mu  sync.Mutex // serializes commits
+
+	subMu sync.Mutex
+	subs  map[*func(int64)]struct{} // Subscribe's, told of each commit
 }
 
-var _ control.DB = (*DB)(nil)
+var (
+	_ control.DB              = (*DB)(nil)
+	_ control.OverridesReader = (*DB)(nil)
+)
 
 // meta is what the directory's metadata keeps of each domain written
 // through the admin API.
@@ -52,7 +66,9 @@ type meta struct {
 }
 
 // Open returns the DB of the rules directory dir, read by ld (which must
-// not read hidden entries: the Envoy layout needs IgnoreDotFiles).
+// not read hidden entries: the Envoy layout needs IgnoreDotFiles). It
+// writes nothing until a Commit, so that a node can read a directory it
+// may not write (a ConfigMap).
 func Open(dir string, ld rules.Loader) (*DB, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -64,31 +80,93 @@ func Open(dir string, ld rules.Loader) (*DB, error) {
 	if ld.EnvoyLayout && !ld.IgnoreDotFiles {
 		return nil, fmt.Errorf("rules %s: the Envoy layout without --rules-ignore-dot-files would read the admin API's %s directory as rules", dir, metaDir)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, metaDir, "history"), 0o700); err != nil {
-		return nil, fmt.Errorf("rules directory: %w", err)
-	}
-	return &DB{dir: dir, ld: ld}, nil
+	return &DB{dir: dir, ld: ld, subs: map[*func(int64)]struct{}{}}, nil
 }
 
 func unavailable(err error) error { return fmt.Errorf("%w: %w", control.ErrUnavailable, err) }
 
 func readCapped(path string, v any) error {
+	b, err := readFileCapped(path)
+	if err != nil || b == nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// readFileCapped reads path, nil for none, refusing more than
+// maxMetaBytes.
+func readFileCapped(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxMetaBytes+1))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(b) > maxMetaBytes {
-		return fmt.Errorf("%s: above the cap of %d bytes", path, maxMetaBytes)
+		return nil, fmt.Errorf("%s: above the cap of %d bytes", path, maxMetaBytes)
 	}
-	return json.Unmarshal(b, v)
+	return b, nil
+}
+
+// overrides is the contents of overridesFile.
+type overrides struct {
+	Overrides []control.OverrideRecord `json:"overrides"`
+}
+
+// maxOverrideEntries caps the entries of one override in the file, as the
+// admin API caps them: 64.
+const maxOverrideEntries = 64
+
+// decodeOverrides reads the contents of overridesFile strictly: one JSON
+// object with exactly the fields the DB writes, each override with a
+// domain and 1 to 64 entries, no two for one descriptor. The file is
+// the DB's, but a hand edit must not make a node misread it.
+func decodeOverrides(b []byte) ([]control.OverrideRecord, error) {
+	var ov overrides
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ov); err != nil {
+		return nil, fmt.Errorf("%s: %w", overridesFile, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: more than one JSON value", overridesFile)
+	}
+	seen := make(map[string]bool, len(ov.Overrides))
+	for i, o := range ov.Overrides {
+		if len(o.Entries) == 0 || len(o.Entries) > maxOverrideEntries {
+			return nil, fmt.Errorf("%s: overrides[%d]: %d entries; want 1 to %d", overridesFile, i, len(o.Entries), maxOverrideEntries)
+		}
+		k := o.Key()
+		if seen[k] {
+			return nil, fmt.Errorf("%s: overrides[%d]: a second override of %s", overridesFile, i, k)
+		}
+		seen[k] = true
+	}
+	return ov.Overrides, nil
+}
+
+// readOverrides reads the overrides, sorted by Key.
+func (db *DB) readOverrides() ([]control.OverrideRecord, error) {
+	b, err := readFileCapped(filepath.Join(db.dir, metaDir, overridesFile))
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if b == nil {
+		return nil, nil
+	}
+	ovs, err := decodeOverrides(b)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	st := control.State{Overrides: ovs}
+	control.SortState(&st)
+	return st.Overrides, nil
 }
 
 func sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
@@ -169,8 +247,27 @@ func (db *DB) state() (*control.State, error) {
 			st.Domains = append(st.Domains, doc)
 		}
 	}
+	if st.Overrides, err = db.readOverrides(); err != nil {
+		return nil, err
+	}
 	control.SortState(st)
 	return st, nil
+}
+
+// ReadOverrides reads the generation and the overrides, without the rules
+// files.
+func (db *DB) ReadOverrides(context.Context) (*control.State, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	m, err := db.readMeta()
+	if err != nil {
+		return nil, err
+	}
+	ovs, err := db.readOverrides()
+	if err != nil {
+		return nil, err
+	}
+	return &control.State{Generation: m.Generation, Overrides: ovs}, nil
 }
 
 // Generation reads the generation of the admin API's last change.
@@ -196,13 +293,14 @@ func (db *DB) History(_ context.Context, domain string) ([]control.Doc, error) {
 	return docs, nil
 }
 
-// Commit writes a domain's new version if the generation is still gen:
-// its file (or its removal), its history, then the metadata. Overrides are
-// refused.
+// Commit writes a change if the generation is still gen: a domain's new
+// version (its file or its removal, its history), or the overrides file
+// with an override set or deleted; then the metadata with the next
+// generation, which is what a node polls. Each file is replaced whole
+// (atomically); a crash between the two writes leaves the change made and
+// the generation as it was, which the next change raises. Subscribers in
+// this process are told at once.
 func (db *DB) Commit(_ context.Context, gen int64, ch control.Change) (int64, error) {
-	if ch.Doc == nil {
-		return 0, fmt.Errorf("%w: overrides need a rules database (--rules redis://...)", control.ErrInvalid)
-	}
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	m, err := db.readMeta()
@@ -212,41 +310,17 @@ func (db *DB) Commit(_ context.Context, gen int64, ch control.Change) (int64, er
 	if m.Generation != gen {
 		return m.Generation, control.ErrStale
 	}
-	d := *ch.Doc
-	st, err := db.state()
-	if err != nil {
-		return 0, err
-	}
-	if cur, ok := st.Domain(d.Domain); ok && cur.Version == 0 && !cur.Deleted {
-		return 0, fmt.Errorf("%w: domain %q is in a rules file with another name or other domains: the admin API writes only %s.yaml", control.ErrInvalid, d.Domain, d.Domain)
-	}
-	var hist []control.Doc
-	if err := readCapped(db.historyFile(d.Domain), &hist); err != nil {
+	if err := os.MkdirAll(filepath.Join(db.dir, metaDir, "history"), 0o700); err != nil {
 		return 0, unavailable(err)
 	}
-	hist = append(hist, d)
-	if len(hist) > historyKept {
-		hist = hist[len(hist)-historyKept:]
-	}
-	hb, err := json.Marshal(hist)
-	if err != nil {
-		return 0, err
-	}
-	if err := control.WriteFileAtomic(db.historyFile(d.Domain), hb, 0o600); err != nil {
-		return 0, unavailable(err)
-	}
-	if d.Deleted {
-		if err := os.Remove(db.file(d.Domain)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return 0, unavailable(err)
+	if ch.Doc != nil {
+		if err := db.commitDoc(m, *ch.Doc); err != nil {
+			return 0, err
 		}
-	} else if err := control.WriteFileAtomic(db.file(d.Domain), []byte(d.Text), 0o644); err != nil {
-		return 0, unavailable(err)
+	} else if err := db.commitOverride(ch); err != nil {
+		return 0, err
 	}
 	m.Generation++
-	rec := d
-	rec.Text = ""
-	m.Domains[d.Domain] = rec
-	m.Sums[d.Domain] = sum([]byte(d.Text))
 	mb, err := json.Marshal(m)
 	if err != nil {
 		return 0, err
@@ -254,9 +328,98 @@ func (db *DB) Commit(_ context.Context, gen int64, ch control.Change) (int64, er
 	if err := control.WriteFileAtomic(filepath.Join(db.dir, metaDir, "state.json"), mb, 0o600); err != nil {
 		return 0, unavailable(err)
 	}
+	db.notify(m.Generation)
 	return m.Generation, nil
 }
 
-// Subscribe does nothing until ctx ends: the rules Watcher sees the files
-// change.
-func (db *DB) Subscribe(ctx context.Context, _ func(int64)) { <-ctx.Done() }
+// commitDoc writes domain document d and records it in m.
+func (db *DB) commitDoc(m *meta, d control.Doc) error {
+	st, err := db.state()
+	if err != nil {
+		return err
+	}
+	if cur, ok := st.Domain(d.Domain); ok && cur.Version == 0 && !cur.Deleted {
+		return fmt.Errorf("%w: domain %q is in a rules file with another name or other domains: the admin API writes only %s.yaml", control.ErrInvalid, d.Domain, d.Domain)
+	}
+	var hist []control.Doc
+	if err := readCapped(db.historyFile(d.Domain), &hist); err != nil {
+		return unavailable(err)
+	}
+	hist = append(hist, d)
+	if len(hist) > historyKept {
+		hist = hist[len(hist)-historyKept:]
+	}
+	hb, err := json.Marshal(hist)
+	if err != nil {
+		return err
+	}
+	if err := control.WriteFileAtomic(db.historyFile(d.Domain), hb, 0o600); err != nil {
+		return unavailable(err)
+	}
+	if d.Deleted {
+		if err := os.Remove(db.file(d.Domain)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return unavailable(err)
+		}
+	} else if err := control.WriteFileAtomic(db.file(d.Domain), []byte(d.Text), 0o644); err != nil {
+		return unavailable(err)
+	}
+	rec := d
+	rec.Text = ""
+	m.Domains[d.Domain] = rec
+	m.Sums[d.Domain] = sum([]byte(d.Text))
+	return nil
+}
+
+// commitOverride writes the overrides file with ch's override set (in
+// place of the one of the same descriptor) or deleted.
+func (db *DB) commitOverride(ch control.Change) error {
+	ovs, err := db.readOverrides()
+	if err != nil {
+		return err
+	}
+	out := overrides{Overrides: make([]control.OverrideRecord, 0, len(ovs)+1)}
+	key := ch.DeleteOverride
+	if ch.Override != nil {
+		key = ch.Override.Key()
+	}
+	for _, o := range ovs {
+		if o.Key() != key {
+			out.Overrides = append(out.Overrides, o)
+		}
+	}
+	if ch.Override != nil {
+		out.Overrides = append(out.Overrides, *ch.Override)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	if err := control.WriteFileAtomic(filepath.Join(db.dir, metaDir, overridesFile), b, 0o600); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// Subscribe calls notify with -1 once subscribed, then with the generation
+// of each change this DB commits, until ctx ends: the rules Watcher sees
+// the files change, and another process's changes are seen by polling.
+func (db *DB) Subscribe(ctx context.Context, notify func(int64)) {
+	key := &notify
+	db.subMu.Lock()
+	db.subs[key] = struct{}{}
+	db.subMu.Unlock()
+	notify(-1)
+	<-ctx.Done()
+	db.subMu.Lock()
+	delete(db.subs, key)
+	db.subMu.Unlock()
+}
+
+// notify tells the subscribers of generation gen.
+func (db *DB) notify(gen int64) {
+	db.subMu.Lock()
+	defer db.subMu.Unlock()
+	for f := range db.subs {
+		(*f)(gen)
+	}
+}
