@@ -22,22 +22,24 @@ const maxTrafficLog = 64 << 20
 
 func simulateCommand(stdout io.Writer) *ff.Command {
 	var c coreFlags // how rules are read
-	var traffic, compare, out string
+	var traffic, compare, out, format string
 	fs := ff.NewFlagSet("simulate")
 	fs.StringVar(&c.rules, 0, "rules", "", "rules file or directory whose limits are simulated (required)")
 	c.registerRules(fs)
 	fs.StringVar(&traffic, 0, "traffic", "", "traffic pattern, such as \"steady 1/s 50s; burst 100; idle 1s; burst 100\" (phases: steady RATE DURATION, ramp FROM TO DURATION, burst N, idle DURATION, clients N), or @FILE: a recorded log of lines \"SECONDS [KEY]\" (required)")
 	fs.StringVar(&compare, 0, "compare", "", "algorithms to play each limit's rate and period under as well, comma-separated, such as sliding_window,token_bucket")
-	fs.StringVar(&out, 0, "out", "simulate.html", "the self-contained HTML report written (- for standard output)")
+	fs.StringVar(&out, 0, "out", "", "the report written (- for standard output); default simulate.html, or simulate.svg with --format svg")
+	fs.StringVar(&format, 0, "format", "html", "the report's format: html (interactive charts, uPlot inline) or svg (a static image)")
 	return &ff.Command{
 		Name:      "simulate",
-		Usage:     "sluice simulate --rules FILE --traffic SPEC|@LOG [--compare ALGORITHMS] [--out FILE]",
+		Usage:     "sluice simulate --rules FILE --traffic SPEC|@LOG [--compare ALGORITHMS] [--format html|svg] [--out FILE]",
 		ShortHelp: "play a traffic pattern against rules and plot what they admit",
 		LongHelp: "Plays the traffic against every limit of the rules (and, with --compare, the same rate\n" +
 			"and period under other algorithms), each client with its own state, with sluice's own\n" +
 			"algorithms on a simulated clock that starts at midnight. Prints what each admitted and\n" +
-			"denied, and writes an HTML report (uPlot inline, no network needed) that plots admitted\n" +
-			"and denied per second side by side. The dashboard's /ui/simulate does the same.",
+			"denied, and writes an HTML report (uPlot inline, no network needed) or, with --format svg,\n" +
+			"a static SVG image, that plots admitted and denied per second side by side. The\n" +
+			"dashboard's /ui/simulate does the same.",
 		Flags: fs,
 		Exec: func(_ context.Context, args []string) error {
 			if len(args) > 0 {
@@ -46,12 +48,18 @@ func simulateCommand(stdout io.Writer) *ff.Command {
 			if c.rules == "" || traffic == "" {
 				return usageError("simulate: --rules and --traffic are required")
 			}
-			return runSimulate(c, traffic, compare, out, stdout)
+			if format != "html" && format != "svg" {
+				return usageError("simulate: --format %q: want html or svg", format)
+			}
+			if out == "" {
+				out = "simulate." + format
+			}
+			return runSimulate(c, traffic, compare, out, format, stdout)
 		},
 	}
 }
 
-func runSimulate(c coreFlags, traffic, compare, out string, stdout io.Writer) error {
+func runSimulate(c coreFlags, traffic, compare, out, format string, stdout io.Writer) error {
 	set, err := c.loader().Load(c.rules)
 	if err != nil {
 		return fmt.Errorf("load rules: %w", err)
@@ -90,14 +98,18 @@ func runSimulate(c coreFlags, traffic, compare, out string, stdout io.Writer) er
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if out == "-" {
-		return ui.WriteReport(stdout, traffic, res)
+	write := ui.WriteReport
+	if format == "svg" {
+		write = simulate.WriteSVG
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(out), ".simulate-*.html")
+	if out == "-" {
+		return write(stdout, traffic, res)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(out), ".simulate-*."+format)
 	if err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	err = ui.WriteReport(tmp, traffic, res)
+	err = write(tmp, traffic, res)
 	if err = errors.Join(err, tmp.Close()); err == nil {
 		err = os.Rename(tmp.Name(), out)
 	}

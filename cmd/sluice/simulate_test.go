@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/xml"
 	"errors"
 	"io"
 	"os"
@@ -49,7 +50,34 @@ func TestSimulateCommand(t *testing.T) {
 		t.Errorf("recorded log to stdout:\n%.300s", stdout.String())
 	}
 
+	// --format svg: a static image, simulate.svg in the working directory
+	// unless --out names another file.
+	svgPath := filepath.Join(dir, "report.svg")
+	stdout.Reset()
+	if err := run(context.Background(), []string{"simulate", "--rules", rulesPath, "--traffic", "idle 59s; burst 100; idle 1s; burst 100",
+		"--format", "svg", "--out", svgPath}, env(), &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(svgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		XMLName xml.Name `xml:"http://www.w3.org/2000/svg svg"`
+		Groups  []struct {
+			Limit    string `xml:"data-limit,attr"`
+			Admitted int64  `xml:"data-admitted,attr"`
+		} `xml:"g"`
+	}
+	if err := xml.Unmarshal(svg, &doc); err != nil || len(doc.Groups) != 1 || doc.Groups[0].Limit != "100/1m0s" || doc.Groups[0].Admitted != 200 {
+		t.Errorf("SVG report: %+v, %v; want one panel of 100/1m0s with 200 admitted", doc, err)
+	}
+	if !strings.Contains(stdout.String(), "report: "+svgPath) {
+		t.Errorf("output %q lacks the report's path", stdout.String())
+	}
+
 	for _, args := range [][]string{
+		{"simulate", "--rules", rulesPath, "--traffic", "burst 1", "--format", "png"},
 		{"simulate", "--rules", rulesPath},
 		{"simulate", "--rules", rulesPath, "--traffic", "warp 9"},
 		{"simulate", "--rules", rulesPath, "--traffic", "burst 1", "--compare", "fastest"},
