@@ -36,6 +36,7 @@ type coreFlags struct {
 	mergeDomains bool // a domain may span files
 	store        string
 	sentinelAuth string // the sentinels' "password" or "user:password"
+	perSecond    string // a Redis for the limits below a minute, or ""
 	storeTimeout time.Duration
 	slotLease    time.Duration
 	fail         string
@@ -63,6 +64,7 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	c.db.register(fs)
 	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master, unix:///path/to/redis.sock"))
 	fs.StringVar(&c.sentinelAuth, 0, "store-sentinel-auth", "", withEnv("store-sentinel-auth", "password, or user:password, of the sentinels of a redis+sentinel:// store (the URL's is the master's)"))
+	fs.StringVar(&c.perSecond, 0, "store-per-second", "", withEnv("store-per-second", "a second Redis URL, for the limits whose period is below a minute (Envoy's REDIS_PERSECOND); none by default"))
 	fs.DurationVar(&c.slotLease, 0, "concurrency-lease", decide.DefaultConfig().Lease, withEnv("concurrency-lease", "how long a request of the decision APIs (gRPC, JSON, forward-auth), which report no end, holds a slot of a concurrency limit"))
 	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", decide.DefaultConfig().StoreTimeout, withEnv("store-timeout", "longest wait for the store per decision before --fail decides (negative: no bound)"))
 	fs.StringVar(&c.fail, 0, "fail", "open", withEnv("fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)"))
@@ -169,7 +171,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	}
 	st, err := openStore(c.store, storeOptions{
 		maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), floodGuard: c.observe.floodGuard, log: log, tls: storeTLS, envoyKeys: c.compat.envoyKeys,
-		sentinelAuth: c.sentinelAuth,
+		sentinelAuth: c.sentinelAuth, perSecond: c.perSecond,
 		local: localfirst.Config{
 			NearCacheBytes: int64(c.nearCache), Sync: sync, SyncOf: co.syncOf,
 			LeaseLifetime: c.leaseLife, MaxLease: int64(c.maxLease),
@@ -179,7 +181,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if nc := st.near; nc != nil {
+	if nc := st.near; len(nc) > 0 {
 		hits := func() uint64 { return nc.Stats().NearHits }
 		misses := func() uint64 { return nc.Stats().NearMisses }
 		if err := metrics.NearCache(co.reg, hits, misses); err != nil {

@@ -62,9 +62,10 @@ var envoyIgnored = []string{
 	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM",
 	"REDIS_TIMEOUT", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
 	"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME",
-	// a second Redis for per-second limits: sluice keeps every counter in one store
-	"REDIS_PERSECOND", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_URL",
-	"REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH",
+	// the per-second Redis's settings that sluice's client sets itself,
+	// and its sentinels' password (--store-sentinel-auth is the main
+	// store's only)
+	"REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_SENTINEL_AUTH",
 	"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT",
 	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_TIMEOUT",
 	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
@@ -190,10 +191,23 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 	if bt := get("BACKEND_TYPE", "redis"); !strings.EqualFold(bt, "redis") {
 		errs = append(errs, envoyError("BACKEND_TYPE", bt, "sluice keeps counters in Redis (or in memory), not memcache"))
 	}
-	if store, err := envoyStore(get, boolean); err != nil {
+	if store, err := envoyStore(get, boolean, "REDIS_", ""); err != nil {
 		errs = append(errs, err)
 	} else if store != "" {
 		set("store", store, "REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_TLS")
+	}
+	perSecondVars := []string{"REDIS_PERSECOND_URL", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_SOCKET_TYPE",
+		"REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS"}
+	if boolean("REDIS_PERSECOND", false) {
+		// Envoy's default is a nutcracker's socket, as for REDIS_URL.
+		ps, err := envoyStore(get, boolean, "REDIS_PERSECOND_", "/var/run/nutcracker/ratelimitpersecond.sock")
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			set("store-per-second", ps, append([]string{"REDIS_PERSECOND"}, perSecondVars...)...)
+		}
+	} else {
+		ignore(perSecondVars...)
 	}
 	if v := get("REDIS_SENTINEL_AUTH", ""); v != "" && get("REDIS_URL", "") != "" && strings.EqualFold(get("REDIS_TYPE", "single"), "sentinel") {
 		set("store-sentinel-auth", v, "REDIS_SENTINEL_AUTH")
@@ -280,14 +294,16 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 	return e, nil
 }
 
-// envoyStore returns the --store URL that Envoy's Redis variables name,
-// or "" when REDIS_URL is not set (the store stays as it is).
-func envoyStore(get func(name, def string) string, boolean func(string, bool) bool) (string, error) {
-	raw := get("REDIS_URL", "")
-	socket := get("REDIS_SOCKET_TYPE", "")
-	typ := strings.ToLower(get("REDIS_TYPE", "SINGLE"))
-	auth := get("REDIS_AUTH", "")
-	tlsOn := boolean("REDIS_TLS", false)
+// envoyStore returns the store URL that Envoy's Redis variables name,
+// those of the prefix REDIS_ (--store) or REDIS_PERSECOND_
+// (--store-per-second), or "" when its URL is not set and defURL is ""
+// (the store stays as it is).
+func envoyStore(get func(name, def string) string, boolean func(string, bool) bool, prefix, defURL string) (string, error) {
+	raw := get(prefix+"URL", defURL)
+	socket := get(prefix+"SOCKET_TYPE", "")
+	typ := strings.ToLower(get(prefix+"TYPE", "SINGLE"))
+	auth := get(prefix+"AUTH", "")
+	tlsOn := boolean(prefix+"TLS", false)
 	if raw == "" {
 		return "", nil
 	}
@@ -295,7 +311,7 @@ func envoyStore(get func(name, def string) string, boolean func(string, bool) bo
 	// unix; a cluster's and a sentinel's nodes always over TCP. sluice
 	// takes a REDIS_URL that is no path for TCP when the type is unset.
 	if socket != "" && !strings.EqualFold(socket, "tcp") && !strings.EqualFold(socket, "unix") {
-		return "", envoyError("REDIS_SOCKET_TYPE", socket, "want tcp or unix")
+		return "", envoyError(prefix+"SOCKET_TYPE", socket, "want tcp or unix")
 	}
 	unix := typ == "single" && (strings.EqualFold(socket, "unix") || socket == "" && strings.HasPrefix(raw, "/"))
 	if strings.Contains(raw, "://") {
@@ -311,11 +327,11 @@ func envoyStore(get func(name, def string) string, boolean func(string, bool) bo
 	}
 	if unix {
 		if tlsOn {
-			return "", envoyError("REDIS_TLS", "true", "sluice reaches a Redis on a unix socket without TLS")
+			return "", envoyError(prefix+"TLS", "true", "sluice reaches a Redis on a unix socket without TLS")
 		}
 		path, err := filepath.Abs(raw) // Envoy's dial reads a relative path from its directory
 		if err != nil {
-			return "", envoyError("REDIS_URL", raw, err.Error())
+			return "", envoyError(prefix+"URL", raw, err.Error())
 		}
 		return "unix://" + user + path, nil
 	}
@@ -330,21 +346,21 @@ func envoyStore(get func(name, def string) string, boolean func(string, bool) bo
 	switch typ {
 	case "single":
 		if len(hosts) != 1 {
-			return "", envoyError("REDIS_URL", raw, "one host:port for REDIS_TYPE=single")
+			return "", envoyError(prefix+"URL", raw, "one host:port for REDIS_TYPE=single")
 		}
 		return scheme + "://" + user + hosts[0], nil
 	case "cluster":
 		return scheme + "+cluster://" + user + strings.Join(hosts, ","), nil
 	case "sentinel":
 		if tlsOn {
-			return "", envoyError("REDIS_TLS", "true", "sluice reaches a Sentinel-managed Redis without TLS only")
+			return "", envoyError(prefix+"TLS", "true", "sluice reaches a Sentinel-managed Redis without TLS only")
 		}
 		if len(hosts) < 2 {
-			return "", envoyError("REDIS_URL", raw, "want the master's name, then the sentinels: mymaster,host:26379,...")
+			return "", envoyError(prefix+"URL", raw, "want the master's name, then the sentinels: mymaster,host:26379,...")
 		}
 		return "redis+sentinel://" + user + strings.Join(hosts[1:], ",") + "/" + hosts[0], nil
 	}
-	return "", envoyError("REDIS_TYPE", typ, "want single, cluster or sentinel")
+	return "", envoyError(prefix+"TYPE", typ, "want single, cluster or sentinel")
 }
 
 // apply sets each flag of fs that nothing set yet from e, checking the
@@ -377,7 +393,7 @@ func (e *envoyEnv) redactedSettings() []string {
 	for _, s := range e.settings {
 		v := s.value
 		switch s.flag {
-		case "store":
+		case "store", "store-per-second":
 			v = redactURL(v)
 		case "store-sentinel-auth":
 			v = "xxxxx"

@@ -132,11 +132,34 @@ func TestEnvoySettings(t *testing.T) {
 		{
 			name: "what has no meaning here",
 			env: []string{"REDIS_URL=r:1", "USE_STATSD=true", "STATSD_HOST=statsd", "TRACING_SAMPLING_RATE=0.5", "QUOTA_MODE=true",
-				"REDIS_PERSECOND=true", "RUNTIME_WATCH_ROOT=true",
-				"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"},
+				"RUNTIME_WATCH_ROOT=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"},
 			want: map[string]string{"store": "redis://r:1"},
-			ignored: []string{"QUOTA_MODE", "REDIS_PERSECOND", "STATSD_HOST",
+			ignored: []string{"QUOTA_MODE", "STATSD_HOST",
 				"TRACING_SAMPLING_RATE", "USE_STATSD"},
+		},
+		{
+			name: "a per-second Redis",
+			env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=ps:6380", "REDIS_PERSECOND_SOCKET_TYPE=tcp",
+				"REDIS_PERSECOND_AUTH=pw", "REDIS_PERSECOND_TLS=true", "REDIS_PERSECOND_POOL_SIZE=5"},
+			want:    map[string]string{"store": "redis://r:1", "store-per-second": "rediss://:pw@ps:6380"},
+			ignored: []string{"REDIS_PERSECOND_POOL_SIZE"},
+		},
+		{
+			name: "a per-second Redis at Envoy's default socket",
+			env:  []string{"REDIS_URL=r:1", "REDIS_PERSECOND=true"},
+			want: map[string]string{"store": "redis://r:1", "store-per-second": "unix:///var/run/nutcracker/ratelimitpersecond.sock"},
+		},
+		{
+			name: "a per-second Sentinel",
+			env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=true", "REDIS_PERSECOND_TYPE=SENTINEL",
+				"REDIS_PERSECOND_URL=ps,s1:26379", "REDIS_PERSECOND_SENTINEL_AUTH=x"},
+			want:    map[string]string{"store": "redis://r:1", "store-per-second": "redis+sentinel://s1:26379/ps"},
+			ignored: []string{"REDIS_PERSECOND_SENTINEL_AUTH"},
+		},
+		{
+			name: "per-second settings without REDIS_PERSECOND",
+			env:  []string{"REDIS_URL=r:1", "REDIS_PERSECOND_URL=ps:6380", "REDIS_PERSECOND_AUTH=pw"},
+			want: map[string]string{"store": "redis://r:1"}, ignored: []string{"REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_URL"},
 		},
 		{
 			name: "the key prefix, for --envoy-redis-keys",
@@ -175,6 +198,8 @@ func TestEnvoySettings(t *testing.T) {
 		{name: "a bad boolean", env: []string{"REDIS_URL=r:1", "SHADOW_MODE=yes"}, err: "SHADOW_MODE"},
 		{name: "a bad log level", env: []string{"REDIS_URL=r:1", "LOG_LEVEL=loud"}, err: "LOG_LEVEL"},
 		{name: "a bad Redis type", env: []string{"REDIS_URL=r:1", "REDIS_TYPE=ring"}, err: "REDIS_TYPE"},
+		{name: "a bad per-second Redis type", env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=1", "REDIS_PERSECOND_TYPE=ring"}, err: "REDIS_PERSECOND_TYPE"},
+		{name: "a bad REDIS_PERSECOND", env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=on"}, err: "REDIS_PERSECOND"},
 		{name: "two hosts, single", env: []string{"REDIS_URL=a:1,b:2"}, err: "REDIS_URL"},
 		{name: "a sentinel without sentinels", env: []string{"REDIS_TYPE=sentinel", "REDIS_URL=mymaster"}, err: "REDIS_URL"},
 	}
@@ -369,13 +394,15 @@ func TestShadowFlag(t *testing.T) {
 // either refused with a usage error naming it, or makes settings that
 // serve's flags take or refuse with a usage error.
 func FuzzEnvoySettings(f *testing.F) {
-	f.Add("redis:6379", "", "SINGLE", "tcp", "info", "8080", "false", "")
-	f.Add("mymaster,s1:26379", "u:p@ss", "sentinel", "", "WARN", "0", "true", "")
-	f.Add("a:1,b:2", "pw", "cluster", "TCP", "debug", "x", "1", "/tmp/rl.sock")
-	f.Add("/var/run/r.sock", "", "", "unix", "", "", "", "rl.sock")
-	f.Fuzz(func(t *testing.T, url, auth, typ, socket, level, port, flag, uds string) {
+	f.Add("redis:6379", "", "SINGLE", "tcp", "info", "8080", "false", "", "", "")
+	f.Add("mymaster,s1:26379", "u:p@ss", "sentinel", "", "WARN", "0", "true", "", "x", "ps:1")
+	f.Add("a:1,b:2", "pw", "cluster", "TCP", "debug", "x", "1", "/tmp/rl.sock", "", "")
+	f.Add("/var/run/r.sock", "", "", "unix", "", "", "", "rl.sock", "u:p", "/ps.sock")
+	f.Fuzz(func(t *testing.T, url, auth, typ, socket, level, port, flag, uds, sentinelAuth, perSecond string) {
 		getenv := env("REDIS_URL="+url, "REDIS_AUTH="+auth, "REDIS_TYPE="+typ, "REDIS_SOCKET_TYPE="+socket,
-			"LOG_LEVEL="+level, "PORT="+port, "SHADOW_MODE="+flag, "REDIS_TLS="+flag, "RUNTIME_ROOT=/r", "GRPC_UDS="+uds)
+			"LOG_LEVEL="+level, "PORT="+port, "SHADOW_MODE="+flag, "REDIS_TLS="+flag, "RUNTIME_ROOT=/r", "GRPC_UDS="+uds,
+			"REDIS_SENTINEL_AUTH="+sentinelAuth, "REDIS_PERSECOND="+flag, "REDIS_PERSECOND_URL="+perSecond,
+			"REDIS_PERSECOND_TYPE="+typ, "REDIS_PERSECOND_AUTH="+auth)
 		e, err := envoySettings(getenv)
 		if err != nil {
 			if exitCode(err) != 2 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,5 +68,45 @@ func TestServeEnvoyRedisSentinelAuth(t *testing.T) {
 	}
 	if logs := s.logs.String(); strings.Contains(logs, "masterpw") || strings.Contains(logs, "sentinelpw") {
 		t.Errorf("a password is in the logs:\n%s", logs)
+	}
+}
+
+// TestServeEnvoyPerSecondRedis runs serve on Envoy's environment with a
+// per-second Redis (REDIS_PERSECOND): a limit of unit second is counted
+// only there, one of unit hour only in REDIS_URL's Redis.
+func TestServeEnvoyPerSecondRedis(t *testing.T) {
+	t.Parallel()
+	mainRedis, perSecond := testenv.StartRedis(t), testenv.StartRedis(t)
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "config", "rules.yaml"), "domain: api\ndescriptors:\n"+
+		"  - key: burst\n    rate_limit: {unit: second, requests_per_unit: 100}\n"+
+		"  - key: daily\n    rate_limit: {unit: hour, requests_per_unit: 100}\n")
+	s := startServer(t, env("RUNTIME_ROOT="+root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+mainRedis.Addr,
+		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+perSecond.Addr,
+		"DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=info"), "--fail", "closed")
+	if w := s.logs.find("Envoy ratelimit's variables without effect in sluice"); w != nil {
+		t.Errorf("warning about %v, want none", w["variables"])
+	}
+	eventually(t, "both stores connected", func() bool {
+		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
+	})
+	dbsize := func(r *testenv.RedisServer) string { return strings.TrimSpace(r.CLI("dbsize")) }
+	post := func(key string) {
+		t.Helper()
+		body := `{"domain":"api","descriptors":[{"entries":[{"key":"` + key + `","value":"x"}]}]}`
+		if r := s.do(t, "POST", "/json", body); r.code != 200 || !strings.Contains(r.body, `"overallCode":"OK"`) {
+			t.Fatalf("POST /json %s = %d %s, want OK (--fail closed denies without the store)", key, r.code, r.body)
+		}
+	}
+	post("burst")
+	if m, p := dbsize(mainRedis), dbsize(perSecond); m != "0" || p != "1" {
+		t.Fatalf("after a per-second hit: %s keys in REDIS_URL's Redis, %s in the per-second one; want 0 and 1", m, p)
+	}
+	post("daily")
+	if m, p := dbsize(mainRedis), dbsize(perSecond); m != "1" || p != "1" {
+		t.Fatalf("after an hourly hit: %s keys in REDIS_URL's Redis, %s in the per-second one; want 1 and 1", m, p)
 	}
 }

@@ -185,6 +185,9 @@ func TestServeErrors(t *testing.T) {
 			"--store-sentinel-auth: --store redis://:xxxxx@127.0.0.1:1 names no sentinel"},
 		{"a sentinel's password for memory", []string{"--store-sentinel-auth", "x"}, "--store-sentinel-auth: --store is memory"},
 		{"no gRPC listener", []string{"--grpc-addr", ""}, "--grpc-addr and --grpc-unix are both empty"},
+		{"a per-second Redis beside memory", []string{"--store-per-second", "redis://127.0.0.1:1"}, "--store-per-second: --store is memory"},
+		{"a per-second store that is no Redis", []string{"--store", "redis://127.0.0.1:1", "--store-per-second", "memory"}, "--store-per-second \"memory\": want a Redis URL"},
+		{"a bad per-second Redis URL", []string{"--store", "redis://127.0.0.1:1", "--store-per-second", "redis://:pw@h:1?x"}, "--store-per-second: --store: redis store URL redis://:xxxxx@h:1?x"},
 		{"broken rules", []string{"--rules", "testdata/does-not-exist.yaml"}, "load rules"},
 		{"address in use", []string{"--grpc-addr", "127.0.0.1:1", "--http-addr", "256.0.0.1:0"}, "listen"},
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/route"
 )
 
 // storeOptions are the flags that shape a store.
@@ -33,6 +34,10 @@ type storeOptions struct {
 	// sentinelAuth is the password, or user:password, of the sentinels
 	// of a redis+sentinel:// store; "" for none.
 	sentinelAuth string
+	// perSecond is the URL of a Redis for the limits whose period is
+	// below a minute (Envoy's REDIS_PERSECOND; store/route), or "" to keep
+	// them with the others.
+	perSecond string
 }
 
 // openedStore is the store that --store names, the in-process store that
@@ -40,7 +45,7 @@ type storeOptions struct {
 type openedStore struct {
 	store sluice.Store
 	local sluice.Store
-	near  *localfirst.Store // the near cache in store, or nil
+	near  nearCaches // the near caches in store: none, or one a Redis
 	// slots count the requests in flight of concurrency limits: nil for
 	// the memory store (decide's own slots.Memory), Redis's otherwise.
 	slots decide.Slots
@@ -105,6 +110,9 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		if o.sentinelAuth != "" {
 			return nil, usageError("--store-sentinel-auth: --store is memory, not a redis+sentinel:// URL")
 		}
+		if o.perSecond != "" {
+			return nil, usageError("--store-per-second: --store is memory, which keeps every limit")
+		}
 		mem, err := newMemory(o)
 		if err != nil {
 			return nil, err
@@ -118,59 +126,126 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		// The memory store cannot fail, so it is its own local fallback.
 		return &openedStore{store: st, local: mem, close: mem.Close}, nil
 	default: // storeRedis
-		// A Redis that does not answer yet is no reason not to start: the
-		// fail mode decides until it does.
-		attempts := 0
-		rcfg := redis.DefaultConfig()
-		rcfg.TLS = o.tls
-		if o.sentinelAuth != "" {
-			if !strings.HasPrefix(strings.ToLower(spec), "redis+sentinel://") {
-				return nil, usageError("--store-sentinel-auth: --store %s names no sentinel (want redis+sentinel://)", redactURL(spec))
+		if o.perSecond != "" {
+			if k, err := storeKind(o.perSecond); err != nil || k != storeRedis {
+				return nil, usageError("--store-per-second %q: want a Redis URL", redactURL(o.perSecond))
 			}
-			user, pass, ok := strings.Cut(o.sentinelAuth, ":") // Envoy's REDIS_SENTINEL_AUTH form
-			if !ok {
-				user, pass = "", o.sentinelAuth
-			}
-			rcfg.SentinelUsername, rcfg.SentinelPassword = user, pass
-		}
-		rs, err := redis.OpenBackground(spec, rcfg, time.Second, func(err error) {
-			if attempts%60 == 0 && o.log != nil { // the first, then once a minute
-				o.log.Warn("store not connected; deciding by --fail until it is", "err", err, "attempts", attempts+1)
-			}
-			attempts++
-		})
-		if err != nil {
-			return nil, fmt.Errorf("--store: %w", err)
 		}
 		mem, err := newMemory(o)
 		if err != nil {
-			return nil, errors.Join(err, rs.Close())
+			return nil, err
 		}
-		closeBoth := func() error { return errors.Join(rs.Close(), mem.Close()) }
-		// Redis is out of process: a denied client is answered here until
-		// its retry time (store/localfirst's near cache, exact), and
-		// limits in lease mode are decided from leases.
-		lc := o.local
-		if lc.NearCacheBytes == 0 {
-			lc.NearCacheBytes = -1 // off
-		}
-		near, err := localfirst.New(rs, lc)
+		main, err := openRedis(spec, o, o.sentinelAuth)
 		if err != nil {
-			return nil, errors.Join(err, closeBoth())
+			return nil, errors.Join(err, mem.Close())
 		}
-		closeAll := func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			return errors.Join(near.Close(ctx), closeBoth())
+		opened := &openedStore{store: main.store, local: mem, near: nearCaches{main.near},
+			slots: main.rs.Slots(), check: main.rs.CheckLimit,
+			close: func() error { return errors.Join(main.close(), mem.Close()) }}
+		if o.perSecond == "" {
+			return opened, nil
 		}
-		var store sluice.Store = near
-		if o.envoyKeys {
-			// Outermost: Envoy's keys are counted as Envoy counts them,
-			// never from a near cache or a lease.
-			store = envoykeys.New(near, rs.Client, envoykeys.Config{})
+		// Envoy's REDIS_PERSECOND: the limits shorter than a minute keep
+		// their states in a Redis of their own, with its own near cache
+		// and leases.
+		ps, err := openRedis(o.perSecond, o, "")
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("--store-per-second: %w", err), opened.close())
 		}
-		return &openedStore{store: store, local: mem, near: near, slots: rs.Slots(), check: rs.CheckLimit, close: closeAll}, nil
+		closeMain := opened.close
+		closeAll := func() error { return errors.Join(ps.close(), closeMain()) }
+		rt, err := route.New(ps.store, main.store, route.Config{})
+		if err != nil {
+			return nil, errors.Join(err, closeAll())
+		}
+		opened.store, opened.close = rt, closeAll
+		opened.near = append(opened.near, ps.near)
+		return opened, nil
 	}
+}
+
+// nearCaches are the near caches of a store, one a Redis.
+type nearCaches []*localfirst.Store
+
+// Stats returns the sums of their counts.
+func (n nearCaches) Stats() localfirst.Stats {
+	var sum localfirst.Stats
+	for _, c := range n {
+		st := c.Stats()
+		sum.NearHits += st.NearHits
+		sum.NearMisses += st.NearMisses
+		sum.NearEntries += st.NearEntries
+		sum.NearBytes += st.NearBytes
+		sum.LeaseHits += st.LeaseHits
+		sum.AsyncDecisions += st.AsyncDecisions
+		sum.Grants += st.Grants
+		sum.Returned += st.Returned
+		sum.ReturnErrors += st.ReturnErrors
+		sum.StoreCalls += st.StoreCalls
+	}
+	return sum
+}
+
+// redisStack is one Redis and the decorators over it.
+type redisStack struct {
+	rs    *redis.Background
+	near  *localfirst.Store // the near cache and leases over rs
+	store sluice.Store      // near, or Envoy's keys over it
+}
+
+// close stops the decorators and the Redis client.
+func (r redisStack) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return errors.Join(r.near.Close(ctx), r.rs.Close())
+}
+
+// openRedis opens the Redis spec names, connecting in the background,
+// with the near cache and leases of o over it, and Envoy's keys if o asks;
+// sentinelAuth is its sentinels' password, or user:password.
+func openRedis(spec string, o storeOptions, sentinelAuth string) (redisStack, error) {
+	// A Redis that does not answer yet is no reason not to start: the
+	// fail mode decides until it does.
+	attempts := 0
+	rcfg := redis.DefaultConfig()
+	rcfg.TLS = o.tls
+	if sentinelAuth != "" {
+		if !strings.HasPrefix(strings.ToLower(spec), "redis+sentinel://") {
+			return redisStack{}, usageError("--store-sentinel-auth: --store %s names no sentinel (want redis+sentinel://)", redactURL(spec))
+		}
+		user, pass, ok := strings.Cut(sentinelAuth, ":") // Envoy's REDIS_SENTINEL_AUTH form
+		if !ok {
+			user, pass = "", sentinelAuth
+		}
+		rcfg.SentinelUsername, rcfg.SentinelPassword = user, pass
+	}
+	rs, err := redis.OpenBackground(spec, rcfg, time.Second, func(err error) {
+		if attempts%60 == 0 && o.log != nil { // the first, then once a minute
+			o.log.Warn("store not connected; deciding by --fail until it is", "store", redactURL(spec), "err", err, "attempts", attempts+1)
+		}
+		attempts++
+	})
+	if err != nil {
+		return redisStack{}, fmt.Errorf("--store: %w", err)
+	}
+	// Redis is out of process: a denied client is answered here until
+	// its retry time (store/localfirst's near cache, exact), and limits in
+	// lease mode are decided from leases.
+	lc := o.local
+	if lc.NearCacheBytes == 0 {
+		lc.NearCacheBytes = -1 // off
+	}
+	near, err := localfirst.New(rs, lc)
+	if err != nil {
+		return redisStack{}, errors.Join(err, rs.Close())
+	}
+	r := redisStack{rs: rs, near: near, store: near}
+	if o.envoyKeys {
+		// Outermost: Envoy's keys are counted as Envoy counts them, never
+		// from a near cache or a lease.
+		r.store = envoykeys.New(near, rs.Client, envoykeys.Config{})
+	}
+	return r, nil
 }
 
 // newMemory returns a memory store bounded by o.maxMemory and o.maxEntries.
