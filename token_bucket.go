@@ -1,9 +1,6 @@
 package sluice
 
-import (
-	"math/bits"
-	"time"
-)
+import "time"
 
 // tokenBucket is a bucket of capacity tokens, refilled continuously at rate
 // tokens per period; a request takes cost tokens and passes when the bucket
@@ -28,12 +25,7 @@ func tokenBucket(rate, period, capacity int64, s *State, now, cost int64) Decisi
 func bucket(rate, period, capacity int64, s *State, now, cost int64, queue bool) Decision {
 	level := s.n
 	if now > s.t { // a clock that went back drains nothing
-		elapsed := now - s.t
-		if hi, drained := bits.Mul64(uint64(elapsed), uint64(rate)); hi != 0 || drained >= uint64(level) {
-			level = 0
-		} else {
-			level -= int64(drained)
-		}
+		level = drain(level, now-s.t, rate)
 		s.t = now
 	}
 	full := capacity * period
