@@ -19,16 +19,34 @@ var asyncSource string
 // it. It is immutable and shared.
 var asyncScript = rueidis.NewLuaScript(asyncSource)
 
+// Syncable reports whether SyncCounts takes back hits of l: every
+// algorithm but sliding_log, whose log of hits has no count to add to.
+func Syncable(l sluice.Limit) bool { return l.Algorithm != sluice.SlidingLog }
+
+// Syncable is the package's Syncable, as a method for decorators that find
+// it by type assertion.
+func (s *Store) Syncable(l sluice.Limit) bool { return Syncable(l) }
+
 // SyncCounts writes back hits admitted without Redis (store/localfirst's
-// async mode) and reads the counts to decide from next: reqs[i].Cost hits
-// of reqs[i].Limit admitted on reqs[i].Key in the window that starts at
-// windows[i] (µs on the store's clock; Cost 0 only reads). It returns,
-// per request, what the limit counts against its rate now (a
-// sliding_window's previous window weighted in), and the script's time
-// (µs since the Unix epoch). Only the algorithms that Leasable accepts,
-// with rate × period (µs) below 2^52; a request of any other is an error.
-// The keys of one cluster slot (outside a cluster: all keys) go in one
-// atomic script call (async.lua); the calls go pipelined.
+// async mode) and reads what the node decides from next: reqs[i].Cost
+// hits of reqs[i].Limit admitted on reqs[i].Key (Cost 0 only reads). It
+// returns one figure per request, and the script's time (µs since the
+// Unix epoch):
+//   - fixed_window, sliding_window: the hits were admitted in the window
+//     that starts at windows[i] (µs on the store's clock); the figure is
+//     what the limit counts against its rate now (a sliding_window's
+//     previous window weighted in), with rate × period (µs) below 2^52;
+//   - token_bucket, leaky_bucket, gcra (windows[i] unused): the hits are
+//     debited now whether or not they fit (sluice.Limit.Debit: a debt,
+//     never a hit dropped), and the figure is the bucket's level now, debt
+//     included, in the units of sluice.Limit.Bucket (sluice.Limit.Level),
+//     for limits that CheckLimit accepts; a level saturates at 2^52 µs
+//     (gcra) or 2^52 × gcd(rate, period) hit·µs, many capacities deep.
+//
+// A request of any other limit, or of more hits than a capacity's worth
+// of 2^52, is an error. The keys of one cluster slot (outside a cluster:
+// all keys) go in one atomic script call (async.lua); the calls go
+// pipelined.
 func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error) {
 	if len(windows) < len(reqs) {
 		return nil, 0, fmt.Errorf("redis sync: %d windows for %d requests", len(windows), len(reqs))
@@ -40,27 +58,14 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 	if err != nil {
 		return nil, 0, fmt.Errorf("redis sync: %w", err)
 	}
-	names := make([]string, len(reqs))
-	recs := make([][]byte, len(reqs))
-	for i, r := range reqs {
-		p := r.Limit.Period.Microseconds()
-		switch {
-		case !Leasable(r.Limit) || r.Limit.Rate <= 0 || p <= 0:
-			return nil, 0, fmt.Errorf("redis sync %s: %v is not a window limit", r.Key, r.Limit)
-		case r.Limit.Rate > maxExact/p || r.Cost < 0 || r.Cost > maxExact || windows[i] < 0 || windows[i] > maxExact:
-			return nil, 0, fmt.Errorf("redis sync %s: %w", r.Key, ErrInexact)
-		}
-		b := make([]byte, 1+4*8)
-		b[0] = byte(r.Limit.Algorithm)
-		for j, v := range []int64{r.Limit.Rate, p, windows[i], r.Cost} {
-			binary.LittleEndian.PutUint64(b[1+8*j:], math.Float64bits(float64(v)))
-		}
-		names[i], recs[i] = s.name(r.Key, r.Group), b
+	names, recs, scale, err := s.syncRecords(reqs, windows)
+	if err != nil {
+		return nil, 0, err
 	}
 	groups := s.bySlot(names, indices(len(names)))
 	execs := make([]rueidis.LuaExec, len(groups))
 	for g, idx := range groups {
-		keys, blob := make([]string, len(idx)), make([]byte, 0, len(idx)*(1+4*8))
+		keys, blob := make([]string, len(idx)), make([]byte, 0, len(idx)*(1+5*8))
 		for k, i := range idx {
 			keys[k], blob = names[i], append(blob, recs[i]...)
 		}
@@ -83,10 +88,71 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 		}
 		at = max(at, vs[0])
 		for k, i := range groups[g] {
-			counts[i] = vs[1+k]
+			counts[i] = scaled(vs[1+k], scale[i])
 		}
 	}
 	return counts, at, nil
+}
+
+// syncRecords returns the names of reqs' keys, their async.lua records,
+// and the unit of each bucket's level in the script, in sluice's units.
+func (s *Store) syncRecords(reqs []sluice.Request, windows []int64) (names []string, recs [][]byte, scale []int64, err error) {
+	names, recs, scale = make([]string, len(reqs)), make([][]byte, len(reqs)), make([]int64, len(reqs))
+	for i, r := range reqs {
+		b, err := syncRecord(r, windows[i])
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("redis sync %s: %w", r.Key, err)
+		}
+		names[i], recs[i], scale[i] = s.name(r.Key, r.Group), b, 1
+		if a := r.Limit.Algorithm; a == sluice.TokenBucket || a == sluice.LeakyBucket {
+			scale[i] = gcd(r.Limit.Rate, r.Limit.Period.Microseconds())
+		}
+	}
+	return names, recs, scale, nil
+}
+
+// scaled returns v, a figure of async.lua, times its unit: saturated far
+// past any level the decorator computes with.
+func scaled(v, unit int64) int64 {
+	if v > math.MaxInt64/4/unit {
+		return math.MaxInt64 / 4
+	}
+	return v * unit
+}
+
+// syncRecord returns async.lua's record of r, hits admitted in the window
+// that starts at window (window limits only).
+func syncRecord(r sluice.Request, window int64) ([]byte, error) {
+	l := r.Limit
+	p := l.Period.Microseconds()
+	switch {
+	case !Syncable(l) || l.Rate <= 0 || p <= 0:
+		return nil, fmt.Errorf("%v cannot be written back", l)
+	case r.Cost < 0 || r.Cost > maxExact:
+		return nil, fmt.Errorf("%d hits: %w", r.Cost, ErrInexact)
+	case l.Algorithm.HasBurst():
+		v, err := encodeLimit(l)
+		if err != nil {
+			return nil, err
+		}
+		// The script adds cost × b (the hit's weight): at most 2^52.
+		hit := float(v[9:]) // b: period/g, or T for gcra
+		if l.Algorithm == sluice.GCRA {
+			hit = float(v[1:])
+		}
+		if r.Cost > maxExact/max(hit, 1) {
+			return nil, fmt.Errorf("%d hits of %v: %w", r.Cost, l, ErrInexact)
+		}
+		return binary.LittleEndian.AppendUint64(v[:], math.Float64bits(float64(r.Cost))), nil
+	case l.Rate > maxExact/p || window < 0 || window > maxExact:
+		return nil, ErrInexact
+	}
+	b := make([]byte, 1+4*8)
+	b[0] = byte(l.Algorithm)
+	for j, v := range []int64{l.Rate, p, window, r.Cost} {
+		binary.LittleEndian.PutUint64(b[1+8*j:], math.Float64bits(float64(v)))
+	}
+	return b, nil
 }
 
 // bySlot returns idx, indices of names, grouped by the cluster slot of
@@ -119,6 +185,9 @@ func indices(n int) []int {
 	}
 	return idx
 }
+
+// Syncable is Store.Syncable: see there.
+func (b *Background) Syncable(l sluice.Limit) bool { return Syncable(l) }
 
 // SyncCounts is Store.SyncCounts on the connected store, or fails as Take
 // does while there is none.

@@ -1,28 +1,39 @@
 -- async.lua writes back the hits a node admitted by itself in async mode
--- (store/localfirst) and reads the counts the node decides from next.
--- Window counts only: fixed_window and sliding_window, in take.lua's
--- state ('<Bdddd' alg, t = window start, n = its count, x = the previous
--- window's count (sliding_window), e = the time its TTL keeps it until).
+-- (store/localfirst) and reads what the node decides from next, in
+-- take.lua's state ('<Bdddd' alg, t, n, x, e = the time its TTL keeps it
+-- until; see take.lua).
 --
 -- KEYS: one key per record.
--- ARGV[1]: the records, packed '<Bdddd' per key, little-endian: alg (0
---          fixed_window, 1 sliding_window), rate, period (µs), the start
---          of the window the hits were admitted in (µs), the hits (0 only
---          reads).
+-- ARGV[1]: the records, packed little-endian, one per key:
+--          a window limit '<Bdddd': alg (0 fixed_window, 1
+--          sliding_window), rate, period (µs), the start of the window
+--          the hits were admitted in (µs), the hits (0 only reads);
+--          a bucket limit '<Bddddd': alg (3 token_bucket, 4 leaky_bucket,
+--          5 gcra), take.lua's a, b, c, d of the limit (ARGV[3] there),
+--          the hits (0 only reads).
 -- ARGV[2]: now, in µs since the Unix epoch, or "" to read Redis's TIME.
 -- ARGV[3]: the margin, milliseconds a key lives at least past its reset
 --          time, as take.lua's ARGV[2].
 --
--- The state is first moved to the window that holds now, as a Take would
--- (a state already in a later window, on a clock ahead of this one, stays
--- there), then the hits are added to the window they were admitted in:
--- the state's current window, or, for a sliding_window, its previous one;
--- hits of an older window no longer count and are dropped.
+-- Windows: the state is first moved to the window that holds now, as a
+-- Take would (a state already in a later window, on a clock ahead of this
+-- one, stays there), then the hits are added to the window they were
+-- admitted in: the state's current window, or, for a sliding_window, its
+-- previous one; hits of an older window no longer count and are dropped.
 --
--- Returns {now, c1, c2, ...}: the script's time and, per key, what the
--- limit counts against its rate now: n for a fixed_window, n plus the
--- previous window's count weighted as sluice's slidingWindow weighs it
--- (rounded up) for a sliding_window.
+-- Buckets: the hits are debited at now whether or not they fit, as
+-- sluice's Limit.Debit does: the level may pass the capacity, a debt that
+-- drains before the bucket admits again. Nothing is dropped; a level past
+-- 2^52 (over g for token_bucket and leaky_bucket) saturates there, which
+-- the Go side's bounds keep out of reach.
+--
+-- Returns {now, c1, c2, ...}: the script's time and, per key: for a
+-- window, what the limit counts against its rate now: n for a
+-- fixed_window, n plus the previous window's count weighted as sluice's
+-- slidingWindow weighs it (rounded up) for a sliding_window; for a bucket,
+-- its level now, debt included (sluice's Limit.Level): hit·µs over g for
+-- token_bucket and leaky_bucket, µs of the theoretical arrival time ahead
+-- of now for gcra.
 
 local sunpack, spack = struct.unpack, struct.pack
 local blob = ARGV[1]
@@ -34,9 +45,44 @@ end
 local marginUs = tonumber(ARGV[3]) * 1000
 local out = { now }
 local pos = 1
+local TWO52 = 4503599627370496
+
+-- divmod and muldiv are take.lua's (see there): ⌊a/b⌋ and a − ⌊a/b⌋·b
+-- for |a| <= 2^52, 0 < b <= 2^52; ⌊a·b/c⌋ and its remainder exactly, also
+-- when a·b passes 2^53.
+local function divmod(a, b)
+  local r = a % b
+  if r < 0 then r = r + b elseif r >= b then r = r - b end
+  return (a - r) / b, r
+end
+
+local function muldiv(a, b, c)
+  local p = a * b
+  if p <= TWO52 then return divmod(p, c) end
+  local qa, ra = divmod(a, c)
+  local q, r, bit = 0, 0, 1
+  while bit * 2 <= b do bit = bit * 2 end
+  while bit >= 1 do
+    q, r = q * 2, r * 2
+    if r >= c then q, r = q + 1, r - c end
+    if b >= bit then
+      b = b - bit
+      q, r = q + qa, r + ra
+      if r >= c then q, r = q + 1, r - c end
+    end
+    bit = bit / 2
+  end
+  return q, r
+end
+
 for i = 1, #KEYS do
-  local alg, rate, period, w, hits
-  alg, rate, period, w, hits, pos = sunpack('<Bdddd', blob, pos)
+  local alg = sunpack('<B', blob, pos)
+  local rate, period, w, hits, a, b, c, d
+  if alg >= 3 then
+    alg, a, b, c, d, hits, pos = sunpack('<Bddddd', blob, pos)
+  else
+    alg, rate, period, w, hits, pos = sunpack('<Bdddd', blob, pos)
+  end
   local key = KEYS[i]
   local v = redis.pcall('GET', key)
   local t, n, x, e = 0, 0, 0, 0
@@ -52,39 +98,88 @@ for i = 1, #KEYS do
       t, n, x, e = t0, n0, x0, e0
     end
   end
-  local cur = now - now % period
-  if t < cur then
-    if alg == 1 and t == cur - period then
-      x, n = n, 0
+  if alg >= 3 then
+    local level, reset
+    if alg == 5 then
+      -- gcra: a = T; t is the theoretical arrival time, n the latest
+      -- admission, at which a clock gone back is taken to be.
+      local at = now
+      if at < n then at = n end
+      local tat = t
+      if tat < at then tat = at end
+      if hits > 0 then
+        tat = tat + hits * a
+        if tat - at > TWO52 then tat = at + TWO52 end
+        t, n = tat, at
+      end
+      level = tat - at
+      reset = level
     else
-      x, n = 0, 0
+      -- token_bucket, leaky_bucket: a = rate/g, b = period/g, d = g; n
+      -- is the level over g, x the g it was written with (rescaled to
+      -- this one, rounding up, as take.lua's step does).
+      if x ~= d then
+        if n > 0 and x > 0 then
+          local q, r = muldiv(n, x, d)
+          if r > 0 then q = q + 1 end
+          n = q
+        end
+        x = d
+      end
+      if now > t then
+        local drained = (now - t) * a
+        if drained >= n then n = 0 else n = n - drained end
+        t = now
+      end
+      if hits > 0 then
+        n = n + hits * b
+        if n > TWO52 then n = TWO52 end
+      end
+      level = n
+      local r
+      reset, r = divmod(n, a)
+      if r > 0 then reset = reset + 1 end
     end
-    t = cur
-  end
-  if hits > 0 then
-    if w == t then
-      n = n + hits
-    elseif alg == 1 and w == t - period then
-      x = x + hits
+    out[#out + 1] = level
+    if hits > 0 then
+      local life = reset + 2 * marginUs
+      redis.call('PSETEX', key, math.floor(life / 1000) + 1, spack('<Bdddd', alg, t, n, x, now + life))
     end
-  end
-  -- what the limit counts now, at the state's window
-  local elapsed = now - t
-  if elapsed < 0 then elapsed = 0 end
-  local c = n
-  if alg == 1 and x > 0 and elapsed < period then
-    local left = period - elapsed
-    local q = x * left
-    local r = q % period
-    c = c + (q - r) / period
-    if r > 0 then c = c + 1 end
-  end
-  out[#out + 1] = c
-  if hits > 0 then
-    -- lives until the state is as good as new plus the margin, at least
-    local life = t + 2 * period - now + 2 * marginUs
-    if alg == 0 then life = t + period - now + 2 * marginUs end
-    redis.call('PSETEX', key, math.floor(life / 1000) + 1, spack('<Bdddd', alg, t, n, x, now + life))
+  else
+    local cur = now - now % period
+    if t < cur then
+      if alg == 1 and t == cur - period then
+        x, n = n, 0
+      else
+        x, n = 0, 0
+      end
+      t = cur
+    end
+    if hits > 0 then
+      if w == t then
+        n = n + hits
+      elseif alg == 1 and w == t - period then
+        x = x + hits
+      end
+    end
+    -- what the limit counts now, at the state's window
+    local elapsed = now - t
+    if elapsed < 0 then elapsed = 0 end
+    local c = n
+    if alg == 1 and x > 0 and elapsed < period then
+      local left = period - elapsed
+      local q = x * left
+      local r = q % period
+      c = c + (q - r) / period
+      if r > 0 then c = c + 1 end
+    end
+    out[#out + 1] = c
+    if hits > 0 then
+      -- lives until the state is as good as new plus the margin, at least
+      local life = t + 2 * period - now + 2 * marginUs
+      if alg == 0 then life = t + period - now + 2 * marginUs end
+      redis.call('PSETEX', key, math.floor(life / 1000) + 1, spack('<Bdddd', alg, t, n, x, now + life))
+    end
   end
 end
 return out

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,8 +47,60 @@ func TestSyncCounts(t *testing.T) {
 			sync(5, sluice.Request{Key: "{s}", Limit: sliding, Cost: 6}, w) // (4+6)/2
 			sync(0, sluice.Request{Key: "{f}", Limit: fixed, Cost: 3}, w)   // a window past
 			sync(6, sluice.Request{Key: "{s}", Limit: sliding, Cost: 1}, w+60e6)
-			if _, _, err := s.SyncCounts(ctx, []sluice.Request{{Key: "{b}", Limit: sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: time.Second}}}, []int64{w}); err == nil {
-				t.Fatal("a gcra limit: no error")
+			if _, _, err := s.SyncCounts(ctx, []sluice.Request{{Key: "{b}", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 1, Period: time.Second}}}, []int64{w}); err == nil {
+				t.Fatal("a sliding_log limit: no error")
+			}
+		})
+	}
+}
+
+// TestSyncCountsBuckets writes back hits of the bucket limits admitted
+// without Redis, on real Redis and Redis Cluster: they are debited at the
+// script's time past the capacity too (a debt), the level comes back in
+// sluice.Limit.Level's units, and a Take then denies until the debt has
+// drained, when its RetryAfter said.
+func TestSyncCountsBuckets(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			clk := clocktest.New(t0)
+			s := open(t, b.url(t), testConfig(clk.Now))
+			ctx := context.Background()
+			for i, l := range []sluice.Limit{
+				{Algorithm: sluice.TokenBucket, Rate: 10, Period: time.Second, Burst: 30},
+				{Algorithm: sluice.LeakyBucket, Rate: 6, Period: time.Minute},
+				{Algorithm: sluice.GCRA, Rate: 3, Period: time.Second, Burst: 5},
+			} {
+				key := fmt.Sprintf("{bucket%d}", i)
+				bk, _ := l.Bucket()
+				var model sluice.State
+				now := clk.Now().UnixMicro()
+				if d, err := s.Take(ctx, key, l, 2); err != nil || !d.Allowed {
+					t.Fatalf("%v: %+v, %v", l, d, err)
+				}
+				l.TakeMicros(&model, now, 2)
+				clk.Advance(100 * time.Millisecond)
+				now = clk.Now().UnixMicro()
+				c := l.Capacity() + 3 // past the capacity: a debt
+				l.Debit(&model, now, c)
+				got, at, err := s.SyncCounts(ctx, []sluice.Request{{Key: key, Limit: l, Cost: c}}, []int64{0})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := l.Level(model, now); got[0] != want || at != now || want <= bk.Full {
+					t.Fatalf("%v: SyncCounts = %d at %d, want %d (a debt: above %d) at %d", l, got[0], at, want, bk.Full, now)
+				}
+				d, err := s.Take(ctx, key, l, 1)
+				if err != nil || d.Allowed || d != l.TakeMicros(&model, now, 1) {
+					t.Fatalf("%v: a Take in debt: %+v, %v; want %+v", l, d, err, l.TakeMicros(&model, now, 1))
+				}
+				clk.Advance(d.RetryAfter - time.Microsecond)
+				if got, _, err := s.SyncCounts(ctx, []sluice.Request{{Key: key, Limit: l}}, []int64{0}); err != nil || got[0]+bk.Hit <= bk.Full {
+					t.Fatalf("%v: 1µs before the retry time the level is %d, %v: room for a hit", l, got[0], err)
+				}
+				clk.Advance(time.Microsecond)
+				if d, err := s.Take(ctx, key, l, 1); err != nil || !d.Allowed {
+					t.Fatalf("%v: at the retry time: %+v, %v", l, d, err)
+				}
 			}
 		})
 	}

@@ -102,6 +102,20 @@ func newScriptVM(t testing.TB, src string, now func() time.Time) *scriptVM {
 // eval runs the script with keys and argv, as EVAL does, and returns its
 // reply, which take.lua makes a string.
 func (vm *scriptVM) eval(keys []string, argv ...string) ([]byte, error) {
+	ret, err := vm.evalValue(keys, argv...)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := ret.(lua.LString)
+	if !ok {
+		return nil, fmt.Errorf("take.lua returned %s, want a string", ret.Type())
+	}
+	return []byte(s), nil
+}
+
+// evalValue runs the script with keys and argv, as EVAL does, and returns
+// the value it returned.
+func (vm *scriptVM) evalValue(keys []string, argv ...string) (lua.LValue, error) {
 	vm.db.begin()
 	L := vm.L
 	for name, vs := range map[string][]string{"KEYS": keys, "ARGV": argv} {
@@ -117,11 +131,7 @@ func (vm *scriptVM) eval(keys []string, argv ...string) ([]byte, error) {
 	}
 	ret := L.Get(-1)
 	L.Pop(1)
-	s, ok := ret.(lua.LString)
-	if !ok {
-		return nil, fmt.Errorf("take.lua returned %s, want a string", ret.Type())
-	}
-	return []byte(s), nil
+	return ret, nil
 }
 
 // call is redis.call (raising errors) and redis.pcall (returning them as
@@ -272,14 +282,14 @@ func millis(s string) (int64, error) {
 	return ms, nil
 }
 
-// do runs one command; only those take.lua sends are known.
+// do runs one command; only those take.lua and async.lua send are known.
 func (db *memRedis) do(args []string) (any, error) {
 	cmd, a := strings.ToUpper(args[0]), args[1:]
-	arity := map[string]int{"TIME": 0, "MGET": -1, "SET": -2, "PSETEX": 3, "PEXPIRE": 2, "DEL": -1,
+	arity := map[string]int{"TIME": 0, "GET": 1, "MGET": -1, "SET": -2, "PSETEX": 3, "PEXPIRE": 2, "DEL": -1,
 		"LINDEX": 2, "LLEN": 1, "LRANGE": 3, "RPUSH": -2, "LPUSH": -2, "LTRIM": 3, "LSET": 3}
 	want, ok := arity[cmd]
 	if !ok {
-		return nil, fmt.Errorf("ERR unknown command '%s' (memRedis knows only take.lua's)", args[0])
+		return nil, fmt.Errorf("ERR unknown command '%s' (memRedis knows only take.lua's and async.lua's)", args[0])
 	}
 	if want >= 0 && len(a) != want || want < 0 && len(a) < -want {
 		return nil, fmt.Errorf("ERR wrong number of arguments for '%s' command", args[0])
@@ -288,6 +298,15 @@ func (db *memRedis) do(args []string) (any, error) {
 	case "TIME":
 		us := db.now().UnixMicro()
 		return []any{strconv.FormatInt(us/1e6, 10), strconv.FormatInt(us%1e6, 10)}, nil
+	case "GET":
+		v := db.get(a[0])
+		switch {
+		case v == nil:
+			return nil, nil
+		case v.list != nil:
+			return nil, errWrongType
+		}
+		return v.str, nil
 	case "MGET":
 		out := make([]any, len(a))
 		for i, k := range a {
