@@ -38,6 +38,11 @@ const goroutinesPerNode = 4
 //   - A cancelled context makes Take and TakeAll return an error wrapping
 //     context.Canceled, and consume nothing; TakeAll with fewer decisions
 //     than requests returns an error.
+//   - Over time, on the bucket limits: requests at instants that advance
+//     at random, spread over the nodes, with the nodes' syncs (Syncer)
+//     at random among them, admit in every interval of length d at most
+//     capacity + rate × d / period + b.Over: what the limit's bucket
+//     admits over any interval, and the bound.
 func RunContract(t *testing.T, newNodes NewNodes, b Bound) {
 	t.Helper()
 	seed := seed(t)
@@ -52,6 +57,7 @@ func RunContract(t *testing.T, newNodes NewNodes, b Bound) {
 		{"CostZero", testContractCostZero},
 		{"Reset", testReset},
 		{"Errors", testErrors},
+		{"Intervals", testIntervals},
 	}
 	for i, sc := range scenarios {
 		for _, n := range nodeCounts {
@@ -328,6 +334,90 @@ func testErrors(t *testing.T, c *contract) {
 				}
 			}
 			c.within(t, "a key after failed calls", l, c.drain(t, k, l), 9)
+		})
+	}
+}
+
+// Syncer is an optional interface of a node that reconciles with what it
+// shares with other nodes on demand, besides on its own schedule
+// (store/localfirst's Store in async mode): the contract tier's interval
+// scenario calls it at random among its requests.
+type Syncer interface {
+	SyncAsync(ctx context.Context) error
+}
+
+// admission is a request a scenario saw admitted: at µs, cost hits.
+type admission struct{ at, cost int64 }
+
+// testIntervals sends requests of 1 to 3 hits on one key of each bucket
+// limit, from random nodes, at instants that advance at random, a few at
+// each, sometimes a burst of dozens, several times what the limit admits,
+// with the nodes' syncs at random among them (Syncer), and checks every interval between two
+// admissions against the bound: no more than capacity + rate × d /
+// period + b.Over hits in an interval of length d. The sum of two
+// admissions' costs is checked so for every pair: O(admissions²).
+func testIntervals(t *testing.T, c *contract) {
+	c.align(time.Hour)
+	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
+		t.Run(a.String(), func(t *testing.T) {
+			l := limitOf(a, 30, time.Minute) // 15 a minute, bursts of 30
+			k := c.key(a.String())
+			p := l.Period.Microseconds()
+			var seen []admission
+			var offered int64
+			start := c.clock.us.Load()
+			for i := range 700 {
+				c.clock.us.Add(c.rng.Int64N(2*p/l.Rate + 1))
+				n := 1 + c.rng.IntN(3)
+				if c.rng.IntN(10) == 0 { // a burst at one instant, syncs among it
+					n = 10 + c.rng.IntN(30)
+				}
+				for r := range n {
+					if r > 0 && c.rng.IntN(4) == 0 {
+						if sy, ok := c.node(c.rng.IntN(len(c.nodes))).(Syncer); ok {
+							if err := sy.SyncAsync(context.Background()); err != nil {
+								t.Fatalf("request %d: SyncAsync: %v", i, err)
+							}
+						}
+					}
+					cost := 1 + c.rng.Int64N(3)
+					if cost == 3 && c.rng.IntN(2) == 0 {
+						cost = 1
+					}
+					offered += cost
+					if c.take(t, c.rng.IntN(len(c.nodes)), k, l, cost).Allowed {
+						seen = append(seen, admission{c.clock.us.Load(), cost})
+					}
+				}
+				if c.rng.IntN(4) == 0 {
+					if sy, ok := c.node(c.rng.IntN(len(c.nodes))).(Syncer); ok {
+						if err := sy.SyncAsync(context.Background()); err != nil {
+							t.Fatalf("request %d: SyncAsync: %v", i, err)
+						}
+					}
+				}
+			}
+			span := c.clock.us.Load() - start
+			capa, over := l.Capacity(), c.bound.over(l, len(c.nodes))
+			var admitted, worst int64 // worst: the most hits past rate × d / period in an interval
+			for i := range seen {
+				sum := int64(0)
+				for j := i; j < len(seen); j++ {
+					sum += seen[j].cost
+					d := seen[j].at - seen[i].at
+					if sum*p > (capa+over)*p+l.Rate*d {
+						t.Fatalf("%v over %d nodes: %d hits admitted in the %v from %d to %d µs, more than capacity %d + rate × d / period %.2f + bound %d",
+							l, len(c.nodes), sum, time.Duration(d)*time.Microsecond, seen[i].at, seen[j].at, capa, float64(l.Rate*d)/float64(p), over)
+					}
+					worst = max(worst, sum-l.Rate*d/p)
+				}
+				admitted += seen[i].cost
+			}
+			t.Logf("%v over %d nodes: %d of %d hits offered admitted in %v; at most capacity + %d in an interval (bound %d + %d)",
+				l, len(c.nodes), admitted, offered, time.Duration(span)*time.Microsecond, worst-capa, capa, over)
+			if refill := l.Rate * span / p; admitted < refill/2 {
+				t.Fatalf("%v: admitted %d of %d offered, less than half of the %d refilled: the scenario does not test the bound", l, admitted, offered, refill)
+			}
 		})
 	}
 }
