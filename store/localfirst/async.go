@@ -3,7 +3,9 @@ package localfirst
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -13,12 +15,16 @@ import (
 // Syncer is an optional interface of a store that takes back hits a node
 // admitted by itself (async mode). store/redis implements it.
 type Syncer interface {
-	// Leasable reports whether the store takes back hits of l.
-	Leasable(l sluice.Limit) bool
-	// SyncCounts adds reqs[i].Cost hits admitted in the window that
-	// starts at windows[i] (µs on the store's clock) and returns, per
-	// request, what the limit counts against its rate now, and the store's
-	// time.
+	// Syncable reports whether the store takes back hits of l.
+	Syncable(l sluice.Limit) bool
+	// SyncCounts writes back reqs[i].Cost hits and returns, per request,
+	// what the node decides from next, and the store's time (µs): for a
+	// window limit the hits were admitted in the window that starts at
+	// windows[i] (µs on the store's clock), and the figure is what the
+	// limit counts against its rate now; for a bucket limit the hits are
+	// debited now whether or not they fit (sluice.Limit.Debit) and the
+	// figure is the bucket's level now, a debt included
+	// (sluice.Limit.Level).
 	SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error)
 }
 
@@ -29,10 +35,12 @@ const asyncOverhead = 224
 // asyncTable holds, per key, what a node admits by itself in async mode.
 // Bounded in bytes: a key that finds it full is decided by the store.
 type asyncTable struct {
-	seed   maphash.Seed
-	budget int64 // bytes per shard
-	share  int64 // Config.AsyncShare × Config.AsyncNodes
-	shards [leaseShards]asyncShard
+	seed     maphash.Seed
+	budget   int64 // bytes per shard
+	share    int64 // Config.AsyncShare × Config.AsyncNodes
+	nodes    int64 // Config.AsyncNodes
+	interval int64 // Config.SyncInterval, µs
+	shards   [leaseShards]asyncShard
 
 	mu     sync.Mutex // guards offset
 	offset time.Duration
@@ -46,21 +54,33 @@ type asyncShard struct {
 	_     [40]byte
 }
 
-// asyncEntry is one key in async mode. Windows are on the store's clock.
+// asyncEntry is one key in async mode. Windows and times named at are on
+// the store's clock.
 type asyncEntry struct {
 	req     sluice.Request // key, group and limit (Cost unused)
 	window  int64          // the window allowance and pending are of
 	allow   int64          // hits this node may still admit until its next sync
-	pending int64          // hits admitted in window, not yet written back
+	pending int64          // hits admitted (in window), not yet written back
 	oldWin  int64          // the window before, and its hits not yet written
 	old     int64
 	counted int64 // what the store counted at the last sync
 	syncing bool  // a sync is in flight: admit nothing until it lands
+	failed  error // the error of the last sync, until one succeeds
 	seen    time.Time
+
+	// A bucket limit's (see grant): the level the store reported at its
+	// last sync (or at the exact decision that made the entry), in the
+	// units of the limit's sluice.Bucket, at the store's time at, which
+	// the node's clock read as based; and used, the units of the hits
+	// the node admitted since, pending or in flight.
+	level, at int64
+	based     time.Time
+	used      int64
 }
 
-func newAsyncTable(bytes, share int64) *asyncTable {
-	a := &asyncTable{seed: maphash.MakeSeed(), budget: max(bytes/leaseShards, 1), share: share}
+func newAsyncTable(bytes, nodes, k int64, interval time.Duration) *asyncTable {
+	a := &asyncTable{seed: maphash.MakeSeed(), budget: max(bytes/leaseShards, 1), share: nodes * k,
+		nodes: nodes, interval: interval.Microseconds()}
 	for i := range a.shards {
 		a.shards[i].m = make(map[string]*asyncEntry)
 	}
@@ -87,9 +107,74 @@ func (a *asyncTable) allowance(l sluice.Limit, counted int64) int64 {
 	return max(left/a.share, 1)
 }
 
-// takeAsync decides r, a request of a window limit, in async mode: from
-// the node's allowance, with no store call.
+// fits reports whether async mode computes l's arithmetic exactly: for a
+// window limit rate × period (µs) below 2^52, as store/redis's
+// SyncCounts requires; for a bucket limit a capacity and a refill share
+// (grant) each below 2^50 units, so that the deepest debt the bound
+// allows, and the levels the node computes, stay far below 2^52. Others
+// decide exactly.
+func (a *asyncTable) fits(l sluice.Limit) bool {
+	b, ok := l.Bucket()
+	if !ok {
+		return l.Rate <= maxAsyncProduct/l.Period.Microseconds()
+	}
+	return b.Full <= 1<<50 && a.refill(b) <= 1<<50
+}
+
+// refill returns the most units of refill a grant holds: what b drains in
+// one sync interval, saturated.
+func (a *asyncTable) refill(b sluice.Bucket) int64 {
+	if hi, lo := bits.Mul64(uint64(b.Drain), uint64(a.interval)); hi != 0 || lo > 1<<62 {
+		return 1 << 62
+	}
+	return b.Drain * a.interval
+}
+
+// grant returns what a node may have admitted, in the units of b, at at
+// (the store's time) on a bucket key whose store reported level at e.at:
+// its share of what was free then, and its share of what the bucket
+// refills since, once a debt has drained, for one sync interval at most:
+//
+//	⌊max(free, 0) / (N × k)⌋ + ⌊min(max(Drain × (at − e.at) − debt, 0), Drain × SyncInterval) / N⌋
+//
+// with free = Full − level and debt = max(level − Full, 0); and at least
+// one hit while the sync left one free. A grant is at most
+//
+//	S = max(Full / (N × k) + Drain × SyncInterval / N, Hit)
+//
+// and at sync time at most max(free, 0) + S, which is what the bound
+// rests on (see the package documentation). The refill share does not
+// stop when the bucket would be full: the nodes' shares grow by Drain a
+// µs together, as the bucket drains, so that the limit's rate is
+// admitted however much of the bucket stands free.
+func (a *asyncTable) grant(e *asyncEntry, b sluice.Bucket, at int64) int64 {
+	free := b.Full - e.level
+	var g int64
+	if free > 0 {
+		g = free / a.share
+	}
+	if elapsed := at - e.at; elapsed > 0 {
+		refilled := a.refill(b) // Drain × SyncInterval
+		if elapsed < a.interval {
+			refilled = b.Drain * elapsed
+		}
+		if refilled += min(free, 0); refilled > 0 {
+			g += refilled / a.nodes
+		}
+	}
+	if free >= b.Hit {
+		g = max(g, b.Hit)
+	}
+	return g
+}
+
+// takeAsync decides r in async mode: from the node's allowance, with no
+// store call (but the first on a key the node does not hold, for a bucket
+// limit, which the store decides).
 func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) (sluice.Decision, error) {
+	if r.Limit.Algorithm.HasBurst() {
+		return s.takeBucket(ctx, r, now)
+	}
 	a := s.async
 	id := r
 	id.Cost = 0
@@ -114,6 +199,10 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 		sh.bytes += size
 	}
 	if e.req != id { // the rules changed: start over (unwritten hits are dropped)
+		if e.syncing {
+			sh.mu.Unlock()
+			return s.exact(ctx, r, now)
+		}
 		*e = asyncEntry{req: id, window: w, allow: a.allowance(l, 0)}
 	}
 	if w > e.window { // a new window: what was pending is the old window's
@@ -136,12 +225,109 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 		e.allow -= cost
 		e.pending += cost
 		d.Allowed = true
+	case !e.syncing && e.failed != nil: // the allowance is spent and the store unreachable
+		err := e.failed
+		sh.mu.Unlock()
+		return sluice.Decision{}, fmt.Errorf("localfirst async %s: %w", r.Key, err)
 	default:
 		d.RetryAfter = max(min(s.syncEvery, d.ResetAfter), time.Microsecond)
 	}
 	d.Remaining = min(max(l.Rate-e.counted-e.pending, 0), capa)
 	sh.mu.Unlock()
 	s.asyncHits.Add(1)
+	return d, nil
+}
+
+// takeBucket decides r, a request of a bucket limit, in async mode: from
+// the node's grant, with no store call, once the node holds the key; the
+// first request on a key the node does not hold goes to the store, whose
+// decision leaves the state the grants start from. The decision is the
+// limit's own transition on the level as the node knows it (the store's
+// at its last sync, drained since, plus the node's hits since), which
+// admits whatever the grant admits; a request the grant does not cover is
+// denied, or, while the store is unreachable, an error (the caller's
+// fail mode decides). A leaky_bucket's Wait counts the water the node
+// knows of: short by what other nodes admitted since the last sync.
+func (s *Store) takeBucket(ctx context.Context, r sluice.Request, now time.Time) (sluice.Decision, error) {
+	a := s.async
+	id := r
+	id.Cost = 0
+	l, cost := r.Limit, r.Cost
+	b, _ := l.Bucket()
+	sh := &a.shards[maphash.String(a.seed, r.Key)%leaseShards]
+	sh.mu.Lock()
+	e := sh.m[r.Key]
+	if e != nil && e.req != id { // the rules changed
+		if e.syncing || e.pending > 0 { // its hits are written first, under the rule they passed
+			sh.mu.Unlock()
+			return s.exact(ctx, r, now)
+		}
+		delete(sh.m, r.Key)
+		sh.bytes -= int64(len(r.Key)) + asyncOverhead
+		e = nil
+	}
+	if e == nil {
+		sh.mu.Unlock()
+		return s.startBucket(ctx, r, now, sh)
+	}
+	at := a.storeNow(now)
+	e.seen = now
+	view := b.Drained(e.level, at-e.at) + e.used
+	st := l.BucketState(view, at)
+	d := l.TakeMicros(&st, at, cost)
+	switch g := a.grant(e, b, at); {
+	case !d.Allowed: // no room in the bucket as the node knows it
+	case !e.syncing && e.used+cost*b.Hit <= g:
+		e.used += cost * b.Hit
+		e.pending += cost
+	case !e.syncing && e.failed != nil: // the grant is spent and the store unreachable
+		err := e.failed
+		sh.mu.Unlock()
+		return sluice.Decision{}, fmt.Errorf("localfirst async %s: %w", r.Key, err)
+	default: // room, but not in this node's grant: until it refills, or the next sync
+		st = l.BucketState(view, at)
+		d = l.TakeMicros(&st, at, 0)
+		d.Allowed = false
+		d.RetryAfter = s.syncEvery
+		if need := e.used + cost*b.Hit - g; !e.syncing && need > 0 && need <= a.refill(b)/a.nodes {
+			d.RetryAfter = min(d.RetryAfter, time.Duration((need*a.nodes+b.Drain-1)/b.Drain)*time.Microsecond)
+		}
+		d.RetryAfter = max(d.RetryAfter, time.Microsecond)
+	}
+	sh.mu.Unlock()
+	s.asyncHits.Add(1)
+	return d, nil
+}
+
+// startBucket decides r, the first request of a bucket limit on a key the
+// node does not hold, by the store, and holds the key from the state the
+// store's decision left, if the table has room.
+func (s *Store) startBucket(ctx context.Context, r sluice.Request, now time.Time, sh *asyncShard) (sluice.Decision, error) {
+	a := s.async
+	s.calls.Add(1)
+	d, st, at, ok, err := s.stater.TakeState(ctx, r)
+	if err != nil {
+		return d, err
+	}
+	s.learn(r, d, st, at, ok, now)
+	if !ok {
+		return d, nil
+	}
+	after := s.now()
+	a.mu.Lock()
+	if !a.synced { // the store's clock as this decision measured it, no later than it is
+		a.offset = time.Duration(at-after.UnixMicro()) * time.Microsecond
+	}
+	a.mu.Unlock()
+	size := int64(len(r.Key)) + asyncOverhead
+	id := r
+	id.Cost = 0
+	sh.mu.Lock()
+	if sh.m[r.Key] == nil && sh.bytes+size <= a.budget {
+		sh.m[r.Key] = &asyncEntry{req: id, level: r.Limit.Level(st, at), at: at, based: after, seen: now}
+		sh.bytes += size
+	}
+	sh.mu.Unlock()
 	return d, nil
 }
 
@@ -179,6 +365,14 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 				sh.bytes -= int64(len(k)) + asyncOverhead
 				continue
 			}
+			if e.req.Limit.Algorithm.HasBurst() {
+				if e.pending == 0 && !e.seen.After(e.based) {
+					continue // nothing to write, nobody asked since the level was read
+				}
+				items = append(items, item{e, sh, k, 0, e.pending, false})
+				e.pending, e.syncing = 0, true
+				continue
+			}
 			if e.pending == 0 && e.old == 0 && e.allow > 0 {
 				continue // nothing to write, a share left
 			}
@@ -202,9 +396,12 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 	}
 	s.calls.Add(1)
 	counts, at, err := s.syncer.SyncCounts(ctx, reqs, windows)
+	after := s.now()
 	if err == nil {
+		// The store's clock read when the reply is in: no later than it
+		// is, so that a node never sees more refill than there was.
 		a.mu.Lock()
-		a.offset, a.synced = time.Duration(at-now.UnixMicro())*time.Microsecond, true
+		a.offset, a.synced = time.Duration(at-after.UnixMicro())*time.Microsecond, true
 		a.mu.Unlock()
 	}
 	for i, it := range items {
@@ -214,7 +411,18 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 		it.sh.mu.Lock()
 		e := it.e
 		e.syncing = false
+		if err != nil {
+			e.failed = err
+		} else {
+			e.failed = nil
+		}
 		switch {
+		case e.req.Limit.Algorithm.HasBurst() && err != nil:
+			// The hits stay to be written at the next sync, still counted
+			// against the grant of the last one that succeeded.
+			e.pending += it.hits
+		case e.req.Limit.Algorithm.HasBurst():
+			e.level, e.at, e.based, e.used = counts[i], at, after, 0
 		case err != nil && e.window == it.window:
 			// The hits stay to be written at the next sync; the node
 			// admits nothing more on the key until one succeeds.

@@ -14,18 +14,31 @@ import (
 	"github.com/sluicehq/sluice/store/storetest"
 )
 
-// asyncBound is async mode's stated bound for nodes nodes sharing out
-// with k: over the limit by at most nodes × max(⌊rate / (k × nodes)⌋, 1)
-// on the window limits (those below k × nodes decide exactly); no bound
-// under it.
-func asyncBound(k int64) storetest.Bound {
+// asyncOver is async mode's stated overshoot for nodes nodes sharing out
+// with k and syncing every interval: on the window limits nodes ×
+// max(⌊rate / (k × nodes)⌋, 1) hits a window (those below k × nodes
+// decide exactly); on the bucket limits, in any interval of length d,
+// beyond capacity + rate × d / period,
+//
+//	⌊max(Full / k + Drain × interval, nodes × Hit) / Hit⌋
+//
+// hits (in hits: max(capacity / k + rate × interval / period, nodes)).
+func asyncOver(l sluice.Limit, nodes int, k int64, interval time.Duration) int64 {
+	n := int64(nodes)
+	if b, ok := l.Bucket(); ok {
+		return max(b.Full+k*b.Drain*interval.Microseconds(), k*n*b.Hit) / (k * b.Hit)
+	}
+	if !redis.Syncable(l) || l.Rate < k*n {
+		return 0
+	}
+	return n * max(l.Rate/(k*n), 1)
+}
+
+// asyncBound is async mode's stated bound (asyncOver) as the store suite
+// takes it; no bound under it.
+func asyncBound(k int64, interval time.Duration) storetest.Bound {
 	return storetest.Bound{
-		Over: func(l sluice.Limit, nodes int) int64 {
-			if !redis.Leasable(l) || l.Rate < k*int64(nodes) {
-				return 0
-			}
-			return int64(nodes) * max(l.Rate/(k*int64(nodes)), 1)
-		},
+		Over:  func(l sluice.Limit, nodes int) int64 { return asyncOver(l, nodes, k, interval) },
 		Under: func(l sluice.Limit, _ int) int64 { return l.Capacity() },
 	}
 }
@@ -65,7 +78,9 @@ func openAsyncNodes(t testing.TB, url, prefix string, now func() time.Time, n in
 // TestAsyncContract runs the store suite's contract tier on async mode
 // over Redis and Redis Cluster, 1 and 3 nodes, with the bound async mode
 // states (k = 2 here, so that the suite's small limits are shared out:
-// at most half the limit over).
+// at most half the limit over), the window and the bucket limits: its
+// Intervals scenario checks the buckets' bound over every interval of a
+// random run with syncs at random.
 func TestAsyncContract(t *testing.T) {
 	for name, url := range backendURLs() {
 		t.Run(name, func(t *testing.T) {
@@ -77,7 +92,7 @@ func TestAsyncContract(t *testing.T) {
 					out = append(out, s)
 				}
 				return out
-			}, asyncBound(2))
+			}, asyncBound(2, 5*time.Millisecond))
 		})
 	}
 }
@@ -127,5 +142,250 @@ func TestAsyncOvershoot(t *testing.T) {
 	t.Logf("10 windows, 3 nodes, %d staggered syncs: the largest overshoot %d (bound 18)", rounds, worst)
 	if worst < 0 {
 		t.Fatalf("never reached the limit (largest overshoot %d): the test does not test the bound", worst)
+	}
+}
+
+// TestAsyncBucketOvershoot drives 3 async nodes (k = 50, syncing every
+// 100 ms of the clock, each on its own jittered schedule) on one hot key
+// of each bucket limit, with requests far above its rate for 30 s, and
+// checks every interval between two admissions against the stated bound:
+// in any interval of length d, at most capacity + rate × d / period +
+// max(capacity / 50 + rate × 100 ms / period, 3). It reports the largest
+// excess over capacity + rate × d / period that it saw.
+func TestAsyncBucketOvershoot(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	url := "redis://" + testenv.RedisAddr(t) + "/0"
+	for i, l := range []sluice.Limit{
+		{Algorithm: sluice.TokenBucket, Rate: 1000, Period: time.Minute, Burst: 1000},
+		{Algorithm: sluice.GCRA, Rate: 1000, Period: time.Minute},
+		{Algorithm: sluice.LeakyBucket, Rate: 1000, Period: time.Minute},
+		{Algorithm: sluice.TokenBucket, Rate: 100, Period: time.Second, Burst: 20}, // the refill share dominates
+		{Algorithm: sluice.GCRA, Rate: 100, Period: time.Second, Burst: 20},
+	} {
+		t.Run(l.String(), func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+			nodes := openAsyncNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{SyncInterval: interval})
+			rng := rand.New(rand.NewPCG(rand.Uint64(), uint64(i)))
+			p := l.Period.Microseconds()
+			next := make([]time.Time, len(nodes)) // each node's next sync
+			for j := range next {
+				next[j] = clk.Now().Add(time.Duration(rng.Int64N(int64(interval))))
+			}
+			var seen []admission
+			start := clk.Now()
+			for clk.Now().Sub(start) < 30*time.Second {
+				clk.Advance(time.Duration(rng.Int64N(5000)) * time.Microsecond)
+				for range 1 + rng.IntN(3) {
+					d, err := nodes[rng.IntN(len(nodes))].Take(context.Background(), "{hot}", l, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						seen = append(seen, admission{clk.Now().UnixMicro(), 1})
+					}
+				}
+				for j, s := range nodes {
+					if clk.Now().Before(next[j]) {
+						continue
+					}
+					if err := s.SyncAsync(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					next[j] = clk.Now().Add(interval*4/5 + time.Duration(rng.Int64N(int64(interval*2/5))))
+				}
+			}
+			over := asyncOver(l, len(nodes), 50, interval)
+			worst := checkIntervals(t, l, seen, over)
+			refill := l.Rate * clk.Now().Sub(start).Microseconds() / p
+			t.Logf("%d admitted in 30 s (capacity %d + %d refilled); the most in an interval: capacity + rate × d / period + %d (bound %d)",
+				len(seen), l.Capacity(), refill, worst-l.Capacity(), over)
+			if int64(len(seen)) < (l.Capacity()+refill)/2 {
+				t.Fatalf("admitted %d, fewer than half the capacity and the %d refilled: the test does not test the bound", len(seen), refill)
+			}
+		})
+	}
+}
+
+// admission is a request seen admitted: at µs, cost hits.
+type admission struct{ at, cost int64 }
+
+// checkIntervals fails t unless every interval between two of seen
+// (in time order) admits at most capacity + rate × d / period + over
+// hits of l, and returns the most hits past rate × d / period seen in
+// one.
+func checkIntervals(t *testing.T, l sluice.Limit, seen []admission, over int64) int64 {
+	t.Helper()
+	p := l.Period.Microseconds()
+	var worst int64
+	for i := range seen {
+		var sum int64
+		for j := i; j < len(seen); j++ {
+			sum += seen[j].cost
+			d := seen[j].at - seen[i].at
+			if sum*p > (l.Capacity()+over)*p+l.Rate*d {
+				t.Fatalf("%v: %d admitted in the %v from %d µs, more than capacity %d + rate × d / period %.2f + the bound %d",
+					l, sum, time.Duration(d)*time.Microsecond, seen[i].at, l.Capacity(), float64(l.Rate*d)/float64(p), over)
+			}
+			worst = max(worst, sum-l.Rate*d/p)
+		}
+	}
+	return worst
+}
+
+// TestAsyncBucketRedisDies kills Redis under an async node holding a
+// bucket key with hits not yet written back: the failed sync keeps them;
+// the node goes on admitting from its grant (which stops growing one
+// sync interval after the last sync that succeeded, however long Redis
+// stays away), then returns an error for decide's --fail to answer; once
+// Redis is back (restarted: it forgot everything), the next sync writes
+// every kept hit, and the node admits from its grant again.
+func TestAsyncBucketRedisDies(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	const interval = time.Hour // no tick of the node's own in the test
+	url := "redis://" + srv.Addr + "/0"
+	prefix := fmt.Sprintf("dies:%x:", rand.Uint64())
+	node := openAsyncNodes(t, url, prefix, clk.Now, 1, Config{SyncInterval: interval})[0]
+	l := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1000, Period: 24 * time.Hour, Burst: 1000}
+	b, _ := l.Bucket()
+	ctx := context.Background()
+	take := func() (sluice.Decision, error) {
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return node.Take(c, "{k}", l, 1)
+	}
+	if d, err := take(); err != nil || !d.Allowed { // the store decides: the node holds the key
+		t.Fatalf("first: %+v, %v", d, err)
+	}
+	if err := node.SyncAsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The grant: 999/50 of the bucket free at the sync (19.98 hits), and
+	// an interval's refill, 1000/24 hits, once an interval has passed.
+	base := (b.Full - b.Hit) / 50
+	full := (base + b.Drain*interval.Microseconds()) / b.Hit // 61
+	var admitted int64
+	for range 5 {
+		if d, err := take(); err != nil || !d.Allowed {
+			t.Fatalf("before Redis dies: %+v, %v", d, err)
+		}
+		admitted++
+	}
+	srv.Kill()
+	if err := node.SyncAsync(ctx); err == nil {
+		t.Fatal("a sync with Redis dead: no error")
+	}
+	if st := node.Stats(); st.ReturnErrors != 1 {
+		t.Fatalf("stats %+v: want 1 failed sync", st)
+	}
+	// use takes until the node answers with an error.
+	use := func(what string) {
+		t.Helper()
+		for {
+			d, err := take()
+			if err != nil {
+				return
+			}
+			if !d.Allowed {
+				t.Fatalf("%s: denied (%+v), want admitted from the grant or an error", what, d)
+			}
+			if admitted++; admitted > full {
+				t.Fatalf("%s: %d admitted with Redis dead, more than the grant's %d", what, admitted, full)
+			}
+		}
+	}
+	use("Redis dead")
+	if want := base / b.Hit; admitted != want {
+		t.Fatalf("admitted %d with no time passed, want the grant's %d", admitted, want)
+	}
+	clk.Advance(24 * time.Hour) // a day's refill, of which the grant holds one interval's
+	use("a day later")
+	if admitted != full {
+		t.Fatalf("admitted %d a day later, want the grant's %d", admitted, full)
+	}
+	srv.Restart()
+	waitFor(t, 10*time.Second, "a sync once Redis is back", func() bool { return node.SyncAsync(ctx) == nil })
+	// Redis forgot the first hit, which it had decided; the node wrote
+	// back every hit it admitted by itself.
+	r := openRedisPrefix(t, url, prefix, clk.Now)
+	if d, err := r.Take(ctx, "{k}", l, 0); err != nil || d.Remaining != 1000-admitted {
+		t.Fatalf("Redis after the write-back: %+v, %v; want %d remaining", d, err, 1000-admitted)
+	}
+	if d, err := take(); err != nil || !d.Allowed {
+		t.Fatalf("after the write-back: %+v, %v", d, err)
+	}
+}
+
+// openRedisPrefix opens a Redis store on url with the key prefix prefix,
+// deciding by now, closed when the test ends.
+func openRedisPrefix(t testing.TB, url, prefix string, now func() time.Time) *redis.Store {
+	t.Helper()
+	cfg := redis.DefaultConfig()
+	cfg.KeyPrefix, cfg.Now, cfg.ExpiryMargin = prefix, now, 10*time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := redis.Open(ctx, url, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// waitFor checks cond every 10ms until it holds, and fails t if it does
+// not within limit (a failure timeout, not a wait for time to pass).
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("%s: not within %v", what, limit)
+		case <-tick.C:
+		}
+	}
+}
+
+// TestAsyncWindowRedisDies kills Redis under an async node with hits of a
+// window limit not yet written back: the failed sync keeps them, and the
+// node, its allowance spent at the sync, returns an error for decide's
+// --fail to answer (it denied before, whatever --fail said); once Redis
+// is back, the next sync writes them.
+func TestAsyncWindowRedisDies(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	url := "redis://" + srv.Addr + "/0"
+	prefix := fmt.Sprintf("dies:%x:", rand.Uint64())
+	node := openAsyncNodes(t, url, prefix, clk.Now, 1, Config{SyncInterval: time.Hour})[0]
+	l := sluice.Limit{Rate: 1000, Period: time.Hour} // allowance 20
+	ctx := context.Background()
+	take := func() (sluice.Decision, error) {
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return node.Take(c, "{w}", l, 1)
+	}
+	for range 7 {
+		if d, err := take(); err != nil || !d.Allowed {
+			t.Fatalf("before Redis dies: %+v, %v", d, err)
+		}
+	}
+	srv.Kill()
+	if err := node.SyncAsync(ctx); err == nil {
+		t.Fatal("a sync with Redis dead: no error")
+	}
+	if d, err := take(); err == nil {
+		t.Fatalf("Redis dead, the allowance spent at the failed sync: %+v, want an error", d)
+	}
+	srv.Restart()
+	waitFor(t, 10*time.Second, "a sync once Redis is back", func() bool { return node.SyncAsync(ctx) == nil })
+	r := openRedisPrefix(t, url, prefix, clk.Now)
+	if d, err := r.Take(ctx, "{w}", l, 0); err != nil || d.Remaining != 1000-7 {
+		t.Fatalf("Redis after the write-back: %+v, %v; want 993 remaining", d, err)
+	}
+	if d, err := take(); err != nil || !d.Allowed {
+		t.Fatalf("after the write-back: %+v, %v", d, err)
 	}
 }

@@ -1,7 +1,8 @@
 // Package localfirst decorates a sluice.Store so that decisions leave the
 // request's critical path: a near cache of denials, exact; and, per limit
-// (Config.Sync, Config.SyncOf), lease and async modes for the window
-// algorithms, each with a stated bound.
+// (Config.Sync, Config.SyncOf), lease mode for the window algorithms and
+// async mode for every algorithm but sliding_log, each with a stated
+// bound.
 //
 // The near cache: when the store denies a key and says when a request of
 // that cost could pass again (Decision.RetryAfter), the Store answers that
@@ -30,13 +31,14 @@
 // outstanding: nodes × min(MaxLease, capacity/16). A node that dies
 // loses its unused lease until its window ends.
 //
-// Async mode (the same algorithms; Syncer): no store call on a decision.
-// Each node admits from an allowance and writes its hits back every
-// Config.SyncInterval in one pipelined call, reading what the store
-// counts; its next allowance is max(⌊(rate − counted) / (N × k)⌋, 1)
-// while anything is left, with N = Config.AsyncNodes and k =
-// Config.AsyncShare (default 50), and nothing while a sync is in flight.
-// With N nodes, the limit admits at most
+// Async mode (every algorithm but sliding_log; Syncer): no store call on
+// a decision. Each node admits by itself and writes its hits back every
+// Config.SyncInterval (I) in one pipelined call, reading what the store
+// holds; N = Config.AsyncNodes and k = Config.AsyncShare (default 50).
+//
+// On fixed_window and sliding_window, a node's next allowance is
+// max(⌊(rate − counted) / (N × k)⌋, 1) while anything is left, and
+// nothing while a sync is in flight. The limit admits at most
 //
 //	rate + N × max(⌊rate / (N × k)⌋, 1)
 //
@@ -46,6 +48,46 @@
 // rate, each node holds at most one allowance not yet counted, granted
 // before, each at most that share. The price is filling slowly: the nodes
 // together admit about 1/k of what is left per interval.
+//
+// On token_bucket, leaky_bucket and gcra (in the units of sluice.Bucket:
+// a hit weighs Hit, the bucket holds Full, drains Drain a µs), a node's
+// first request on a key goes to the store, whose decision gives it the
+// key's level; after that it holds the level the store reported at its
+// last sync and admits up to a grant that follows the refill (see grant):
+// ⌊free / (N × k)⌋ of what was free at the sync, plus a 1/N share of
+// what the bucket drains since, once a debt has drained, for one interval
+// at most; at least one hit while the sync left one free; nothing while a
+// sync is in flight. The store debits written-back hits whether or not
+// they fit (sluice.Limit.Debit): a level past Full is a debt, which
+// drains at the limit's rate before anything is admitted again, and no
+// written-back hit is ever dropped. In any interval of length d, across
+// the N nodes, the limit admits at most
+//
+//	capacity + rate × d / period + max(capacity / k + rate × I / period, N)
+//
+// hits, where an exact bucket admits capacity + rate × d / period (for
+// 1,000 a minute, burst 1,000, 3 nodes, I = 100 ms: 21 more). Because:
+// what a bucket fed every admitted hit at once holds is at most the
+// store's level plus the hits not yet written, which are within the
+// nodes' grants; a sync gives a grant of at most what is free, so that
+// right after it the level and that node's grant fit in Full; grants grow
+// together by at most Drain a µs, and only while the store's level drains
+// as fast or the grants' sum alone is below the bound; and no grant
+// exceeds S = max(Full / (N × k) + Drain × I / N, Hit). So the level and
+// the grants stay within Full + N × S, and an interval of length d admits
+// at most that, in hits, plus its drain, rate × d / period. A decision is
+// the algorithm's own transition on the level the node knows (the
+// store's, drained since, plus the node's own hits since), so a
+// leaky_bucket's Wait is short by what other nodes admitted since the
+// last sync.
+//
+// When a sync fails (the store unreachable), a node keeps the hits to
+// write at the next one and admits from what it still has: a window's
+// allowance (spent at the sync), a bucket's grant (which stops growing one
+// interval after the last sync that succeeded, however long the store
+// stays away). Beyond it, Take returns an error, for the caller's fail
+// mode to decide (decide's --fail). A node that dies loses its hits not
+// yet written: at most its grant or allowance.
 //
 // Clocks: the store decides by its clock (Redis's TIME); the Store
 // measures time with Config.Now's monotonic readings. The near cache adds
@@ -108,17 +150,22 @@ type Config struct {
 	// full are decided by the store.
 	LeaseBytes int64
 	// SyncInterval is how often async mode writes a node's hits back and
-	// reads the counts (default 100ms).
+	// reads the counts (default 100ms); a bucket's grant holds at most
+	// its refill over one SyncInterval.
 	SyncInterval time.Duration
 	// AsyncNodes is how many nodes share the store in async mode (default
 	// 1). Each node admits between syncs at most
-	// (rate − counted) / (AsyncNodes × AsyncShare), so that with
-	// AsyncNodes nodes the limit is overshot by at most
-	// rate / AsyncShare (see the package documentation).
+	// (rate − counted) / (AsyncNodes × AsyncShare) of a window limit, so
+	// that with AsyncNodes nodes the limit is overshot by at most
+	// rate / AsyncShare; of a bucket limit, at most what was free over
+	// AsyncNodes × AsyncShare and 1/AsyncNodes of its refill, so that
+	// it is overshot by at most capacity / AsyncShare plus one
+	// SyncInterval's refill (see the package documentation).
 	AsyncNodes int64
 	// AsyncShare is k in that bound (default 50: at most 2% over).
-	// Larger k overshoots less and fills the limit more slowly: the
-	// nodes admit about 1/k of what is left per SyncInterval.
+	// Larger k overshoots less and fills the limit (a bucket's burst)
+	// more slowly: the nodes admit about 1/k of what is left per
+	// SyncInterval.
 	AsyncShare int64
 	// Now is the clock the Store measures time with (default time.Now).
 	// Only differences of its readings matter.
@@ -239,7 +286,7 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	}
 	if sy, ok := next.(Syncer); ok && (cfg.Sync == Async || cfg.SyncOf != nil) {
 		s.syncer = sy
-		s.async = newAsyncTable(cfg.LeaseBytes, cfg.AsyncNodes*cfg.AsyncShare)
+		s.async = newAsyncTable(cfg.LeaseBytes, cfg.AsyncNodes, cfg.AsyncShare, cfg.SyncInterval)
 		s.asyncDone = make(chan struct{})
 		go s.syncLoop(s.stop, s.asyncDone)
 	}
@@ -356,7 +403,7 @@ func (s *Store) take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 		switch m := s.syncFor(r); {
 		case m == Lease && s.leases != nil && s.leaser.Leasable(r.Limit):
 			return s.takeLease(ctx, r, now)
-		case m == Async && s.async != nil && s.syncer.Leasable(r.Limit) && r.Limit.Rate <= maxAsyncProduct/r.Limit.Period.Microseconds():
+		case m == Async && s.async != nil && s.syncer.Syncable(r.Limit) && s.async.fits(r.Limit):
 			return s.takeAsync(ctx, r, now)
 		}
 	}
