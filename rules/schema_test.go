@@ -236,6 +236,9 @@ func TestSameMistakes(t *testing.T) {
 		{"lease of a bucket", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra, sync: lease}",
 			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Algorithm: "gcra", Sync: "lease"}),
 			"sync: lease is for fixed_window and sliding_window; gcra is exact only", "api/user/rate_limit", 5},
+		{"async of a sliding log", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, algorithm: sliding_log, sync: async}",
+			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Algorithm: "sliding_log", Sync: "async"}),
+			"sync: async is for every algorithm but sliding_log, which is exact only", "api/user/rate_limit", 5},
 		{"sync with unlimited", "- key: user\n  rate_limit: {unlimited: true, sync: lease}",
 			one(RateLimitSpec{Unlimited: true, Sync: "lease"}),
 			"sync: not allowed with unlimited: true", "api/user/rate_limit", 5},
@@ -379,11 +382,13 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100, algorithm: gcra}
   - key: tenant
     rate_limit: {unit: minute, requests_per_unit: 100, sync: async}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: token_bucket, burst: 200, sync: async}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ key, want string }{{"user", "lease"}, {"ip", "exact"}, {"path", ""}, {"tenant", "async"}} {
+	for _, tc := range []struct{ key, want string }{{"user", "lease"}, {"ip", "exact"}, {"path", ""}, {"tenant", "async"}, {"bucket", "async"}} {
 		r, err := set.Match("api", []Entry{{Key: tc.key, Value: "x"}})
 		if err != nil || r == nil {
 			t.Fatalf("Match %s: %v, %v", tc.key, r, err)

@@ -193,6 +193,52 @@ descriptors:
 	}
 }
 
+// TestServersAsyncBucket runs three `sluice serve` on one Redis (and on a
+// Redis Cluster) in async mode (--async-nodes 3, --sync-interval 20ms),
+// 64 clients spread over them, on one key of a bucket limit of 1000 a day
+// with a burst of 1000 (a token bucket, a gcra): no more are admitted
+// than the stated bound, capacity + rate × d / period + max(capacity/50 +
+// rate × 20 ms / period, 3) = 1000 + 20 over the test's d (1000 × d / 1
+// day: under a hit), and nearly every decision is the servers' own.
+func TestServersAsyncBucket(t *testing.T) {
+	for _, b := range []struct {
+		name  string
+		store func(t *testing.T) string
+	}{
+		{"redis", func(t *testing.T) string { return "redis://" + testenv.RedisAddr(t) }},
+		{"cluster", func(t *testing.T) string {
+			return "redis+cluster://" + strings.Join(testenv.RedisClusterAddrs(t), ",")
+		}},
+	} {
+		for _, alg := range []string{"token_bucket", "gcra"} {
+			t.Run(b.name+"/"+alg, func(t *testing.T) {
+				domain := fmt.Sprintf("asyncbucket-%s-%s-%d", b.name, alg, time.Now().UnixNano())
+				rules := copyRules(t, exampleRules)
+				writeFile(t, rules, "domain: "+domain+`
+descriptors:
+  - key: client
+    rate_limit: {unit: day, requests_per_unit: 1000, algorithm: `+alg+`, burst: 1000, sync: async}
+`)
+				start := time.Now()
+				servers, admitted, denied, failed := hotKey(t, domain, rules, "--store", b.store(t), "--async-nodes", "3", "--sync-interval", "20ms")
+				refill := 1000 * time.Since(start).Microseconds() / (24 * time.Hour).Microseconds()
+				decided := 0
+				for _, s := range servers {
+					decided += metricValue(t, s, "sluice_async_decisions_total")
+				}
+				bound := 1000 + refill + 20 // 1000/50 + 1000 × 20 ms / 1 day (under a hit) < 21
+				t.Logf("admitted %d (bound %d), denied %d, failed %d; %d decided in async mode", admitted, bound, denied, failed, decided)
+				if failed != 0 || admitted > bound || admitted == 0 {
+					t.Fatalf("admitted %d, denied %d, failed %d; want no failure, some admitted and at most %d", admitted, denied, failed, bound)
+				}
+				if decided < 2000 {
+					t.Fatalf("%d decided in async mode, want nearly all of the %d", decided, admitted+denied)
+				}
+			})
+		}
+	}
+}
+
 // metricValue returns the value of the unlabelled integer metric name on
 // s's /metrics.
 func metricValue(t *testing.T, s *testServer, name string) int {
