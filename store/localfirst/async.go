@@ -199,7 +199,7 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 		sh.bytes += size
 	}
 	if e.req != id { // the rules changed: start over (unwritten hits are dropped)
-		if e.syncing {
+		if e.syncing || e.pending > 0 && e.req.Limit.Algorithm.HasBurst() { // a bucket's are written first
 			sh.mu.Unlock()
 			return s.exact(ctx, r, now)
 		}
