@@ -112,6 +112,9 @@ func openRedis(t *testing.T, url string, clk *clock) sluice.Store {
 	cfg.KeyPrefix = fmt.Sprintf("sluicetest:%x:", rand.Uint64())
 	cfg.Now = clk.Now
 	cfg.ExpiryMargin = 10 * time.Minute
+	// Bounds on a hang only: the defaults (1s) failed handshakes and calls
+	// on a loaded machine.
+	cfg.DialTimeout, cfg.Timeout = 10*time.Second, 10*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := redis.Open(ctx, url, cfg)

@@ -35,6 +35,9 @@ func TestLimitErrorKeepsTheBreakerShut(t *testing.T) {
 	t.Parallel()
 	cfg := redis.DefaultConfig()
 	cfg.KeyPrefix = fmt.Sprintf("decidetest:%x:", rand.Uint64())
+	// Bounds on a hang only: the defaults (1s) failed handshakes and calls
+	// on a loaded machine.
+	cfg.DialTimeout, cfg.Timeout = 10*time.Second, 10*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := redis.Open(ctx, "redis://"+testenv.RedisAddr(t), cfg)

@@ -52,6 +52,9 @@ func openAsyncNodes(t testing.TB, url, prefix string, now func() time.Time, n in
 	for i := range nodes {
 		rc := redis.DefaultConfig()
 		rc.KeyPrefix, rc.Now, rc.ExpiryMargin = prefix, now, 10*time.Minute
+		// Bounds on a hang only: the defaults (1s) failed handshakes and calls
+		// on a loaded machine.
+		rc.DialTimeout, rc.Timeout = 10*time.Second, 10*time.Second
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		r, err := redis.Open(ctx, url, rc)
 		cancel()

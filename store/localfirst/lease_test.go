@@ -38,6 +38,9 @@ func openLeaseNodes(t *testing.T, url, prefix string, now func() time.Time, n in
 	for i := range nodes {
 		rc := redis.DefaultConfig()
 		rc.KeyPrefix, rc.Now, rc.ExpiryMargin = prefix, now, 10*time.Minute
+		// Bounds on a hang only: the defaults (1s) failed handshakes and calls
+		// on a loaded machine.
+		rc.DialTimeout, rc.Timeout = 10*time.Second, 10*time.Second
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		r, err := redis.Open(ctx, url, rc)
 		cancel()
@@ -116,6 +119,9 @@ func FuzzLeases(f *testing.F) {
 	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
 	rc := redis.DefaultConfig()
 	rc.KeyPrefix, rc.Now, rc.ExpiryMargin = fmt.Sprintf("localfirstfuzz:%x:", rand.Uint64()), clk.Now, 10*time.Minute
+	// Bounds on a hang only: the defaults (1s) failed handshakes and calls
+	// on a loaded machine.
+	rc.DialTimeout, rc.Timeout = 10*time.Second, 10*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var backs [4]*redis.Store // three nodes' and the referee's

@@ -40,6 +40,9 @@ func openRedis(t testing.TB, url string, now func() time.Time) *redis.Store {
 	cfg.KeyPrefix = fmt.Sprintf("localfirsttest:%x:", rand.Uint64())
 	cfg.Now = now
 	cfg.ExpiryMargin = 10 * time.Minute // the fake clocks run ahead of Redis's
+	// Bounds on a hang only: the defaults (1s) failed handshakes and calls
+	// on a loaded machine.
+	cfg.DialTimeout, cfg.Timeout = 10*time.Second, 10*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := redis.Open(ctx, url, cfg)
@@ -153,6 +156,9 @@ func TestNearCacheConformance(t *testing.T) {
 			open := func(t *testing.T, now func() time.Time) sluice.Store {
 				cfg := redis.DefaultConfig()
 				cfg.KeyPrefix, cfg.Now, cfg.ExpiryMargin = prefix, now, 10*time.Minute
+				// Bounds on a hang only: the defaults (1s) failed handshakes and calls
+				// on a loaded machine.
+				cfg.DialTimeout, cfg.Timeout = 10*time.Second, 10*time.Second
 				r, err := redis.Open(context.Background(), u, cfg)
 				if err != nil {
 					t.Fatal(err)

@@ -52,8 +52,18 @@ func testConfig(now func() time.Time) Config {
 	cfg.KeyPrefix = fmt.Sprintf("sluicetest:%x:", rand.Uint64())
 	cfg.Now = now
 	cfg.ExpiryMargin = 10 * time.Minute
+	cfg.DialTimeout, cfg.Timeout = hangBound, hangBound
 	return cfg
 }
+
+// hangBound is the tests' DialTimeout (rueidis bounds connection
+// handshakes by it, whatever the context allows) and Timeout (calls
+// without a deadline): the defaults, 1s, failed Open ('load script:
+// context deadline exceeded', 'dial tcp: i/o timeout') and calls on a
+// loaded machine. It bounds only a hang; the tests of a dead or hung
+// Redis do not wait on it (a killed one refuses at once, calls to a paused
+// one end at their own deadline).
+const hangBound = 10 * time.Second
 
 // open opens a store closed when the test ends.
 func open(t testing.TB, url string, cfg Config) *Store {
