@@ -2,8 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
+	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/peterbourgon/ff/v4"
 
@@ -12,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/transport/admin"
 )
 
-// adminFlags are serve's flags of the admin API.
+// adminFlags are the flags of the admin API, of serve and proxy alike.
 type adminFlags struct {
 	addr     string
 	tokens   string
@@ -25,9 +26,12 @@ func (a *adminFlags) register(fs *ff.FlagSet) {
 	fs.BoolVar(&a.readOnly, 0, "admin-read-only", withEnv("admin-read-only", "the admin API reads and dry-runs only (a GitOps setup)"))
 }
 
-// startAdmin serves the admin API on --admin-addr when --admin-tokens is
-// set; it returns nil servers otherwise.
-func startAdmin(ctx context.Context, a adminFlags, co *core, c coreFlags, tc *tls.Config, log *slog.Logger) (*opsServers, error) {
+// startAdmin serves the admin API of co's rules on --admin-addr when
+// --admin-tokens is set, over TLS when tlsc has the "admin" listener, and
+// logs where; it returns nil servers otherwise. The caller shuts the
+// servers down (stopAdmin).
+func startAdmin(ctx context.Context, c coreFlags, co *core, tlsc tlsSetup, log *slog.Logger) (*opsServers, error) {
+	a := c.admin
 	if a.tokens == "" {
 		return nil, nil
 	}
@@ -50,5 +54,19 @@ func startAdmin(ctx context.Context, a adminFlags, co *core, c coreFlags, tc *tl
 	if err != nil {
 		return nil, err
 	}
-	return startOps(ctx, a.addr, h, tc, log)
+	srv, err := startOps(ctx, a.addr, h, tlsc.config("admin", httpProtos...), log)
+	if err != nil {
+		return nil, fmt.Errorf("admin API: %w", err)
+	}
+	log.Info("admin API listening", "admin_addr", strings.Join(srv.addrs, ","), "read_only", a.readOnly)
+	return srv, nil
+}
+
+// stopAdmin shuts down the admin API startAdmin started, if any, waiting
+// for its calls until ctx ends.
+func stopAdmin(ctx context.Context, srv *opsServers) error {
+	if srv == nil {
+		return nil
+	}
+	return srv.shutdown(ctx)
 }

@@ -56,6 +56,7 @@ type coreFlags struct {
 	trace        traceFlags   // OpenTelemetry spans
 	storeTLS     storeTLSFlags
 	db           rulesDBFlags // a rules database's snapshot and polling
+	admin        adminFlags   // the admin API
 }
 
 func (c *coreFlags) register(fs *ff.FlagSet) {
@@ -84,6 +85,7 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	c.net.register(fs)
 	c.trace.register(fs)
 	c.storeTLS.register(fs)
+	c.admin.register(fs)
 }
 
 // registerRules registers the flags of how rules are read, which check

@@ -40,7 +40,7 @@ func (l *listenFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&l.tlsClientCA, 0, "tls-client-ca", "", withEnv("tls-client-ca", "PEM CA bundle: require client certificates it signed (mutual TLS)"))
 	fs.StringVar(&l.tlsClientSAN, 0, "tls-client-san", "", withEnv("tls-client-san", "a name (DNS, URI, IP or email) every client certificate must carry"))
 	fs.StringVar(&l.tlsListeners, 0, "tls-listeners", "all", withEnv("tls-listeners",
-		"listeners that serve TLS: all, or a list of grpc, http, ops (serve) or proxy, ops (proxy)"))
+		"listeners that serve TLS: all, or a list of grpc, http, ops, admin (serve) or proxy, ops, admin (proxy)"))
 }
 
 // tlsSetup is the TLS of one command's listeners: which serve it, and the

@@ -89,7 +89,7 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 	if err != nil {
 		return err
 	}
-	tlsc, err := c.net.tls([]string{"proxy", "ops"}, log)
+	tlsc, err := c.net.tls([]string{"proxy", "ops", "admin"}, log)
 	if err != nil {
 		return err
 	}
@@ -145,6 +145,12 @@ func runProxy(ctx context.Context, c proxyConfig, stderr io.Writer) (err error) 
 		ln.Close()
 		return err
 	}
+	adminSrv, err := startAdmin(ctx, c.coreFlags, co, tlsc, log)
+	if err != nil {
+		ln.Close()
+		return errors.Join(err, opsSrv.shutdown(ctx))
+	}
+	defer stopAdmin(context.WithoutCancel(ctx), adminSrv)
 	srv := &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -38,7 +38,6 @@ type serveConfig struct {
 	reflection      bool
 	pprof           bool
 	connAge         connAgeFlags // gRPC connections' lifetime
-	admin           adminFlags
 }
 
 func serveCommand(stderr io.Writer) *ff.Command {
@@ -50,7 +49,6 @@ func serveCommand(stderr io.Writer) *ff.Command {
 	fs.StringVar(&c.httpAddr, 0, "http-addr", "127.0.0.1:8080", withEnv("http-addr", "address of the HTTP API; port 0 picks a free port"))
 	c.coreFlags.register(fs)
 	c.connAge.register(fs)
-	c.admin.register(fs)
 	fs.StringVar(&c.identity, 0, "identity", "", withEnv("identity", "identity file (Envoy rate_limits actions): serves forward-auth on GET /v1/auth"))
 	fs.StringVar(&c.headers, 0, "response-headers", "all", withEnv("response-headers", headersUsage))
 	fs.DurationVar(&c.retryJitter, 0, "retry-jitter", time.Second, withEnv("retry-jitter", "most random time added to Retry-After, in whole seconds"))
@@ -195,16 +193,13 @@ func serve(ctx context.Context, c serveConfig, stderr io.Writer) (err error) {
 		hln.Close()
 		return err
 	}
-	adminSrv, err := startAdmin(ctx, c.admin, co, c.coreFlags, tlsc.config("admin", httpProtos...), log)
+	adminSrv, err := startAdmin(ctx, c.coreFlags, co, tlsc, log)
 	if err != nil {
 		closeGRPC()
 		hln.Close()
 		return errors.Join(err, opsSrv.shutdown(ctx))
 	}
-	if adminSrv != nil {
-		defer adminSrv.shutdown(context.WithoutCancel(ctx))
-		log.Info("admin API listening", "admin_addr", strings.Join(adminSrv.addrs, ","), "read_only", c.admin.readOnly)
-	}
+	defer stopAdmin(context.WithoutCancel(ctx), adminSrv)
 	gopts := c.connAge.options()
 	if tc := tlsc.config("grpc", "h2"); tc != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
