@@ -110,6 +110,10 @@ type State struct {
 // (sliding_window), else 0. A sliding_log's State has no such form.
 func StateOf(t, n, p int64) State { return State{t: t, n: n, p: p} }
 
+// Fields returns the fields of s as StateOf takes them: StateOf(s.Fields())
+// is s, but for a sliding_log's log.
+func (s State) Fields() (t, n, p int64) { return s.t, s.n, s.p }
+
 // Clone returns a copy of s that shares nothing with it: a plain copy of a
 // State shares the sliding_log's log. It allocates only for a non-empty log.
 func (s State) Clone() State {

@@ -1,0 +1,120 @@
+package sluice
+
+// Leases of bucket limits (token_bucket, leaky_bucket, gcra).
+//
+// A lease is a Take of k hits that a store debits at one instant g, the
+// grant, and that a node then admits by itself, one request at a time, at
+// later instants. In the terms of gcra (T the emission interval, TAT the
+// theoretical arrival time; a token bucket is the same in hit·µs), the
+// grant moves TAT from max(TAT, g) = B to B + k·T: it gives the lease the
+// k slots [B + i·T, B + (i+1)·T), i = 0 … k−1. The node may admit the
+// lease's i-th hit only at an instant t <= B + i·T, the start of its slot:
+// its due instant. Then the admitted sequence, across any number of nodes
+// and the store's own decisions, is one the exact algorithm admits at the
+// real instants: every hit has a slot of its own that starts no earlier
+// than the hit and ends no later than the hit plus the capacity's
+// tolerance (the store's check at g <= t), and hits that fit such slots are
+// exactly those gcra admits. A hit admitted past its due instant could fall
+// where the real bucket had refilled to full and wasted the refill, which
+// the store, counting it at g, did not see: over the limit. A lease whose
+// next hit is past due has ended; its unused hits stay counted, as hits
+// admitted at the grant would be, and drain at the limit's rate.
+
+// LeaseDue returns the instant, µs on the store's clock, by which the next
+// hit of a lease of l must be admitted, when grant is the state the store
+// left when it debited the lease and left of the lease's hits are unused:
+// the instant at which a bucket holding grant drains down to left hits.
+// ok is false for a window algorithm, an invalid limit, or left outside
+// [0, capacity].
+func (l Limit) LeaseDue(grant State, left int64) (due int64, ok bool) {
+	hit, _, drain, ok := l.bucketUnits()
+	if !ok || left < 0 || left > l.Capacity() {
+		return 0, false
+	}
+	switch l.Algorithm {
+	case GCRA: // t is the TAT
+		return grant.t - left*hit, true
+	default: // t is the last update, n the level then
+		return grant.t + floorDiv(grant.n-left*hit, drain), true
+	}
+}
+
+// LeaseTake decides cost hits of a lease of l at now (µs on the store's
+// clock), where grant is the state the store left when it debited the
+// lease and left of the lease's hits are unused. ok is false, and the
+// lease cannot admit the request, when cost is above left, now is past
+// LeaseDue(grant, left), or l is not a bucket limit. Otherwise the request
+// is admitted with the decision l takes at now on the state the key would
+// have had the lease's other left − cost hits never been taken: Remaining
+// counts them as the store's, and a leaky_bucket's Wait is how long until
+// the start of the request's slot, so that requests delayed by it leave
+// at no more than the rate. It does not change grant.
+func (l Limit) LeaseTake(grant State, left, now, cost int64) (d Decision, ok bool) {
+	hit, _, _, ok := l.bucketUnits()
+	if !ok || cost < 0 || cost > left || left > l.Capacity() {
+		return Decision{}, false
+	}
+	level := l.levelAt(grant, now) - left*hit // the bucket before this request, without the lease's unused hits
+	if level < 0 {
+		return Decision{}, false // past due
+	}
+	s := l.bucketAt(level, now)
+	d = l.TakeMicros(&s, now, cost)
+	return d, d.Allowed
+}
+
+// bucketUnits returns the arithmetic of the bucket limit l in the units of
+// its state: a hit adds hit units, a full bucket holds full, and the level
+// drains by drain units a µs. For token_bucket and leaky_bucket a unit is a
+// hit·µs (hit = period, drain = rate); for gcra a µs of the TAT ahead of now
+// (hit = T, drain = 1). ok is false for a window algorithm or an invalid
+// limit.
+func (l Limit) bucketUnits() (hit, full, drain int64, ok bool) {
+	if l.Validate() != nil {
+		return 0, 0, 0, false
+	}
+	p := l.Period.Microseconds()
+	switch l.Algorithm {
+	case TokenBucket, LeakyBucket:
+		return p, l.Capacity() * p, l.Rate, true
+	case GCRA:
+		T := ceilDiv(p, l.Rate)
+		return T, l.Capacity() * T, 1, true
+	}
+	return 0, 0, 0, false
+}
+
+// levelAt returns the level of s, a state of the bucket limit l, at now, in
+// the units of bucketUnits, as the algorithm would find it.
+func (l Limit) levelAt(s State, now int64) int64 {
+	if l.Algorithm == GCRA {
+		return max(s.t-max(now, s.n), 0) // a clock gone back is at the latest admission
+	}
+	level := s.n
+	if now > s.t { // a clock gone back drains nothing
+		elapsed := now - s.t
+		if elapsed >= ceilDiv(level, l.Rate) {
+			return 0
+		}
+		level -= elapsed * l.Rate
+	}
+	return level
+}
+
+// bucketAt returns a state of the bucket limit l whose level at now is
+// level, on which the algorithm decides as on any state of that level.
+func (l Limit) bucketAt(level, now int64) State {
+	if l.Algorithm == GCRA {
+		return State{t: now + level, n: now}
+	}
+	return State{t: now, n: level}
+}
+
+// floorDiv returns ⌊a/b⌋ for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
