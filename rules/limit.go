@@ -73,8 +73,8 @@ type Limit struct {
 	Pool *Limit
 	// Sync is sluice's `sync`: how a server decides this limit with a
 	// shared store (store/localfirst): "exact", "lease", "async", or empty
-	// for the server's default (--sync). Lease is for fixed_window and
-	// sliding_window only, async for every algorithm but sliding_log.
+	// for the server's default (--sync). Lease and async are for every
+	// algorithm but sliding_log.
 	Sync string
 	// Replaces lists the names of limits this one replaces (Envoy's
 	// `replaces`). Every name is the Name of a limit of the same domain.

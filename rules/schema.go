@@ -641,13 +641,9 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 	}
 	switch ls.Sync {
 	case "", "exact":
-	case "lease":
-		if a := l.Limit.Algorithm; a != sluice.FixedWindow && a != sluice.SlidingWindow && !c.bad(ls, "sync") {
-			c.errorf(c.line(ls, "sync"), path, "sync: %s is for fixed_window and sliding_window; %s is exact only", ls.Sync, a)
-		}
-	case "async":
+	case "lease", "async":
 		if a := l.Limit.Algorithm; a == sluice.SlidingLog && !c.bad(ls, "sync") {
-			c.errorf(c.line(ls, "sync"), path, "sync: async is for every algorithm but sliding_log, which is exact only")
+			c.errorf(c.line(ls, "sync"), path, "sync: %s is for every algorithm but sliding_log, which is exact only", ls.Sync)
 		}
 	default:
 		if !c.bad(ls, "sync") {

@@ -233,9 +233,9 @@ func TestSameMistakes(t *testing.T) {
 		{"unknown sync", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, sync: later}",
 			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Sync: "later"}),
 			`sync: want exact, lease or async, got "later"`, "api/user/rate_limit", 5},
-		{"lease of a bucket", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, algorithm: gcra, sync: lease}",
-			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Algorithm: "gcra", Sync: "lease"}),
-			"sync: lease is for fixed_window and sliding_window; gcra is exact only", "api/user/rate_limit", 5},
+		{"lease of a sliding log", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, algorithm: sliding_log, sync: lease}",
+			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Algorithm: "sliding_log", Sync: "lease"}),
+			"sync: lease is for every algorithm but sliding_log, which is exact only", "api/user/rate_limit", 5},
 		{"async of a sliding log", "- key: user\n  rate_limit: {unit: second, requests_per_unit: 5, algorithm: sliding_log, sync: async}",
 			one(RateLimitSpec{Unit: "second", RequestsPerUnit: 5, Algorithm: "sliding_log", Sync: "async"}),
 			"sync: async is for every algorithm but sliding_log, which is exact only", "api/user/rate_limit", 5},
@@ -384,11 +384,13 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100, sync: async}
   - key: bucket
     rate_limit: {unit: minute, requests_per_unit: 100, algorithm: token_bucket, burst: 200, sync: async}
+  - key: leased
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: gcra, burst: 300, sync: lease}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ key, want string }{{"user", "lease"}, {"ip", "exact"}, {"path", ""}, {"tenant", "async"}, {"bucket", "async"}} {
+	for _, tc := range []struct{ key, want string }{{"user", "lease"}, {"ip", "exact"}, {"path", ""}, {"tenant", "async"}, {"bucket", "async"}, {"leased", "lease"}} {
 		r, err := set.Match("api", []Entry{{Key: tc.key, Value: "x"}})
 		if err != nil || r == nil {
 			t.Fatalf("Match %s: %v, %v", tc.key, r, err)

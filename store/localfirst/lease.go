@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -21,16 +22,19 @@ const (
 	Exact Sync = iota
 	// Lease decisions come from leases: a node takes part of a hot key's
 	// quota from the store in one atomic call (the store debits it),
-	// admits from it by itself, and gives back what it did not use when
-	// the lease ends. Never more than the limit; fewer by at most the
-	// leases outstanding. For the algorithms the store can take leases
-	// back on (Leaser.Leasable); the others decide exactly.
+	// admits from it by itself (a bucket's hits each by its due
+	// instant), and gives back what it did not use when the lease ends,
+	// where that is exact. Never more than the limit; fewer by at most
+	// the leases outstanding (see the package documentation). For the
+	// algorithms the store can lease (Leaser.CanLease: all but
+	// sliding_log on Redis); the others decide exactly.
 	Lease
 	// Async decisions make no store call: a node admits from an allowance,
 	// an even share of what the store counted left at its last sync, and
 	// writes its hits back every Config.SyncInterval. Over the limit by at
 	// most rate / AsyncShare when Config.AsyncNodes is the number of nodes.
-	// For the algorithms of Lease; the others decide exactly.
+	// For the window algorithms (Syncer.Leasable); the others decide
+	// exactly.
 	Async
 	numSyncs
 )
@@ -59,20 +63,23 @@ func ParseSync(s string) (Sync, error) {
 // unused hits of leases. store/redis implements it.
 type Leaser interface {
 	Stater
-	// Leasable reports whether the store takes back leases of l.
-	Leasable(l sluice.Limit) bool
-	// ReturnLeases gives back rets[i].Cost unused hits of a lease taken
-	// in the window that starts at windows[i] (µs on the store's clock),
-	// as if never taken, and returns how many it gave back.
-	ReturnLeases(ctx context.Context, rets []sluice.Request, windows []int64) (int64, error)
+	// CanLease reports whether the store takes back leases of l.
+	CanLease(l sluice.Limit) bool
+	// ReturnLeases gives back rets[i].Cost unused hits of a lease whose
+	// grant left the key in state grants[i] (as TakeState reported it),
+	// where giving them back is exact: a window's hits while the window
+	// lasts; a bucket's (token_bucket, leaky_bucket, gcra) while nothing
+	// was admitted on the key since the grant, no further back than the
+	// store's now. It returns how many it gave back.
+	ReturnLeases(ctx context.Context, rets []sluice.Request, grants []sluice.State) (int64, error)
 }
 
 // leaseShards is how many independently locked parts the lease table has.
 const leaseShards = 32
 
 // leaseOverhead is what a lease entry costs besides its key's bytes,
-// rounded up: the entry (about 190 bytes), its pointer and a map slot.
-const leaseOverhead = 256
+// rounded up: the entry (about 270 bytes), its pointer and a map slot.
+const leaseOverhead = 320
 
 // leases holds, per key, the lease a node admits from and what sizes the
 // next one. It is bounded in bytes: a key that finds it full is decided
@@ -97,11 +104,15 @@ type leaseEntry struct {
 	req      sluice.Request  // the key, group and limit (Cost unused)
 	left     int64           // hits of the lease not yet admitted
 	granted  int64           // the lease's size
-	window   int64           // start of the window it was taken in, µs on the store's clock
+	window   int64           // start of the window it was taken in, µs on the store's clock (a window limit's)
 	grant    sluice.Decision // the store's decision on the grant
+	st       sluice.State    // the key's state as the grant left it
+	gat      int64           // the grant's instant, µs on the store's clock
 	at       time.Time       // when the grant was asked for
+	rtt      time.Duration   // how long the grant took to come back
 	until    time.Time       // when the lease ends unless the key is still busy
-	end      time.Time       // when its window ends: the lease ends then at the latest
+	end      time.Time       // when its window ends, or (a bucket) just past its next hit's due instant: the lease ends then at the latest
+	drained  time.Time       // a bucket limit: when the key's bucket, as the store last reported it, is empty
 	seen     time.Time       // the key's latest request
 	since    time.Time       // the start of the lifetime count counts in
 	count    int64           // the key's hits since since
@@ -165,11 +176,60 @@ func minTime(a, b time.Time) time.Time {
 
 // returning is a lease's unused part on its way back to the store.
 type returning struct {
-	req    sluice.Request
-	window int64
+	req   sluice.Request
+	grant sluice.State // the key's state as the lease's grant left it
 }
 
-// decision returns what a lease decides on a request it admits at now.
+// storeNow returns the latest instant of the store's clock that now, on
+// the node's, can be: the grant's instant plus the time since the grant
+// was asked for, rounded up to µs. The clocks are taken to advance at the
+// same rate.
+func (e *leaseEntry) storeNow(now time.Time) int64 {
+	return e.gat + (max(now.Sub(e.at), 0) + time.Microsecond - 1).Microseconds()
+}
+
+// take admits cost hits of e's lease at now if it can, and returns the
+// decision. A window's lease admits while it has the hits; a bucket's only
+// by the due instant of its next hit (sluice.Limit.LeaseTake, on the
+// store's clock as storeNow reads it), and a leaky_bucket's Wait is the
+// time until the hit's slot on the store's clock as early as now can be
+// on it (the grant's round trip more than storeNow's). mu is held.
+func (e *leaseEntry) take(now time.Time, cost int64) (sluice.Decision, bool) {
+	l := e.req.Limit
+	if !l.Algorithm.HasBurst() {
+		e.left -= cost
+		return e.decision(now), true
+	}
+	d, ok := l.LeaseTake(e.st, e.left, e.storeNow(now), cost)
+	if !ok {
+		return d, false
+	}
+	e.left -= cost
+	e.due()
+	if l.Algorithm == sluice.LeakyBucket {
+		d.Wait += e.rtt
+	}
+	return d, true
+}
+
+// due sets e.end, for a bucket's lease, to just past the due instant of
+// its next hit on the node's clock: the instant storeNow reads it at.
+// mu is held.
+func (e *leaseEntry) due() {
+	if e.left == 0 {
+		e.end = e.at
+		return
+	}
+	due, ok := e.req.Limit.LeaseDue(e.st, e.left)
+	if !ok || due < e.gat {
+		e.end = e.at
+		return
+	}
+	e.end = e.at.Add(time.Duration(due-e.gat)*time.Microsecond + 1)
+}
+
+// decision returns what a window's lease decides on a request it admits
+// at now.
 func (e *leaseEntry) decision(now time.Time) sluice.Decision {
 	capa := e.req.Limit.Capacity()
 	return sluice.Decision{
@@ -192,10 +252,47 @@ func (ls *leases) end(e *leaseEntry, now time.Time) (returning, bool) {
 	case 2*e.left > e.granted: // mostly unused
 		e.size /= 2
 	}
-	r := returning{e.req, e.window}
+	r := returning{e.req, e.st}
 	r.req.Cost = e.left
 	e.left, e.granted = 0, 0
 	return r, r.req.Cost > 0
+}
+
+// usable returns how many hits a lease of e's bucket limit taken at now
+// can expect to admit by their due instants (sluice.Limit.LeaseDue): the
+// i-th is due about drained − now + i × T after the grant (T = period /
+// rate; the store's bucket is last known to be empty at drained, and the
+// grant's slots start then or later), and the key's hits come about every
+// lifetime / size, or faster as counted in the current lifetime. A key
+// whose local rate is at least the limit's uses any lease in time; a
+// slower one only what the bucket's backlog gives it time for. mu is held.
+func (ls *leases) usable(e *leaseEntry, now time.Time) int64 {
+	l := e.req.Limit
+	// intervals in ns: the key's between hits, the limit's T
+	gap := float64(ls.lifetime) / float64(max(e.size, 1))
+	if el := now.Sub(e.since); e.count > 0 && float64(el)/float64(e.count) < gap {
+		gap = float64(el) / float64(e.count)
+	}
+	T := float64(l.Period) / float64(l.Rate)
+	if gap <= T {
+		return math.MaxInt64
+	}
+	slack := float64(max(e.drained.Sub(now), 0))
+	return int64(min(slack/(gap-T), float64(math.MaxInt32))) + 1
+}
+
+// seenBucket keeps when the key's bucket, as the store's decision d on a
+// request sent at sent reports it, is empty, for a bucket limit's next
+// lease (usable). e is the key's entry, or nil.
+func (s *Store) seenBucket(sh *leaseShard, key string, e *leaseEntry, d sluice.Decision, err error, sent time.Time) {
+	if e == nil || err != nil || !e.req.Limit.Algorithm.HasBurst() {
+		return
+	}
+	sh.mu.Lock()
+	if sh.m[key] == e {
+		e.drained = sent.Add(d.ResetAfter)
+	}
+	sh.mu.Unlock()
 }
 
 // takeLease decides r, a request of a leasable limit, in lease mode. A
@@ -231,8 +328,10 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 			sh.m[key] = &leaseEntry{req: id, seen: now, since: now, count: cost}
 			sh.bytes += size
 		}
+		e = sh.m[key]
 		sh.mu.Unlock()
 		d, err := s.exact(ctx, r, now) // a key seen once goes to the store
+		s.seenBucket(sh, key, e, d, err, now)
 		return d, nil, err
 	}
 	if e.req != id { // the rules changed: a new lease of the new limit
@@ -243,15 +342,15 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 	}
 	ls.observe(e, now, cost)
 	if e.granted > 0 && e.left >= cost && !ls.ended(e, now) {
-		if !now.Before(e.until) { // busy: a lifetime more
-			e.until = minTime(now.Add(ls.lifetime), e.end)
+		if d, ok := e.take(now, cost); ok {
+			if !now.Before(e.until) { // busy: a lifetime more
+				e.until = minTime(now.Add(ls.lifetime), e.end)
+			}
+			e.seen = now
+			sh.mu.Unlock()
+			s.leaseHits.Add(1)
+			return d, nil, nil
 		}
-		e.left -= cost
-		e.seen = now
-		d := e.decision(now)
-		sh.mu.Unlock()
-		s.leaseHits.Add(1)
-		return d, nil, nil
 	}
 	if e.granting != nil && wait {
 		ch := e.granting
@@ -266,14 +365,18 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 		e.size = min(e.count, ls.most(l))
 	}
 	e.seen = now
-	if e.size < minLease || e.granting != nil {
+	want := max(e.size, cost)
+	if l.Algorithm.HasBurst() {
+		want = min(want, ls.usable(e, now))
+	}
+	if e.size < minLease || e.granting != nil || want < minLease {
 		sh.mu.Unlock()
 		s.giveBack(ctx, back)
 		d, err := s.exact(ctx, r, now)
+		s.seenBucket(sh, key, e, d, err, now)
 		return d, nil, err
 	}
 	e.granting = make(chan struct{})
-	want := max(e.size, cost)
 	sh.mu.Unlock()
 
 	s.giveBack(ctx, back)
@@ -295,23 +398,32 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 			s.calls.Add(1)
 		}
 	}
+	back0 := s.now()
 	sh.mu.Lock()
 	close(e.granting)
 	e.granting = nil
 	granted := err == nil && d.Allowed && ok && want > cost && e.req == id
+	var out sluice.Decision
+	if err == nil && l.Algorithm.HasBurst() {
+		e.drained = now.Add(d.ResetAfter)
+	}
 	if granted {
-		p := l.Period.Microseconds()
-		window := at - at%p
-		e.granted, e.left, e.window, e.grant, e.at = want, want-cost, window, d, now
-		e.end = now.Add(time.Duration(window+p-at) * time.Microsecond)
+		e.granted, e.left, e.grant, e.st, e.gat, e.at, e.rtt = want, want-cost, d, st, at, now, back0.Sub(now)
+		if l.Algorithm.HasBurst() {
+			// the request is the lease's first hit, at the grant's instant
+			out, _ = l.LeaseTake(st, want, at, cost)
+			e.window = 0
+			e.due()
+		} else {
+			p := l.Period.Microseconds()
+			e.window = at - at%p
+			e.end = now.Add(time.Duration(e.window+p-at) * time.Microsecond)
+			out = e.decision(now)
+		}
 		e.until = minTime(now.Add(ls.lifetime), e.end)
 		s.grants.Add(1)
 	} else if err == nil && !d.Allowed {
 		e.size = max(e.size/2, 1)
-	}
-	var out sluice.Decision
-	if granted {
-		out = e.decision(now)
 	}
 	sh.mu.Unlock()
 	switch {
@@ -325,7 +437,7 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 	case d.Allowed && want > cost && ok:
 		// granted, but the key's entry moved on meanwhile (the rules
 		// changed): the surplus goes back
-		s.giveBack(ctx, []returning{{sluice.Request{Key: key, Group: r.Group, Limit: l, Cost: want - cost}, at - at%l.Period.Microseconds()}})
+		s.giveBack(ctx, []returning{{sluice.Request{Key: key, Group: r.Group, Limit: l, Cost: want - cost}, st}})
 	case !d.Allowed && want > cost && !ok:
 		// no state to answer this request from
 		d, err := s.exact(ctx, r, now)
@@ -375,12 +487,12 @@ func (s *Store) giveBack(ctx context.Context, back []returning) {
 	if len(back) == 0 {
 		return
 	}
-	reqs, windows := make([]sluice.Request, len(back)), make([]int64, len(back))
+	reqs, grants := make([]sluice.Request, len(back)), make([]sluice.State, len(back))
 	for i, r := range back {
-		reqs[i], windows[i] = r.req, r.window
+		reqs[i], grants[i] = r.req, r.grant
 	}
 	s.calls.Add(1)
-	n, err := s.leaser.ReturnLeases(context.WithoutCancel(ctx), reqs, windows)
+	n, err := s.leaser.ReturnLeases(context.WithoutCancel(ctx), reqs, grants)
 	s.returned.Add(uint64(max(n, 0)))
 	if err != nil {
 		s.returnErrors.Add(1)

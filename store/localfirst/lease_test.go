@@ -21,7 +21,7 @@ func leaseBound(cfg Config) storetest.Bound {
 	ls := newLeases(1, cfg.LeaseLifetime, max(cfg.MaxLease, defaultMaxLease))
 	return storetest.Bound{
 		Under: func(l sluice.Limit, nodes int) int64 {
-			if !redis.Leasable(l) {
+			if !redis.CanLease(l) {
 				return 0
 			}
 			return int64(nodes) * ls.most(l)
@@ -419,4 +419,130 @@ func TestLeasePaused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzBucketLeases drives three lease-mode nodes on one Redis, one key of
+// a bucket limit (token_bucket, leaky_bucket or gcra, by the first byte),
+// with interleavings of requests, clock steps shorter and longer than the
+// limit's emission interval, sweeps that return ended leases (late
+// returns), nodes that end every lease at once (early returns), and nodes
+// that die holding leases, and collects every admission across the nodes
+// at the instant it was made. The guarantee of lease mode is that the
+// exact algorithm, on one key, admits every one of those hits, in that
+// order, at those instants: the check replays them on sluice's own
+// transition.
+func FuzzBucketLeases(f *testing.F) {
+	f.Add([]byte{0, 0, 8, 16, 0, 8, 16, 0, 0, 0, 4, 0, 5, 7, 0, 8, 6, 0, 16})
+	f.Add([]byte{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 1, 1})
+	f.Add([]byte{2, 0, 9, 18, 27, 36, 45, 54, 63, 4, 12, 20, 28, 5, 13, 21, 15, 0, 0, 0, 0, 0, 0, 3, 11, 19})
+	f.Add([]byte{0, 2, 10, 18, 2, 10, 18, 2, 10, 18, 2, 10, 18, 2, 10, 18, 12, 2, 10, 18, 44, 2, 10, 18, 60, 2, 10, 18, 13, 5, 2, 10, 18})
+	f.Add([]byte{2, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 3, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 36, 8, 8, 8, 8, 8, 8, 7, 16, 16, 16, 16, 16})
+	for alg := range byte(3) { // the bucket drained by three nodes, then steps, sweeps and early returns
+		// a lease (node 0) and one after it (node 1); the first goes back
+		// at once; the second's hits come in their slots, as the bucket
+		// has refilled; then a third node drains it
+		back := []byte{alg, 8, 8, 8, 0, 0, 0, 0, 8, 6, 252, 252, 252, 28, 8, 252, 252, 228, 8, 8}
+		for range 85 {
+			back = append(back, 16)
+		}
+		f.Add(back)
+		for _, steps := range []int{7, 10} {
+			slow := []byte{alg, 0, 0, 0, 0, 0} // one node hot, then slower than the limit's rate, then two drain
+			for range steps {
+				slow = append(slow, 252, 0)
+			}
+			for range 60 {
+				slow = append(slow, 8, 16)
+			}
+			f.Add(slow)
+		}
+		drain := []byte{alg}
+		for i := range 120 {
+			drain = append(drain, byte(8*(i%3)))
+		}
+		for i := range 60 {
+			drain = append(drain, byte(8*(i%3)), byte(8*(i%3)+1), []byte{4, 12, 20, 5, 6, 28}[i%6])
+		}
+		f.Add(drain)
+	}
+	url := "redis://" + testenv.RedisAddr(f) + "/0"
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
+	rc := redis.DefaultConfig()
+	rc.KeyPrefix, rc.Now, rc.ExpiryMargin = fmt.Sprintf("localfirstbucketfuzz:%x:", rand.Uint64()), clk.Now, 10*time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var backs [3]*redis.Store
+	for i := range backs {
+		r, err := redis.Open(ctx, url, rc)
+		if err != nil {
+			f.Fatal(err)
+		}
+		defer r.Close()
+		backs[i] = r
+	}
+	algs := []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA}
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) < 2 {
+			return
+		}
+		if len(ops) > 400 {
+			ops = ops[:400]
+		}
+		// 40 a 2 s, a hit every 50 ms, bursts of 80; leases up to 5
+		l := sluice.Limit{Algorithm: algs[int(ops[0])%3], Rate: 40, Period: 2 * time.Second, Burst: 80}
+		ops = ops[1:]
+		key := fmt.Sprintf("k%x", rand.Uint64())
+		clk.Advance(time.Hour) // a fresh key at a fresh time
+		cfg := Config{Sync: Lease, Now: clk.Now}
+		var nodes [3]*Store
+		for i := range nodes {
+			nodes[i] = newStore(t, backs[i], cfg)
+		}
+		defer func() {
+			for _, s := range nodes {
+				s.Close(context.Background())
+			}
+		}()
+		type hit struct{ at, cost int64 }
+		var hits []hit
+		leased := uint64(0)
+		for _, b := range ops {
+			node := int(b/8) % 3
+			switch b % 8 {
+			case 0, 1, 2, 3:
+				cost := 1 + int64(b%2)*int64(b/24%2)
+				d, err := nodes[node].Take(context.Background(), key, l, cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					hits = append(hits, hit{clk.Now().UnixMicro(), cost})
+				}
+			case 4: // 3 to 96 ms: within and past the emission interval
+				clk.Advance(time.Duration(3+3*int(b/8)) * time.Millisecond)
+			case 5: // a sweep: ended leases go back, late
+				if err := nodes[node].ReturnExpired(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			case 6: // every lease of the node goes back now, early
+				if err := nodes[node].returnLeases(context.Background(), true); err != nil {
+					t.Fatal(err)
+				}
+			case 7: // the node dies with its leases; a new one takes its place
+				leased += nodes[node].Stats().LeaseHits
+				abandon(nodes[node])
+				nodes[node] = newStore(t, backs[node], cfg)
+			}
+		}
+		var st sluice.State
+		for i, h := range hits {
+			if d := l.TakeMicros(&st, h.at, h.cost); !d.Allowed {
+				t.Fatalf("%v: hit %d of %d (%d at %d µs) admitted, which the exact algorithm denies after the ones before it: %+v", l, i, len(hits), h.cost, h.at-hits[0].at, d)
+			}
+		}
+		for _, s := range nodes {
+			leased += s.Stats().LeaseHits
+		}
+		t.Logf("%v: %d admitted, %d from leases", l, len(hits), leased)
+	})
 }

@@ -1,7 +1,7 @@
 // Package localfirst decorates a sluice.Store so that decisions leave the
 // request's critical path: a near cache of denials, exact; and, per limit
-// (Config.Sync, Config.SyncOf), lease mode for the window algorithms and
-// async mode for every algorithm but sliding_log, each with a stated
+// (Config.Sync, Config.SyncOf), lease and async modes for every algorithm
+// but sliding_log, each with a stated
 // bound.
 //
 // The near cache: when the store denies a key and says when a request of
@@ -18,18 +18,41 @@
 // The cache is bounded in bytes (Config.NearCacheBytes) and counts its
 // hits (Stats).
 //
-// Lease mode (fixed_window, sliding_window; Leaser): a node takes a lease
-// of a hot key's quota with one Take of several hits, which the store
-// counts as admitted, and admits up to that many requests by itself. A
-// lease ends when used up, with its window, or once the key has seen no
-// request for Config.LeaseLifetime; its unused hits go back to the store
-// as if never taken. Its
-// size follows the hits the key saw in the last lifetime, at most
-// Config.MaxLease and a sixteenth of the capacity. Every hit a node admits
-// was counted first, in its window: across any number of nodes, never more
-// than the limit. Fewer by at most the unused hits of the leases
-// outstanding: nodes × min(MaxLease, capacity/16). A node that dies
-// loses its unused lease until its window ends.
+// Lease mode (Leaser): a node takes a lease of a hot key's quota with one
+// Take of several hits, which the store counts as admitted, and admits up
+// to that many requests by itself. Its size follows the hits the key saw
+// in the last lifetime, at most Config.MaxLease and a sixteenth of the
+// capacity. A lease ends when used up, once the key has seen no request
+// for Config.LeaseLifetime, and at the latest:
+//   - fixed_window, sliding_window: with its window. Its unused hits go
+//     back to the store as if never taken. Every hit a node admits was
+//     counted first, in its window: across any number of nodes, never
+//     more than the limit.
+//   - token_bucket, leaky_bucket, gcra: when its next hit is past due. The
+//     grant gives the lease the last slots of the bucket (in gcra's terms,
+//     TAT moves from max(TAT, now) = B to B + k·T), and the node admits the
+//     lease's i-th hit only by B + i·T, the start of its slot
+//     (sluice.Limit.LeaseTake): so the sequence admitted across any number
+//     of nodes, at the instants admitted, is one the exact algorithm admits
+//     on one key, never more. A hit admitted later could land where the
+//     real bucket had refilled to full, a refill the store, counting the
+//     hit at the grant, never wasted. The unused hits go back only while
+//     the lease holds the bucket's last slots (nothing admitted on the key
+//     since its grant), and only the slots still ahead: after anything
+//     else, giving back would let the store admit into slots that a later
+//     lease's hits may still be due in. Unused hits that stay are counted
+//     as hits admitted at the grant: they drain at the limit's rate. A
+//     bucket key is leased only when the node's rate on it, or the backlog
+//     the store last reported, gives its hits time to be used by their
+//     due instants; otherwise it is decided exactly. A leaky_bucket's
+//     Wait, from a lease, runs to the start of the hit's slot, so that
+//     requests delayed by it leave at no more than the rate.
+//
+// Either way fewer than the limit by at most the unused hits of the
+// leases outstanding: nodes × min(MaxLease, capacity/16) at any instant,
+// each lease's unused hits lost at most once. A node that dies loses its
+// unused lease: until its window ends, or, for a bucket, as hits admitted
+// at its grant (they drain at the rate; nothing comes back).
 //
 // Async mode (every algorithm but sliding_log; Syncer): no store call on
 // a decision. Each node admits by itself and writes its hits back every
@@ -96,8 +119,13 @@
 // ends no later than the store's, and its durations may be longer by at
 // most the round trip. With one clock for both (tests), the answers are
 // identical. Leases end by the node's clock, no later than their window on
-// the store's; async mode places hits in windows by the store's clock as
-// its last sync measured it.
+// the store's; a bucket's leased hit is due by an instant of the store's
+// clock, which the node reads as the grant's instant (the store's) plus
+// the time since it asked for the grant (its own): no earlier than the
+// store's clock then, if the two advance at the same rate (a drift of
+// r ppm lets a hit be up to r µs a second of lease late). Async mode
+// places hits in windows by the store's clock as its last sync measured
+// it.
 package localfirst
 
 import (
@@ -401,7 +429,7 @@ func (s *Store) take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 	}
 	if r.Cost > 0 && (s.leases != nil || s.async != nil) {
 		switch m := s.syncFor(r); {
-		case m == Lease && s.leases != nil && s.leaser.Leasable(r.Limit):
+		case m == Lease && s.leases != nil && s.leaser.CanLease(r.Limit):
 			return s.takeLease(ctx, r, now)
 		case m == Async && s.async != nil && s.syncer.Syncable(r.Limit) && s.async.fits(r.Limit):
 			return s.takeAsync(ctx, r, now)

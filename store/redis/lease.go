@@ -19,8 +19,8 @@ var leaseSource string
 // it. It is immutable and shared.
 var leaseScript = rueidis.NewLuaScript(leaseSource)
 
-// Leasable reports whether ReturnLeases gives back the unused hits of a
-// lease of l: fixed_window and sliding_window, whose counts add up.
+// Leasable reports whether l counts in windows that add up: fixed_window
+// and sliding_window, whose hits async mode writes back (SyncCounts).
 func Leasable(l sluice.Limit) bool {
 	return l.Algorithm == sluice.FixedWindow || l.Algorithm == sluice.SlidingWindow
 }
@@ -29,46 +29,85 @@ func Leasable(l sluice.Limit) bool {
 // it by type assertion.
 func (s *Store) Leasable(l sluice.Limit) bool { return Leasable(l) }
 
-// ReturnLeases gives back the unused hits of leases, as if they had never
-// been taken, and returns how many it gave back. A lease is a Take of
-// several hits that a node admits by itself (store/localfirst's lease
-// mode); rets[i].Cost of its hits are unused, and windows[i] is the start
-// of the window it was taken in, in µs since the Unix epoch on the
-// store's clock (as TakeState reports it). A return whose window has
-// passed gives nothing back (those hits no longer count), nor does one of
-// an algorithm that Leasable refuses. The keys of one cluster slot
-// (outside a cluster: all keys) go in one atomic script call (lease.lua);
-// the calls go pipelined.
-func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, windows []int64) (int64, error) {
-	if len(windows) < len(rets) {
-		return 0, fmt.Errorf("redis return: %d windows for %d returns", len(windows), len(rets))
+// CanLease reports whether ReturnLeases takes back the unused hits of a
+// lease of l: every algorithm but sliding_log (see lease.lua).
+func CanLease(l sluice.Limit) bool {
+	return l.Algorithm <= sluice.GCRA && l.Algorithm != sluice.SlidingLog
+}
+
+// CanLease is the package's CanLease, as a method for decorators that find
+// it by type assertion.
+func (s *Store) CanLease(l sluice.Limit) bool { return CanLease(l) }
+
+// returnSize is the size of lease.lua's record of one return: the limit as
+// take.lua reads it, the state the grant left (t, n) and the hits.
+const returnSize = limitSize + 3*8
+
+// returnRecord returns lease.lua's record of the return of r.Cost unused
+// hits of a lease of r.Limit whose grant left the state grant, or false
+// when nothing can come back (see ReturnLeases).
+func returnRecord(r sluice.Request, grant sluice.State) ([]byte, bool, error) {
+	if !CanLease(r.Limit) || r.Cost <= 0 || r.Cost > r.Limit.Capacity() {
+		return nil, false, nil // no lease is larger than the capacity
+	}
+	if _, ok := local(r.Limit, r.Cost); ok {
+		return nil, false, nil // a limit decided without Redis took no lease
+	}
+	v, err := encodeLimit(r.Limit)
+	if err != nil {
+		return nil, false, err
+	}
+	t, n, _ := grant.Fields()
+	if g := float(v[1+8*3:]); g > 0 { // token_bucket, leaky_bucket: the level as stored, over g
+		if n%g != 0 {
+			return nil, false, nil
+		}
+		n /= g
+	}
+	if t < 0 || t > maxExact || n < 0 || n > maxExact {
+		return nil, false, fmt.Errorf("a state of %d, %d: %w", t, n, ErrInexact)
+	}
+	b := make([]byte, 0, returnSize)
+	b = append(b, v[:]...)
+	for _, x := range [3]int64{t, n, r.Cost} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(x)))
+	}
+	return b, true, nil
+}
+
+// ReturnLeases gives back the unused hits of leases, where that is exact,
+// and returns how many it gave back. A lease is a Take of several hits
+// that a node admits by itself (store/localfirst's lease mode); rets[i].Cost
+// of its hits are unused, and grants[i] is the key's state as the lease's
+// grant left it (as TakeState reports it). Windows (fixed_window,
+// sliding_window) take the hits back as if never taken while the window
+// lasts; buckets (token_bucket, leaky_bucket, gcra) only while nothing was
+// admitted on the key since the grant, and no further back than now (see
+// lease.lua for why). Nothing comes back for a sliding_log, a lease whose
+// state cannot be the key's, or more hits than the capacity. The keys of
+// one cluster slot (outside a cluster: all keys) go in one atomic script
+// call (lease.lua); the calls go pipelined.
+func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, grants []sluice.State) (int64, error) {
+	if len(grants) < len(rets) {
+		return 0, fmt.Errorf("redis return: %d grants for %d returns", len(grants), len(rets))
 	}
 	var names []string
 	var recs [][]byte
 	for i, r := range rets {
-		window := windows[i]
-		if !Leasable(r.Limit) || r.Cost <= 0 {
-			continue
-		}
-		if err := CheckLimit(r.Limit); err != nil {
+		b, ok, err := returnRecord(r, grants[i])
+		if err != nil {
 			return 0, fmt.Errorf("redis return %s: %w", r.Key, err)
 		}
-		if r.Cost > maxExact || window < 0 || window > maxExact {
-			return 0, fmt.Errorf("redis return %s: %d hits in window %d: %w", r.Key, r.Cost, window, ErrInexact)
+		if ok {
+			names, recs = append(names, s.name(r.Key, r.Group)), append(recs, b)
 		}
-		b := make([]byte, 1+3*8)
-		b[0] = byte(r.Limit.Algorithm)
-		binary.LittleEndian.PutUint64(b[1:], math.Float64bits(float64(window)))
-		binary.LittleEndian.PutUint64(b[9:], math.Float64bits(float64(r.Limit.Period.Microseconds())))
-		binary.LittleEndian.PutUint64(b[17:], math.Float64bits(float64(r.Cost)))
-		names, recs = append(names, s.name(r.Key, r.Group)), append(recs, b)
 	}
 	if len(names) == 0 {
 		return 0, nil
 	}
 	var execs []rueidis.LuaExec
 	for _, idx := range s.bySlot(names, indices(len(names))) {
-		keys, blob := make([]string, len(idx)), make([]byte, 0, len(idx)*(1+3*8))
+		keys, blob := make([]string, len(idx)), make([]byte, 0, len(idx)*returnSize)
 		for k, i := range idx {
 			keys[k], blob = names[i], append(blob, recs[i]...)
 		}
@@ -103,11 +142,14 @@ func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, windows
 // Leasable is Store.Leasable: see there.
 func (b *Background) Leasable(l sluice.Limit) bool { return Leasable(l) }
 
+// CanLease is Store.CanLease: see there.
+func (b *Background) CanLease(l sluice.Limit) bool { return CanLease(l) }
+
 // ReturnLeases is Store.ReturnLeases on the connected store, or fails as
 // Take does while there is none.
-func (b *Background) ReturnLeases(ctx context.Context, rets []sluice.Request, windows []int64) (int64, error) {
+func (b *Background) ReturnLeases(ctx context.Context, rets []sluice.Request, grants []sluice.State) (int64, error) {
 	if s := b.store.Load(); s != nil {
-		return s.ReturnLeases(ctx, rets, windows)
+		return s.ReturnLeases(ctx, rets, grants)
 	}
 	return 0, fmt.Errorf("redis return: %w", b.notYet())
 }

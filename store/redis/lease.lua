@@ -1,22 +1,39 @@
 -- lease.lua gives back the unused hits of leases (store/localfirst's lease
 -- mode): a lease is a Take of several hits that a node then admits by
 -- itself, and what it did not admit when the lease ends comes back here.
--- Only window counts come back: fixed_window and sliding_window, whose
--- states (see take.lua: '<Bdddd' alg, t = window start, n = its count,
--- x = the previous window's count (sliding_window), e) add up hits, so
--- removing a lease's unused hits is exactly as if they were never taken.
+-- States are take.lua's ('<Bdddd': alg, t, n, x, e).
 --
 -- KEYS: one key per return.
--- ARGV[1]: the returns, packed '<Bddd' per key, little-endian: alg (0
---          fixed_window, 1 sliding_window), the start of the window the
---          lease was taken in (µs), the period (µs), the hits to give back.
+-- ARGV[1]: the returns, packed '<Bddddddd' per key, little-endian: the
+--          limit as take.lua reads it (alg, a, b, c, d), the key's state t
+--          and n as the lease's grant left them (n over g for
+--          token_bucket and leaky_bucket, as stored), the hits to give
+--          back.
 -- ARGV[2]: now, in µs since the Unix epoch, or "" to read Redis's TIME.
 --
--- A return whose window has passed gives nothing back: those hits no
--- longer count (a sliding_window's previous window still weighs, so a
--- return one window late takes them from x; two windows late, nothing). A key under another
--- algorithm, or gone, is left alone. Never below zero: a count holds at
--- least the unused hits of every lease taken from it.
+-- fixed_window, sliding_window (a = rate, b = period; t is the start of
+-- the window the lease was taken in): counts add up, so removing a lease's
+-- unused hits is exactly as if they were never taken. A return whose
+-- window has passed gives nothing back: those hits no longer count (a
+-- sliding_window's previous window still weighs, so a return one window
+-- late takes them from x; two windows late, nothing). Never below zero: a
+-- count holds at least the unused hits of every lease taken from it.
+--
+-- gcra (a = T), token_bucket and leaky_bucket (a = rate/g, b = period/g,
+-- d = g): the grant gave the lease the last slots of the key's theoretical
+-- arrival time (TAT), and a node admits a leased hit only by the start of
+-- its slot (sluice.Limit.LeaseTake). Its unused slots come back, exactly,
+-- only while they are still the last: while the TAT is the one the grant
+-- left (nothing admitted since; a denial moves no TAT). Then the TAT goes
+-- back by the unused slots, to now at the earliest (slots already past
+-- have drained as any hit's do), and the key is as if the lease had been
+-- its used hits only. The count returned is of whole slots given back. Once anything else was admitted, its slots lie after
+-- the lease's and a later lease's hits may be due in them: giving back
+-- would let the store admit into time that a hit still to come is
+-- counted in, so nothing is given back (those hits drain at the rate, as
+-- admitted hits do).
+--
+-- A key under another algorithm or limit, or gone, is left alone.
 --
 -- Returns the number of hits given back.
 
@@ -27,10 +44,19 @@ if not now then
   local tm = redis.call('TIME')
   now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
+
+-- floordiv returns ⌊a/b⌋ for 0 <= a <= 2^52, 0 < b <= 2^52 (a % b may be
+-- one off in doubles near an integer; see take.lua's divmod).
+local function floordiv(a, b)
+  local r = a % b
+  if r < 0 then r = r + b elseif r >= b then r = r - b end
+  return (a - r) / b
+end
+
 local pos, given = 1, 0
 for i = 1, #KEYS do
-  local alg, ws, period, hits
-  alg, ws, period, hits, pos = sunpack('<Bddd', blob, pos)
+  local alg, a, b, c, d, t0, n0, hits
+  alg, a, b, c, d, t0, n0, hits, pos = sunpack('<Bddddddd', blob, pos)
   local key = KEYS[i]
   local v = redis.pcall('GET', key)
   if type(v) == 'string' and (#v == 33 or #v == 25) then
@@ -41,21 +67,44 @@ for i = 1, #KEYS do
       a0, t, n, x = sunpack('<Bddd', v)
       e = 0
     end
-    if a0 == alg then
+    local back, changed = 0, false
+    if a0 ~= alg then
+    elseif alg == 0 or alg == 1 then
+      local period = b
       -- cur is the window that holds now
       local cur = now - now % period
-      local back = 0
-      if t == ws and (cur == ws or (alg == 1 and cur == ws + period)) then
+      if t == t0 and (cur == t0 or (alg == 1 and cur == t0 + period)) then
         back = math.min(hits, n) -- the lease's window is the state's current one
-        n = n - back
-      elseif alg == 1 and t == ws + period and cur == t then
+        n, changed = n - back, back > 0
+      elseif alg == 1 and t == t0 + period and cur == t then
         back = math.min(hits, x) -- it is the state's previous one
-        x = x - back
+        x, changed = x - back, back > 0
       end
-      if back > 0 then
-        redis.call('SET', key, spack('<Bdddd', a0, t, n, x, e), 'KEEPTTL')
-        given = given + back
+    elseif alg == 5 then
+      -- gcra: t is the TAT
+      if t == t0 and t > now then
+        local keep = math.max(t - hits * a, now)
+        back, changed = floordiv(t - keep, a), true
+        t = keep
       end
+    elseif (alg == 3 or alg == 4) and x == d then
+      -- token_bucket, leaky_bucket: the level n at t; the TAT is
+      -- t + n/a, the grant's t0 + n0/a: the same while the level drained
+      -- since is (t − t0)·a exactly
+      if t >= t0 and n0 - n == (t - t0) * a then
+        if now > t then
+          local drained = (now - t) * a
+          if drained >= n then n = 0 else n = n - drained end
+          t = now
+        end
+        local take = math.min(hits * b, n)
+        back, changed = floordiv(take, b), take > 0
+        n = n - take
+      end
+    end
+    if changed then
+      redis.call('SET', key, spack('<Bdddd', a0, t, n, x, e), 'KEEPTTL')
+      given = given + back
     end
   end
 end
