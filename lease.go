@@ -27,15 +27,15 @@ package sluice
 // ok is false for a window algorithm, an invalid limit, or left outside
 // [0, capacity].
 func (l Limit) LeaseDue(grant State, left int64) (due int64, ok bool) {
-	hit, _, drain, ok := l.bucketUnits()
-	if !ok || left < 0 || left > l.Capacity() {
+	b, ok := l.Bucket()
+	if !ok || l.Validate() != nil || left < 0 || left > l.Capacity() {
 		return 0, false
 	}
 	switch l.Algorithm {
 	case GCRA: // t is the TAT
-		return grant.t - left*hit, true
+		return grant.t - left*b.Hit, true
 	default: // t is the last update, n the level then
-		return grant.t + floorDiv(grant.n-left*hit, drain), true
+		return grant.t + floorDiv(grant.n-left*b.Hit, b.Drain), true
 	}
 }
 
@@ -50,64 +50,17 @@ func (l Limit) LeaseDue(grant State, left int64) (due int64, ok bool) {
 // the start of the request's slot, so that requests delayed by it leave
 // at no more than the rate. It does not change grant.
 func (l Limit) LeaseTake(grant State, left, now, cost int64) (d Decision, ok bool) {
-	hit, _, _, ok := l.bucketUnits()
-	if !ok || cost < 0 || cost > left || left > l.Capacity() {
+	b, ok := l.Bucket()
+	if !ok || l.Validate() != nil || cost < 0 || cost > left || left > l.Capacity() {
 		return Decision{}, false
 	}
-	level := l.levelAt(grant, now) - left*hit // the bucket before this request, without the lease's unused hits
+	level := l.Level(grant, now) - left*b.Hit // the bucket before this request, without the lease's unused hits
 	if level < 0 {
 		return Decision{}, false // past due
 	}
-	s := l.bucketAt(level, now)
+	s := l.BucketState(level, now)
 	d = l.TakeMicros(&s, now, cost)
 	return d, d.Allowed
-}
-
-// bucketUnits returns the arithmetic of the bucket limit l in the units of
-// its state: a hit adds hit units, a full bucket holds full, and the level
-// drains by drain units a µs. For token_bucket and leaky_bucket a unit is a
-// hit·µs (hit = period, drain = rate); for gcra a µs of the TAT ahead of now
-// (hit = T, drain = 1). ok is false for a window algorithm or an invalid
-// limit.
-func (l Limit) bucketUnits() (hit, full, drain int64, ok bool) {
-	if l.Validate() != nil {
-		return 0, 0, 0, false
-	}
-	p := l.Period.Microseconds()
-	switch l.Algorithm {
-	case TokenBucket, LeakyBucket:
-		return p, l.Capacity() * p, l.Rate, true
-	case GCRA:
-		T := ceilDiv(p, l.Rate)
-		return T, l.Capacity() * T, 1, true
-	}
-	return 0, 0, 0, false
-}
-
-// levelAt returns the level of s, a state of the bucket limit l, at now, in
-// the units of bucketUnits, as the algorithm would find it.
-func (l Limit) levelAt(s State, now int64) int64 {
-	if l.Algorithm == GCRA {
-		return max(s.t-max(now, s.n), 0) // a clock gone back is at the latest admission
-	}
-	level := s.n
-	if now > s.t { // a clock gone back drains nothing
-		elapsed := now - s.t
-		if elapsed >= ceilDiv(level, l.Rate) {
-			return 0
-		}
-		level -= elapsed * l.Rate
-	}
-	return level
-}
-
-// bucketAt returns a state of the bucket limit l whose level at now is
-// level, on which the algorithm decides as on any state of that level.
-func (l Limit) bucketAt(level, now int64) State {
-	if l.Algorithm == GCRA {
-		return State{t: now + level, n: now}
-	}
-	return State{t: now, n: level}
 }
 
 // floorDiv returns ⌊a/b⌋ for b > 0.

@@ -31,10 +31,10 @@ const (
 	Lease
 	// Async decisions make no store call: a node admits from an allowance,
 	// an even share of what the store counted left at its last sync, and
-	// writes its hits back every Config.SyncInterval. Over the limit by at
-	// most rate / AsyncShare when Config.AsyncNodes is the number of nodes.
-	// For the window algorithms (Syncer.Leasable); the others decide
-	// exactly.
+	// writes its hits back every Config.SyncInterval, over the limit by
+	// at most the bound the package documentation states. For the
+	// algorithms the store syncs (Syncer.Syncable: all but sliding_log
+	// on Redis); the others decide exactly.
 	Async
 	numSyncs
 )

@@ -19,16 +19,6 @@ var leaseSource string
 // it. It is immutable and shared.
 var leaseScript = rueidis.NewLuaScript(leaseSource)
 
-// Leasable reports whether l counts in windows that add up: fixed_window
-// and sliding_window, whose hits async mode writes back (SyncCounts).
-func Leasable(l sluice.Limit) bool {
-	return l.Algorithm == sluice.FixedWindow || l.Algorithm == sluice.SlidingWindow
-}
-
-// Leasable is the package's Leasable, as a method for decorators that find
-// it by type assertion.
-func (s *Store) Leasable(l sluice.Limit) bool { return Leasable(l) }
-
 // CanLease reports whether ReturnLeases takes back the unused hits of a
 // lease of l: every algorithm but sliding_log (see lease.lua).
 func CanLease(l sluice.Limit) bool {
@@ -138,9 +128,6 @@ func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, grants 
 	}
 	return given, nil
 }
-
-// Leasable is Store.Leasable: see there.
-func (b *Background) Leasable(l sluice.Limit) bool { return Leasable(l) }
 
 // CanLease is Store.CanLease: see there.
 func (b *Background) CanLease(l sluice.Limit) bool { return CanLease(l) }
