@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/peterbourgon/ff/v4"
 )
@@ -54,9 +55,6 @@ var envoyIgnored = []string{
 	"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS",
 	"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "PROMETHEUS_MAPPER_YAML",
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
-	// counters: sluice's keys and expiry are its own (CACHE_KEY_PREFIX is
-	// --envoy-key-prefix, for --envoy-redis-keys)
-	"EXPIRATION_JITTER_MAX_SECONDS",
 	// Redis settings that sluice's client sets itself (it pipelines, and
 	// --store-timeout bounds a decision's wait)
 	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM",
@@ -230,6 +228,17 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 		}
 	} else {
 		ignore(storeTLSVars...)
+	}
+	if get("REDIS_URL", "") != "" {
+		// Envoy's default spreads its keys' expiry over 300 s.
+		jitter := get("EXPIRATION_JITTER_MAX_SECONDS", "300")
+		if n, err := strconv.ParseUint(jitter, 10, 31); err != nil {
+			errs = append(errs, envoyError("EXPIRATION_JITTER_MAX_SECONDS", jitter, "want whole seconds"))
+		} else {
+			set("store-expiry-jitter", (time.Duration(n) * time.Second).String(), "EXPIRATION_JITTER_MAX_SECONDS")
+		}
+	} else {
+		ignore("EXPIRATION_JITTER_MAX_SECONDS") // the memory store
 	}
 	if v := get("CACHE_KEY_PREFIX", ""); v != "" {
 		set("envoy-key-prefix", v, "CACHE_KEY_PREFIX")

@@ -162,6 +162,21 @@ func TestEnvoySettings(t *testing.T) {
 			want: map[string]string{"store": "redis://r:1"}, ignored: []string{"REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_URL"},
 		},
 		{
+			name: "expiry jitter",
+			env:  []string{"REDIS_URL=r:1", "EXPIRATION_JITTER_MAX_SECONDS=10"},
+			want: map[string]string{"store": "redis://r:1", "store-expiry-jitter": "10s"},
+		},
+		{
+			name: "no expiry jitter",
+			env:  []string{"REDIS_URL=r:1", "EXPIRATION_JITTER_MAX_SECONDS=0"},
+			want: map[string]string{"store": "redis://r:1", "store-expiry-jitter": "0s"},
+		},
+		{
+			name: "expiry jitter without Redis",
+			env:  []string{"RUNTIME_ROOT=/r", "EXPIRATION_JITTER_MAX_SECONDS=10"},
+			want: map[string]string{"rules": "/r/config"}, ignored: []string{"EXPIRATION_JITTER_MAX_SECONDS"},
+		},
+		{
 			name: "the key prefix, for --envoy-redis-keys",
 			env:  []string{"REDIS_URL=r:1", "CACHE_KEY_PREFIX=x_"},
 			want: map[string]string{"store": "redis://r:1", "envoy-key-prefix": "x_"},
@@ -199,6 +214,7 @@ func TestEnvoySettings(t *testing.T) {
 		{name: "a bad log level", env: []string{"REDIS_URL=r:1", "LOG_LEVEL=loud"}, err: "LOG_LEVEL"},
 		{name: "a bad Redis type", env: []string{"REDIS_URL=r:1", "REDIS_TYPE=ring"}, err: "REDIS_TYPE"},
 		{name: "a bad per-second Redis type", env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=1", "REDIS_PERSECOND_TYPE=ring"}, err: "REDIS_PERSECOND_TYPE"},
+		{name: "a bad expiry jitter", env: []string{"REDIS_URL=r:1", "EXPIRATION_JITTER_MAX_SECONDS=-1"}, err: "EXPIRATION_JITTER_MAX_SECONDS"},
 		{name: "a bad REDIS_PERSECOND", env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=on"}, err: "REDIS_PERSECOND"},
 		{name: "two hosts, single", env: []string{"REDIS_URL=a:1,b:2"}, err: "REDIS_URL"},
 		{name: "a sentinel without sentinels", env: []string{"REDIS_TYPE=sentinel", "REDIS_URL=mymaster"}, err: "REDIS_URL"},
@@ -229,8 +245,17 @@ func TestEnvoySettings(t *testing.T) {
 			for k, v := range tt.want {
 				want[k] = v
 			}
+			if _, redis := want["store"]; redis {
+				if _, ok := want["store-expiry-jitter"]; !ok {
+					want["store-expiry-jitter"] = "5m0s" // Envoy's default with a Redis
+				}
+			}
 			got := map[string]string{}
+			fs := serveFlags(t)
 			for _, s := range e.settings {
+				if _, ok := fs.GetFlag(s.flag); !ok {
+					t.Errorf("--%s: serve has no such flag", s.flag)
+				}
 				if _, dup := got[s.flag]; dup {
 					t.Errorf("--%s set twice", s.flag)
 				}
@@ -402,7 +427,7 @@ func FuzzEnvoySettings(f *testing.F) {
 		getenv := env("REDIS_URL="+url, "REDIS_AUTH="+auth, "REDIS_TYPE="+typ, "REDIS_SOCKET_TYPE="+socket,
 			"LOG_LEVEL="+level, "PORT="+port, "SHADOW_MODE="+flag, "REDIS_TLS="+flag, "RUNTIME_ROOT=/r", "GRPC_UDS="+uds,
 			"REDIS_SENTINEL_AUTH="+sentinelAuth, "REDIS_PERSECOND="+flag, "REDIS_PERSECOND_URL="+perSecond,
-			"REDIS_PERSECOND_TYPE="+typ, "REDIS_PERSECOND_AUTH="+auth)
+			"REDIS_PERSECOND_TYPE="+typ, "REDIS_PERSECOND_AUTH="+auth, "EXPIRATION_JITTER_MAX_SECONDS="+port)
 		e, err := envoySettings(getenv)
 		if err != nil {
 			if exitCode(err) != 2 {

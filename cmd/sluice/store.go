@@ -38,6 +38,9 @@ type storeOptions struct {
 	// below a minute (Envoy's REDIS_PERSECOND; store/route), or "" to keep
 	// them with the others.
 	perSecond string
+	// expiryJitter is the most a Redis key outlives its reset, at random
+	// (redis.Config.ExpiryJitter, envoykeys.Config.ExpiryJitter); 0: none.
+	expiryJitter time.Duration
 }
 
 // openedStore is the store that --store names, the in-process store that
@@ -209,6 +212,10 @@ func openRedis(spec string, o storeOptions, sentinelAuth string) (redisStack, er
 	attempts := 0
 	rcfg := redis.DefaultConfig()
 	rcfg.TLS = o.tls
+	if o.expiryJitter < 0 {
+		return redisStack{}, usageError("--store-expiry-jitter %v: want 0 or more", o.expiryJitter)
+	}
+	rcfg.ExpiryJitter = o.expiryJitter
 	if sentinelAuth != "" {
 		if !strings.HasPrefix(strings.ToLower(spec), "redis+sentinel://") {
 			return redisStack{}, usageError("--store-sentinel-auth: --store %s names no sentinel (want redis+sentinel://)", redactURL(spec))
@@ -243,7 +250,7 @@ func openRedis(spec string, o storeOptions, sentinelAuth string) (redisStack, er
 	if o.envoyKeys {
 		// Outermost: Envoy's keys are counted as Envoy counts them, never
 		// from a near cache or a lease.
-		r.store = envoykeys.New(near, rs.Client, envoykeys.Config{})
+		r.store = envoykeys.New(near, rs.Client, envoykeys.Config{ExpiryJitter: o.expiryJitter})
 	}
 	return r, nil
 }

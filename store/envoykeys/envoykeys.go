@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,11 @@ type Config struct {
 	// Now is the clock whose seconds name the windows, as Envoy's
 	// ratelimit reads its host's clock (not Redis's). Default time.Now.
 	Now func() time.Time
+	// ExpiryJitter is the most added to a key's EXPIRE, a random number
+	// of whole seconds below it, as Envoy's EXPIRATION_JITTER_MAX_SECONDS
+	// adds, so that the keys of one window do not leave Redis at once.
+	// Zero (the default): none.
+	ExpiryJitter time.Duration
 }
 
 // Store counts the requests whose key begins with Marker in Redis as
@@ -57,6 +63,7 @@ type Store struct {
 	next   sluice.Store
 	client func() rueidis.Client
 	now    func() time.Time
+	jitter int64 // Config.ExpiryJitter in whole seconds
 }
 
 var (
@@ -72,7 +79,7 @@ func New(next sluice.Store, client func() rueidis.Client, cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{next: next, client: client, now: cfg.Now}
+	return &Store{next: next, client: client, now: cfg.Now, jitter: int64(cfg.ExpiryJitter / time.Second)}
 }
 
 // Take applies cost hits of l to key: see TakeAll.
@@ -165,7 +172,11 @@ func (s *Store) count(ctx context.Context, reqs []sluice.Request, ds []sluice.De
 			return false, err
 		}
 		name := key(r.Key, sec/p*p)
-		cmds = append(cmds, c.B().Incrby().Key(name).Increment(r.Cost).Build(), c.B().Expire().Key(name).Seconds(p).Build())
+		ttl := p
+		if s.jitter > 0 {
+			ttl += rand.Int64N(s.jitter)
+		}
+		cmds = append(cmds, c.B().Incrby().Key(name).Increment(r.Cost).Build(), c.B().Expire().Key(name).Seconds(ttl).Build())
 	}
 	res := c.DoMulti(ctx, cmds...)
 	denied := false

@@ -69,7 +69,7 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 		for k, i := range idx {
 			keys[k], blob = names[i], append(blob, recs[i]...)
 		}
-		execs[g] = rueidis.LuaExec{Keys: keys, Args: []string{string(blob), now, s.margin}}
+		execs[g] = rueidis.LuaExec{Keys: keys, Args: []string{string(blob), now, s.marginArg()}}
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strconv"
@@ -354,12 +355,22 @@ func (s *Store) exec(b *batch) {
 // requests; repeats says whether a key occurs twice in keys.
 func (s *Store) evalsha(keys []string, now string, blob []byte, repeats bool) rueidis.Completed {
 	return s.client.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).
-		Arg(now, s.margin, string(blob), flag(repeats)).Build()
+		Arg(now, s.marginArg(), string(blob), flag(repeats)).Build()
+}
+
+// marginArg is the scripts' margin argument, in ms: Config.ExpiryMargin,
+// plus a random part of half Config.ExpiryJitter (a string state's TTL is
+// its reset time and twice the margin: see take.lua).
+func (s *Store) marginArg() string {
+	if s.cfg.ExpiryJitter <= 1 {
+		return s.margin
+	}
+	return strconv.FormatInt((s.cfg.ExpiryMargin + rand.N(s.cfg.ExpiryJitter)/2).Milliseconds(), 10)
 }
 
 func (s *Store) eval(keys []string, now string, blob []byte, repeats bool) rueidis.Completed {
 	return s.client.B().Eval().Script(takeScript).Numkeys(int64(len(keys))).Key(keys...).
-		Arg(now, s.margin, string(blob), flag(repeats)).Build()
+		Arg(now, s.marginArg(), string(blob), flag(repeats)).Build()
 }
 
 // flag is the script's ARGV[4].

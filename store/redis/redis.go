@@ -117,6 +117,13 @@ type Config struct {
 	// and the decision's clock differ a little. With Now set to a fake
 	// clock, make it longer than the test.
 	ExpiryMargin time.Duration
+	// ExpiryJitter spreads the keys' expiry (Envoy ratelimit's
+	// EXPIRATION_JITTER_MAX_SECONDS): each script call's margin is
+	// ExpiryMargin plus a random duration below half of it, so that the
+	// keys of one window, which all reset at its end, leave Redis over
+	// this long instead of at one instant, each living up to this much
+	// longer. Zero (the default): no jitter.
+	ExpiryJitter time.Duration
 	// Now is the clock decisions are made by, read once per script call.
 	// Nil (the default) means Redis's own TIME, read inside the script, so
 	// that every sluice server agrees. Tests pass a fake clock.
@@ -143,6 +150,7 @@ func DefaultConfig() Config {
 		Timeout:      time.Second,           // calls whose context has no deadline
 		DialTimeout:  time.Second,           // per node
 		ExpiryMargin: time.Second,           // beyond the reset time; at most twice
+		ExpiryJitter: 0,                     // every key of a window leaves at once
 		Now:          nil,                   // Redis's TIME
 		TLS:          nil,                   // system roots, the URL's host name
 		// SentinelUsername, SentinelPassword: "", no AUTH to the sentinels
@@ -251,8 +259,8 @@ func check(rawURL string, cfg Config) (Config, rueidis.ClientOption, bool, error
 		err = fmt.Errorf("redis store: MaxBatch must be at least 1, got %d", cfg.MaxBatch)
 	case cfg.MaxInFlight < 1:
 		err = fmt.Errorf("redis store: MaxInFlight must be at least 1, got %d", cfg.MaxInFlight)
-	case cfg.Timeout < 0 || cfg.ExpiryMargin < 0 || cfg.DialTimeout < 0:
-		err = errors.New("redis store: Timeout, ExpiryMargin and DialTimeout must not be negative")
+	case cfg.Timeout < 0 || cfg.ExpiryMargin < 0 || cfg.DialTimeout < 0 || cfg.ExpiryJitter < 0:
+		err = errors.New("redis store: Timeout, ExpiryMargin, ExpiryJitter and DialTimeout must not be negative")
 	}
 	return cfg, opt, cluster, err
 }

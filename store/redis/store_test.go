@@ -110,6 +110,7 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 		{"negative timeout", func(c *Config) { c.Timeout = -1 }},
 		{"negative dial timeout", func(c *Config) { c.DialTimeout = -1 }},
 		{"negative margin", func(c *Config) { c.ExpiryMargin = -1 }},
+		{"negative jitter", func(c *Config) { c.ExpiryJitter = -1 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
