@@ -24,9 +24,10 @@ type overrideIndex struct {
 	keys   string         // the descriptors of recs, encoded
 	rules  []*Rule        // the distinct rules of recs
 	// lens has bit n set when an override's descriptor has n entries
-	// (bit 63 for 63 or more), so that a descriptor of another length is
-	// not even hashed.
-	lens uint64
+	// (bit 63 for 63 or more; never bit 0), and keyLens bit n%64 when the
+	// key of its last entry is n bytes long, so that most descriptors of
+	// a rule without overrides are not even hashed.
+	lens, keyLens uint64
 }
 
 // inlineKey is how long an encoded descriptor a slot holds itself: 15
@@ -62,6 +63,10 @@ func filterBits(h, mask uint64) (uint64, uint64) {
 
 // lenBit returns the bit of lens for a descriptor of n entries.
 func lenBit(n int) uint64 { return 1 << min(n, 63) }
+
+// keyBit returns the bit of keyLens for a descriptor of one or more
+// entries.
+func keyBit(entries []Entry) uint64 { return 1 << (len(entries[len(entries)-1].Key) % 64) }
 
 // hashEntries hashes a descriptor with seed: the hash of each key and
 // value, mixed in order.
@@ -157,7 +162,8 @@ func equalEntries[T string | []byte](enc T, entries []Entry) bool {
 // lookup returns the rule of the override of entries, or nil. It
 // allocates nothing.
 func (x *overrideIndex) lookup(entries []Entry) *Rule {
-	if x.lens&lenBit(len(entries)) == 0 {
+	// lens first: it has no bit for an empty descriptor, which has no key.
+	if x.lens&lenBit(len(entries)) == 0 || x.keyLens&keyBit(entries) == 0 {
 		return nil
 	}
 	h := hashEntries(x.seed, entries)
@@ -236,6 +242,7 @@ func (b *overrideBuilder) add(entries []Entry, key overrideRuleKey, r *Rule, pos
 	b.x.recs = append(b.x.recs, overrideRec{off: off, end: len(b.keys), rule: ri, pos: int32(pos), expires: expires})
 	b.hash = append(b.hash, hashEntries(b.x.seed, entries))
 	b.x.lens |= lenBit(len(entries))
+	b.x.keyLens |= keyBit(entries)
 }
 
 // index returns the built index.
