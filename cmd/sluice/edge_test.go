@@ -98,10 +98,11 @@ func hotKey(t *testing.T, domain, rules string, args ...string) (servers []*test
 
 // TestServersLease runs three `sluice serve` on one Redis (and on a Redis
 // Cluster), 64 clients spread over them, on one key with a limit of 1000
-// in lease mode, named by the rule (a fixed window of a day) or by --sync
-// (a sliding window of an hour): never more than 1000 admitted, at least
-// 1000 minus the leases the three servers can hold (3 × 1000/16), most of
-// them without a Redis call.
+// in lease mode, named by the rule (a fixed window of a day, a token
+// bucket of 1000 a day) or by --sync (a sliding window of an hour, gcra of
+// 1000 a day): never more than 1000 admitted, at least 1000 minus the
+// leases the three servers can hold (3 × 1000/16), most of them without a
+// Redis call.
 func TestServersLease(t *testing.T) {
 	for _, b := range []struct {
 		name  string
@@ -118,6 +119,9 @@ func TestServersLease(t *testing.T) {
 		}{
 			{"rule", "unit: day, requests_per_unit: 1000, sync: lease", "2006-01-02", nil},
 			{"flag", "unit: hour, requests_per_unit: 1000, algorithm: sliding_window", "2006-01-02T15", []string{"--sync", "lease"}},
+			// buckets of 1,000 a day refill one hit in 86.4 s: none during the test
+			{"token_bucket", "unit: day, requests_per_unit: 1000, algorithm: token_bucket, sync: lease", "2006-01-02", nil},
+			{"gcra", "unit: day, requests_per_unit: 1000, algorithm: gcra", "2006-01-02", []string{"--sync", "lease"}},
 		} {
 			t.Run(b.name+"/"+tc.name, func(t *testing.T) {
 				domain := fmt.Sprintf("lease-%s-%d", b.name, time.Now().UnixNano())

@@ -88,8 +88,17 @@ func abandon(s *Store) {
 	})
 }
 
+// windowOf returns the start of the window of l that holds now, µs, or 0
+// for a bucket limit: what outstanding takes.
+func windowOf(l sluice.Limit, now time.Time) int64 {
+	if l.Algorithm.HasBurst() {
+		return 0
+	}
+	return now.UnixMicro() - now.UnixMicro()%l.Period.Microseconds()
+}
+
 // outstanding returns the unused hits of s's leases of key taken in the
-// window that starts at window.
+// window that starts at window (0 for a bucket's).
 func outstanding(s *Store, key string, window int64) int64 {
 	var n int64
 	for i := range s.leases.shards {
@@ -203,51 +212,57 @@ func FuzzLeases(f *testing.F) {
 }
 
 // TestLeaseHotKey runs 3 nodes, 16 goroutines each, on one hot key at one
-// instant: at most the limit, at least the limit minus the stated bound,
-// and few store calls per decision.
+// instant, of a sliding window and of each bucket limit: at most the
+// limit, at least the limit minus the stated bound, and few store calls
+// per decision.
 func TestLeaseHotKey(t *testing.T) {
 	for name, url := range backendURLs() {
-		t.Run(name, func(t *testing.T) {
-			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
-			nodes := openLeaseNodes(t, url(t), fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{})
-			l := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 10000, Period: time.Hour}
-			const goroutines, each = 48, 300
-			var admitted atomic.Int64
-			errs := make(chan error, goroutines)
-			for g := range goroutines {
-				go func() {
-					for range each {
-						d, err := nodes[g%3].Take(context.Background(), "{hot}", l, 1)
-						if err != nil {
-							errs <- err
-							return
-						}
-						if d.Allowed {
-							admitted.Add(1)
-						}
-					}
-					errs <- nil
-				}()
-			}
-			for range goroutines {
-				if err := <-errs; err != nil {
-					t.Fatal(err)
+		for _, a := range []sluice.Algorithm{sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
+			t.Run(name+"/"+a.String(), func(t *testing.T) {
+				testLeaseHotKey(t, url(t), sluice.Limit{Algorithm: a, Rate: 10000, Period: time.Hour})
+			})
+		}
+	}
+}
+
+func testLeaseHotKey(t *testing.T, url string, l sluice.Limit) {
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	nodes := openLeaseNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{})
+	const goroutines, each = 48, 300
+	var admitted atomic.Int64
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		go func() {
+			for range each {
+				d, err := nodes[g%3].Take(context.Background(), "{hot}", l, 1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
 				}
 			}
-			var calls uint64
-			for _, s := range nodes {
-				calls += s.Stats().StoreCalls
-			}
-			under := leaseBound(Config{}).Under(l, 3)
-			n := admitted.Load()
-			t.Logf("admitted %d of %d (bound %d), %d store calls: %.4f per decision", n, goroutines*each, under, calls, float64(calls)/(goroutines*each))
-			if n > l.Rate || n < l.Rate-under {
-				t.Fatalf("admitted %d, want %d at most and %d at least", n, l.Rate, l.Rate-under)
-			}
-			if calls > goroutines*each/20 {
-				t.Fatalf("%d store calls for %d decisions: more than 0.05 per decision", calls, goroutines*each)
-			}
-		})
+			errs <- nil
+		}()
+	}
+	for range goroutines {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls uint64
+	for _, s := range nodes {
+		calls += s.Stats().StoreCalls
+	}
+	under := leaseBound(Config{}).Under(l, 3)
+	n := admitted.Load()
+	t.Logf("admitted %d of %d (bound %d), %d store calls: %.4f per decision", n, goroutines*each, under, calls, float64(calls)/(goroutines*each))
+	if n > l.Rate || n < l.Rate-under {
+		t.Fatalf("admitted %d, want %d at most and %d at least", n, l.Rate, l.Rate-under)
+	}
+	if calls > goroutines*each/20 {
+		t.Fatalf("%d store calls for %d decisions: more than 0.05 per decision", calls, goroutines*each)
 	}
 }
 
@@ -255,12 +270,20 @@ func TestLeaseHotKey(t *testing.T) {
 // admits what its lease has left, without Redis, then fails every request
 // (for decide's --fail to answer) until Redis is back; after a restart,
 // which forgot every count, it decides from Redis again, and its old
-// lease's return does no harm.
+// lease's return does no harm; for a fixed window and for gcra (whose
+// leased hits are all due later than the instant the test stays at).
 func TestLeaseRedisDies(t *testing.T) {
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA} {
+		t.Run(a.String(), func(t *testing.T) {
+			testLeaseRedisDies(t, sluice.Limit{Algorithm: a, Rate: 1600, Period: time.Hour}) // leases up to 50 hits
+		})
+	}
+}
+
+func testLeaseRedisDies(t *testing.T, l sluice.Limit) {
 	srv := testenv.StartRedis(t)
 	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
 	node := openLeaseNodes(t, "redis://"+srv.Addr+"/0", "dies:", clk.Now, 1, Config{MaxLease: 50})[0]
-	l := sluice.Limit{Rate: 1600, Period: time.Hour} // leases up to 50 hits
 	ctx := context.Background()
 	take := func() (sluice.Decision, error) {
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -272,7 +295,7 @@ func TestLeaseRedisDies(t *testing.T) {
 			t.Fatalf("before Redis dies: %+v, %v", d, err)
 		}
 	}
-	left := outstanding(node, "{k}", clk.Now().UnixMicro()-clk.Now().UnixMicro()%l.Period.Microseconds())
+	left := outstanding(node, "{k}", windowOf(l, clk.Now()))
 	if left == 0 {
 		t.Fatal("no lease outstanding")
 	}
@@ -309,12 +332,20 @@ func TestLeaseRedisDies(t *testing.T) {
 // distribution (s = 1.1) to 3 lease-mode nodes at one instant, with a
 // limit of 100 a window, so that about 1% of the users exceed it: no user
 // is admitted more than 100, and none fewer than its requests (at most
-// 100) less the stated bound.
+// 100) less the stated bound; for a fixed window, and for a token bucket
+// and gcra of 100 an hour, burst 100.
 func TestLeaseZipf(t *testing.T) {
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.TokenBucket, sluice.GCRA} {
+		t.Run(a.String(), func(t *testing.T) {
+			testLeaseZipf(t, sluice.Limit{Algorithm: a, Rate: 100, Period: time.Hour})
+		})
+	}
+}
+
+func testLeaseZipf(t *testing.T, l sluice.Limit) {
 	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
 	url := "redis://" + testenv.RedisAddr(t) + "/0"
 	nodes := openLeaseNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{})
-	l := sluice.Limit{Rate: 100, Period: time.Hour}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 11))
 	z := rand.NewZipf(rng, 1.1, 1, 9999)
 	const n = 100_000
@@ -545,4 +576,74 @@ func FuzzBucketLeases(f *testing.F) {
 		}
 		t.Logf("%v: %d admitted, %d from leases", l, len(hits), leased)
 	})
+}
+
+// TestLeasePausedBucket holds a lease of a bucket limit on a node that
+// then stops asking (a paused node). When nothing else was admitted on the
+// key since, the sweep that ends the lease gives its unused hits back and
+// another node admits exactly those: the limit in all. When another node
+// has admitted since, its slots lie after the lease's, and the sweep gives
+// nothing back: the limit less what the paused node held, within the
+// stated bound.
+func TestLeasePausedBucket(t *testing.T) {
+	for name, url := range backendURLs() {
+		for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
+			t.Run(name+"/"+a.String(), func(t *testing.T) {
+				for _, others := range []bool{false, true} {
+					clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+					nodes := openLeaseNodes(t, url(t), fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{})
+					p, b, c := nodes[0], nodes[1], nodes[2]
+					l := sluice.Limit{Algorithm: a, Rate: 320, Period: time.Hour} // a hit every 11.25 s; leases of up to 20
+					drain := func(s *Store) (n int64) {
+						for range 2 * l.Rate {
+							d, err := s.Take(context.Background(), "{k}", l, 1)
+							if err != nil {
+								t.Fatal(err)
+							}
+							if d.Allowed {
+								n++
+							}
+						}
+						return n
+					}
+					var byP int64
+					for range 30 {
+						if d, err := p.Take(context.Background(), "{k}", l, 1); err != nil || !d.Allowed {
+							t.Fatalf("%+v, %v", d, err)
+						}
+						byP++
+					}
+					held := outstanding(p, "{k}", 0)
+					if held == 0 {
+						t.Fatal("the paused node holds no lease")
+					}
+					var byB int64
+					if others {
+						byB = drain(b)
+						if byP+byB+held != l.Rate {
+							t.Fatalf("p admitted %d and holds %d, b admitted %d: %d, want %d", byP, held, byB, byP+byB+held, l.Rate)
+						}
+					}
+					clk.Advance(defaultLeaseLifetime) // p is paused past its lease, well within one hit's refill
+					if err := p.ReturnExpired(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+					want := held
+					if others {
+						want = 0
+					}
+					if st := p.Stats(); st.Returned != uint64(want) {
+						t.Fatalf("others admitted %v: p gave back %d of the %d it held, want %d", others, st.Returned, held, want)
+					}
+					byC := drain(c)
+					if total := byP + byB + byC; total != l.Rate-held+want {
+						t.Fatalf("others admitted %v: p %d, b %d, c %d: %d in all, want %d", others, byP, byB, byC, total, l.Rate-held+want)
+					}
+					if bound := leaseBound(Config{}).Under(l, 3); held > bound {
+						t.Fatalf("p held %d, more than the bound %d", held, bound)
+					}
+				}
+			})
+		}
+	}
 }
