@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,14 +31,31 @@ type envoyStats struct {
 	over, shadow            *prometheus.CounterVec
 	loadSuccess, loadFailed prometheus.Counter
 
-	mu     sync.RWMutex
-	series map[string]*envoySeries // by Envoy stat name
+	mu      sync.RWMutex
+	series  map[string]*envoySeries // by Envoy stat name
+	retired []*envoySeries          // dropped from series since the last FlushEnvoy, at most maxCached
+	flushed bool                    // FlushEnvoy was called: retired series are kept for it
+	loads   [2]atomic.Uint64        // config_load_success, config_load_error
+	sent    [2]uint64               // loads as last flushed (FlushEnvoy's)
 }
 
 // envoySeries are the counters of one stat name.
 type envoySeries struct {
 	total, within, near, over, shadow prometheus.Counter
+
+	// name is Envoy's stat name, sanitized; n counts the hits of each of
+	// envoyCounters, all of them, and sent them as last flushed
+	// (FlushEnvoy's): statsd gets the differences.
+	name string
+	n    [numEnvoyCounters]atomic.Uint64
+	sent [numEnvoyCounters]uint64
 }
+
+// envoyCounters are the names of Envoy's per-descriptor counters, in the
+// order of envoySeries.n.
+var envoyCounters = [...]string{"total_hits", "within_limit", "near_limit", "over_limit", "shadow_mode"}
+
+const numEnvoyCounters = len(envoyCounters)
 
 // EnvoyStats registers Envoy ratelimit's counters on reg and counts every
 // decision from now on in them too, with nearLimitRatio as Envoy's
@@ -87,9 +105,11 @@ func (m *Metrics) EnvoyStats(reg prometheus.Registerer, nearLimitRatio float64) 
 func (e *envoyStats) reload(failed bool) {
 	if failed {
 		e.loadFailed.Inc()
+		e.loads[1].Add(1)
 		return
 	}
 	e.loadSuccess.Inc()
+	e.loads[0].Add(1)
 }
 
 // observe counts the hits of one descriptor whose Envoy stat name is key
@@ -102,18 +122,59 @@ func (e *envoyStats) observe(key []byte, st *decide.Status, hits int64) {
 	s := e.get(key)
 	h := float64(hits)
 	s.total.Add(h)
+	s.n[0].Add(uint64(hits))
 	within, near, over := envoyCounts(st.Decision.Limit, st.Decision.Remaining, hits,
 		st.Code == decide.OverLimit || st.ShadowOverLimit, e.ratio)
 	if within > 0 {
 		s.within.Add(float64(within))
+		s.n[1].Add(uint64(within))
 	}
 	if near > 0 {
 		s.near.Add(float64(near))
+		s.n[2].Add(uint64(near))
 	}
 	if over > 0 {
 		s.over.Add(float64(over))
+		s.n[3].Add(uint64(over))
 		if st.ShadowOverLimit {
 			s.shadow.Add(float64(over))
+			s.n[4].Add(uint64(over))
+		}
+	}
+}
+
+// FlushEnvoy calls send with each of Envoy ratelimit's counters that
+// counted since the last call, by Envoy's statsd name
+// (ratelimit.service.rate_limit.DOMAIN.KEY_VALUE….total_hits,
+// ratelimit.service.config_load_success…), and what it counted since.
+// It does nothing unless EnvoyStats was called. Calls must not overlap;
+// decisions may go on meanwhile (what they count goes to the next call).
+func (m *Metrics) FlushEnvoy(send func(name string, delta uint64)) {
+	e := m.envoy.Load()
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	e.flushed = true
+	all := make([]*envoySeries, 0, len(e.series)+len(e.retired))
+	for _, s := range e.series {
+		all = append(all, s)
+	}
+	all = append(all, e.retired...)
+	e.retired = nil
+	e.mu.Unlock()
+	for _, s := range all {
+		for i := range s.n {
+			if n := s.n[i].Load(); n != s.sent[i] {
+				send("ratelimit.service.rate_limit."+s.name+"."+envoyCounters[i], n-s.sent[i])
+				s.sent[i] = n
+			}
+		}
+	}
+	for i, name := range [...]string{"config_load_success", "config_load_error"} {
+		if n := e.loads[i].Load(); n != e.sent[i] {
+			send("ratelimit.service."+name, n-e.sent[i])
+			e.sent[i] = n
 		}
 	}
 }
@@ -160,6 +221,7 @@ func (e *envoyStats) get(key []byte) *envoySeries {
 	}
 	domain, key1, key2 := envoyLabels(key)
 	s = &envoySeries{
+		name:   envoySanitize(key),
 		total:  e.total.WithLabelValues(domain, key1, key2),
 		within: e.within.WithLabelValues(domain, key1, key2),
 		near:   e.near.WithLabelValues(domain, key1, key2),
@@ -168,6 +230,14 @@ func (e *envoyStats) get(key []byte) *envoySeries {
 	}
 	e.mu.Lock()
 	if len(e.series) >= maxCached {
+		// What they counted since the last flush is flushed next (up
+		// to maxCached series; past that, lost to statsd).
+		for _, old := range e.series {
+			if !e.flushed || len(e.retired) >= maxCached {
+				break
+			}
+			e.retired = append(e.retired, old)
+		}
 		clear(e.series)
 	}
 	e.series[string(key)] = s
@@ -184,12 +254,19 @@ func envoyLabels(key []byte) (domain, key1, key2 string) {
 		if i >= len(parts) {
 			return ""
 		}
-		return string(bytes.Map(func(r rune) rune {
-			if r == ':' || r == '|' {
-				return '_'
-			}
-			return r
-		}, parts[i]))
+		return envoySanitize(parts[i])
 	}
 	return label(0), label(1), label(2)
+}
+
+// envoySanitize returns an Envoy stat name as Envoy's stats library sends
+// it: ':' and '|', which statsd's format reserves, become '_' (and so does
+// a line break, which would end a statsd line).
+func envoySanitize(name []byte) string {
+	return string(bytes.Map(func(r rune) rune {
+		if r == ':' || r == '|' || r == '\n' || r == '\r' {
+			return '_'
+		}
+		return r
+	}, name))
 }

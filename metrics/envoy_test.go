@@ -94,3 +94,73 @@ func TestEnvoyStatsRatio(t *testing.T) {
 		t.Error("EnvoyStats(1.5) succeeded")
 	}
 }
+
+// TestFlushEnvoy checks what FlushEnvoy hands statsd: each of Envoy's
+// counters by its statsd name, with what it counted since the last
+// flush, and nothing for what did not count.
+func TestFlushEnvoy(t *testing.T) {
+	t.Parallel()
+	reg, m, d := setup(t, nil, decide.DefaultConfig())
+	flush := func() map[string]uint64 {
+		got := map[string]uint64{}
+		m.FlushEnvoy(func(name string, delta uint64) {
+			if _, dup := got[name]; dup {
+				t.Errorf("%s sent twice in one flush", name)
+			}
+			got[name] = delta
+		})
+		return got
+	}
+	if got := flush(); len(got) != 0 {
+		t.Errorf("FlushEnvoy without EnvoyStats sent %v", got)
+	}
+	if err := m.EnvoyStats(reg, 0); err != nil {
+		t.Fatal(err)
+	}
+	m.Reload(nil)
+	ctx := context.Background()
+	for _, r := range []*decide.Request{
+		request("api", "user", "alice"), // 1 a minute: OK, near (past 0.8 of 1)
+		request("api", "user", "alice"), // over
+		request("api", "export", "x"),   // shadow, 1 a minute: OK
+		request("api", "export", "x"),   // shadow: over and shadow
+		request("api", "nobody", "x"),   // no rule: nothing
+	} {
+		if _, err := d.Decide(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]uint64{
+		"ratelimit.service.rate_limit.api.user.total_hits":     2,
+		"ratelimit.service.rate_limit.api.user.within_limit":   1,
+		"ratelimit.service.rate_limit.api.user.near_limit":     1,
+		"ratelimit.service.rate_limit.api.user.over_limit":     1,
+		"ratelimit.service.rate_limit.api.export.total_hits":   2,
+		"ratelimit.service.rate_limit.api.export.within_limit": 1,
+		"ratelimit.service.rate_limit.api.export.near_limit":   1,
+		"ratelimit.service.rate_limit.api.export.over_limit":   1,
+		"ratelimit.service.rate_limit.api.export.shadow_mode":  1,
+		"ratelimit.service.config_load_success":                1,
+	}
+	got := flush()
+	for name, n := range want {
+		if got[name] != n {
+			t.Errorf("%s = %d, want %d", name, got[name], n)
+		}
+	}
+	for name, n := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("%s = %d sent, want nothing", name, n)
+		}
+	}
+	if got := flush(); len(got) != 0 {
+		t.Errorf("a flush after nothing counted sent %v", got)
+	}
+	if _, err := d.Decide(ctx, request("api", "user", "alice")); err != nil {
+		t.Fatal(err)
+	}
+	got = flush()
+	if got["ratelimit.service.rate_limit.api.user.total_hits"] != 1 || got["ratelimit.service.rate_limit.api.user.over_limit"] != 1 || len(got) != 2 {
+		t.Errorf("a flush after one more over-limit hit sent %v, want total_hits and over_limit 1", got)
+	}
+}

@@ -19,6 +19,7 @@ type compatFlags struct {
 	shadow         bool
 	envoyKeys      bool   // --envoy-redis-keys: share Envoy ratelimit's Redis counters
 	envoyKeyPrefix string // --envoy-key-prefix: Envoy's CACHE_KEY_PREFIX
+	statsd         statsdFlags
 }
 
 func (c *compatFlags) register(fs *ff.FlagSet) {
@@ -32,11 +33,15 @@ func (c *compatFlags) register(fs *ff.FlagSet) {
 		"count fixed windows in Redis under Envoy ratelimit's keys and as it counts (INCRBY, EXPIRE), sharing its counters (a Redis --store only)"))
 	fs.StringVar(&c.envoyKeyPrefix, 0, "envoy-key-prefix", "", withEnv("envoy-key-prefix",
 		"with --envoy-redis-keys, the prefix of Envoy's keys (Envoy's CACHE_KEY_PREFIX)"))
+	c.statsd.register(fs)
 }
 
 // metrics registers Envoy's metrics on m and reg when asked: call it
 // before the rules load, which they count.
 func (c compatFlags) metrics(m *metrics.Metrics, reg prometheus.Registerer) error {
+	if err := c.statsd.check(c.envoyMetrics); err != nil {
+		return err
+	}
 	if !c.envoyMetrics {
 		return nil
 	}

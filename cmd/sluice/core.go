@@ -168,6 +168,9 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	if err := c.compat.metrics(m, co.reg); err != nil {
 		return nil, err
 	}
+	if c.compat.statsd.addr != "" {
+		co.closers = append(co.closers, startStatsd(m, c.compat.statsd, log))
+	}
 
 	storeTLS, err := c.storeTLS.config(c.store)
 	if err != nil {

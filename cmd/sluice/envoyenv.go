@@ -51,9 +51,9 @@ var envoyIgnored = []string{
 	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
 	"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
 	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
-	// statsd and its Prometheus sink: sluice serves Prometheus metrics
-	"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS",
-	"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "PROMETHEUS_MAPPER_YAML",
+	// stats: tags, DogStatsD, and the Prometheus sink's mapping (sluice
+	// serves Prometheus metrics under the default mapping's names)
+	"EXTRA_TAGS", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "PROMETHEUS_MAPPER_YAML",
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
 	// Redis settings that sluice's client sets itself (it pipelines, and
 	// --store-timeout bounds a decision's wait)
@@ -157,6 +157,21 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 		ignore("PROMETHEUS_ADDR", "PROMETHEUS_PATH")
 	}
 	set("ops-addr", strings.Join(ops, ","), opsFrom...)
+
+	// statsd: on by default, as in Envoy, unless stats are off or go to
+	// DogStatsD (named in the warning). sluice sends UDP; Envoy's stats
+	// library's default is TCP (its STATSD_PROTOCOL).
+	statsdVars := []string{"STATSD_HOST", "STATSD_PORT", "STATS_FLUSH_INTERVAL", "STATSD_PROTOCOL"}
+	if boolean("USE_STATSD", true) && !boolean("DISABLE_STATS", false) && !boolean("USE_DOG_STATSD", false) {
+		set("statsd-addr", net.JoinHostPort(get("STATSD_HOST", "localhost"), get("STATSD_PORT", "8125")),
+			"USE_STATSD", "STATSD_HOST", "STATSD_PORT")
+		set("statsd-flush-interval", get("STATS_FLUSH_INTERVAL", "10s"), "STATS_FLUSH_INTERVAL")
+		if p := get("STATSD_PROTOCOL", "udp"); !strings.EqualFold(p, "udp") {
+			e.ignored = append(e.ignored, "STATSD_PROTOCOL")
+		}
+	} else {
+		ignore(statsdVars...)
+	}
 
 	// Logs.
 	lv := get("LOG_LEVEL", "WARN")

@@ -33,7 +33,10 @@ func TestEnvoySettings(t *testing.T) {
 		"near-limit-ratio":              "0.8",
 		"grpc-max-connection-age":       "24h",
 		"grpc-max-connection-age-grace": "1h",
+		"statsd-addr":                   "localhost:8125", // USE_STATSD is on by default
+		"statsd-flush-interval":         "10s",
 	}
+	statsdOff := map[string]string{"statsd-addr": "", "statsd-flush-interval": ""} // "": unset
 	tests := []struct {
 		name    string
 		env     []string
@@ -49,8 +52,7 @@ func TestEnvoySettings(t *testing.T) {
 			env: []string{"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379",
 				"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true"},
 			want: map[string]string{"log-level": "debug", "store": "redis://redis:6379", "rules": "/data/ratelimit/config",
-				"rules-ignore-dot-files": "true"},
-			ignored: []string{"USE_STATSD"},
+				"rules-ignore-dot-files": "true", "statsd-addr": "", "statsd-flush-interval": ""},
 		},
 		{
 			name: "listeners and logs",
@@ -133,9 +135,8 @@ func TestEnvoySettings(t *testing.T) {
 			name: "what has no meaning here",
 			env: []string{"REDIS_URL=r:1", "USE_STATSD=true", "STATSD_HOST=statsd", "TRACING_SAMPLING_RATE=0.5", "QUOTA_MODE=true",
 				"RUNTIME_WATCH_ROOT=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true"},
-			want: map[string]string{"store": "redis://r:1"},
-			ignored: []string{"QUOTA_MODE", "STATSD_HOST",
-				"TRACING_SAMPLING_RATE", "USE_STATSD"},
+			want:    map[string]string{"store": "redis://r:1", "statsd-addr": "statsd:8125"},
+			ignored: []string{"QUOTA_MODE", "TRACING_SAMPLING_RATE"},
 		},
 		{
 			name: "a per-second Redis",
@@ -160,6 +161,31 @@ func TestEnvoySettings(t *testing.T) {
 			name: "per-second settings without REDIS_PERSECOND",
 			env:  []string{"REDIS_URL=r:1", "REDIS_PERSECOND_URL=ps:6380", "REDIS_PERSECOND_AUTH=pw"},
 			want: map[string]string{"store": "redis://r:1"}, ignored: []string{"REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_URL"},
+		},
+		{
+			name: "statsd",
+			env: []string{"RUNTIME_ROOT=/r", "USE_STATSD=true", "STATSD_HOST=statsd-exporter", "STATSD_PORT=9125",
+				"STATS_FLUSH_INTERVAL=1s", "STATSD_PROTOCOL=tcp", "EXTRA_TAGS=a:b"},
+			want:    map[string]string{"rules": "/r/config", "statsd-addr": "statsd-exporter:9125", "statsd-flush-interval": "1s"},
+			ignored: []string{"EXTRA_TAGS", "STATSD_PROTOCOL"},
+		},
+		{
+			name:    "statsd off",
+			env:     []string{"RUNTIME_ROOT=/r", "USE_STATSD=false", "STATSD_HOST=statsd-exporter", "STATS_FLUSH_INTERVAL=1s"},
+			want:    merge(statsdOff, map[string]string{"rules": "/r/config"}),
+			ignored: []string{"STATSD_HOST", "STATS_FLUSH_INTERVAL"},
+		},
+		{
+			name:    "stats disabled",
+			env:     []string{"RUNTIME_ROOT=/r", "DISABLE_STATS=true", "STATSD_PORT=1"},
+			want:    merge(statsdOff, map[string]string{"rules": "/r/config"}),
+			ignored: []string{"STATSD_PORT"},
+		},
+		{
+			name:    "DogStatsD",
+			env:     []string{"RUNTIME_ROOT=/r", "USE_DOG_STATSD=true", "STATSD_PORT=1"},
+			want:    merge(statsdOff, map[string]string{"rules": "/r/config"}),
+			ignored: []string{"STATSD_PORT", "USE_DOG_STATSD"},
 		},
 		{
 			name: "expiry jitter",
@@ -211,6 +237,7 @@ func TestEnvoySettings(t *testing.T) {
 		{name: "memcache", env: []string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=m:11211"}, err: "BACKEND_TYPE"},
 		{name: "xDS", env: []string{"CONFIG_TYPE=GRPC_XDS_SOTW"}, err: "CONFIG_TYPE"},
 		{name: "a bad boolean", env: []string{"REDIS_URL=r:1", "SHADOW_MODE=yes"}, err: "SHADOW_MODE"},
+		{name: "a bad USE_STATSD", env: []string{"REDIS_URL=r:1", "USE_STATSD=sometimes"}, err: "USE_STATSD"},
 		{name: "a bad log level", env: []string{"REDIS_URL=r:1", "LOG_LEVEL=loud"}, err: "LOG_LEVEL"},
 		{name: "a bad Redis type", env: []string{"REDIS_URL=r:1", "REDIS_TYPE=ring"}, err: "REDIS_TYPE"},
 		{name: "a bad per-second Redis type", env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=1", "REDIS_PERSECOND_TYPE=ring"}, err: "REDIS_PERSECOND_TYPE"},
@@ -333,7 +360,7 @@ func TestServeEnvoyEnvironment(t *testing.T) {
 	}
 	getenv := env("RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
-		"LOG_LEVEL=info", "LOG_FORMAT=json", "USE_STATSD=true", "STATSD_HOST=statsd-exporter")
+		"LOG_LEVEL=info", "LOG_FORMAT=json", "USE_STATSD=false", "STATSD_HOST=statsd-exporter", "EXTRA_TAGS=a:b")
 	logs := &logBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -350,8 +377,8 @@ func TestServeEnvoyEnvironment(t *testing.T) {
 	if warn == nil || warn["level"] != "WARN" {
 		t.Fatalf("no warning about ignored variables; logs:\n%s", logs)
 	}
-	if got, _ := warn["variables"].([]any); len(got) != 2 || got[0] != "STATSD_HOST" || got[1] != "USE_STATSD" {
-		t.Errorf("ignored variables %v, want [STATSD_HOST USE_STATSD]", warn["variables"])
+	if got, _ := warn["variables"].([]any); len(got) != 2 || got[0] != "EXTRA_TAGS" || got[1] != "STATSD_HOST" {
+		t.Errorf("ignored variables %v, want [EXTRA_TAGS STATSD_HOST] (statsd is off)", warn["variables"])
 	}
 	httpAddr, _ := rec["http_addr"].(string)
 	opsAddr, _ := rec["ops_addr"].(string)
@@ -459,4 +486,15 @@ func TestCommandArgs(t *testing.T) {
 			t.Errorf("commandArgs(%q) = %q, want %q", tt.argv, got, tt.want)
 		}
 	}
+}
+
+// merge returns the union of maps, the later ones winning.
+func merge(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
 }

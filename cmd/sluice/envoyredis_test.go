@@ -19,8 +19,8 @@ func TestServeEnvoyRedisUnixSocket(t *testing.T) {
 	redis := testenv.StartRedis(t, "--unixsocket", sock, "--unixsocketperm", "700")
 	rules := copyRules(t, exampleRules)
 	s := startServer(t, env("REDIS_SOCKET_TYPE=unix", "REDIS_URL="+sock, "DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1",
-		"LOG_LEVEL=info"),
-		"--rules", rules, "--fail", "closed")
+		"LOG_LEVEL=info", "USE_STATSD=false"),
+		"--rules", rules, "--fail", "closed", "--store-timeout", "5s") // a store call, not the load, decides
 	eventually(t, "the store connected", func() bool {
 		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
 	})
@@ -54,8 +54,8 @@ func TestServeEnvoyRedisSentinelAuth(t *testing.T) {
 		t.Fatalf("SENTINEL SET auth-pass = %q", got)
 	}
 	s := startServer(t, env("REDIS_TYPE=SENTINEL", "REDIS_URL=rl,"+sentinel.Addr, "REDIS_AUTH=masterpw",
-		"REDIS_SENTINEL_AUTH=sentinelpw", "DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=info"),
-		"--rules", copyRules(t, exampleRules), "--fail", "closed")
+		"REDIS_SENTINEL_AUTH=sentinelpw", "DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=info", "USE_STATSD=false"),
+		"--rules", copyRules(t, exampleRules), "--fail", "closed", "--store-timeout", "5s") // a store call, not the load, decides
 	eventually(t, "the store connected", func() bool {
 		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
 	})
@@ -86,7 +86,7 @@ func TestServeEnvoyPerSecondRedis(t *testing.T) {
 		"  - key: daily\n    rate_limit: {unit: hour, requests_per_unit: 100}\n")
 	s := startServer(t, env("RUNTIME_ROOT="+root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+mainRedis.Addr,
 		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+perSecond.Addr,
-		"DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=info"), "--fail", "closed")
+		"DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=info", "USE_STATSD=false"), "--fail", "closed", "--store-timeout", "5s") // a store call, not the load, decides
 	if w := s.logs.find("Envoy ratelimit's variables without effect in sluice"); w != nil {
 		t.Errorf("warning about %v, want none", w["variables"])
 	}

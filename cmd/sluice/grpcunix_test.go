@@ -64,7 +64,7 @@ func TestServeGRPCUnixSocket(t *testing.T) {
 	writeFile(t, filepath.Join(rulesDir, "rules.yaml"),
 		"domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")
 	getenv := env("RUNTIME_ROOT="+root, "GRPC_UDS="+sock, "GRPC_PORT=1", "HOST=127.0.0.1", "PORT=0",
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0", "LOG_FORMAT=json", "LOG_LEVEL=info")
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0", "LOG_FORMAT=json", "LOG_LEVEL=info", "USE_STATSD=false")
 	logs := &logBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
