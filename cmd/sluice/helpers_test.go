@@ -45,10 +45,16 @@ func (l *logBuffer) String() string {
 
 // find returns the first log record whose msg is msg, or nil.
 func (l *logBuffer) find(msg string) map[string]any {
+	return l.findFunc(msg, func(map[string]any) bool { return true })
+}
+
+// findFunc returns the first log record whose msg is msg and for which ok
+// holds, or nil.
+func (l *logBuffer) findFunc(msg string, ok func(rec map[string]any) bool) map[string]any {
 	sc := bufio.NewScanner(strings.NewReader(l.String()))
 	for sc.Scan() {
 		var rec map[string]any
-		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == msg {
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == msg && ok(rec) {
 			return rec
 		}
 	}

@@ -209,7 +209,7 @@ func (r redisStack) close() error {
 func openRedis(spec string, o storeOptions, sentinelAuth string) (redisStack, error) {
 	// A Redis that does not answer yet is no reason not to start: the
 	// fail mode decides until it does.
-	attempts := 0
+	attempts, logged := 0, ""
 	rcfg := redis.DefaultConfig()
 	rcfg.TLS = o.tls
 	if o.expiryJitter < 0 {
@@ -227,8 +227,12 @@ func openRedis(spec string, o storeOptions, sentinelAuth string) (redisStack, er
 		rcfg.SentinelUsername, rcfg.SentinelPassword = user, pass
 	}
 	rs, err := redis.OpenBackground(spec, rcfg, time.Second, func(err error) {
-		if attempts%60 == 0 && o.log != nil { // the first, then once a minute
+		// The first failure, then once a minute, and whenever the cause
+		// changes: a first attempt that timed out on a busy machine must
+		// not hide for a minute the certificate the next ones refuse.
+		if o.log != nil && (attempts%60 == 0 || err.Error() != logged) {
 			o.log.Warn("store not connected; deciding by --fail until it is", "store", redactURL(spec), "err", err, "attempts", attempts+1)
+			logged = err.Error()
 		}
 		attempts++
 	})

@@ -69,8 +69,7 @@ func TestStoreTLS(t *testing.T) {
 			t.Parallel()
 			s := startServer(t, nil, append([]string{"--rules", exampleRules, "--fail", "closed"}, args...)...)
 			eventually(t, "the store refused", func() bool {
-				rec := s.logs.find("store not connected; deciding by --fail until it is")
-				return rec != nil && strings.Contains(rec["err"].(string), "certificate")
+				return s.logs.findFunc(notConnected, errContains("certificate")) != nil
 			})
 			if r := s.do(t, "POST", "/v1/decide", body); !strings.Contains(r.body, `"overallCode":"OVER_LIMIT"`) {
 				t.Errorf("decision without a trusted store = %d %s, want OVER_LIMIT by --fail closed", r.code, r.body)
@@ -104,4 +103,41 @@ func TestStoreTLSFlags(t *testing.T) {
 	if c, err := (storeTLSFlags{}).config("redis://r:6379"); c != nil || err != nil {
 		t.Errorf("no flags: config = %v, %v; want the defaults", c, err)
 	}
+}
+
+// notConnected is the log message of a store that does not connect.
+const notConnected = "store not connected; deciding by --fail until it is"
+
+// errContains returns a test of a log record: its err holds sub.
+func errContains(sub string) func(map[string]any) bool {
+	return func(rec map[string]any) bool {
+		err, _ := rec["err"].(string)
+		return strings.Contains(err, sub)
+	}
+}
+
+// TestStoreNotConnectedLogsNewCause: serve logs the store's first failure
+// to connect and then every new cause at once, not only once a minute:
+// here a port where nothing listens yet (refused), then a Redis there
+// whose certificate serve does not trust. Before, a first attempt that
+// timed out on a busy machine hid the certificate for a minute.
+func TestStoreNotConnectedLogsNewCause(t *testing.T) {
+	t.Parallel()
+	authority := testenv.NewCA(t, "redis CA")
+	dir := t.TempDir()
+	p := func(n string) string { return filepath.Join(dir, n) }
+	authority.Issue(t, false, "redis.test").Write(t, p("redis.crt"), p("redis.key"))
+	if err := os.WriteFile(p("ca.crt"), authority.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(testenv.FreePort(t))
+	s := startServer(t, nil, "--rules", exampleRules, "--fail", "closed", "--store", "rediss://127.0.0.1:"+port)
+	eventually(t, "the refused connection logged", func() bool {
+		return s.logs.findFunc(notConnected, errContains("refused")) != nil
+	})
+	testenv.StartRedis(t, "--tls-port", port, "--tls-cert-file", p("redis.crt"), "--tls-key-file", p("redis.key"),
+		"--tls-ca-cert-file", p("ca.crt"), "--tls-auth-clients", "no")
+	eventually(t, "the untrusted certificate logged", func() bool {
+		return s.logs.findFunc(notConnected, errContains("certificate")) != nil
+	})
 }
