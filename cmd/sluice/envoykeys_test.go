@@ -31,7 +31,8 @@ func TestServeEnvoyRedisKeys(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, "domain: "+domain+"\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 3}\n")
 	s := startServer(t, env("CACHE_KEY_PREFIX", "ignored without Envoy's environment"), "--rules", path, "--store", "redis://"+addr,
-		"--store-timeout", "1s", "--envoy-redis-keys", "--envoy-key-prefix", "pfx_")
+		"--store-timeout", "10s", "--envoy-redis-keys", "--envoy-key-prefix", "pfx_") // only a bound on a hang
+	s.waitStore(t)
 
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {

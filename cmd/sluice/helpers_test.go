@@ -130,6 +130,17 @@ func startServer(t *testing.T, getenv func(string) string, args ...string) *test
 	return s
 }
 
+// waitStore waits until s decides from its store (/readyz says mode
+// store): a Redis store connects in the background, and the fail mode
+// decides until it has. The first attempt is bounded by the store's 1s
+// dial timeout, which a loaded machine can overrun.
+func (s *testServer) waitStore(t *testing.T) {
+	t.Helper()
+	eventually(t, "decisions from the store", func() bool {
+		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
+	})
+}
+
 // stop cancels the server's context and returns run's result.
 func (s *testServer) stop() error {
 	s.cancel()
@@ -203,6 +214,16 @@ func copyRules(t *testing.T, src string) string {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, string(b))
 	return path
+}
+
+// readFile returns path's contents.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // writeFile replaces path's contents the way editors do: write a new file

@@ -95,8 +95,13 @@ func TestReloadRefusesStoreVeto(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	domain := fmt.Sprintf("veto%d", time.Now().UnixNano())
 	rulesFor := func(body string) string { return strings.Replace(body, "domain: api", "domain: "+domain, 1) }
-	writeFile(t, path, rulesFor("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"))
-	s := startServer(t, nil, "--rules", path, "--store", "redis://"+testenv.RedisAddr(t), "--store-timeout", "1s")
+	// One an hour in a sliding log: no window turns between the first
+	// request and the last (a fixed window of a minute did, in the time
+	// the reload takes). The store timeout only bounds a hang: fail open
+	// would admit alice after a slow round trip.
+	writeFile(t, path, rulesFor("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: sliding_log}\n"))
+	s := startServer(t, nil, "--rules", path, "--store", "redis://"+testenv.RedisAddr(t), "--store-timeout", "10s")
+	s.waitStore(t)
 	ask := func() rlsv3.RateLimitResponse_Code {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
