@@ -45,6 +45,7 @@ func TestExactAcrossStores(t *testing.T) {
 					stores := []*Store{open(t, url, cfg), open(t, url, cfg), open(t, url, cfg)}
 					const goroutines, total = 64, 3000
 					var next, allowed, failed atomic.Int64
+					var firstErr atomic.Pointer[error]
 					var wg sync.WaitGroup
 					for g := range goroutines {
 						wg.Add(1)
@@ -52,12 +53,16 @@ func TestExactAcrossStores(t *testing.T) {
 							defer wg.Done()
 							s := stores[g%len(stores)]
 							for next.Add(1) <= total {
-								ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+								// The deadline only bounds a hang: at 5s, on a
+								// machine loaded far beyond its two cores, 61
+								// of 3,000 calls overran it.
+								ctx, cancel := context.WithTimeout(context.Background(), hangBound)
 								d, err := s.Take(ctx, "{exact}|one", c.limit, 1)
 								cancel()
 								switch {
 								case err != nil:
 									failed.Add(1)
+									firstErr.CompareAndSwap(nil, &err)
 								case d.Allowed:
 									allowed.Add(1)
 								}
@@ -66,8 +71,12 @@ func TestExactAcrossStores(t *testing.T) {
 					}
 					wg.Wait()
 					if failed.Load() != 0 || allowed.Load() != 1000 {
-						t.Fatalf("%d allowed, %d failed of %d requests; want exactly 1000 allowed, none failed",
-							allowed.Load(), failed.Load(), total)
+						var first error
+						if p := firstErr.Load(); p != nil {
+							first = *p
+						}
+						t.Fatalf("%d allowed, %d failed of %d requests (the first: %v); want exactly 1000 allowed, none failed",
+							allowed.Load(), failed.Load(), total, first)
 					}
 				})
 			}
@@ -86,6 +95,7 @@ const hangSlack = 400 * time.Millisecond
 // stop is closed, and records how each call ended.
 type loadGen struct {
 	calls, errs, slow atomic.Int64
+	otherErrs         atomic.Int64 // errors other than a call's deadline
 	worst             atomic.Int64 // ns
 	lastOK            atomic.Int64 // unix ns of the last successful decision
 }
@@ -111,6 +121,9 @@ func (l *loadGen) run(s *Store, goroutines int, timeout time.Duration, stop <-ch
 				l.calls.Add(1)
 				if err != nil {
 					l.errs.Add(1)
+					if !errors.Is(err, context.DeadlineExceeded) {
+						l.otherErrs.Add(1)
+					}
 					// A failing store answers at once: pace the retries
 					// rather than spin.
 					select {
@@ -141,6 +154,20 @@ func (l *loadGen) waitOK(t *testing.T, since time.Time, limit time.Duration) tim
 	return time.Duration(l.lastOK.Load() - since.UnixNano())
 }
 
+// waitHealthy waits for 200 calls and a successful one, and fails the
+// test if a call failed but by its deadline: before the fault a call on a
+// loaded machine may overrun its deadline of 100-200ms (that failed the
+// tests, which demanded no error at all), but Redis refuses nothing.
+func (l *loadGen) waitHealthy(t *testing.T, when string) {
+	t.Helper()
+	start := time.Now()
+	l.waitCalls(t, 0, 200)
+	l.waitOK(t, start, 10*time.Second)
+	if n := l.otherErrs.Load(); n != 0 {
+		t.Fatalf("%s: %d calls, %d errors, %d not by the deadline", when, l.calls.Load(), l.errs.Load(), n)
+	}
+}
+
 // waitCalls waits until n more calls have been made than before.
 func (l *loadGen) waitCalls(t *testing.T, before, n int64) {
 	t.Helper()
@@ -167,10 +194,7 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	wg := l.run(s, 32, timeout, stop)
 	defer func() { close(stop); wg.Wait() }()
 
-	l.waitCalls(t, 0, 200)
-	if l.errs.Load() != 0 {
-		t.Fatalf("before the kill: %d calls, %d errors", l.calls.Load(), l.errs.Load())
-	}
+	l.waitHealthy(t, "before the kill")
 
 	srv.Kill()
 	killed := time.Now()
@@ -210,10 +234,7 @@ func TestClusterFailover(t *testing.T) {
 	stop := make(chan struct{})
 	wg := l.run(s, 16, timeout, stop)
 	defer func() { close(stop); wg.Wait() }()
-	l.waitCalls(t, 0, 200)
-	if l.errs.Load() != 0 {
-		t.Fatalf("before the failover: %d errors", l.errs.Load())
-	}
+	l.waitHealthy(t, "before the failover")
 
 	key := "{k1}"
 	slot := int(Slot(cfg.KeyPrefix + key))

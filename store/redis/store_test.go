@@ -428,21 +428,37 @@ func TestInexactLimits(t *testing.T) {
 }
 
 // TestDeadlineWithoutContextDeadline checks that a context without a
-// deadline still returns within Config.Timeout when Redis hangs.
+// deadline still returns at Config.Timeout when Redis hangs. The timeout,
+// 2s, lies between the default Timeout (1s) and rueidis's own dial
+// timeout (5s): a Take that returned sooner was not bounded by it (a timer
+// never fires early), and one that returned after twice that by something
+// else. A scheduling delay only makes a Take later, and would need to be
+// seconds long; the bound was 100ms over a timeout of 200ms, which a
+// loaded machine overran ('returned after 328ms').
 func TestDeadlineWithoutContextDeadline(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	cfg := DefaultConfig()
-	cfg.Timeout = 200 * time.Millisecond
+	cfg.Timeout = 2 * time.Second
 	s := open(t, "redis://"+srv.Addr, cfg)
 	srv.Pause()
 	defer srv.Resume()
 	start := time.Now()
-	_, err := s.Take(context.Background(), "k", sluice.Limit{Rate: 1, Period: time.Second}, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Take(context.Background(), "k", sluice.Limit{Rate: 1, Period: time.Second}, 1)
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Take on a hung Redis still waiting after 10s")
+	}
 	if err == nil {
 		t.Fatal("a hung Redis decided")
 	}
-	if d := time.Since(start); d > cfg.Timeout+100*time.Millisecond {
-		t.Fatalf("returned after %v, want about %v", d, cfg.Timeout)
+	if d := time.Since(start); d < cfg.Timeout || d > 2*cfg.Timeout {
+		t.Fatalf("returned after %v, want at %v", d, cfg.Timeout)
 	}
 }
 
