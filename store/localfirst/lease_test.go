@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
@@ -86,6 +87,16 @@ func abandon(s *Store) {
 		close(s.stop)
 		<-s.done
 	})
+}
+
+// TestLeaseOverhead checks that what a lease entry is counted as costing
+// covers the entry, its pointer and a map slot (it was counted as 256
+// bytes while the entry alone took 288, then 360).
+func TestLeaseOverhead(t *testing.T) {
+	slot := unsafe.Sizeof("") + unsafe.Sizeof(&leaseEntry{}) + 8 // the key's header, the pointer, hash and padding
+	if need := unsafe.Sizeof(leaseEntry{}) + unsafe.Sizeof(&leaseEntry{}) + slot; leaseOverhead < need {
+		t.Fatalf("leaseOverhead %d, but an entry takes %d with its pointer and map slot", leaseOverhead, need)
+	}
 }
 
 // windowOf returns the start of the window of l that holds now, µs, or 0

@@ -210,7 +210,8 @@ const (
 	defaultLeaseLifetime = 500 * time.Millisecond
 	// defaultMaxLease is MaxLease's default.
 	defaultMaxLease = 1000
-	// defaultLeaseBytes is LeaseBytes's default: 8 MiB, about 30,000 keys.
+	// defaultLeaseBytes is LeaseBytes's default: 8 MiB, about 17,000 leased
+	// keys of 30 bytes.
 	defaultLeaseBytes = 8 << 20
 	// defaultSyncInterval is SyncInterval's default.
 	defaultSyncInterval = 100 * time.Millisecond
