@@ -188,22 +188,18 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 	sh := &a.shards[maphash.String(a.seed, r.Key)%leaseShards]
 	sh.mu.Lock()
 	e := sh.m[r.Key]
-	if e == nil {
-		size := int64(len(r.Key)) + asyncOverhead
-		if sh.bytes+size > a.budget {
-			sh.mu.Unlock()
-			return s.exact(ctx, r, now)
-		}
-		e = &asyncEntry{req: id, window: w, allow: a.allowance(l, 0)}
-		sh.m[r.Key] = e
-		sh.bytes += size
-	}
-	if e.req != id { // the rules changed: start over (unwritten hits are dropped)
+	if e != nil && e.req != id { // the rules changed: start over (a window's unwritten hits are dropped)
 		if e.syncing || e.pending > 0 && e.req.Limit.Algorithm.HasBurst() { // a bucket's are written first
 			sh.mu.Unlock()
 			return s.exact(ctx, r, now)
 		}
-		*e = asyncEntry{req: id, window: w, allow: a.allowance(l, 0)}
+		delete(sh.m, r.Key)
+		sh.bytes -= int64(len(r.Key)) + asyncOverhead
+		e = nil
+	}
+	if e == nil {
+		sh.mu.Unlock()
+		return s.startAsync(ctx, r, now, sh)
 	}
 	if w > e.window { // a new window: what was pending is the old window's
 		e.oldWin, e.old = e.window, e.pending
@@ -268,7 +264,7 @@ func (s *Store) takeBucket(ctx context.Context, r sluice.Request, now time.Time)
 	}
 	if e == nil {
 		sh.mu.Unlock()
-		return s.startBucket(ctx, r, now, sh)
+		return s.startAsync(ctx, r, now, sh)
 	}
 	at := a.storeNow(now)
 	e.seen = now
@@ -299,10 +295,13 @@ func (s *Store) takeBucket(ctx context.Context, r sluice.Request, now time.Time)
 	return d, nil
 }
 
-// startBucket decides r, the first request of a bucket limit on a key the
-// node does not hold, by the store, and holds the key from the state the
-// store's decision left, if the table has room.
-func (s *Store) startBucket(ctx context.Context, r sluice.Request, now time.Time, sh *asyncShard) (sluice.Decision, error) {
+// startAsync decides r, the first request on a key the node does not
+// hold, by the store, and holds the key from what the store's decision
+// says, if the table has room: a bucket's level, or what a window limit
+// counts (its rate less what remains), from which the first allowance is
+// shared out. So a node that forgot an idle key starts again from the
+// store's count, never from a fresh share of the whole limit.
+func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time, sh *asyncShard) (sluice.Decision, error) {
 	a := s.async
 	s.calls.Add(1)
 	d, st, at, ok, err := s.stater.TakeState(ctx, r)
@@ -319,12 +318,21 @@ func (s *Store) startBucket(ctx context.Context, r sluice.Request, now time.Time
 		a.offset = time.Duration(at-after.UnixMicro()) * time.Microsecond
 	}
 	a.mu.Unlock()
-	size := int64(len(r.Key)) + asyncOverhead
+	l := r.Limit
 	id := r
 	id.Cost = 0
+	e := &asyncEntry{req: id, seen: now, based: after}
+	if l.Algorithm.HasBurst() {
+		e.level, e.at = l.Level(st, at), at
+	} else {
+		p := l.Period.Microseconds()
+		e.window, e.counted = at-at%p, l.Rate-d.Remaining
+		e.allow = a.allowance(l, e.counted)
+	}
+	size := int64(len(r.Key)) + asyncOverhead
 	sh.mu.Lock()
 	if sh.m[r.Key] == nil && sh.bytes+size <= a.budget {
-		sh.m[r.Key] = &asyncEntry{req: id, level: r.Limit.Level(st, at), at: at, based: after, seen: now}
+		sh.m[r.Key] = e
 		sh.bytes += size
 	}
 	sh.mu.Unlock()

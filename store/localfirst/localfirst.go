@@ -55,9 +55,12 @@
 // at its grant (they drain at the rate; nothing comes back).
 //
 // Async mode (every algorithm but sliding_log; Syncer): no store call on
-// a decision. Each node admits by itself and writes its hits back every
-// Config.SyncInterval (I) in one pipelined call, reading what the store
-// holds; N = Config.AsyncNodes and k = Config.AsyncShare (default 50).
+// a decision, but the first on a key the node does not hold (first seen,
+// or forgotten after two quiet intervals), which the store decides and
+// whose state it starts from. Each node admits by itself and writes its
+// hits back every Config.SyncInterval (I) in one pipelined call, reading
+// what the store holds; N = Config.AsyncNodes and k = Config.AsyncShare
+// (default 50).
 //
 // On fixed_window and sliding_window, a node's next allowance is
 // max(⌊(rate − counted) / (N × k)⌋, 1) while anything is left, and
@@ -73,10 +76,9 @@
 // together admit about 1/k of what is left per interval.
 //
 // On token_bucket, leaky_bucket and gcra (in the units of sluice.Bucket:
-// a hit weighs Hit, the bucket holds Full, drains Drain a µs), a node's
-// first request on a key goes to the store, whose decision gives it the
-// key's level; after that it holds the level the store reported at its
-// last sync and admits up to a grant that follows the refill (see grant):
+// a hit weighs Hit, the bucket holds Full, drains Drain a µs), a node
+// holds the level the store reported at its last sync (or its first
+// decision) and admits up to a grant that follows the refill (see grant):
 // ⌊free / (N × k)⌋ of what was free at the sync, plus a 1/N share of
 // what the bucket drains since, once a debt has drained, for one interval
 // at most; at least one hit while the sync left one free; nothing while a
