@@ -64,7 +64,7 @@ type asyncEntry struct {
 	oldWin  int64          // the window before, and its hits not yet written
 	old     int64
 	counted int64 // what the store counted at the last sync
-	syncing bool  // a sync is in flight: admit nothing until it lands
+	syncing bool  // a sync is in flight: a window admits nothing until it lands
 	failed  error // the error of the last sync, until one succeeds
 	seen    time.Time
 
@@ -273,10 +273,10 @@ func (s *Store) takeBucket(ctx context.Context, r sluice.Request, now time.Time)
 	d := l.TakeMicros(&st, at, cost)
 	switch g := a.grant(e, b, at); {
 	case !d.Allowed: // no room in the bucket as the node knows it
-	case !e.syncing && e.used+cost*b.Hit <= g:
+	case e.used+cost*b.Hit <= g:
 		e.used += cost * b.Hit
 		e.pending += cost
-	case !e.syncing && e.failed != nil: // the grant is spent and the store unreachable
+	case e.failed != nil: // the grant is spent and the store unreachable
 		err := e.failed
 		sh.mu.Unlock()
 		return sluice.Decision{}, fmt.Errorf("localfirst async %s: %w", r.Key, err)
@@ -285,7 +285,7 @@ func (s *Store) takeBucket(ctx context.Context, r sluice.Request, now time.Time)
 		d = l.TakeMicros(&st, at, 0)
 		d.Allowed = false
 		d.RetryAfter = s.syncEvery
-		if need := e.used + cost*b.Hit - g; !e.syncing && need > 0 && need <= a.refill(b)/a.nodes {
+		if need := e.used + cost*b.Hit - g; need > 0 && need <= a.refill(b)/a.nodes {
 			d.RetryAfter = min(d.RetryAfter, time.Duration((need*a.nodes+b.Drain-1)/b.Drain)*time.Microsecond)
 		}
 		d.RetryAfter = max(d.RetryAfter, time.Microsecond)
@@ -345,7 +345,8 @@ func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time,
 // returns. The Store calls it every
 // Config.SyncInterval by itself; tests call it to sync at an instant of
 // their clock. While a key's sync is in flight, the node admits nothing
-// on it.
+// more on a window key; on a bucket key it goes on admitting from the
+// grant it holds, and what it admits meanwhile counts against the next.
 func (s *Store) SyncAsync(ctx context.Context) error {
 	a := s.async
 	if a == nil {
@@ -430,7 +431,11 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 			// against the grant of the last one that succeeded.
 			e.pending += it.hits
 		case e.req.Limit.Algorithm.HasBurst():
-			e.level, e.at, e.based, e.used = counts[i], at, after, 0
+			// The hits written are in the level now; those admitted while
+			// the sync was in flight stay pending, against the new grant.
+			b, _ := e.req.Limit.Bucket()
+			e.level, e.at, e.based = counts[i], at, after
+			e.used = max(e.used-it.hits*b.Hit, 0)
 		case err != nil && e.window == it.window:
 			// The hits stay to be written at the next sync; the node
 			// admits nothing more on the key until one succeeds.

@@ -3,6 +3,7 @@ package localfirst
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -430,4 +431,56 @@ func TestAsyncWindowComesBack(t *testing.T) {
 		t.Fatalf("admitted %d in one window, want 990 (a slow fill: about 1/50 of what is left a sync) to %d", admitted, bound)
 	}
 	t.Logf("admitted %d", admitted)
+}
+
+// TestAsyncBucketSyncInFlight pauses Redis while an async node's sync of
+// a bucket key is in flight: the node goes on admitting from the grant it
+// holds (a window key admits nothing then), and the hits it admitted
+// meanwhile, not in that sync, are written by the next one, none lost and
+// none written twice.
+func TestAsyncBucketSyncInFlight(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	url := "redis://" + srv.Addr + "/0"
+	prefix := fmt.Sprintf("inflight:%x:", rand.Uint64())
+	node := openAsyncNodes(t, url, prefix, clk.Now, 1, Config{SyncInterval: time.Hour})[0]
+	r := openRedisPrefix(t, url, prefix, clk.Now)
+	l := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1000, Period: 24 * time.Hour, Burst: 1000}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	take := func(n int, what string) {
+		t.Helper()
+		for range n {
+			if d, err := node.Take(ctx, "{k}", l, 1); err != nil || !d.Allowed {
+				t.Fatalf("%s: %+v, %v", what, d, err)
+			}
+		}
+	}
+	remaining := func(want int64) {
+		t.Helper()
+		if d, err := r.Take(ctx, "{k}", l, 0); err != nil || d.Remaining != want {
+			t.Fatalf("Redis: %+v, %v; want %d remaining", d, err, want)
+		}
+	}
+	take(1, "the first, which Redis decides")
+	take(3, "from the grant")
+	srv.Pause()
+	done := make(chan error, 1)
+	go func() { done <- node.SyncAsync(ctx) }()
+	waitFor(t, 10*time.Second, "the sync in flight", func() bool {
+		sh := &node.async.shards[maphash.String(node.async.seed, "{k}")%leaseShards]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return sh.m["{k}"] != nil && sh.m["{k}"].syncing
+	})
+	take(4, "while the sync is in flight")
+	srv.Resume()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	remaining(1000 - 1 - 3)
+	if err := node.SyncAsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	remaining(1000 - 1 - 3 - 4)
 }

@@ -81,8 +81,10 @@
 // decision) and admits up to a grant that follows the refill (see grant):
 // ⌊free / (N × k)⌋ of what was free at the sync, plus a 1/N share of
 // what the bucket drains since, once a debt has drained, for one interval
-// at most; at least one hit while the sync left one free; nothing while a
-// sync is in flight. The store debits written-back hits whether or not
+// at most; at least one hit while the sync left one free. While a sync is
+// in flight the node goes on admitting from the grant it holds; the hits
+// admitted meanwhile count against the next. The store debits
+// written-back hits whether or not
 // they fit (sluice.Limit.Debit): a level past Full is a debt, which
 // drains at the limit's rate before anything is admitted again, and no
 // written-back hit is ever dropped. In any interval of length d, across
@@ -94,8 +96,9 @@
 // 1,000 a minute, burst 1,000, 3 nodes, I = 100 ms: 21 more). Because:
 // what a bucket fed every admitted hit at once holds is at most the
 // store's level plus the hits not yet written, which are within the
-// nodes' grants; a sync gives a grant of at most what is free, so that
-// right after it the level and that node's grant fit in Full; grants grow
+// nodes' grants; a sync moves the hits it writes from a grant into the
+// level, and gives a grant of at most what is free, so that right after
+// it the level and that node's grant fit in Full (or nothing grew); grants grow
 // together by at most Drain a µs, and only while the store's level drains
 // as fast or the grants' sum alone is below the bound; and no grant
 // exceeds S = max(Full / (N × k) + Drain × I / N, Hit). So the level and
