@@ -83,12 +83,11 @@
 // what the bucket drains since, once a debt has drained, for one interval
 // at most; at least one hit while the sync left one free. While a sync is
 // in flight the node goes on admitting from the grant it holds; the hits
-// admitted meanwhile count against the next. The store debits
-// written-back hits whether or not
-// they fit (sluice.Limit.Debit): a level past Full is a debt, which
-// drains at the limit's rate before anything is admitted again, and no
-// written-back hit is ever dropped. In any interval of length d, across
-// the N nodes, the limit admits at most
+// admitted meanwhile count against the next. The store debits the hits
+// written back whether or not they fit (sluice.Limit.Debit): a level past
+// Full is a debt, which drains at the limit's rate before anything is
+// admitted again, and no hit written back is ever dropped. In any
+// interval of length d, across the N nodes, the limit admits at most
 //
 //	capacity + rate × d / period + max(capacity / k + rate × I / period, N)
 //
@@ -98,24 +97,25 @@
 // store's level plus the hits not yet written, which are within the
 // nodes' grants; a sync moves the hits it writes from a grant into the
 // level, and gives a grant of at most what is free, so that right after
-// it the level and that node's grant fit in Full (or nothing grew); grants grow
-// together by at most Drain a µs, and only while the store's level drains
-// as fast or the grants' sum alone is below the bound; and no grant
-// exceeds S = max(Full / (N × k) + Drain × I / N, Hit). So the level and
-// the grants stay within Full + N × S, and an interval of length d admits
-// at most that, in hits, plus its drain, rate × d / period. A decision is
-// the algorithm's own transition on the level the node knows (the
-// store's, drained since, plus the node's own hits since), so a
-// leaky_bucket's Wait is short by what other nodes admitted since the
-// last sync.
+// it the level and that node's grant fit in Full (or nothing grew);
+// grants grow together by at most Drain a µs, and only while the store's
+// level drains as fast or the grants' sum alone is below the bound; and
+// no grant exceeds S = max(Full / (N × k) + Drain × I / N, Hit). So the
+// level and the grants stay within Full + N × S, and an interval of
+// length d admits at most that, in hits, plus its drain, rate × d /
+// period. A decision is the algorithm's own transition on the level the
+// node knows (the store's, drained since, plus the node's own hits
+// since), so a leaky_bucket's Wait is short by what other nodes admitted
+// since the last sync.
 //
 // When a sync fails (the store unreachable), a node keeps the hits to
 // write at the next one and admits from what it still has: a window's
 // allowance (spent at the sync), a bucket's grant (which stops growing one
 // interval after the last sync that succeeded, however long the store
 // stays away). Beyond it, Take returns an error, for the caller's fail
-// mode to decide (decide's --fail). A node that dies loses its hits not
-// yet written: at most its grant or allowance.
+// mode to decide (decide's --fail). The hits a node that dies had not
+// written back are never counted: at most its grant or allowance, within
+// the bound.
 //
 // Clocks: the store decides by its clock (Redis's TIME); the Store
 // measures time with Config.Now's monotonic readings. The near cache adds
