@@ -48,11 +48,14 @@
 //     Wait, from a lease, runs to the start of the hit's slot, so that
 //     requests delayed by it leave at no more than the rate.
 //
-// Either way fewer than the limit by at most the unused hits of the
-// leases outstanding: nodes × min(MaxLease, capacity/16) at any instant,
-// each lease's unused hits lost at most once. A node that dies loses its
-// unused lease: until its window ends, or, for a bucket, as hits admitted
-// at its grant (they drain at the rate; nothing comes back).
+// Either way fewer than the limit by what leases hold unused: at most
+// nodes × min(MaxLease, capacity/16) at any instant. A window's are lost
+// until the window ends if not given back. A bucket's that cannot come
+// back count as hits admitted at the grant, each lost once: at any
+// instant the bucket admits fewer than the exact one by at most the
+// unused hits of the leases granted since it was last full (never more
+// than the capacity). A node that dies loses its unused lease so: until
+// its window ends, or until the bucket refills past its hits.
 //
 // Async mode (every algorithm but sliding_log; Syncer): no store call on
 // a decision, but the first on a key the node does not hold (first seen,
