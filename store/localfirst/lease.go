@@ -265,15 +265,16 @@ func (ls *leases) end(e *leaseEntry, now time.Time) (returning, bool) {
 // i-th is due about drained − now + i × T after the grant (T = period /
 // rate; the store's bucket is last known to be empty at drained, and the
 // grant's slots start then or later), and the key's hits come about every
-// lifetime / size, or faster as counted in the current lifetime. A key
+// lifetime / size, or faster as counted in the current lifetime once it
+// has seen minLease hits. A key
 // whose local rate is at least the limit's uses any lease in time; a
 // slower one only what the bucket's backlog gives it time for. mu is held.
 func (ls *leases) usable(e *leaseEntry, now time.Time) int64 {
 	l := e.req.Limit
 	// intervals in ns: the key's between hits, the limit's T
 	gap := float64(ls.lifetime) / float64(max(e.size, 1))
-	if el := now.Sub(e.since); e.count > 0 && float64(el)/float64(e.count) < gap {
-		gap = float64(el) / float64(e.count)
+	if el := now.Sub(e.since); e.count >= minLease && float64(el)/float64(e.count-1) < gap {
+		gap = float64(el) / float64(e.count-1) // count hits, count − 1 gaps
 	}
 	T := float64(l.Period) / float64(l.Rate)
 	if gap <= T {

@@ -658,3 +658,43 @@ func TestLeasePausedBucket(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseBucketRate checks when a bucket key is leased: a key that a
+// node sees slower than the limit's rate, on a full bucket, is decided
+// exactly (a lease's hits would be past due before they are asked for);
+// one seen faster is leased; and a slow one is leased once the bucket is
+// drained far ahead, which gives its hits time. Every hit is admitted.
+func TestLeaseBucketRate(t *testing.T) {
+	url := "redis://" + testenv.RedisAddr(t) + "/0"
+	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 100, Period: time.Second, Burst: 400} // a hit every 10 ms
+	for _, tc := range []struct {
+		name   string
+		every  time.Duration
+		drain  int64 // hits another node takes first, at one instant
+		leased bool
+	}{
+		{"slow", 20 * time.Millisecond, 0, false},
+		{"fast", 5 * time.Millisecond, 0, true},
+		{"slow on a drained bucket", 20 * time.Millisecond, 300, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+			nodes := openLeaseNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 2, Config{})
+			if tc.drain > 0 {
+				if d, err := nodes[1].Take(context.Background(), "{k}", l, tc.drain); err != nil || !d.Allowed {
+					t.Fatalf("%d at once: %+v, %v", tc.drain, d, err)
+				}
+			}
+			for i := range 60 {
+				if d, err := nodes[0].Take(context.Background(), "{k}", l, 1); err != nil || !d.Allowed {
+					t.Fatalf("hit %d: %+v, %v", i, d, err)
+				}
+				clk.Advance(tc.every)
+			}
+			st := nodes[0].Stats()
+			if tc.leased && st.LeaseHits == 0 || !tc.leased && st.Grants != 0 {
+				t.Fatalf("stats %+v: want leases %v (a lease a slow key takes on a full bucket would go unused)", st, tc.leased)
+			}
+		})
+	}
+}
