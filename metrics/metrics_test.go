@@ -405,12 +405,22 @@ func BenchmarkDecider(b *testing.B) {
 	for i := range reqs {
 		reqs[i] = request("api", "user", fmt.Sprint("user-", i))
 	}
+	// Envoy's counters too (--envoy-metrics), on a registry of their own.
+	reg := prometheus.NewRegistry()
+	me, err := metrics.New(reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := me.EnvoyStats(reg, 0); err != nil {
+		b.Fatal(err)
+	}
 	for _, bc := range []struct {
 		name string
 		d    metrics.Service
 	}{
 		{name: "service", d: s},
 		{name: "decider", d: m.Decider(s)},
+		{name: "envoy", d: me.Decider(s)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
