@@ -17,10 +17,31 @@ command -v nginx >/dev/null || need+=(nginx)
 command -v chromium >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  # Debian starts the packaged services; the tests start their own.
-  as_root systemctl stop redis-server nginx >/dev/null 2>&1 || as_root service redis-server stop >/dev/null 2>&1 || true
+  # Debian would start the packaged redis-server and nginx, and a package
+  # whose service fails to start (port 80 or 6379 taken on the machine)
+  # fails to install: the tests start their own servers, so a policy-rc.d
+  # keeps the packages' from starting while they install (unless the
+  # machine has a policy of its own).
+  policy=/usr/sbin/policy-rc.d made_policy=0
+  if [ ! -e "$policy" ]; then
+    trap 'as_root rm -f "$policy"' EXIT
+    printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+    as_root chmod 755 "$policy"
+    made_policy=1
+  fi
+  # A fresh machine may be running apt itself (apt-daily, unattended
+  # upgrades): wait for its lock instead of failing.
+  apt_opts=(-o DPkg::Lock::Timeout=600)
+  as_root apt-get "${apt_opts[@]}" update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  if [ "$made_policy" = 1 ]; then
+    as_root rm -f "$policy"
+    trap - EXIT
+  fi
+  # Services a machine's own policy let start: stopped, each on its own.
+  for svc in redis-server nginx; do
+    as_root systemctl stop "$svc" >/dev/null 2>&1 || as_root service "$svc" stop >/dev/null 2>&1 || true
+  done
 fi
 
 # Caddy, for the end-to-end test of the Caddy forward-auth recipe: built
@@ -30,7 +51,8 @@ gobin="$(go env GOPATH)/bin"
 caddy_version=$(sed -n 's/^const CaddyVersion = "\(.*\)"$/\1/p' internal/testenv/caddy.go)
 if ! command -v caddy >/dev/null && [ ! -x "$gobin/caddy" ]; then
   echo "building caddy $caddy_version"
-  GOFLAGS= go install "github.com/caddyserver/caddy/v2/cmd/caddy@$caddy_version"
+  # Into $(go env GOPATH)/bin, where the tests look, whatever GOBIN says.
+  GOFLAGS= GOBIN="$gobin" go install "github.com/caddyserver/caddy/v2/cmd/caddy@$caddy_version"
 fi
 
 if [ -x scripts/test-env.sh ]; then
