@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -83,7 +89,8 @@ func TestServeEnvoyPerSecondRedis(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(root, "config", "rules.yaml"), "domain: api\ndescriptors:\n"+
 		"  - key: burst\n    rate_limit: {unit: second, requests_per_unit: 100}\n"+
-		"  - key: daily\n    rate_limit: {unit: hour, requests_per_unit: 100}\n")
+		"  - key: daily\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"+
+		"  - key: pulse\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
 	s := startServer(t, env("RUNTIME_ROOT="+root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+mainRedis.Addr,
 		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+perSecond.Addr,
 		"DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=info", "USE_STATSD=false"), "--fail", "closed", "--store-timeout", "5s") // a store call, not the load, decides
@@ -108,5 +115,39 @@ func TestServeEnvoyPerSecondRedis(t *testing.T) {
 	post("daily")
 	if m, p := dbsize(mainRedis), dbsize(perSecond); m != "1" || p != "1" {
 		t.Fatalf("after an hourly hit: %s keys in REDIS_URL's Redis, %s in the per-second one; want 1 and 1", m, p)
+	}
+
+	// A request over both Redis servers that the per-second limit denies
+	// takes nothing of the hourly one. (A second may turn between the two
+	// calls and let both pass: then again, with other values.)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	call := func(descs ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: descs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for i := 0; ; i++ {
+		v := strconv.Itoa(i)
+		if r := call(descriptor("pulse", v)); r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("a fresh per-second key: %v", r)
+		}
+		r := call(descriptor("pulse", v), descriptor("daily", v))
+		if r.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+			if i == 20 {
+				t.Fatal("the per-second limit never denied its second hit")
+			}
+			continue // the second turned
+		}
+		if st := r.GetStatuses(); len(st) != 2 || st[0].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("pulse twice in a second, with daily: %v, want pulse OVER_LIMIT", r)
+		}
+		if r := call(descriptor("daily", v)); r.GetStatuses()[0].GetLimitRemaining() != 99 {
+			t.Errorf("daily %s after the denied request: %d left, want 99 (the denied request took nothing)", v, r.GetStatuses()[0].GetLimitRemaining())
+		}
+		break
 	}
 }
