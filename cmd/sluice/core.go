@@ -37,6 +37,7 @@ type coreFlags struct {
 	store        string
 	sentinelAuth string // the sentinels' "password" or "user:password"
 	perSecond    string // a Redis for the limits below a minute, or ""
+	perSecondSA  string // its sentinels' "password" or "user:password"
 	expiryJitter time.Duration
 	storeTimeout time.Duration
 	slotLease    time.Duration
@@ -67,6 +68,7 @@ func (c *coreFlags) register(fs *ff.FlagSet) {
 	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master, unix:///path/to/redis.sock"))
 	fs.StringVar(&c.sentinelAuth, 0, "store-sentinel-auth", "", withEnv("store-sentinel-auth", "password, or user:password, of the sentinels of a redis+sentinel:// store (the URL's is the master's)"))
 	fs.DurationVar(&c.expiryJitter, 0, "store-expiry-jitter", 0, withEnv("store-expiry-jitter", "most time a Redis key outlives its reset, a random part of it, so that the keys of one window do not expire at once (Envoy's EXPIRATION_JITTER_MAX_SECONDS); 0: none"))
+	fs.StringVar(&c.perSecondSA, 0, "store-per-second-sentinel-auth", "", withEnv("store-per-second-sentinel-auth", "password, or user:password, of the sentinels of a redis+sentinel:// --store-per-second"))
 	fs.StringVar(&c.perSecond, 0, "store-per-second", "", withEnv("store-per-second", "a second Redis URL, for the limits whose period is below a minute (Envoy's REDIS_PERSECOND); none by default"))
 	fs.DurationVar(&c.slotLease, 0, "concurrency-lease", decide.DefaultConfig().Lease, withEnv("concurrency-lease", "how long a request of the decision APIs (gRPC, JSON, forward-auth), which report no end, holds a slot of a concurrency limit"))
 	fs.DurationVar(&c.storeTimeout, 0, "store-timeout", decide.DefaultConfig().StoreTimeout, withEnv("store-timeout", "longest wait for the store per decision before --fail decides (negative: no bound)"))
@@ -179,6 +181,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	st, err := openStore(c.store, storeOptions{
 		maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), floodGuard: c.observe.floodGuard, log: log, tls: storeTLS, envoyKeys: c.compat.envoyKeys,
 		sentinelAuth: c.sentinelAuth, perSecond: c.perSecond, expiryJitter: c.expiryJitter,
+		perSecondSentinelAuth: c.perSecondSA,
 		local: localfirst.Config{
 			NearCacheBytes: int64(c.nearCache), Sync: sync, SyncOf: co.syncOf,
 			LeaseLifetime: c.leaseLife, MaxLease: int64(c.maxLease),

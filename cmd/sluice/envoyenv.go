@@ -60,10 +60,8 @@ var envoyIgnored = []string{
 	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM",
 	"REDIS_TIMEOUT", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
 	"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME",
-	// the per-second Redis's settings that sluice's client sets itself,
-	// and its sentinels' password (--store-sentinel-auth is the main
-	// store's only)
-	"REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_SENTINEL_AUTH",
+	// the per-second Redis's settings that sluice's client sets itself
+	"REDIS_PERSECOND_POOL_SIZE",
 	"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT",
 	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_TIMEOUT",
 	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
@@ -219,8 +217,13 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 		} else {
 			set("store-per-second", ps, append([]string{"REDIS_PERSECOND"}, perSecondVars...)...)
 		}
+		if v := get("REDIS_PERSECOND_SENTINEL_AUTH", ""); v != "" && strings.EqualFold(get("REDIS_PERSECOND_TYPE", "single"), "sentinel") {
+			set("store-per-second-sentinel-auth", v, "REDIS_PERSECOND_SENTINEL_AUTH")
+		} else {
+			ignore("REDIS_PERSECOND_SENTINEL_AUTH") // as in Envoy, without a sentinel
+		}
 	} else {
-		ignore(perSecondVars...)
+		ignore(append(perSecondVars, "REDIS_PERSECOND_SENTINEL_AUTH")...)
 	}
 	if v := get("REDIS_SENTINEL_AUTH", ""); v != "" && get("REDIS_URL", "") != "" && strings.EqualFold(get("REDIS_TYPE", "single"), "sentinel") {
 		set("store-sentinel-auth", v, "REDIS_SENTINEL_AUTH")
@@ -419,7 +422,7 @@ func (e *envoyEnv) redactedSettings() []string {
 		switch s.flag {
 		case "store", "store-per-second":
 			v = redactURL(v)
-		case "store-sentinel-auth":
+		case "store-sentinel-auth", "store-per-second-sentinel-auth":
 			v = "xxxxx"
 		}
 		out = append(out, fmt.Sprintf("%s=%s", s.flag, v))

@@ -154,8 +154,8 @@ func TestEnvoySettings(t *testing.T) {
 			name: "a per-second Sentinel",
 			env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=true", "REDIS_PERSECOND_TYPE=SENTINEL",
 				"REDIS_PERSECOND_URL=ps,s1:26379", "REDIS_PERSECOND_SENTINEL_AUTH=x"},
-			want:    map[string]string{"store": "redis://r:1", "store-per-second": "redis+sentinel://s1:26379/ps"},
-			ignored: []string{"REDIS_PERSECOND_SENTINEL_AUTH"},
+			want: map[string]string{"store": "redis://r:1", "store-per-second": "redis+sentinel://s1:26379/ps",
+				"store-per-second-sentinel-auth": "x"},
 		},
 		{
 			name: "per-second settings without REDIS_PERSECOND",

@@ -151,3 +151,42 @@ func TestServeEnvoyPerSecondRedis(t *testing.T) {
 		break
 	}
 }
+
+// TestServeEnvoyPerSecondSentinelAuth runs serve on Envoy's environment
+// with the per-second Redis behind sentinels that require a password of
+// their own (REDIS_PERSECOND_SENTINEL_AUTH): a per-second limit is counted
+// on that master, an hourly one on REDIS_URL's Redis.
+func TestServeEnvoyPerSecondSentinelAuth(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts three Redis servers")
+	}
+	mainRedis, master := testenv.StartRedis(t), testenv.StartRedis(t)
+	sentinel := testenv.StartRedisSentinelAuth(t, master, "ps", "sentinelpw")
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(root, "config", "rules.yaml"), "domain: api\ndescriptors:\n"+
+		"  - key: burst\n    rate_limit: {unit: second, requests_per_unit: 100}\n"+
+		"  - key: daily\n    rate_limit: {unit: hour, requests_per_unit: 100}\n")
+	s := startServer(t, env("RUNTIME_ROOT="+root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+mainRedis.Addr,
+		"REDIS_PERSECOND=true", "REDIS_PERSECOND_TYPE=SENTINEL", "REDIS_PERSECOND_URL=ps,"+sentinel.Addr,
+		"REDIS_PERSECOND_SENTINEL_AUTH=sentinelpw", "DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=info",
+		"USE_STATSD=false"), "--fail", "closed", "--store-timeout", "5s")
+	eventually(t, "both stores connected", func() bool {
+		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
+	})
+	for _, key := range []string{"burst", "daily"} {
+		body := `{"domain":"api","descriptors":[{"entries":[{"key":"` + key + `","value":"x"}]}]}`
+		if r := s.do(t, "POST", "/json", body); r.code != 200 || !strings.Contains(r.body, `"overallCode":"OK"`) {
+			t.Fatalf("POST /json %s = %d %s, want OK (--fail closed denies without the store)", key, r.code, r.body)
+		}
+	}
+	if m, p := strings.TrimSpace(mainRedis.CLI("dbsize")), strings.TrimSpace(master.CLI("dbsize")); m != "1" || p != "1" {
+		t.Errorf("%s keys in REDIS_URL's Redis, %s on the per-second master; want 1 and 1", m, p)
+	}
+	if logs := s.logs.String(); strings.Contains(logs, "sentinelpw") {
+		t.Errorf("the sentinels' password is in the logs:\n%s", logs)
+	}
+}

@@ -34,6 +34,8 @@ type storeOptions struct {
 	// sentinelAuth is the password, or user:password, of the sentinels
 	// of a redis+sentinel:// store; "" for none.
 	sentinelAuth string
+	// perSecondSentinelAuth is that of perSecond's sentinels.
+	perSecondSentinelAuth string
 	// perSecond is the URL of a Redis for the limits whose period is
 	// below a minute (Envoy's REDIS_PERSECOND; store/route), or "" to keep
 	// them with the others.
@@ -116,6 +118,9 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		if o.perSecond != "" {
 			return nil, usageError("--store-per-second: --store is memory, which keeps every limit")
 		}
+		if o.perSecondSentinelAuth != "" {
+			return nil, usageError("--store-per-second-sentinel-auth: --store is memory, with no --store-per-second")
+		}
 		mem, err := newMemory(o)
 		if err != nil {
 			return nil, err
@@ -129,6 +134,9 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		// The memory store cannot fail, so it is its own local fallback.
 		return &openedStore{store: st, local: mem, close: mem.Close}, nil
 	default: // storeRedis
+		if o.perSecond == "" && o.perSecondSentinelAuth != "" {
+			return nil, usageError("--store-per-second-sentinel-auth: there is no --store-per-second")
+		}
 		if o.perSecond != "" {
 			if k, err := storeKind(o.perSecond); err != nil || k != storeRedis {
 				return nil, usageError("--store-per-second %q: want a Redis URL", redactURL(o.perSecond))
@@ -138,7 +146,7 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		if err != nil {
 			return nil, err
 		}
-		main, err := openRedis(spec, o, o.sentinelAuth)
+		main, err := openRedis(spec, "--store", o, o.sentinelAuth)
 		if err != nil {
 			return nil, errors.Join(err, mem.Close())
 		}
@@ -151,7 +159,7 @@ func openStore(spec string, o storeOptions) (*openedStore, error) {
 		// Envoy's REDIS_PERSECOND: the limits shorter than a minute keep
 		// their states in a Redis of their own, with its own near cache
 		// and leases.
-		ps, err := openRedis(o.perSecond, o, "")
+		ps, err := openRedis(o.perSecond, "--store-per-second", o, o.perSecondSentinelAuth)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("--store-per-second: %w", err), opened.close())
 		}
@@ -205,8 +213,9 @@ func (r redisStack) close() error {
 
 // openRedis opens the Redis spec names, connecting in the background,
 // with the near cache and leases of o over it, and Envoy's keys if o asks;
-// sentinelAuth is its sentinels' password, or user:password.
-func openRedis(spec string, o storeOptions, sentinelAuth string) (redisStack, error) {
+// sentinelAuth is its sentinels' password, or user:password. flag names
+// the flag spec comes from, for errors.
+func openRedis(spec, flag string, o storeOptions, sentinelAuth string) (redisStack, error) {
 	// A Redis that does not answer yet is no reason not to start: the
 	// fail mode decides until it does.
 	attempts, logged := 0, ""
@@ -218,7 +227,7 @@ func openRedis(spec string, o storeOptions, sentinelAuth string) (redisStack, er
 	rcfg.ExpiryJitter = o.expiryJitter
 	if sentinelAuth != "" {
 		if !strings.HasPrefix(strings.ToLower(spec), "redis+sentinel://") {
-			return redisStack{}, usageError("--store-sentinel-auth: --store %s names no sentinel (want redis+sentinel://)", redactURL(spec))
+			return redisStack{}, usageError("%s-sentinel-auth: %s %s names no sentinel (want redis+sentinel://)", flag, flag, redactURL(spec))
 		}
 		user, pass, ok := strings.Cut(sentinelAuth, ":") // Envoy's REDIS_SENTINEL_AUTH form
 		if !ok {
