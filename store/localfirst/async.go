@@ -142,8 +142,8 @@ func (a *asyncTable) refill(b sluice.Bucket) int64 {
 //
 //	S = max(Full / (N × k) + Drain × SyncInterval / N, Hit)
 //
-// and at sync time at most max(free, 0) + S, which is what the bound
-// rests on (see the package documentation). The refill share does not
+// and at sync time (elapsed 0) at most max(free, 0), which is what the
+// bound rests on (see the package documentation). The refill share does not
 // stop when the bucket would be full: the nodes' shares grow by Drain a
 // µs together, as the bucket drains, so that the limit's rate is
 // admitted however much of the bucket stands free.
@@ -169,8 +169,8 @@ func (a *asyncTable) grant(e *asyncEntry, b sluice.Bucket, at int64) int64 {
 }
 
 // takeAsync decides r in async mode: from the node's allowance, with no
-// store call (but the first on a key the node does not hold, for a bucket
-// limit, which the store decides).
+// store call, but for the first request on a key the node does not hold,
+// which the store decides (startAsync).
 func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) (sluice.Decision, error) {
 	if r.Limit.Algorithm.HasBurst() {
 		return s.takeBucket(ctx, r, now)
