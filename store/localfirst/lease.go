@@ -266,9 +266,9 @@ func (ls *leases) end(e *leaseEntry, now time.Time) (returning, bool) {
 // rate; the store's bucket is last known to be empty at drained, and the
 // grant's slots start then or later), and the key's hits come about every
 // lifetime / size, or faster as counted in the current lifetime once it
-// has seen minLease hits. A key
-// whose local rate is at least the limit's uses any lease in time; a
-// slower one only what the bucket's backlog gives it time for. mu is held.
+// has seen minLease hits. A key whose local rate is at least the limit's
+// uses any lease in time; a slower one only what the bucket's backlog
+// gives it time for. mu is held.
 func (ls *leases) usable(e *leaseEntry, now time.Time) int64 {
 	l := e.req.Limit
 	// intervals in ns: the key's between hits, the limit's T
@@ -414,7 +414,10 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 		e.granted, e.left, e.grant, e.st, e.gat, e.at, e.rtt = want, want-cost, d, st, at, now, back0.Sub(now)
 		if l.Algorithm.HasBurst() {
 			// the request is the lease's first hit, at the grant's instant
-			out, _ = l.LeaseTake(st, want, at, cost)
+			var leased bool
+			if out, leased = l.LeaseTake(st, want, at, cost); !leased {
+				out = d // a state no bucket of l leaves: the grant's own decision
+			}
 			e.window = 0
 			e.due()
 		} else {
