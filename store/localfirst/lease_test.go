@@ -474,11 +474,48 @@ func TestLeasePaused(t *testing.T) {
 // order, at those instants: the check replays them on sluice's own
 // transition.
 func FuzzBucketLeases(f *testing.F) {
-	f.Add([]byte{0, 0, 8, 16, 0, 8, 16, 0, 0, 0, 4, 0, 5, 7, 0, 8, 6, 0, 16})
-	f.Add([]byte{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 1, 1})
-	f.Add([]byte{2, 0, 9, 18, 27, 36, 45, 54, 63, 4, 12, 20, 28, 5, 13, 21, 15, 0, 0, 0, 0, 0, 0, 3, 11, 19})
-	f.Add([]byte{0, 2, 10, 18, 2, 10, 18, 2, 10, 18, 2, 10, 18, 2, 10, 18, 12, 2, 10, 18, 44, 2, 10, 18, 60, 2, 10, 18, 13, 5, 2, 10, 18})
-	f.Add([]byte{2, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 3, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 36, 8, 8, 8, 8, 8, 8, 7, 16, 16, 16, 16, 16})
+	for _, ops := range bucketLeaseSeeds() {
+		f.Add(ops)
+	}
+	url := "redis://" + testenv.RedisAddr(f) + "/0"
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
+	backs := openBucketBacks(f, url, clk)
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		runBucketLeases(t, backs, clk, ops)
+	})
+}
+
+// TestBucketLeasesSound runs FuzzBucketLeases's seeds, and 40 random
+// sequences of 300 operations, on Redis and on Redis Cluster.
+func TestBucketLeasesSound(t *testing.T) {
+	for name, url := range backendURLs() {
+		t.Run(name, func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
+			backs := openBucketBacks(t, url(t), clk)
+			rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+			all := bucketLeaseSeeds()
+			for range 40 {
+				ops := make([]byte, 300)
+				for i := range ops {
+					ops[i] = byte(rng.IntN(256))
+				}
+				all = append(all, ops)
+			}
+			for _, ops := range all {
+				runBucketLeases(t, backs, clk, ops)
+			}
+		})
+	}
+}
+
+// bucketLeaseSeeds returns FuzzBucketLeases's seeds: the first byte picks
+// the algorithm, then each byte an operation (see runBucketLeases).
+func bucketLeaseSeeds() (seeds [][]byte) {
+	seeds = append(seeds, []byte{0, 0, 8, 16, 0, 8, 16, 0, 0, 0, 4, 0, 5, 7, 0, 8, 6, 0, 16})
+	seeds = append(seeds, []byte{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6, 1, 1})
+	seeds = append(seeds, []byte{2, 0, 9, 18, 27, 36, 45, 54, 63, 4, 12, 20, 28, 5, 13, 21, 15, 0, 0, 0, 0, 0, 0, 3, 11, 19})
+	seeds = append(seeds, []byte{0, 2, 10, 18, 2, 10, 18, 2, 10, 18, 2, 10, 18, 2, 10, 18, 12, 2, 10, 18, 44, 2, 10, 18, 60, 2, 10, 18, 13, 5, 2, 10, 18})
+	seeds = append(seeds, []byte{2, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 3, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 36, 8, 8, 8, 8, 8, 8, 7, 16, 16, 16, 16, 16})
 	for alg := range byte(3) { // the bucket drained by three nodes, then steps, sweeps and early returns
 		// a lease (node 0) and one after it (node 1); the first goes back
 		// at once; the second's hits come in their slots, as the bucket
@@ -487,7 +524,7 @@ func FuzzBucketLeases(f *testing.F) {
 		for range 85 {
 			back = append(back, 16)
 		}
-		f.Add(back)
+		seeds = append(seeds, back)
 		for _, steps := range []int{7, 10} {
 			slow := []byte{alg, 0, 0, 0, 0, 0} // one node hot, then slower than the limit's rate, then two drain
 			for range steps {
@@ -496,7 +533,7 @@ func FuzzBucketLeases(f *testing.F) {
 			for range 60 {
 				slow = append(slow, 8, 16)
 			}
-			f.Add(slow)
+			seeds = append(seeds, slow)
 		}
 		drain := []byte{alg}
 		for i := range 120 {
@@ -505,10 +542,15 @@ func FuzzBucketLeases(f *testing.F) {
 		for i := range 60 {
 			drain = append(drain, byte(8*(i%3)), byte(8*(i%3)+1), []byte{4, 12, 20, 5, 6, 28}[i%6])
 		}
-		f.Add(drain)
+		seeds = append(seeds, drain)
 	}
-	url := "redis://" + testenv.RedisAddr(f) + "/0"
-	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
+	return seeds
+}
+
+// openBucketBacks opens three Redis stores on url, sharing a key prefix
+// of their own, deciding by clk, closed when tb ends.
+func openBucketBacks(tb testing.TB, url string, clk *clocktest.Clock) [3]*redis.Store {
+	tb.Helper()
 	rc := redis.DefaultConfig()
 	rc.KeyPrefix, rc.Now, rc.ExpiryMargin = fmt.Sprintf("localfirstbucketfuzz:%x:", rand.Uint64()), clk.Now, 10*time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -517,76 +559,80 @@ func FuzzBucketLeases(f *testing.F) {
 	for i := range backs {
 		r, err := redis.Open(ctx, url, rc)
 		if err != nil {
-			f.Fatal(err)
+			tb.Fatal(err)
 		}
-		defer r.Close()
+		tb.Cleanup(func() { r.Close() })
 		backs[i] = r
 	}
+	return backs
+}
+
+// runBucketLeases is FuzzBucketLeases's run of ops on three lease-mode
+// nodes over backs.
+func runBucketLeases(t *testing.T, backs [3]*redis.Store, clk *clocktest.Clock, ops []byte) {
 	algs := []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA}
-	f.Fuzz(func(t *testing.T, ops []byte) {
-		if len(ops) < 2 {
-			return
-		}
-		if len(ops) > 400 {
-			ops = ops[:400]
-		}
-		// 40 a 2 s, a hit every 50 ms, bursts of 80; leases up to 5
-		l := sluice.Limit{Algorithm: algs[int(ops[0])%3], Rate: 40, Period: 2 * time.Second, Burst: 80}
-		ops = ops[1:]
-		key := fmt.Sprintf("k%x", rand.Uint64())
-		clk.Advance(time.Hour) // a fresh key at a fresh time
-		cfg := Config{Sync: Lease, Now: clk.Now}
-		var nodes [3]*Store
-		for i := range nodes {
-			nodes[i] = newStore(t, backs[i], cfg)
-		}
-		defer func() {
-			for _, s := range nodes {
-				s.Close(context.Background())
-			}
-		}()
-		type hit struct{ at, cost int64 }
-		var hits []hit
-		leased := uint64(0)
-		for _, b := range ops {
-			node := int(b/8) % 3
-			switch b % 8 {
-			case 0, 1, 2, 3:
-				cost := 1 + int64(b%2)*int64(b/24%2)
-				d, err := nodes[node].Take(context.Background(), key, l, cost)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if d.Allowed {
-					hits = append(hits, hit{clk.Now().UnixMicro(), cost})
-				}
-			case 4: // 3 to 96 ms: within and past the emission interval
-				clk.Advance(time.Duration(3+3*int(b/8)) * time.Millisecond)
-			case 5: // a sweep: ended leases go back, late
-				if err := nodes[node].ReturnExpired(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-			case 6: // every lease of the node goes back now, early
-				if err := nodes[node].returnLeases(context.Background(), true); err != nil {
-					t.Fatal(err)
-				}
-			case 7: // the node dies with its leases; a new one takes its place
-				leased += nodes[node].Stats().LeaseHits
-				abandon(nodes[node])
-				nodes[node] = newStore(t, backs[node], cfg)
-			}
-		}
-		var st sluice.State
-		for i, h := range hits {
-			if d := l.TakeMicros(&st, h.at, h.cost); !d.Allowed {
-				t.Fatalf("%v: hit %d of %d (%d at %d µs) admitted, which the exact algorithm denies after the ones before it: %+v", l, i, len(hits), h.cost, h.at-hits[0].at, d)
-			}
-		}
+	if len(ops) < 2 {
+		return
+	}
+	if len(ops) > 400 {
+		ops = ops[:400]
+	}
+	// 40 a 2 s, a hit every 50 ms, bursts of 80; leases up to 5
+	l := sluice.Limit{Algorithm: algs[int(ops[0])%3], Rate: 40, Period: 2 * time.Second, Burst: 80}
+	ops = ops[1:]
+	key := fmt.Sprintf("k%x", rand.Uint64())
+	clk.Advance(time.Hour) // a fresh key at a fresh time
+	cfg := Config{Sync: Lease, Now: clk.Now}
+	var nodes [3]*Store
+	for i := range nodes {
+		nodes[i] = newStore(t, backs[i], cfg)
+	}
+	defer func() {
 		for _, s := range nodes {
-			leased += s.Stats().LeaseHits
+			s.Close(context.Background())
 		}
-		t.Logf("%v: %d admitted, %d from leases", l, len(hits), leased)
-	})
+	}()
+	type hit struct{ at, cost int64 }
+	var hits []hit
+	leased := uint64(0)
+	for _, b := range ops {
+		node := int(b/8) % 3
+		switch b % 8 {
+		case 0, 1, 2, 3:
+			cost := 1 + int64(b%2)*int64(b/24%2)
+			d, err := nodes[node].Take(context.Background(), key, l, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				hits = append(hits, hit{clk.Now().UnixMicro(), cost})
+			}
+		case 4: // 3 to 96 ms: within and past the emission interval
+			clk.Advance(time.Duration(3+3*int(b/8)) * time.Millisecond)
+		case 5: // a sweep: ended leases go back, late
+			if err := nodes[node].ReturnExpired(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		case 6: // every lease of the node goes back now, early
+			if err := nodes[node].returnLeases(context.Background(), true); err != nil {
+				t.Fatal(err)
+			}
+		case 7: // the node dies with its leases; a new one takes its place
+			leased += nodes[node].Stats().LeaseHits
+			abandon(nodes[node])
+			nodes[node] = newStore(t, backs[node], cfg)
+		}
+	}
+	var st sluice.State
+	for i, h := range hits {
+		if d := l.TakeMicros(&st, h.at, h.cost); !d.Allowed {
+			t.Fatalf("%v: hit %d of %d (%d at %d µs) admitted, which the exact algorithm denies after the ones before it: %+v (operations %v)", l, i, len(hits), h.cost, h.at-hits[0].at, d, ops)
+		}
+	}
+	for _, s := range nodes {
+		leased += s.Stats().LeaseHits
+	}
+	t.Logf("%v: %d admitted, %d from leases", l, len(hits), leased)
 }
 
 // TestLeasePausedBucket holds a lease of a bucket limit on a node that
