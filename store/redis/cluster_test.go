@@ -86,10 +86,23 @@ func TestExactAcrossStores(t *testing.T) {
 
 // hangSlack is how much longer than its deadline a call may take before
 // loadGen counts it as hung: scheduling on a loaded two-core machine under
-// the race detector delays goroutines by a few hundred milliseconds, and
-// what the tests guard against is a call held for seconds, as Envoy's
-// ratelimit holds its callers while Redis is away.
-const hangSlack = 400 * time.Millisecond
+// the race detector delays goroutines by up to about a second (at 400ms,
+// 32 calls overran it, the worst by 561ms, in a CI-like run), and what
+// the tests guard against is a call held for seconds, as Envoy's
+// ratelimit holds its callers while Redis is away. The faults last longer
+// than a deadline and this slack (outlast), so that a call held until
+// Redis is back is counted.
+const hangSlack = 2 * time.Second
+
+// outlast waits, while the fault that began at since goes on, until a call
+// held for the whole of it would overrun its deadline (timeout) and
+// hangSlack: a fault shorter than that would hide such a call.
+func outlast(t *testing.T, since time.Time, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the fault outlasting a held call", func() bool {
+		return time.Since(since) > timeout+hangSlack+500*time.Millisecond
+	})
+}
 
 // loadGen runs goroutines that call Take with a deadline of timeout until
 // stop is closed, and records how each call ended.
@@ -200,6 +213,7 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	killed := time.Now()
 	l.waitErrs(t, l.errs.Load(), "a call failing while Redis is down")
 	l.waitCalls(t, l.calls.Load(), 100) // and more calls, every one within its deadline
+	outlast(t, killed, timeout)
 	srv.Restart()
 	back := l.waitOK(t, time.Now(), 10*time.Second)
 	t.Logf("killed: %d calls, %d errors, recovered %v after restart (down %v)", l.calls.Load(), l.errs.Load(), back, time.Since(killed))
@@ -208,6 +222,7 @@ func TestRedisKilledMidLoad(t *testing.T) {
 	paused := time.Now()
 	l.waitErrs(t, l.errs.Load(), "a call failing while Redis hangs")
 	l.waitCalls(t, l.calls.Load(), 100)
+	outlast(t, paused, timeout)
 	srv.Resume()
 	back = l.waitOK(t, time.Now(), 10*time.Second)
 	t.Logf("paused: %d calls, %d errors, recovered %v after resume (hung %v)", l.calls.Load(), l.errs.Load(), back, time.Since(paused))
