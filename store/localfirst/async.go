@@ -331,12 +331,47 @@ func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time,
 	}
 	size := int64(len(r.Key)) + asyncOverhead
 	sh.mu.Lock()
+	if sh.bytes+size > a.budget {
+		a.evict(sh, after, s.syncEvery, size)
+	}
 	if sh.m[r.Key] == nil && sh.bytes+size <= a.budget {
 		sh.m[r.Key] = e
 		sh.bytes += size
 	}
 	sh.mu.Unlock()
 	return d, nil
+}
+
+// idle reports whether the node may forget e at now: nothing of it to
+// write, no sync in flight, not seen for two sync intervals, and, for a
+// window limit, its window over. A window key is kept through its window
+// so that a client who comes back in it is decided from the share the
+// node holds, with no store call; forgotten sooner (evict, when the table
+// is full), it comes back through the store's count (startAsync), never
+// with a fresh share. mu is held.
+func (a *asyncTable) idle(e *asyncEntry, now time.Time, every time.Duration) bool {
+	if e.syncing || e.pending != 0 || e.old != 0 || now.Sub(e.seen) <= 2*every {
+		return false
+	}
+	if e.req.Limit.Algorithm.HasBurst() {
+		return true
+	}
+	return a.storeNow(now) >= e.window+e.req.Limit.Period.Microseconds()
+}
+
+// evict makes room for size bytes in sh, a full shard, by forgetting keys
+// with nothing to write that have not been seen for two sync intervals,
+// windows not yet over included. mu is held.
+func (a *asyncTable) evict(sh *asyncShard, now time.Time, every time.Duration, size int64) {
+	for k, e := range sh.m {
+		if sh.bytes+size <= a.budget {
+			return
+		}
+		if !e.syncing && e.pending == 0 && e.old == 0 && now.Sub(e.seen) > 2*every {
+			delete(sh.m, k)
+			sh.bytes -= int64(len(k)) + asyncOverhead
+		}
+	}
 }
 
 // SyncAsync writes back every key's hits admitted in async mode since the
@@ -369,8 +404,8 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 			if e.syncing {
 				continue
 			}
-			if e.pending == 0 && e.old == 0 && now.Sub(e.seen) > 2*s.syncEvery {
-				delete(sh.m, k) // idle: forgotten
+			if a.idle(e, now, s.syncEvery) {
+				delete(sh.m, k) // forgotten
 				sh.bytes -= int64(len(k)) + asyncOverhead
 				continue
 			}
@@ -382,8 +417,8 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 				e.pending, e.syncing = 0, true
 				continue
 			}
-			if e.pending == 0 && e.old == 0 && e.allow > 0 {
-				continue // nothing to write, a share left
+			if e.pending == 0 && e.old == 0 && (e.allow > 0 || !e.seen.After(e.based)) {
+				continue // nothing to write, and a share left or nobody asked since the last sync
 			}
 			if e.old > 0 {
 				items = append(items, item{e, sh, k, e.oldWin, e.old, true})
@@ -443,7 +478,7 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 		case err != nil:
 			e.old += it.hits // the window turned meanwhile
 		case e.window == it.window:
-			e.counted = counts[i]
+			e.counted, e.based = counts[i], after
 			e.allow = a.allowance(e.req.Limit, counts[i])
 		default: // the window turned while the sync was in flight: a fresh share
 			e.allow = a.allowance(e.req.Limit, 0)

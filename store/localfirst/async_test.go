@@ -397,18 +397,19 @@ func TestAsyncWindowRedisDies(t *testing.T) {
 }
 
 // TestAsyncWindowComesBack sends a burst to an async node on a window
-// key, lets it sync, then leaves the key quiet long enough for the node to
-// forget it, again and again in one window: the node asks the store what
-// it counted each time it takes the key up again, so the window admits no
-// more than the stated bound, 1000 + 20. (It started every return with a
-// full allowance, as if nothing were counted: 20 more each time.)
+// key, lets it sync, then leaves the key quiet and has the node forget it
+// as a full table does (evict), again and again in one window: the node
+// asks the store what it counted each time it takes the key up again, so
+// the window admits no more than the stated bound, 1000 + 20. (It started
+// every return with a full allowance, as if nothing were counted: 20 more
+// each time.)
 func TestAsyncWindowComesBack(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
 	url := "redis://" + testenv.RedisAddr(t) + "/0"
 	node := openAsyncNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 1, Config{SyncInterval: 100 * time.Millisecond})[0]
 	l := sluice.Limit{Rate: 1000, Period: time.Hour}
 	ctx := context.Background()
-	var admitted int64
+	var admitted, forgotten int64
 	for range 300 {
 		for range 30 {
 			d, err := node.Take(ctx, "{back}", l, 1)
@@ -422,10 +423,20 @@ func TestAsyncWindowComesBack(t *testing.T) {
 		if err := node.SyncAsync(ctx); err != nil { // writes the burst back
 			t.Fatal(err)
 		}
-		clk.Advance(300 * time.Millisecond)         // quiet for 3 intervals
-		if err := node.SyncAsync(ctx); err != nil { // forgets the key
-			t.Fatal(err)
+		clk.Advance(300 * time.Millisecond) // quiet for 3 intervals
+		a, n := node.async, 0               // evict each shard, as if full
+		for i := range a.shards {
+			sh := &a.shards[i]
+			sh.mu.Lock()
+			n += len(sh.m)
+			a.evict(sh, clk.Now(), 100*time.Millisecond, a.budget)
+			n -= len(sh.m)
+			sh.mu.Unlock()
 		}
+		forgotten += int64(n)
+	}
+	if forgotten < 100 { // every round until the store denies the key's first request
+		t.Fatalf("the node forgot the key %d times, want it forgotten each round while it is admitted", forgotten)
 	}
 	if bound := 1000 + asyncOver(l, 1, 50, 100*time.Millisecond); admitted > bound || admitted < 990 {
 		t.Fatalf("admitted %d in one window, want 990 (a slow fill: about 1/50 of what is left a sync) to %d", admitted, bound)
@@ -483,4 +494,56 @@ func TestAsyncBucketSyncInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	remaining(1000 - 1 - 3 - 4)
+}
+
+// TestAsyncWindowIdleKeepsShare checks that an async node keeps a window
+// key through its window: a client quiet for many sync intervals comes
+// back to the share the node holds, with no store call, and an idle key
+// costs no sync; once its window is over the key is forgotten. It fails
+// if the node forgets idle keys after two intervals (a store call on the
+// client's return) or syncs keys nobody asked for.
+func TestAsyncWindowIdleKeepsShare(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	url := "redis://" + testenv.RedisAddr(t) + "/0"
+	node := openAsyncNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 1, Config{SyncInterval: 100 * time.Millisecond})[0]
+	l := sluice.Limit{Rate: 1000, Period: time.Hour}
+	ctx := context.Background()
+	take := func(what string) {
+		t.Helper()
+		if d, err := node.Take(ctx, "{idle}", l, 1); err != nil || !d.Allowed {
+			t.Fatalf("%s: %+v, %v", what, d, err)
+		}
+	}
+	take("the first, which Redis decides")
+	take("the second, from the share")
+	if err := node.SyncAsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	calls := node.Stats().StoreCalls
+	for range 50 { // quiet for 50 intervals, the table swept each
+		clk.Advance(100 * time.Millisecond)
+		if err := node.SyncAsync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := node.Stats().StoreCalls; got != calls {
+		t.Fatalf("%d store calls while the key was idle, want none", got-calls)
+	}
+	take("back after 5s, in the same window")
+	if got := node.Stats().StoreCalls; got != calls {
+		t.Fatalf("%d store calls for a client back in its window, want none", got-calls)
+	}
+	clk.Advance(time.Hour)                      // its window is over
+	if err := node.SyncAsync(ctx); err != nil { // writes the last hit back
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if err := node.SyncAsync(ctx); err != nil { // forgets the key
+		t.Fatal(err)
+	}
+	calls = node.Stats().StoreCalls
+	take("in a new window, after the node forgot the key")
+	if got := node.Stats().StoreCalls; got != calls+1 {
+		t.Fatalf("%d store calls for a key the node forgot, want 1 (the store decides it)", got-calls)
+	}
 }

@@ -59,7 +59,8 @@
 //
 // Async mode (every algorithm but sliding_log; Syncer): no store call on
 // a decision, but the first on a key the node does not hold (first seen,
-// or forgotten after two quiet intervals), which the store decides and
+// or forgotten: a window key when its window is over, a bucket key after
+// two quiet intervals, either sooner when the table is full), which the store decides and
 // whose state it starts from. Each node admits by itself and writes its
 // hits back every Config.SyncInterval (I) in one pipelined call, reading
 // what the store holds; N = Config.AsyncNodes and k = Config.AsyncShare
