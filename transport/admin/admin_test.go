@@ -43,7 +43,10 @@ type fixture struct {
 
 func start(t *testing.T, addr string, readOnly bool) *fixture {
 	t.Helper()
-	db, err := redisdb.Open("redis://"+addr, redisdb.Config{Name: fmt.Sprintf("admin:%s:%d", t.Name(), time.Now().UnixNano()), Timeout: 500 * time.Millisecond})
+	// 2s (the default): the writes of the tests on a loaded machine must
+	// not time out (control's tests did at 500ms); TestDatabaseDown waits
+	// it out once, on a paused Redis.
+	db, err := redisdb.Open("redis://"+addr, redisdb.Config{Name: fmt.Sprintf("admin:%s:%d", t.Name(), time.Now().UnixNano()), Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
