@@ -110,9 +110,10 @@ type RedisServer struct {
 	conf string // a sentinel's configuration file, or ""
 	pass string // the password the server requires, or ""
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
-	log *os.File
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	log  *os.File
+	held []int // sockets that hold the ports of a killed server
 }
 
 // StartRedis starts a redis-server in the foreground, without persistence,
@@ -125,6 +126,9 @@ func StartRedis(t testing.TB, args ...string) *RedisServer {
 	r.Addr = "127.0.0.1:" + strconv.Itoa(r.Port)
 	t.Cleanup(func() {
 		r.Kill()
+		r.mu.Lock()
+		r.release()
+		r.mu.Unlock()
 		if t.Failed() {
 			if b, err := os.ReadFile(filepath.Join(r.dir, "redis.log")); err == nil && len(b) > 0 {
 				t.Logf("redis-server %s log:\n%s", r.Addr, lastLines(string(b), 30))
@@ -143,6 +147,7 @@ func (r *RedisServer) start() error {
 	if r.cmd != nil {
 		return nil
 	}
+	r.release()
 	log, err := os.OpenFile(filepath.Join(r.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("redis-server log: %w", err)
@@ -186,6 +191,35 @@ func (r *RedisServer) Kill() {
 	_ = r.cmd.Wait()
 	r.log.Close()
 	r.cmd, r.log = nil, nil
+	r.hold()
+}
+
+// hold binds the killed server's port and cluster bus port, without
+// listening on them, until start: connections to them are refused, as to a
+// dead server, but no other process can take them meanwhile. Test
+// processes running side by side pick their Redis ports from the same
+// range, and one took a killed server's port before Restart ('bind:
+// Address already in use'). Best effort: a port it cannot bind is left.
+func (r *RedisServer) hold() {
+	for _, port := range []int{r.Port, r.Port + 10000} {
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			syscall.Close(fd)
+			continue
+		}
+		r.held = append(r.held, fd)
+	}
+}
+
+// release closes the sockets hold made.
+func (r *RedisServer) release() {
+	for _, fd := range r.held {
+		syscall.Close(fd)
+	}
+	r.held = nil
 }
 
 // Restart starts a killed server again on the same port, with the same
@@ -298,7 +332,12 @@ func startSentinel(t testing.TB, master *RedisServer, name, password string) *Re
 	if err := os.WriteFile(r.conf, []byte(conf), 0o600); err != nil {
 		t.Fatalf("write sentinel config: %v", err)
 	}
-	t.Cleanup(r.Kill)
+	t.Cleanup(func() {
+		r.Kill()
+		r.mu.Lock()
+		r.release()
+		r.mu.Unlock()
+	})
 	if err := r.start(); err != nil {
 		t.Fatal(err)
 	}

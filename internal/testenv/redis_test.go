@@ -1,8 +1,11 @@
 package testenv
 
 import (
+	"errors"
+	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -15,6 +18,18 @@ func TestRedisServerKillRestart(t *testing.T) {
 	r.Kill()
 	if _, err := r.do(time.Second, "PING"); err == nil {
 		t.Fatal("PING answered after Kill")
+	}
+	// No other process can take the port before Restart, and a client is
+	// refused, as by a dead server.
+	if l, err := net.Listen("tcp", r.Addr); err == nil {
+		l.Close()
+		t.Fatal("a killed server's port could be taken before Restart")
+	}
+	if c, err := net.Dial("tcp", r.Addr); !errors.Is(err, syscall.ECONNREFUSED) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("dial to a killed server: %v, want connection refused", err)
 	}
 	r.Kill() // twice is harmless
 	r.Restart()
