@@ -9,26 +9,20 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/redisdb"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
-// clock is a settable clock for overrides' expiry.
-type clock struct{ ns atomic.Int64 }
-
-func newClock(t time.Time) *clock { c := &clock{}; c.ns.Store(t.UnixNano()); return c }
-func (c *clock) Now() time.Time   { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *clock) Set(t time.Time)  { c.ns.Store(t.UnixNano()) }
-func quiet() *slog.Logger         { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 func doc(domain string, n int64) []byte {
 	return fmt.Appendf(nil, "domain: %s\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: %d}\n", domain, n)
 }
@@ -69,7 +63,7 @@ func limitOf(t *testing.T, s *rules.Set, domain string, entries ...rules.Entry) 
 func TestEditor(t *testing.T) {
 	db := openDB(t, testenv.RedisAddr(t))
 	ctx := context.Background()
-	e := newEditor(t, db, newClock(t0).Now)
+	e := newEditor(t, db, clocktest.New(t0).Now)
 
 	res, err := e.PutDomain(ctx, "alice", "api", doc("api", 100), "", false)
 	if err != nil {
@@ -243,7 +237,7 @@ func TestRetriever(t *testing.T) {
 	rs := testenv.StartRedis(t)
 	db := openDB(t, rs.Addr)
 	ctx := context.Background()
-	clk := newClock(t0)
+	clk := clocktest.New(t0)
 	e := newEditor(t, db, clk.Now)
 	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 100), "", false); err != nil {
 		t.Fatal(err)

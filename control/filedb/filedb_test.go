@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/filedb"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -28,11 +29,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
 // clock is a settable clock for overrides' expiry.
-type clock struct{ ns atomic.Int64 }
-
-func (c *clock) Now() time.Time  { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *clock) Set(t time.Time) { c.ns.Store(t.UnixNano()) }
-
 func tenantDoc(n int) string {
 	return fmt.Sprintf("domain: api\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: %d}\n", n)
 }
@@ -139,8 +135,7 @@ func TestOverrides(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, ".sluice-admin")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("Open wrote in the directory: %v", err)
 	}
-	clk := &clock{}
-	clk.Set(t0)
+	clk := clocktest.New(t0)
 	ed, err := control.NewEditor(control.EditorConfig{DB: db, Now: clk.Now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
