@@ -239,12 +239,8 @@ func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
 	}
 	b.ds = b.ds[:len(b.reqs)]
 
-	var tctx context.Context = ctx
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		tctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
+	tctx, cancel := s.bound(ctx)
+	defer cancel()
 	// The enforcing descriptors come first in b.reqs, the ones taken alone
 	// (shadow and quota mode) after.
 	main := 0
@@ -477,25 +473,9 @@ func replaced(l *rules.Limit, resp *Response) bool {
 // them, and the breaker does not count it.
 func (s *Service) take(ctx, tctx context.Context, resp *Response, b *batch, lo, hi int, shadow bool) {
 	reqs, ds := b.reqs[lo:hi], b.ds[lo:hi]
-	ok, probe := s.br.allow()
-	if ok {
-		err := s.store.TakeAll(tctx, reqs, ds)
-		switch {
-		case err == nil:
-			s.br.success(probe)
-			s.settle(resp, b, lo, hi)
-			return
-		case ctx.Err() != nil: // the caller gave up: not the store's fault
-			s.br.cancel(probe)
-		case errors.Is(err, sluice.ErrLimit):
-			// A limit of this request the store cannot apply: the
-			// store is fine, and other requests must not lose it.
-			s.br.cancel(probe)
-			s.log.Debug("store refused a limit", "err", err, "fail", s.fail)
-		default:
-			s.br.failure(probe, err)
-			s.log.Debug("store failed", "err", err, "fail", s.fail)
-		}
+	if s.fromStore(ctx, tctx, reqs, ds) {
+		s.settle(resp, b, lo, hi)
+		return
 	}
 	resp.Mode = s.fallbackMode
 	switch s.fail {
@@ -513,6 +493,35 @@ func (s *Service) take(ctx, tctx context.Context, resp *Response, b *batch, lo, 
 	}
 	// FailOpen, and a shadow descriptor that cannot be decided: OK with no
 	// limit, as the statuses already say.
+}
+
+// fromStore takes reqs from the store in one TakeAll into ds, when the
+// circuit breaker lets it, and reports whether the store decided them;
+// false leaves them to the fail mode. It tells the breaker how the call
+// went: a store error that wraps sluice.ErrLimit, or the caller giving up
+// (ctx), is not counted as the store failing.
+func (s *Service) fromStore(ctx, tctx context.Context, reqs []sluice.Request, ds []sluice.Decision) bool {
+	ok, probe := s.br.allow()
+	if !ok {
+		return false
+	}
+	err := s.store.TakeAll(tctx, reqs, ds)
+	switch {
+	case err == nil:
+		s.br.success(probe)
+		return true
+	case ctx.Err() != nil: // the caller gave up: not the store's fault
+		s.br.cancel(probe)
+	case errors.Is(err, sluice.ErrLimit):
+		// A limit of this request the store cannot apply: the
+		// store is fine, and other requests must not lose it.
+		s.br.cancel(probe)
+		s.log.Debug("store refused a limit", "err", err, "fail", s.fail)
+	default:
+		s.br.failure(probe, err)
+		s.log.Debug("store failed", "err", err, "fail", s.fail)
+	}
+	return false
 }
 
 // settle writes the statuses of the descriptors of b.reqs[lo:hi] from

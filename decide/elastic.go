@@ -2,7 +2,6 @@ package decide
 
 import (
 	"context"
-	"errors"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/rules"
@@ -91,19 +90,8 @@ func elasticStatus(st *Status, l *rules.Limit, d sluice.Decision) {
 // resp.
 func (s *Service) takeOne(ctx, tctx context.Context, resp *Response, req sluice.Request) sluice.Decision {
 	reqs, ds := []sluice.Request{req}, make([]sluice.Decision, 1)
-	ok, probe := s.br.allow()
-	if ok {
-		err := s.store.TakeAll(tctx, reqs, ds)
-		switch {
-		case err == nil:
-			s.br.success(probe)
-			return ds[0]
-		case ctx.Err() != nil, errors.Is(err, sluice.ErrLimit):
-			s.br.cancel(probe)
-		default:
-			s.br.failure(probe, err)
-		}
-		s.log.Debug("store failed", "err", err, "fail", s.fail)
+	if s.fromStore(ctx, tctx, reqs, ds) {
+		return ds[0]
 	}
 	resp.Mode = s.fallbackMode
 	switch s.fail {
