@@ -2,17 +2,11 @@ package decide_test
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/store/redis"
 )
 
 // elasticRules: each user has 4 a second and may reach 8 (elastic_percent
@@ -30,18 +24,6 @@ descriptors:
 // the pool has room. On the memory store, one Redis and a Redis Cluster.
 func TestElastic(t *testing.T) {
 	t.Parallel()
-	stores := []struct {
-		name string
-		open func(t *testing.T, clk *clock) sluice.Store
-	}{
-		{"memory", func(t *testing.T, clk *clock) sluice.Store { return newMemory(t, clk) }},
-		{"redis", func(t *testing.T, clk *clock) sluice.Store {
-			return openRedis(t, "redis://"+testenv.RedisAddr(t), clk)
-		}},
-		{"cluster", func(t *testing.T, clk *clock) sluice.Store {
-			return openRedis(t, "redis+cluster://"+strings.Join(testenv.RedisClusterAddrs(t), ","), clk)
-		}},
-	}
 	set := loadRules(t, elasticRules)
 	for _, sc := range stores {
 		t.Run(sc.name, func(t *testing.T) {
@@ -103,26 +85,6 @@ func TestElastic(t *testing.T) {
 			}
 		})
 	}
-}
-
-// openRedis opens a Redis store on clk whose keys are the test's own.
-func openRedis(t *testing.T, url string, clk *clock) sluice.Store {
-	t.Helper()
-	cfg := redis.DefaultConfig()
-	cfg.KeyPrefix = fmt.Sprintf("sluicetest:%x:", rand.Uint64())
-	cfg.Now = clk.Now
-	cfg.ExpiryMargin = 10 * time.Minute
-	// Bounds on a hang only: the defaults (1s) failed handshakes and calls
-	// on a loaded machine.
-	cfg.DialTimeout, cfg.Timeout = 10*time.Second, 10*time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := redis.Open(ctx, url, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
 }
 
 // TestElasticSpare: a request past its client's limit passes only while

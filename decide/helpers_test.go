@@ -2,9 +2,12 @@ package decide_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,8 +18,10 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
 )
 
 // TestMain checks that no goroutine outlives the tests. Two of rueidis's
@@ -63,6 +68,41 @@ func newMemory(t testing.TB, clk *clock) *memory.Store {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// stores are the stores a test of the store's part runs on, each opened
+// on the test's clock: memory, one Redis and a Redis Cluster.
+var stores = []struct {
+	name string
+	open func(t *testing.T, clk *clock) sluice.Store
+}{
+	{"memory", func(t *testing.T, clk *clock) sluice.Store { return newMemory(t, clk) }},
+	{"redis", func(t *testing.T, clk *clock) sluice.Store {
+		return openRedis(t, "redis://"+testenv.RedisAddr(t), clk)
+	}},
+	{"cluster", func(t *testing.T, clk *clock) sluice.Store {
+		return openRedis(t, "redis+cluster://"+strings.Join(testenv.RedisClusterAddrs(t), ","), clk)
+	}},
+}
+
+// openRedis opens a Redis store on clk whose keys are the test's own.
+func openRedis(t *testing.T, url string, clk *clock) sluice.Store {
+	t.Helper()
+	cfg := redis.DefaultConfig()
+	cfg.KeyPrefix = fmt.Sprintf("sluicetest:%x:", rand.Uint64())
+	cfg.Now = clk.Now
+	cfg.ExpiryMargin = 10 * time.Minute
+	// Bounds on a hang only: the defaults (1s) failed handshakes and calls
+	// on a loaded machine.
+	cfg.DialTimeout, cfg.Timeout = 10*time.Second, 10*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := redis.Open(ctx, url, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 // newService returns a Service over set with cfg's other fields, the

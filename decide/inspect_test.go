@@ -3,13 +3,11 @@ package decide_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // inspectRules give user a rule of three limits (a hard one that binds, a
@@ -42,18 +40,6 @@ descriptors:
 // the memory store, one Redis and a Redis Cluster.
 func TestInspect(t *testing.T) {
 	t.Parallel()
-	stores := []struct {
-		name string
-		open func(t *testing.T, clk *clock) sluice.Store
-	}{
-		{"memory", func(t *testing.T, clk *clock) sluice.Store { return newMemory(t, clk) }},
-		{"redis", func(t *testing.T, clk *clock) sluice.Store {
-			return openRedis(t, "redis://"+testenv.RedisAddr(t), clk)
-		}},
-		{"cluster", func(t *testing.T, clk *clock) sluice.Store {
-			return openRedis(t, "redis+cluster://"+strings.Join(testenv.RedisClusterAddrs(t), ","), clk)
-		}},
-	}
 	set := loadRules(t, inspectRules)
 	for _, sc := range stores {
 		t.Run(sc.name, func(t *testing.T) {
