@@ -324,18 +324,7 @@ func TestConformanceHTTP2(t *testing.T) {
 // whole, shorter body).
 func TestConformanceFailures(t *testing.T) {
 	t.Parallel()
-	closed := httptest.NewServer(http.NotFoundHandler())
-	closedURL := closed.URL
-	closed.Close()
-	stop := make(chan struct{})
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-stop:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(slow.Close)
-	t.Cleanup(func() { close(stop) })
+	closedURL, slowURL := failingUpstreams(t)
 	short := rawUpstream(t, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n12345")
 	garbage := rawUpstream(t, "SMTP ready\r\n\r\n")
 	for _, wy := range ways() {
@@ -345,7 +334,7 @@ func TestConformanceFailures(t *testing.T) {
 				want           int // 0: the body is cut short
 			}{
 				{"refused", closedURL, 502},
-				{"late headers", slow.URL, 504},
+				{"late headers", slowURL, 504},
 				{"not HTTP", garbage, 502},
 				{"short body", short, 0},
 			} {
@@ -473,7 +462,14 @@ func TestConformanceClientGone(t *testing.T) {
 
 // rawUpstream reads one request on each connection on loopback, writes
 // answer and closes the connection. It returns the upstream's URL.
-func rawUpstream(t *testing.T, answer string) string {
+func rawUpstream(t testing.TB, answer string) string {
+	t.Helper()
+	return rawUpstreamFunc(t, func() []byte { return []byte(answer) })
+}
+
+// rawUpstreamFunc is rawUpstream with the answer of answer() at the time
+// of each request.
+func rawUpstreamFunc(t testing.TB, answer func() []byte) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -496,7 +492,7 @@ func rawUpstream(t *testing.T, answer string) string {
 				_, err = io.Copy(io.Discard, req.Body)
 			}
 			if err == nil {
-				io.WriteString(conn, answer)
+				conn.Write(answer())
 			}
 			conn.Close()
 		}
@@ -526,30 +522,11 @@ func FuzzForwarderResponse(f *testing.F) {
 	}
 	var mu sync.Mutex
 	var answer []byte
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		f.Fatal(err)
-	}
-	done := make(chan struct{})
-	f.Cleanup(func() {
-		ln.Close()
-		<-done
+	upstream := rawUpstreamFunc(f, func() []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return bytes.Clone(answer) // the fuzzer may reuse answer's bytes later
 	})
-	go func() { // ends when the listener closes
-		defer close(done)
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if _, err := http.ReadRequest(bufio.NewReader(conn)); err == nil {
-				mu.Lock()
-				conn.Write(answer)
-				mu.Unlock()
-			}
-			conn.Close()
-		}
-	}()
 	id, err := identity.New(identity.Config{Domain: "fuzz"}, nil) // no limits: nothing to decide
 	if err != nil {
 		f.Fatal(err)
@@ -566,7 +543,7 @@ func FuzzForwarderResponse(f *testing.F) {
 		for _, wy := range ways() {
 			cfg := wy.cfg(t, 5*time.Second)
 			cfg.Identity = id
-			p := newProxy(t, "http://"+ln.Addr().String(), cfg)
+			p := newProxy(t, upstream, cfg)
 			rec := httptest.NewRecorder()
 			func() {
 				defer func() {

@@ -3,6 +3,8 @@ package proxy_test
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -82,4 +84,24 @@ func newProxy(t testing.TB, upstream string, cfg proxy.Config) *proxy.Proxy {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// failingUpstreams returns the URL of an upstream that refuses
+// connections and that of one that sends no response headers until the
+// request is cancelled or the test ends.
+func failingUpstreams(t *testing.T) (refused, late string) {
+	t.Helper()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	refused = closed.URL
+	closed.Close()
+	stop := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-stop:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(stop) })
+	return refused, slow.URL
 }

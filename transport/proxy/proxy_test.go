@@ -388,18 +388,7 @@ descriptors:
 
 func TestUpstreamFailures(t *testing.T) {
 	t.Parallel()
-	closed := httptest.NewServer(http.NotFoundHandler())
-	closedURL := closed.URL
-	closed.Close()
-	stop := make(chan struct{})
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-stop:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(slow.Close)
-	t.Cleanup(func() { close(stop) })
+	closedURL, slowURL := failingUpstreams(t)
 	// A listener that accepts and never answers.
 	mute, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -412,7 +401,7 @@ func TestUpstreamFailures(t *testing.T) {
 		want     int
 	}{
 		{"connection refused", closedURL, 502},
-		{"no response headers in time", slow.URL, 504},
+		{"no response headers in time", slowURL, 504},
 		{"a listener that never answers", "http://" + mute.Addr().String(), 504},
 	}
 	for _, tt := range tests {
