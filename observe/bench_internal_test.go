@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // BenchmarkCount measures what a Decider adds to a decision: counting one
@@ -21,21 +20,7 @@ import (
 // denial log off ("ok", "denied") and at its default rate of 10 lines a
 // second ("denied-logged": nearly every denial is sampled out).
 func BenchmarkCount(b *testing.B) {
-	set, err := rules.Parse("r.yaml", []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	mem, err := memory.New(memory.DefaultConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer mem.Close()
-	dc := decide.DefaultConfig()
-	dc.Rules, dc.Store, dc.Logger = func() *rules.Set { return set }, mem, slog.New(slog.DiscardHandler)
-	svc, err := decide.New(dc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	svc := testenv.Decider(b, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n", nil)
 	o, err := New(svc, Config{DenialLogRate: -1})
 	if err != nil {
 		b.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/tracing"
@@ -190,22 +191,7 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	}
 	b.Run("off", func(b *testing.B) {
-		set, err := rules.Parse("rules.yaml", []byte(rulesYAML))
-		if err != nil {
-			b.Fatal(err)
-		}
-		mem, err := memory.New(memory.DefaultConfig())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer mem.Close()
-		dc := decide.DefaultConfig()
-		dc.Rules, dc.Store, dc.Logger = func() *rules.Set { return set }, mem, slog.New(slog.DiscardHandler)
-		svc, err := decide.New(dc)
-		if err != nil {
-			b.Fatal(err)
-		}
-		run(b, svc)
+		run(b, testenv.Decider(b, rulesYAML, nil))
 	})
 	for _, tc := range []struct {
 		name    string
