@@ -219,17 +219,6 @@ func TestConcurrentWriters(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestRetriever: nodes follow the database, keep their rules when it
 // dies, start from their snapshot while it is down, and overrides end on
 // time.
@@ -262,14 +251,14 @@ func TestRetriever(t *testing.T) {
 	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 200), "", false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the notified change", func() bool { return limitOf(t, r.Current(), "api", tenant) == 200 })
-	waitFor(t, "the reload's report", func() bool { _, ok := reloads.Load(control.SourceNotify); return ok })
+	testenv.WaitFor(t, "the notified change", func() bool { return limitOf(t, r.Current(), "api", tenant) == 200 })
+	testenv.WaitFor(t, "the reload's report", func() bool { _, ok := reloads.Load(control.SourceNotify); return ok })
 	// An override with an expiry, by the injected clock.
 	ov := rules.Override{Domain: "api", Entries: []rules.Entry{tenant}, Limits: []rules.RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}, Expires: t0.Add(time.Hour)}
 	if _, err := e.SetOverride(ctx, "a", ov, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the override", func() bool { return limitOf(t, r.Current(), "api", tenant) == 500 })
+	testenv.WaitFor(t, "the override", func() bool { return limitOf(t, r.Current(), "api", tenant) == 500 })
 	if got := limitOf(t, r.Current(), "api", rules.Entry{Key: "tenant", Value: "other"}); got != 200 {
 		t.Fatalf("another tenant: %d", got)
 	}
@@ -316,7 +305,7 @@ func TestRetriever(t *testing.T) {
 	// rules until it says otherwise. A write to the empty database is
 	// generation 1, which the nodes take.
 	rs.Restart()
-	waitFor(t, "the database back", func() bool {
+	testenv.WaitFor(t, "the database back", func() bool {
 		_, err := db.Generation(ctx)
 		return err == nil
 	})
@@ -387,7 +376,7 @@ func TestNodeVeto(t *testing.T) {
 	if _, err := e.SetOverride(ctx, "a", ov, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the blocking override", func() bool {
+	testenv.WaitFor(t, "the blocking override", func() bool {
 		rl, err := r.Current().Match("api", []rules.Entry{tenant})
 		return err == nil && rl != nil && rl.Limits[0].Block
 	})
@@ -423,7 +412,7 @@ func TestCluster(t *testing.T) {
 	if _, err := e.PutDomain(ctx, "a", "api", doc("api", 200), `"v1"`, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the change through the cluster", func() bool { return limitOf(t, r.Current(), "api", tenant) == 200 })
+	testenv.WaitFor(t, "the change through the cluster", func() bool { return limitOf(t, r.Current(), "api", tenant) == 200 })
 	if hist, err := e.History(ctx, "api"); err != nil || len(hist) != 2 {
 		t.Fatalf("history: %v %v", hist, err)
 	}

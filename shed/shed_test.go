@@ -7,22 +7,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shed"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-
-// waitFor polls cond until it holds, failing after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // TestPriorities: at a fixed limit of 4 (1 kept from sheddable traffic),
 // sheddable requests are shed once 3 are in flight, critical and default
@@ -67,7 +56,7 @@ func TestPriorities(t *testing.T) {
 		p    shed.Priority
 	}{{"default1", shed.Default}, {"critical1", shed.Critical}, {"default2", shed.Default}, {"critical2", shed.Critical}} {
 		go wait(w.name, w.p)
-		waitFor(t, "a waiter queued", func() bool { return g.Stats().Waiting == i+1 })
+		testenv.WaitFor(t, "a waiter queued", func() bool { return g.Stats().Waiting == i+1 })
 	}
 	if _, err := g.Acquire(ctx, shed.Sheddable); !errors.Is(err, shed.ErrShed) {
 		t.Fatalf("sheddable beside waiters: %v, want ErrShed", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/filedb"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -40,17 +41,6 @@ func write(t *testing.T, path, text string) {
 	t.Helper()
 	if err := control.WriteFileAtomic(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -150,7 +140,7 @@ func TestOverrides(t *testing.T) {
 	if _, err := ed.SetOverride(ctx, "alice", acme, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the override in force", func() bool { return n.limit(t, "acme") == 500 })
+	testenv.WaitFor(t, "the override in force", func() bool { return n.limit(t, "acme") == 500 })
 	if got := n.limit(t, "other"); got != 100 {
 		t.Fatalf("another tenant: %d", got)
 	}
@@ -168,13 +158,13 @@ func TestOverrides(t *testing.T) {
 
 	// The files edited by hand: the override stays on the new rules.
 	write(t, api, tenantDoc(200))
-	waitFor(t, "the edited file in force", func() bool { return n.limit(t, "other") == 200 })
+	testenv.WaitFor(t, "the edited file in force", func() bool { return n.limit(t, "other") == 200 })
 	if got := n.limit(t, "acme"); got != 500 {
 		t.Fatalf("acme after the edit: %d", got)
 	}
 	// An edit that drops the rule the override is for is refused whole.
 	write(t, api, userDoc)
-	waitFor(t, "the refusal", func() bool { return len(n.refused()) > 0 })
+	testenv.WaitFor(t, "the refusal", func() bool { return len(n.refused()) > 0 })
 	if err := n.refused()[0]; !strings.Contains(err.Error(), `no rule with limits matches [tenant="acme"]`) {
 		t.Fatalf("refused for: %v", err)
 	}
@@ -182,7 +172,7 @@ func TestOverrides(t *testing.T) {
 		t.Fatalf("after a refused edit: acme %d, other %d; want the rules in force", a, o)
 	}
 	write(t, api, tenantDoc(300))
-	waitFor(t, "the fixed file in force", func() bool { return n.limit(t, "other") == 300 })
+	testenv.WaitFor(t, "the fixed file in force", func() bool { return n.limit(t, "other") == 300 })
 
 	// Expiry by the injected clock.
 	clk.Set(t0.Add(time.Hour - time.Nanosecond))
@@ -203,7 +193,7 @@ func TestOverrides(t *testing.T) {
 	if err := ed.DeleteOverride(ctx, "bob", "api", acme.Entries); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the deletion in force", func() bool { return n.limit(t, "acme") == 300 })
+	testenv.WaitFor(t, "the deletion in force", func() bool { return n.limit(t, "acme") == 300 })
 
 	// A restart: the overrides are read from the directory.
 	acme.Expires = time.Time{}
@@ -220,7 +210,7 @@ func TestOverrides(t *testing.T) {
 	// A node that starts on files without the override's rule starts
 	// with the files alone, and takes the override once they have it.
 	write(t, api, userDoc)
-	waitFor(t, "the refusal", func() bool { return len(n.refused()) > 1 })
+	testenv.WaitFor(t, "the refusal", func() bool { return len(n.refused()) > 1 })
 	late := startNode(t, dir, db2, clk.Now)
 	if got := late.limit(t, "acme"); got != -1 {
 		t.Fatalf("a start on files without the tenant rule: %d", got)
@@ -229,7 +219,7 @@ func TestOverrides(t *testing.T) {
 		t.Fatalf("the start's refusal: %v", errs)
 	}
 	write(t, api, tenantDoc(400))
-	waitFor(t, "the override on the fixed files", func() bool { return late.limit(t, "acme") == 500 && late.limit(t, "other") == 400 })
+	testenv.WaitFor(t, "the override on the fixed files", func() bool { return late.limit(t, "acme") == 500 && late.limit(t, "other") == 400 })
 }
 
 // TestOverrideRefused: an override the rules refuse is never written.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/slots"
 	"github.com/sluicehq/sluice/store/memory"
@@ -74,18 +75,6 @@ func (u *countingUpstream) open() {
 	u.mu.Unlock()
 }
 
-// waitFor polls cond until it holds, failing the test after 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestConcurrencyLimit sends 200 slow requests at once through the real
 // proxy against `concurrency: 20`: never more than 20 reach the upstream
 // at once and the rest get 429; then the slots come back when the
@@ -135,14 +124,14 @@ func TestConcurrencyLimit(t *testing.T) {
 	// 1. 200 at once: 20 reach the upstream, 180 are refused.
 	done := make(chan map[int]int)
 	go func() { done <- round(context.Background(), 200) }()
-	waitFor(t, "20 requests at the upstream", func() bool { return up.in.Load() == 20 })
-	waitFor(t, "180 refusals", func() bool { return answered.Load() == 180 })
+	testenv.WaitFor(t, "20 requests at the upstream", func() bool { return up.in.Load() == 20 })
+	testenv.WaitFor(t, "180 refusals", func() bool { return answered.Load() == 180 })
 	if n := up.seen.Load(); n != 20 {
 		t.Fatalf("%d requests reached the upstream, want 20", n)
 	}
 	up.open()
 	codes := <-done
-	waitFor(t, "the slots back", func() bool { return held.n.Load() == 0 })
+	testenv.WaitFor(t, "the slots back", func() bool { return held.n.Load() == 0 })
 	if codes[http.StatusOK] != 20 || codes[http.StatusTooManyRequests] != 180 {
 		t.Fatalf("200 at once: %v, want 20 OK and 180 429", codes)
 	}
@@ -155,15 +144,15 @@ func TestConcurrencyLimit(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan map[int]int)
 	go func() { gone <- round(ctx, 20) }()
-	waitFor(t, "20 leaving requests at the upstream", func() bool { return up.in.Load() == 20 })
+	testenv.WaitFor(t, "20 leaving requests at the upstream", func() bool { return up.in.Load() == 20 })
 	cancel()
 	<-gone
-	waitFor(t, "the leavers to leave the upstream", func() bool { return up.in.Load() == 0 })
-	waitFor(t, "the slots of the clients gone", func() bool { return held.n.Load() == 0 })
+	testenv.WaitFor(t, "the leavers to leave the upstream", func() bool { return up.in.Load() == 0 })
+	testenv.WaitFor(t, "the slots of the clients gone", func() bool { return held.n.Load() == 0 })
 	if !fits(t, up, round, 20) {
 		t.Fatal("the slots of the clients gone did not come back")
 	}
-	waitFor(t, "the slots back", func() bool { return held.n.Load() == 0 })
+	testenv.WaitFor(t, "the slots back", func() bool { return held.n.Load() == 0 })
 
 	// 3. An upstream that fails gives the slots back too.
 	up.fail.Store(true)
@@ -171,7 +160,7 @@ func TestConcurrencyLimit(t *testing.T) {
 		t.Fatalf("failing upstream: %v, want 20 502", c)
 	}
 	up.fail.Store(false)
-	waitFor(t, "the slots of the failed requests", func() bool { return held.n.Load() == 0 })
+	testenv.WaitFor(t, "the slots of the failed requests", func() bool { return held.n.Load() == 0 })
 	if !fits(t, up, round, 20) {
 		t.Fatal("the slots of requests the upstream failed did not come back")
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shed"
 	"github.com/sluicehq/sluice/transport/proxy"
 )
@@ -78,7 +79,7 @@ descriptors:
 	for range 2 {
 		go func() { done <- get("bob", "/slow") }()
 	}
-	waitFor(t, "2 at the upstream", func() bool { return slow.Load() == 2 })
+	testenv.WaitFor(t, "2 at the upstream", func() bool { return slow.Load() == 2 })
 	before := seen.Load()
 	if code := get("alice", "/"); code != http.StatusTooManyRequests {
 		t.Fatalf("alice past her limit with the upstream saturated: %d, want 429", code)
@@ -93,7 +94,7 @@ descriptors:
 			t.Fatalf("bob: %d", code)
 		}
 	}
-	waitFor(t, "the slots back", func() bool { return gate.Stats().InFlight == 0 })
+	testenv.WaitFor(t, "the slots back", func() bool { return gate.Stats().InFlight == 0 })
 	for i := range 2 {
 		if code := get("alice", "/"); code != http.StatusOK {
 			t.Fatalf("alice's request %d past her limit with room upstream: %d, want 200 (up to her ceiling of 4)", i+1, code)

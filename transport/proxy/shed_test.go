@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/shed"
 	"github.com/sluicehq/sluice/transport/proxy"
 )
@@ -54,12 +55,12 @@ descriptors:
 	done := make(chan *http.Response, 3)
 	go func() { done <- get("critical") }()
 	go func() { done <- get("") }() // no class: default
-	waitFor(t, "2 at the upstream", func() bool { return up.in.Load() == 2 })
+	testenv.WaitFor(t, "2 at the upstream", func() bool { return up.in.Load() == 2 })
 	if r := get("batch"); r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("sheddable at the limit: %d Retry-After %q, want 503 with it", r.StatusCode, r.Header.Get("Retry-After"))
 	}
 	go func() { done <- get("critical") }()
-	waitFor(t, "a critical waiter", func() bool { return gate.Stats().Waiting == 1 })
+	testenv.WaitFor(t, "a critical waiter", func() bool { return gate.Stats().Waiting == 1 })
 	if up.seen.Load() != 2 {
 		t.Fatalf("%d reached the upstream, want 2", up.seen.Load())
 	}
@@ -73,7 +74,7 @@ descriptors:
 	if r := get("critical"); r.StatusCode != http.StatusBadGateway {
 		t.Fatalf("failing upstream: %d", r.StatusCode)
 	}
-	waitFor(t, "the slots back", func() bool { return gate.Stats().InFlight == 0 })
+	testenv.WaitFor(t, "the slots back", func() bool { return gate.Stats().InFlight == 0 })
 	st := gate.Stats()
 	if st.Failed != 1 || st.Shed[shed.Sheddable] != 1 || st.Admitted[shed.Critical] != 3 || st.Admitted[shed.Default] != 1 {
 		t.Fatalf("stats %+v", st)
