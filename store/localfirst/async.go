@@ -96,6 +96,42 @@ func (a *asyncTable) storeNow(now time.Time) int64 {
 	return now.Add(off).UnixMicro()
 }
 
+// shard returns the shard that holds key.
+func (a *asyncTable) shard(key string) *asyncShard {
+	return &a.shards[maphash.String(a.seed, key)%leaseShards]
+}
+
+// asyncSize returns what the entry of key costs the table, in bytes.
+func asyncSize(key string) int64 {
+	return int64(len(key)) + asyncOverhead
+}
+
+// drop forgets key's entry. mu is held.
+func (sh *asyncShard) drop(key string) {
+	delete(sh.m, key)
+	sh.bytes -= asyncSize(key)
+}
+
+// lookup returns the entry sh holds for r's key, or nil. When the rules
+// changed since the entry was made, it is forgotten, to start over (a
+// window's unwritten hits are dropped), but while hits of it are still to
+// be written under the rule they passed (a sync in flight, or pending
+// hits of a bucket limit, old or new) it is kept, and exact reports that
+// r is decided by the store. mu is held.
+func (sh *asyncShard) lookup(r sluice.Request) (e *asyncEntry, exact bool) {
+	id := r
+	id.Cost = 0
+	e = sh.m[r.Key]
+	if e == nil || e.req == id {
+		return e, false
+	}
+	if e.syncing || e.pending > 0 && (e.req.Limit.Algorithm.HasBurst() || r.Limit.Algorithm.HasBurst()) {
+		return nil, true
+	}
+	sh.drop(r.Key)
+	return nil, false
+}
+
 // allowance returns what one node may admit between two syncs when the
 // store counts counted hits of l: an even share, among nodes × k, of what
 // is left, and at least 1 while anything is.
@@ -176,8 +212,6 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 		return s.takeBucket(ctx, r, now)
 	}
 	a := s.async
-	id := r
-	id.Cost = 0
 	l, cost := r.Limit, r.Cost
 	if l.Rate < a.share { // too small a limit to share out: exact
 		return s.exact(ctx, r, now)
@@ -185,20 +219,14 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 	p := l.Period.Microseconds()
 	at := a.storeNow(now)
 	w := at - at%p
-	sh := &a.shards[maphash.String(a.seed, r.Key)%leaseShards]
+	sh := a.shard(r.Key)
 	sh.mu.Lock()
-	e := sh.m[r.Key]
-	if e != nil && e.req != id { // the rules changed: start over (a window's unwritten hits are dropped)
-		if e.syncing || e.pending > 0 && e.req.Limit.Algorithm.HasBurst() { // a bucket's are written first
-			sh.mu.Unlock()
-			return s.exact(ctx, r, now)
-		}
-		delete(sh.m, r.Key)
-		sh.bytes -= int64(len(r.Key)) + asyncOverhead
-		e = nil
-	}
+	e, exact := sh.lookup(r)
 	if e == nil {
 		sh.mu.Unlock()
+		if exact {
+			return s.exact(ctx, r, now)
+		}
 		return s.startAsync(ctx, r, now, sh)
 	}
 	if w > e.window { // a new window: what was pending is the old window's
@@ -246,24 +274,16 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 // knows of: short by what other nodes admitted since the last sync.
 func (s *Store) takeBucket(ctx context.Context, r sluice.Request, now time.Time) (sluice.Decision, error) {
 	a := s.async
-	id := r
-	id.Cost = 0
 	l, cost := r.Limit, r.Cost
 	b, _ := l.Bucket()
-	sh := &a.shards[maphash.String(a.seed, r.Key)%leaseShards]
+	sh := a.shard(r.Key)
 	sh.mu.Lock()
-	e := sh.m[r.Key]
-	if e != nil && e.req != id { // the rules changed
-		if e.syncing || e.pending > 0 { // its hits are written first, under the rule they passed
-			sh.mu.Unlock()
-			return s.exact(ctx, r, now)
-		}
-		delete(sh.m, r.Key)
-		sh.bytes -= int64(len(r.Key)) + asyncOverhead
-		e = nil
-	}
+	e, exact := sh.lookup(r)
 	if e == nil {
 		sh.mu.Unlock()
+		if exact {
+			return s.exact(ctx, r, now)
+		}
 		return s.startAsync(ctx, r, now, sh)
 	}
 	at := a.storeNow(now)
@@ -329,7 +349,7 @@ func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time,
 		e.window, e.counted = at-at%p, l.Rate-d.Remaining
 		e.allow = a.allowance(l, e.counted)
 	}
-	size := int64(len(r.Key)) + asyncOverhead
+	size := asyncSize(r.Key)
 	sh.mu.Lock()
 	if sh.bytes+size > a.budget {
 		a.evict(sh, after, s.syncEvery, size)
@@ -350,13 +370,19 @@ func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time,
 // is full), it comes back through the store's count (startAsync), never
 // with a fresh share. mu is held.
 func (a *asyncTable) idle(e *asyncEntry, now time.Time, every time.Duration) bool {
-	if e.syncing || e.pending != 0 || e.old != 0 || now.Sub(e.seen) <= 2*every {
+	if !quiet(e, now, every) {
 		return false
 	}
 	if e.req.Limit.Algorithm.HasBurst() {
 		return true
 	}
 	return a.storeNow(now) >= e.window+e.req.Limit.Period.Microseconds()
+}
+
+// quiet reports whether e has nothing to write, no sync in flight, and
+// has not been seen for two sync intervals at now. mu is held.
+func quiet(e *asyncEntry, now time.Time, every time.Duration) bool {
+	return !e.syncing && e.pending == 0 && e.old == 0 && now.Sub(e.seen) > 2*every
 }
 
 // evict makes room for size bytes in sh, a full shard, by forgetting keys
@@ -367,9 +393,8 @@ func (a *asyncTable) evict(sh *asyncShard, now time.Time, every time.Duration, s
 		if sh.bytes+size <= a.budget {
 			return
 		}
-		if !e.syncing && e.pending == 0 && e.old == 0 && now.Sub(e.seen) > 2*every {
-			delete(sh.m, k)
-			sh.bytes -= int64(len(k)) + asyncOverhead
+		if quiet(e, now, every) {
+			sh.drop(k)
 		}
 	}
 }
@@ -405,8 +430,7 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 				continue
 			}
 			if a.idle(e, now, s.syncEvery) {
-				delete(sh.m, k) // forgotten
-				sh.bytes -= int64(len(k)) + asyncOverhead
+				sh.drop(k) // forgotten
 				continue
 			}
 			if e.req.Limit.Algorithm.HasBurst() {

@@ -3,7 +3,6 @@ package localfirst
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -479,7 +478,7 @@ func TestAsyncBucketSyncInFlight(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- node.SyncAsync(ctx) }()
 	waitFor(t, 10*time.Second, "the sync in flight", func() bool {
-		sh := &node.async.shards[maphash.String(node.async.seed, "{k}")%leaseShards]
+		sh := node.async.shard("{k}")
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		return sh.m["{k}"] != nil && sh.m["{k}"].syncing
