@@ -48,34 +48,8 @@ func asyncBound(k int64, interval time.Duration) storetest.Bound {
 // hits written back) when the test ends.
 func openAsyncNodes(t testing.TB, url, prefix string, now func() time.Time, n int, cfg Config) []*Store {
 	t.Helper()
-	nodes := make([]*Store, n)
-	for i := range nodes {
-		rc := redis.DefaultConfig()
-		rc.KeyPrefix, rc.Now, rc.ExpiryMargin = prefix, now, 10*time.Minute
-		// Bounds on a hang only: the defaults (1s) failed handshakes and calls
-		// on a loaded machine.
-		rc.DialTimeout, rc.Timeout = 10*time.Second, 10*time.Second
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := redis.Open(ctx, url, rc)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := cfg
-		c.Sync, c.Now, c.AsyncNodes = Async, now, int64(n)
-		s, err := New(r, c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes[i] = s
-		t.Cleanup(func() {
-			if err := s.Close(context.Background()); err != nil {
-				t.Error(err)
-			}
-			r.Close()
-		})
-	}
-	return nodes
+	cfg.Sync, cfg.AsyncNodes = Async, int64(n)
+	return openNodes(t, url, prefix, now, n, cfg)
 }
 
 // TestAsyncContract runs the store suite's contract tier on async mode
@@ -317,22 +291,6 @@ func TestAsyncBucketRedisDies(t *testing.T) {
 	if d, err := take(); err != nil || !d.Allowed {
 		t.Fatalf("after the write-back: %+v, %v", d, err)
 	}
-}
-
-// openRedisPrefix opens a Redis store on url with the key prefix prefix,
-// deciding by now, closed when the test ends.
-func openRedisPrefix(t testing.TB, url, prefix string, now func() time.Time) *redis.Store {
-	t.Helper()
-	cfg := redis.DefaultConfig()
-	cfg.KeyPrefix, cfg.Now, cfg.ExpiryMargin = prefix, now, 10*time.Minute
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := redis.Open(ctx, url, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
 }
 
 // waitFor checks cond every 10ms until it holds, and fails t if it does

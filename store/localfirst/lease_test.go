@@ -35,31 +35,8 @@ func leaseBound(cfg Config) storetest.Bound {
 // returned) when the test ends.
 func openLeaseNodes(t *testing.T, url, prefix string, now func() time.Time, n int, cfg Config) []*Store {
 	t.Helper()
-	nodes := make([]*Store, n)
-	for i := range nodes {
-		rc := redis.DefaultConfig()
-		rc.KeyPrefix, rc.Now, rc.ExpiryMargin = prefix, now, 10*time.Minute
-		// Bounds on a hang only: the defaults (1s) failed handshakes and calls
-		// on a loaded machine.
-		rc.DialTimeout, rc.Timeout = 10*time.Second, 10*time.Second
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		r, err := redis.Open(ctx, url, rc)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := cfg
-		c.Sync, c.Now = Lease, now
-		s := newStore(t, r, c)
-		nodes[i] = s
-		t.Cleanup(func() {
-			if err := s.Close(context.Background()); err != nil {
-				t.Error(err)
-			}
-			r.Close()
-		})
-	}
-	return nodes
+	cfg.Sync = Lease
+	return openNodes(t, url, prefix, now, n, cfg)
 }
 
 // TestLeaseContract runs the store suite's contract tier on lease mode

@@ -36,8 +36,15 @@ func backendURLs() map[string]func(t *testing.T) string {
 // by now (nil: Redis's TIME), closed when the test ends.
 func openRedis(t testing.TB, url string, now func() time.Time) *redis.Store {
 	t.Helper()
+	return openRedisPrefix(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), now)
+}
+
+// openRedisPrefix opens a Redis store on url with the key prefix prefix,
+// deciding by now (nil: Redis's TIME), closed when the test ends.
+func openRedisPrefix(t testing.TB, url, prefix string, now func() time.Time) *redis.Store {
+	t.Helper()
 	cfg := redis.DefaultConfig()
-	cfg.KeyPrefix = fmt.Sprintf("localfirsttest:%x:", rand.Uint64())
+	cfg.KeyPrefix = prefix
 	cfg.Now = now
 	cfg.ExpiryMargin = 10 * time.Minute // the fake clocks run ahead of Redis's
 	// Bounds on a hang only: the defaults (1s) failed handshakes and calls
@@ -51,6 +58,30 @@ func openRedis(t testing.TB, url string, now func() time.Time) *redis.Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// openNodes returns n Stores of cfg, deciding by now, over Redis stores
+// of their own on url sharing prefix; each closed (a lease returned, a
+// hit written back), then its Redis store, when the test ends.
+func openNodes(t testing.TB, url, prefix string, now func() time.Time, n int, cfg Config) []*Store {
+	t.Helper()
+	nodes := make([]*Store, n)
+	for i := range nodes {
+		r := openRedisPrefix(t, url, prefix, now)
+		c := cfg
+		c.Now = now
+		s, err := New(r, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = s
+		t.Cleanup(func() { // before r's own, registered first
+			if err := s.Close(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	return nodes
 }
 
 // newStore returns next decorated by cfg, failing t on an error.
