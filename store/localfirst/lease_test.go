@@ -386,6 +386,22 @@ func testLeaseZipf(t *testing.T, l sluice.Limit) {
 	}
 }
 
+// drain asks s for a hit of l on key {k} twice l's rate times, and
+// returns how many it admitted.
+func drain(t *testing.T, s *Store, l sluice.Limit) (n int64) {
+	t.Helper()
+	for range 2 * l.Rate {
+		d, err := s.Take(context.Background(), "{k}", l, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			n++
+		}
+	}
+	return n
+}
+
 // TestLeasePaused holds a lease on a node that then stops asking (a paused
 // node) while another node spends the rest of the limit: when the lease's
 // lifetime has passed, the paused node's sweep gives its unused hits back
@@ -399,18 +415,6 @@ func TestLeasePaused(t *testing.T) {
 			a, b, c := nodes[0], nodes[1], nodes[2]
 			l := sluice.Limit{Rate: 320, Period: time.Hour} // leases of up to 20
 			w := clk.Now().UnixMicro() - clk.Now().UnixMicro()%l.Period.Microseconds()
-			drain := func(s *Store) (n int64) {
-				for range 2 * l.Rate {
-					d, err := s.Take(context.Background(), "{k}", l, 1)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if d.Allowed {
-						n++
-					}
-				}
-				return n
-			}
 			var byA int64
 			for range 30 {
 				if d, err := a.Take(context.Background(), "{k}", l, 1); err != nil || !d.Allowed {
@@ -422,7 +426,7 @@ func TestLeasePaused(t *testing.T) {
 			if held == 0 {
 				t.Fatal("a holds no lease")
 			}
-			byB := drain(b)
+			byB := drain(t, b, l)
 			if byA+byB+held != l.Rate {
 				t.Fatalf("a admitted %d and holds %d, b admitted %d: %d, want %d", byA, held, byB, byA+byB+held, l.Rate)
 			}
@@ -433,7 +437,7 @@ func TestLeasePaused(t *testing.T) {
 			if st := a.Stats(); st.Returned != uint64(held) {
 				t.Fatalf("a gave back %d of the %d it held", st.Returned, held)
 			}
-			if byC := drain(c); byC != held {
+			if byC := drain(t, c, l); byC != held {
 				t.Fatalf("after a's lease ended, c admitted %d, want the %d it gave back", byC, held)
 			}
 		})
@@ -628,18 +632,6 @@ func TestLeasePausedBucket(t *testing.T) {
 					nodes := openLeaseNodes(t, url(t), fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{})
 					p, b, c := nodes[0], nodes[1], nodes[2]
 					l := sluice.Limit{Algorithm: a, Rate: 320, Period: time.Hour} // a hit every 11.25 s; leases of up to 20
-					drain := func(s *Store) (n int64) {
-						for range 2 * l.Rate {
-							d, err := s.Take(context.Background(), "{k}", l, 1)
-							if err != nil {
-								t.Fatal(err)
-							}
-							if d.Allowed {
-								n++
-							}
-						}
-						return n
-					}
 					var byP int64
 					for range 30 {
 						if d, err := p.Take(context.Background(), "{k}", l, 1); err != nil || !d.Allowed {
@@ -653,7 +645,7 @@ func TestLeasePausedBucket(t *testing.T) {
 					}
 					var byB int64
 					if others {
-						byB = drain(b)
+						byB = drain(t, b, l)
 						if byP+byB+held != l.Rate {
 							t.Fatalf("p admitted %d and holds %d, b admitted %d: %d, want %d", byP, held, byB, byP+byB+held, l.Rate)
 						}
@@ -669,7 +661,7 @@ func TestLeasePausedBucket(t *testing.T) {
 					if st := p.Stats(); st.Returned != uint64(want) {
 						t.Fatalf("others admitted %v: p gave back %d of the %d it held, want %d", others, st.Returned, held, want)
 					}
-					byC := drain(c)
+					byC := drain(t, c, l)
 					if total := byP + byB + byC; total != l.Rate-held+want {
 						t.Fatalf("others admitted %v: p %d, b %d, c %d: %d in all, want %d", others, byP, byB, byC, total, l.Rate-held+want)
 					}
