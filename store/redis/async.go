@@ -62,14 +62,9 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 	if err != nil {
 		return nil, 0, err
 	}
-	groups := s.bySlot(names, indices(len(names)))
-	execs := make([]rueidis.LuaExec, len(groups))
-	for g, idx := range groups {
-		keys, blob := make([]string, len(idx)), make([]byte, 0, len(idx)*(1+5*8))
-		for k, i := range idx {
-			keys[k], blob = names[i], append(blob, recs[i]...)
-		}
-		execs[g] = rueidis.LuaExec{Keys: keys, Args: []string{string(blob), now, s.marginArg()}}
+	groups, execs := s.slotExecs(names, recs)
+	for g := range execs {
+		execs[g].Args = append(execs[g].Args, now, s.marginArg())
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -153,6 +148,27 @@ func syncRecord(r sluice.Request, window int64) ([]byte, error) {
 		binary.LittleEndian.PutUint64(b[1+8*j:], math.Float64bits(float64(v)))
 	}
 	return b, nil
+}
+
+// slotExecs returns script calls of recs, the records of the keys names:
+// one call a cluster slot (outside a cluster: one), whose first argument
+// is the records of its keys one after the other, and the indices of
+// names each call holds (bySlot).
+func (s *Store) slotExecs(names []string, recs [][]byte) ([][]int, []rueidis.LuaExec) {
+	groups := s.bySlot(names, indices(len(names)))
+	execs := make([]rueidis.LuaExec, len(groups))
+	for g, idx := range groups {
+		keys, size := make([]string, len(idx)), 0
+		for k, i := range idx {
+			keys[k], size = names[i], size+len(recs[i])
+		}
+		blob := make([]byte, 0, size)
+		for _, i := range idx {
+			blob = append(blob, recs[i]...)
+		}
+		execs[g] = rueidis.LuaExec{Keys: keys, Args: []string{string(blob)}}
+	}
+	return groups, execs
 }
 
 // bySlot returns idx, indices of names, grouped by the cluster slot of

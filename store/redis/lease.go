@@ -95,17 +95,7 @@ func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, grants 
 	if len(names) == 0 {
 		return 0, nil
 	}
-	var execs []rueidis.LuaExec
-	for _, idx := range s.bySlot(names, indices(len(names))) {
-		keys, blob := make([]string, len(idx)), make([]byte, 0, len(idx)*returnSize)
-		for k, i := range idx {
-			keys[k], blob = names[i], append(blob, recs[i]...)
-		}
-		execs = append(execs, rueidis.LuaExec{Keys: keys, Args: []string{string(blob)}})
-	}
-	if len(execs) == 0 {
-		return 0, nil
-	}
+	_, execs := s.slotExecs(names, recs)
 	now, err := s.now()
 	if err != nil {
 		return 0, fmt.Errorf("redis return: %w", err)
