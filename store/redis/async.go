@@ -66,11 +66,8 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 	for g := range execs {
 		execs[g].Args = append(execs[g].Args, now, s.marginArg())
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	counts := make([]int64, len(reqs))
 	var at int64
 	for g, res := range asyncScript.ExecMulti(ctx, s.client, execs...) {

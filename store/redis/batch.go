@@ -56,16 +56,21 @@ func (s *Store) run(ctx context.Context, c *call) error {
 	return s.wait(ctx, c)
 }
 
+// bound gives ctx the store's Timeout when it has no deadline.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.cfg.Timeout)
+}
+
 // direct runs c's script call in the caller's goroutine.
 func (s *Store) direct(ctx context.Context, c *call) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	now, err := s.now()
 	if err != nil {
 		return err

@@ -103,11 +103,8 @@ func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, grants 
 	for i := range execs {
 		execs[i].Args = append(execs[i].Args, now)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
-	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var given int64
 	for i, res := range leaseScript.ExecMulti(ctx, s.client, execs...) {
 		n, err := res.AsInt64()

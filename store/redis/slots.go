@@ -75,7 +75,7 @@ func (sl *Slots) Acquire(ctx context.Context, key string, limit int64, lease tim
 		now = strconv.FormatInt(st.cfg.Now().UnixMilli(), 10)
 	}
 	tok := sl.token.Add(1)
-	ctx, cancel := bound(ctx, st)
+	ctx, cancel := st.bound(ctx)
 	defer cancel()
 	args := []string{"a", sl.member(tok), strconv.FormatInt(limit, 10), strconv.FormatInt(max(lease.Milliseconds(), 1), 10), now}
 	vs, err := slotsScript.Exec(ctx, st.client, []string{sl.name(st, key)}, args).ToArray()
@@ -108,7 +108,7 @@ func (sl *Slots) Release(ctx context.Context, key string, token uint64) error {
 	if err != nil {
 		return fmt.Errorf("redis slots release %s: %w", key, err)
 	}
-	ctx, cancel := bound(ctx, st)
+	ctx, cancel := st.bound(ctx)
 	defer cancel()
 	err = slotsScript.Exec(ctx, st.client, []string{sl.name(st, key)}, []string{"r", sl.member(token), "", "", ""}).Error()
 	if err != nil {
@@ -148,11 +148,3 @@ func (sl *Slots) member(tok uint64) string { return sl.node + strconv.FormatUint
 // name is the Redis key of the slots of key: the store's prefix, key's
 // hash tag, "slots:" and key.
 func (sl *Slots) name(st *Store, key string) string { return st.name("slots:"+key, key) }
-
-// bound gives ctx the store's Timeout when it has no deadline.
-func bound(ctx context.Context, st *Store) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, st.cfg.Timeout)
-}
