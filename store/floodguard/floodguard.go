@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -204,14 +205,21 @@ func (s *Store) rotate(cur *filter) {
 	s.rotation.Add(1)
 }
 
-// first decides a request of a key not seen before, as its first.
+// first decides a request of a key not seen before, as its first, and
+// counts it uncounted if it passed.
 func (s *Store) first(l sluice.Limit, cost int64) sluice.Decision {
-	var st sluice.State
-	d := l.Take(&st, s.cfg.Now(), cost)
+	d := s.asFirst(l, cost)
 	if d.Allowed && cost > 0 {
 		s.uncount.Add(1)
 	}
 	return d
+}
+
+// asFirst returns the decision on cost hits of l as a key's first
+// request: l's transition on a zero State.
+func (s *Store) asFirst(l sluice.Limit, cost int64) sluice.Decision {
+	var st sluice.State
+	return l.Take(&st, s.cfg.Now(), cost)
 }
 
 // Take applies cost hits of l to key in the wrapped store, unless key is
@@ -244,8 +252,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	ok := true
 	for i := range reqs {
 		if fresh&(1<<i) != 0 {
-			var st sluice.State
-			ds[i] = reqs[i].Limit.Take(&st, s.cfg.Now(), reqs[i].Cost)
+			ds[i] = s.asFirst(reqs[i].Limit, reqs[i].Cost)
 			ok = ok && ds[i].Allowed
 		}
 	}
@@ -272,7 +279,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	if ok {
 		// All or none: only when everything passed did the new keys'
 		// requests pass uncounted.
-		s.uncount.Add(uint64(popcount(fresh)))
+		s.uncount.Add(uint64(bits.OnesCount64(fresh)))
 	}
 	return nil
 }
@@ -285,14 +292,6 @@ func dup(reqs []sluice.Request, i int) bool {
 		}
 	}
 	return false
-}
-
-func popcount(x uint64) int {
-	n := 0
-	for ; x != 0; x &= x - 1 {
-		n++
-	}
-	return n
 }
 
 // NonBlocking passes on the wrapped store's decide.NonBlocking.
