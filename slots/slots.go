@@ -110,11 +110,16 @@ func NewMemory(cfg Config) (*Memory, error) {
 	return m, nil
 }
 
+// shard returns the shard of key.
+func (m *Memory) shard(key string) *shard {
+	return &m.shards[maphash.String(m.seed, key)%shardCount]
+}
+
 // Acquire takes a slot of key for lease unless limit slots of key are
 // held: expired holds are dropped first. It fails only with ErrFull.
 func (m *Memory) Acquire(_ context.Context, key string, limit int64, lease time.Duration) (Grant, error) {
 	now := m.now().UnixNano()
-	s := &m.shards[maphash.String(m.seed, key)%shardCount]
+	s := m.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	hs := s.m[key]
@@ -130,12 +135,12 @@ func (m *Memory) Acquire(_ context.Context, key string, limit int64, lease time.
 			return Grant{}, ErrFull
 		}
 	}
+	exp := now + int64(lease)
 	if hs == nil {
-		hs = &holders{first: now + int64(lease)}
+		hs = &holders{first: exp}
 		s.m[key] = hs
 	}
 	tok := m.token.Add(1)
-	exp := now + int64(lease)
 	hs.h = append(hs.h, hold{tok, exp})
 	hs.first = min(hs.first, exp)
 	s.holds++
@@ -145,7 +150,7 @@ func (m *Memory) Acquire(_ context.Context, key string, limit int64, lease time.
 // Release gives back the slot token of key; a slot already expired or
 // released is no error.
 func (m *Memory) Release(_ context.Context, key string, token uint64) error {
-	s := &m.shards[maphash.String(m.seed, key)%shardCount]
+	s := m.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	hs := s.m[key]
@@ -170,7 +175,7 @@ func (m *Memory) Release(_ context.Context, key string, token uint64) error {
 // InFlight returns how many slots of key are held now.
 func (m *Memory) InFlight(key string) int64 {
 	now := m.now().UnixNano()
-	s := &m.shards[maphash.String(m.seed, key)%shardCount]
+	s := m.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var n int64
