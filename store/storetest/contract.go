@@ -366,6 +366,15 @@ func testIntervals(t *testing.T, c *contract) {
 			var seen []admission
 			var offered int64
 			start := c.clock.us.Load()
+			// syncOne syncs a random node, if it is a Syncer, at step i
+			// (named in a failure).
+			syncOne := func(i int) {
+				if sy, ok := c.node(c.rng.IntN(len(c.nodes))).(Syncer); ok {
+					if err := sy.SyncAsync(context.Background()); err != nil {
+						t.Fatalf("request %d: SyncAsync: %v", i, err)
+					}
+				}
+			}
 			for i := range 700 {
 				c.clock.us.Add(c.rng.Int64N(2*p/l.Rate + 1))
 				n := 1 + c.rng.IntN(3)
@@ -374,11 +383,7 @@ func testIntervals(t *testing.T, c *contract) {
 				}
 				for r := range n {
 					if r > 0 && c.rng.IntN(4) == 0 {
-						if sy, ok := c.node(c.rng.IntN(len(c.nodes))).(Syncer); ok {
-							if err := sy.SyncAsync(context.Background()); err != nil {
-								t.Fatalf("request %d: SyncAsync: %v", i, err)
-							}
-						}
+						syncOne(i)
 					}
 					cost := 1 + c.rng.Int64N(3)
 					if cost == 3 && c.rng.IntN(2) == 0 {
@@ -390,11 +395,7 @@ func testIntervals(t *testing.T, c *contract) {
 					}
 				}
 				if c.rng.IntN(4) == 0 {
-					if sy, ok := c.node(c.rng.IntN(len(c.nodes))).(Syncer); ok {
-						if err := sy.SyncAsync(context.Background()); err != nil {
-							t.Fatalf("request %d: SyncAsync: %v", i, err)
-						}
-					}
+					syncOne(i)
 				}
 			}
 			span := c.clock.us.Load() - start
