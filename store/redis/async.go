@@ -13,7 +13,10 @@ import (
 )
 
 //go:embed async.lua
-var asyncSource string
+var asyncBody string
+
+// asyncSource is async.lua after prelude.lua.
+var asyncSource = prelude + asyncBody
 
 // asyncScript runs async.lua: EVALSHA, and EVAL when Redis does not know
 // it. It is immutable and shared.

@@ -33,47 +33,13 @@
 -- slidingWindow weighs it (rounded up) for a sliding_window; for a bucket,
 -- its level now, debt included (sluice's Limit.Level): hit·µs over g for
 -- token_bucket and leaky_bucket, µs of the theoretical arrival time ahead
--- of now for gcra.
+-- of now for gcra. The arithmetic is prelude.lua's.
 
-local sunpack, spack = struct.unpack, struct.pack
 local blob = ARGV[1]
-local now = tonumber(ARGV[2])
-if not now then
-  local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-end
+local now = clock(ARGV[2])
 local marginUs = tonumber(ARGV[3]) * 1000
 local out = { now }
 local pos = 1
-local TWO52 = 4503599627370496
-
--- divmod and muldiv are take.lua's (see there): ⌊a/b⌋ and a − ⌊a/b⌋·b
--- for |a| <= 2^52, 0 < b <= 2^52; ⌊a·b/c⌋ and its remainder exactly, also
--- when a·b passes 2^53.
-local function divmod(a, b)
-  local r = a % b
-  if r < 0 then r = r + b elseif r >= b then r = r - b end
-  return (a - r) / b, r
-end
-
-local function muldiv(a, b, c)
-  local p = a * b
-  if p <= TWO52 then return divmod(p, c) end
-  local qa, ra = divmod(a, c)
-  local q, r, bit = 0, 0, 1
-  while bit * 2 <= b do bit = bit * 2 end
-  while bit >= 1 do
-    q, r = q * 2, r * 2
-    if r >= c then q, r = q + 1, r - c end
-    if b >= bit then
-      b = b - bit
-      q, r = q + qa, r + ra
-      if r >= c then q, r = q + 1, r - c end
-    end
-    bit = bit / 2
-  end
-  return q, r
-end
 
 for i = 1, #KEYS do
   local alg = sunpack('<B', blob, pos)
@@ -84,29 +50,17 @@ for i = 1, #KEYS do
     alg, rate, period, w, hits, pos = sunpack('<Bdddd', blob, pos)
   end
   local key = KEYS[i]
-  local v = redis.pcall('GET', key)
   local t, n, x, e = 0, 0, 0, 0
-  if type(v) == 'string' and (#v == 33 or #v == 25) then
-    local a0, t0, n0, x0, e0
-    if #v == 33 then
-      a0, t0, n0, x0, e0 = sunpack('<Bdddd', v)
-    else
-      a0, t0, n0, x0 = sunpack('<Bddd', v)
-      e0 = 0
-    end
-    if a0 == alg then
-      t, n, x, e = t0, n0, x0, e0
-    end
+  local a0, t0, n0, x0, e0 = decode(redis.pcall('GET', key))
+  if a0 == alg then
+    t, n, x, e = t0, n0, x0, e0
   end
   if alg >= 3 then
     local level, reset
     if alg == 5 then
       -- gcra: a = T; t is the theoretical arrival time, n the latest
       -- admission, at which a clock gone back is taken to be.
-      local at = now
-      if at < n then at = n end
-      local tat = t
-      if tat < at then tat = at end
+      local at, tat = gcraAt(t, n, now)
       if hits > 0 then
         tat = tat + hits * a
         if tat - at > TWO52 then tat = at + TWO52 end
@@ -118,27 +72,13 @@ for i = 1, #KEYS do
       -- token_bucket, leaky_bucket: a = rate/g, b = period/g, d = g; n
       -- is the level over g, x the g it was written with (rescaled to
       -- this one, rounding up, as take.lua's step does).
-      if x ~= d then
-        if n > 0 and x > 0 then
-          local q, r = muldiv(n, x, d)
-          if r > 0 then q = q + 1 end
-          n = q
-        end
-        x = d
-      end
-      if now > t then
-        local drained = (now - t) * a
-        if drained >= n then n = 0 else n = n - drained end
-        t = now
-      end
+      t, n, x = settle(t, n, x, a, d, now)
       if hits > 0 then
         n = n + hits * b
         if n > TWO52 then n = TWO52 end
       end
       level = n
-      local r
-      reset, r = divmod(n, a)
-      if r > 0 then reset = reset + 1 end
+      reset = ceildiv(n, a)
     end
     out[#out + 1] = level
     if hits > 0 then
@@ -146,7 +86,7 @@ for i = 1, #KEYS do
       redis.call('PSETEX', key, math.floor(life / 1000) + 1, spack('<Bdddd', alg, t, n, x, now + life))
     end
   else
-    local cur = now - now % period
+    local cur = windowStart(now, period, t)
     if t < cur then
       if alg == 1 and t == cur - period then
         x, n = n, 0
@@ -167,11 +107,8 @@ for i = 1, #KEYS do
     if elapsed < 0 then elapsed = 0 end
     local c = n
     if alg == 1 and x > 0 and elapsed < period then
-      local left = period - elapsed
-      local q = x * left
-      local r = q % period
-      c = c + (q - r) / period
-      if r > 0 then c = c + 1 end
+      -- ⌈x × left / period⌉, x × left below 2^52 (rate × period is)
+      c = c + ceildiv(x * (period - elapsed), period)
     end
     out[#out + 1] = c
     if hits > 0 then

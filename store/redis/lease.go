@@ -13,7 +13,10 @@ import (
 )
 
 //go:embed lease.lua
-var leaseSource string
+var leaseBody string
+
+// leaseSource is lease.lua after prelude.lua.
+var leaseSource = prelude + leaseBody
 
 // leaseScript runs lease.lua: EVALSHA, and EVAL when Redis does not know
 // it. It is immutable and shared.

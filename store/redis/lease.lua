@@ -1,7 +1,8 @@
 -- lease.lua gives back the unused hits of leases (store/localfirst's lease
 -- mode): a lease is a Take of several hits that a node then admits by
 -- itself, and what it did not admit when the lease ends comes back here.
--- States are take.lua's ('<Bdddd': alg, t, n, x, e).
+-- States are take.lua's ('<Bdddd': alg, t, n, x, e); the arithmetic is
+-- prelude.lua's.
 --
 -- KEYS: one key per return.
 -- ARGV[1]: the returns, packed '<Bddddddd' per key, little-endian: the
@@ -37,42 +38,22 @@
 --
 -- Returns the number of hits given back.
 
-local sunpack, spack = struct.unpack, struct.pack
 local blob = ARGV[1]
-local now = tonumber(ARGV[2])
-if not now then
-  local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-end
-
--- floordiv returns ⌊a/b⌋ for 0 <= a <= 2^52, 0 < b <= 2^52 (a % b may be
--- one off in doubles near an integer; see take.lua's divmod).
-local function floordiv(a, b)
-  local r = a % b
-  if r < 0 then r = r + b elseif r >= b then r = r - b end
-  return (a - r) / b
-end
+local now = clock(ARGV[2])
 
 local pos, given = 1, 0
 for i = 1, #KEYS do
   local alg, a, b, c, d, t0, n0, hits
   alg, a, b, c, d, t0, n0, hits, pos = sunpack('<Bddddddd', blob, pos)
   local key = KEYS[i]
-  local v = redis.pcall('GET', key)
-  if type(v) == 'string' and (#v == 33 or #v == 25) then
-    local a0, t, n, x, e
-    if #v == 33 then
-      a0, t, n, x, e = sunpack('<Bdddd', v)
-    else
-      a0, t, n, x = sunpack('<Bddd', v)
-      e = 0
-    end
+  local a0, t, n, x, e = decode(redis.pcall('GET', key))
+  if a0 then
     local back, changed = 0, false
     if a0 ~= alg then
     elseif alg == 0 or alg == 1 then
       local period = b
       -- cur is the window that holds now
-      local cur = now - now % period
+      local cur = windowStart(now, period, t)
       if t == t0 and (cur == t0 or (alg == 1 and cur == t0 + period)) then
         back = math.min(hits, n) -- the lease's window is the state's current one
         n, changed = n - back, back > 0
@@ -84,7 +65,7 @@ for i = 1, #KEYS do
       -- gcra: t is the TAT
       if t == t0 and t > now then
         local keep = math.max(t - hits * a, now)
-        back, changed = floordiv(t - keep, a), true
+        back, changed = divmod(t - keep, a), true
         t = keep
       end
     elseif (alg == 3 or alg == 4) and x == d then
@@ -92,13 +73,9 @@ for i = 1, #KEYS do
       -- t + n/a, the grant's t0 + n0/a: the same while the level drained
       -- since is (t − t0)·a exactly
       if t >= t0 and n0 - n == (t - t0) * a then
-        if now > t then
-          local drained = (now - t) * a
-          if drained >= n then n = 0 else n = n - drained end
-          t = now
-        end
+        t, n = settle(t, n, x, a, d, now)
         local take = math.min(hits * b, n)
-        back, changed = floordiv(take, b), take > 0
+        back, changed = divmod(take, b), take > 0
         n = n - take
       end
     end

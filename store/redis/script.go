@@ -14,7 +14,10 @@ import (
 )
 
 //go:embed take.lua
-var takeScript string
+var takeBody string
+
+// takeScript is take.lua after prelude.lua: the script Redis runs.
+var takeScript = prelude + takeBody
 
 // maxExact bounds the integers the Lua script computes with: Lua's numbers
 // are doubles, exact for integers up to 2^53, and the script keeps every

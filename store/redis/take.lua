@@ -69,55 +69,9 @@
 -- a decision costs Redis in a call of 25 Takes of one limit.
 
 local max = math.max
-local spack, sunpack = struct.pack, struct.unpack
-local TWO52 = 4503599627370496
 
--- divmod returns q = ⌊a/b⌋ and r = a − q·b, 0 <= r < b, for integers
--- |a| <= 2^52 and 0 < b <= 2^52. Lua's a % b is a − ⌊a/b⌋·b in doubles,
--- exact but for the quotient, which may be one off near an integer: then
--- r is off by b, and correcting r makes a − r an exact multiple of b. (The
--- VM computes %; math.floor would be a C call.) Hot paths inline it.
-local function divmod(a, b)
-  local r = a % b
-  if r < 0 then r = r + b elseif r >= b then r = r - b end
-  return (a - r) / b, r
-end
-
--- ceildiv returns ⌈a/b⌉ for 0 <= a <= 2^52, 0 < b <= 2^52.
-local function ceildiv(a, b)
-  local q, r = divmod(a, b)
-  if r > 0 then q = q + 1 end
-  return q
-end
-
--- muldiv returns q = ⌊a·b/c⌋ and r = a·b − q·c for 0 <= a, b < 2^53 and
--- 0 < c <= 2^52 with q < 2^53, exactly, also when a·b is past 2^53: then it
--- goes through b's bits, keeping a·(b's leading bits) = q·c + r, r < c.
-local function muldiv(a, b, c)
-  local p = a * b
-  if p <= TWO52 then return divmod(p, c) end
-  local qa, ra = divmod(a, c)
-  local q, r, bit = 0, 0, 1
-  while bit * 2 <= b do bit = bit * 2 end
-  while bit >= 1 do
-    q, r = q * 2, r * 2
-    if r >= c then q, r = q + 1, r - c end
-    if b >= bit then
-      b = b - bit
-      q, r = q + qa, r + ra
-      if r >= c then q, r = q + 1, r - c end
-    end
-    bit = bit / 2
-  end
-  return q, r
-end
-
--- windowStart mirrors sluice.windowStart.
-local function windowStart(now, period, known)
-  if now >= known and now - known < period then return known end
-  local _, m = divmod(now, period)
-  return now - m
-end
+-- The arithmetic (divmod, ceildiv, muldiv, windowStart), clock, decode,
+-- settle and gcraAt are prelude.lua's.
 
 -- Sliding logs ---------------------------------------------------------------
 
@@ -278,9 +232,8 @@ local function step(alg, t, n, x, a, b, c, d, now, cost)
   if alg == 5 then
     -- gcra: a = T, b = tolerance, c = capacity; t is the theoretical
     -- arrival time and n the time of the latest admission.
-    if now < n then now = n end -- a clock gone back is at the latest admission
-    local tat = t
-    if tat < now then tat = now end
+    local tat
+    now, tat = gcraAt(t, n, now)
     if cost > c then
       retry = -1
     else
@@ -302,19 +255,7 @@ local function step(alg, t, n, x, a, b, c, d, now, cost)
   elseif alg == 3 or alg == 4 then
     -- token_bucket, leaky_bucket: a = rate/g, b = period/g, c = capacity,
     -- d = g. The level n is the Go level in hit·µs over g, and x is g.
-    if x ~= d then
-      if n > 0 and x > 0 then -- the limit changed: rescale, rounding up
-        local q, r = muldiv(n, x, d)
-        if r > 0 then q = q + 1 end
-        n = q
-      end
-      x = d
-    end
-    if now > t then
-      local drained = (now - t) * a
-      if drained >= n then n = 0 else n = n - drained end
-      t = now
-    end
+    t, n, x = settle(t, n, x, a, d, now)
     local level = n
     local full = c * b
     if cost > c then
@@ -402,13 +343,7 @@ end
 
 -- The batch -------------------------------------------------------------------
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
-  local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-end
+local now = clock(ARGV[1])
 local marginUs = tonumber(ARGV[2]) * 1000
 
 -- ttl returns the milliseconds of a TTL of life µs, rounded up (or one
@@ -463,17 +398,10 @@ local function makeTakeAll()
   local function state(key, ki, alg)
     local v = cur[key]
     if v == nil then v = vals[ki] end
-    if v then
-      local size = #v
-      if size == 33 then
-        local a0, t, n, x, e = sunpack('<Bdddd', v)
-        if a0 == alg then return t, n, x, v, e, v end
-      elseif size == 25 then
-        local a0, t, n, x = sunpack('<Bddd', v)
-        if a0 == alg then return t, n, x, v, 0, spack('<Bdddd', alg, t, n, x, 0) end
-      end
-    end
-    return 0, 0, 0, v, 0, nil
+    local a0, t, n, x, e = decode(v)
+    if a0 ~= alg then return 0, 0, 0, v, 0, nil end
+    if e == 0 and #v == 25 then return t, n, x, v, 0, spack('<Bdddd', alg, t, n, x, 0) end
+    return t, n, x, v, e, v
   end
 
   -- write stores a string state if it changed; see TTL above.
