@@ -138,7 +138,7 @@ func TestEditor(t *testing.T) {
 	if _, err := e.DeleteDomain(ctx, "bob", "api", "", false); !errors.Is(err, control.ErrInvalid) {
 		t.Fatalf("a delete that orphans an override: %v", err)
 	}
-	if err := e.DeleteOverride(ctx, "alice", "api", ov.Entries); err != nil {
+	if _, err := e.DeleteOverride(ctx, "alice", "api", ov.Entries, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.DeleteDomain(ctx, "bob", "api", `"v3"`, false); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -428,30 +429,32 @@ func (e *Editor) SetOverride(ctx context.Context, author string, o rules.Overrid
 	return OverrideRecord{}, fmt.Errorf("%w: the database changed %d times while the change was checked; try again", ErrUnavailable, commitAttempts)
 }
 
-// DeleteOverride deletes the override of entries in domain, by author.
-func (e *Editor) DeleteOverride(ctx context.Context, author, domain string, entries []rules.Entry) error {
+// DeleteOverride deletes the override of entries in domain, by author,
+// and returns it. With dry set nothing is written: it returns the override
+// that would be deleted.
+func (e *Editor) DeleteOverride(ctx context.Context, author, domain string, entries []rules.Entry, dry bool) (OverrideRecord, error) {
 	key := OverrideKey(domain, entries)
 	for range commitAttempts {
 		st, err := e.c.DB.State(ctx)
 		if err != nil {
-			return err
+			return OverrideRecord{}, err
 		}
-		found := false
-		for _, o := range st.Overrides {
-			found = found || o.Key() == key
+		i := slices.IndexFunc(st.Overrides, func(o OverrideRecord) bool { return o.Key() == key })
+		if i < 0 {
+			return OverrideRecord{}, fmt.Errorf("override of %s: %w", key, ErrNotFound)
 		}
-		if !found {
-			return fmt.Errorf("override of %s: %w", key, ErrNotFound)
+		if dry {
+			return st.Overrides[i], nil
 		}
 		gen, err := e.c.DB.Commit(ctx, st.Generation, Change{DeleteOverride: key})
 		if errors.Is(err, ErrStale) {
 			continue
 		}
 		if err != nil {
-			return err
+			return OverrideRecord{}, err
 		}
 		e.c.Log.Info("override deleted", "domain", domain, "entries", key, "author", author, "generation", gen)
-		return nil
+		return st.Overrides[i], nil
 	}
-	return fmt.Errorf("%w: the database changed %d times while the change was checked; try again", ErrUnavailable, commitAttempts)
+	return OverrideRecord{}, fmt.Errorf("%w: the database changed %d times while the change was checked; try again", ErrUnavailable, commitAttempts)
 }

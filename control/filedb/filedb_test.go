@@ -190,7 +190,7 @@ func TestOverrides(t *testing.T) {
 	if got := n.limit(t, "acme"); got != 500 {
 		t.Fatalf("the clock back before the end: %d", got)
 	}
-	if err := ed.DeleteOverride(ctx, "bob", "api", acme.Entries); err != nil {
+	if _, err := ed.DeleteOverride(ctx, "bob", "api", acme.Entries, false); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "the deletion in force", func() bool { return n.limit(t, "acme") == 300 })

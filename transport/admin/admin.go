@@ -39,7 +39,7 @@ type Backend interface {
 	Overrides(ctx context.Context) ([]control.OverrideRecord, error)
 	Override(ctx context.Context, domain string, entries []rules.Entry) (control.OverrideRecord, error)
 	SetOverride(ctx context.Context, author string, o rules.Override, dry bool) (control.OverrideRecord, error)
-	DeleteOverride(ctx context.Context, author, domain string, entries []rules.Entry) error
+	DeleteOverride(ctx context.Context, author, domain string, entries []rules.Entry, dry bool) (control.OverrideRecord, error)
 }
 
 var _ Backend = (*control.Editor)(nil)
@@ -109,11 +109,23 @@ func New(c Config) (*Handler, error) {
 			return nil, fmt.Errorf("admin metrics: %w", err)
 		}
 	}
-	routes := []struct {
-		pattern string
-		write   bool
-		f       func(w http.ResponseWriter, r *http.Request, t Token) error
-	}{
+	for _, rt := range h.routes() {
+		h.mux.Handle(rt.pattern, h.auth(rt.write, rt.f))
+	}
+	return h, nil
+}
+
+// route is one route of the API: its pattern, whether it changes
+// anything (its dry run does not), and its handler.
+type route struct {
+	pattern string
+	write   bool
+	f       func(w http.ResponseWriter, r *http.Request, c call) error
+}
+
+// routes are the API's routes.
+func (h *Handler) routes() []route {
+	return []route{
 		{"GET /v1/admin/domains", false, h.listDomains},
 		{"GET /v1/admin/domains/{domain}", false, h.getDomain},
 		{"PUT /v1/admin/domains/{domain}", true, h.putDomain},
@@ -126,10 +138,15 @@ func New(c Config) (*Handler, error) {
 		{"GET /v1/admin/overrides/{id}", false, h.getOverride},
 		{"DELETE /v1/admin/overrides/{id}", true, h.deleteOverride},
 	}
-	for _, rt := range routes {
-		h.mux.Handle(rt.pattern, h.auth(rt.write, rt.f))
-	}
-	return h, nil
+}
+
+// call is what auth hands a route: the caller's token, whether the call
+// is a dry run, and the backend to use, which for a dry run writes
+// nothing whatever it is asked (dryBackend).
+type call struct {
+	token Token
+	dry   bool
+	b     Backend
 }
 
 // ServeHTTP serves the admin API.
@@ -149,9 +166,11 @@ func (sw *statusWriter) WriteHeader(code int) {
 	sw.ResponseWriter.WriteHeader(code)
 }
 
-// auth checks the bearer token and the role, then calls f and maps its
-// error to a status.
-func (h *Handler) auth(write bool, f func(http.ResponseWriter, *http.Request, Token) error) http.Handler {
+// auth checks the bearer token, the dry_run parameter and the role, then
+// calls f and maps its error to a status. A write route is called without
+// a dry run only for a write token on a server that is not read-only; a
+// dry run is called with a backend that cannot write.
+func (h *Handler) auth(write bool, f func(http.ResponseWriter, *http.Request, call) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		var t Token
@@ -165,7 +184,11 @@ func (h *Handler) auth(write bool, f func(http.ResponseWriter, *http.Request, To
 			writeError(sw, http.StatusUnauthorized, "a valid bearer token is required (Authorization: Bearer SECRET)", nil)
 			return
 		}
-		dry := r.URL.Query().Get("dry_run") == "true"
+		dry, err := dryRun(r)
+		if err != nil {
+			h.fail(sw, r, t, err)
+			return
+		}
 		if write && !dry && t.Role != RoleWrite {
 			writeError(sw, http.StatusForbidden, fmt.Sprintf("token %q is read-only", t.Name), nil)
 			return
@@ -178,7 +201,11 @@ func (h *Handler) auth(write bool, f func(http.ResponseWriter, *http.Request, To
 		// deadline to set).
 		_ = http.NewResponseController(sw).SetReadDeadline(time.Now().Add(h.c.BodyTimeout))
 		r.Body = http.MaxBytesReader(sw, r.Body, h.c.MaxBodyBytes)
-		if err := f(sw, r, t); err != nil {
+		c := call{token: t, dry: dry, b: h.c.Backend}
+		if dry || !write || t.Role != RoleWrite || h.c.ReadOnly {
+			c.dry, c.b = true, dryBackend{h.c.Backend}
+		}
+		if err := f(sw, r, c); err != nil {
 			h.fail(sw, r, t, err)
 		}
 	})
@@ -285,8 +312,8 @@ func wantsJSON(r *http.Request) bool {
 	return r.URL.Query().Get("format") == "json"
 }
 
-func (h *Handler) listDomains(w http.ResponseWriter, r *http.Request, _ Token) error {
-	docs, gen, err := h.c.Backend.Domains(r.Context())
+func (h *Handler) listDomains(w http.ResponseWriter, r *http.Request, c call) error {
+	docs, gen, err := c.b.Domains(r.Context())
 	if err != nil {
 		return err
 	}
@@ -300,8 +327,8 @@ func (h *Handler) listDomains(w http.ResponseWriter, r *http.Request, _ Token) e
 	return nil
 }
 
-func (h *Handler) getDomain(w http.ResponseWriter, r *http.Request, _ Token) error {
-	d, err := h.c.Backend.Domain(r.Context(), r.PathValue("domain"))
+func (h *Handler) getDomain(w http.ResponseWriter, r *http.Request, c call) error {
+	d, err := c.b.Domain(r.Context(), r.PathValue("domain"))
 	if err != nil {
 		return err
 	}
@@ -330,12 +357,12 @@ func (h *Handler) answer(w http.ResponseWriter, res control.Result, created bool
 	writeJSON(w, code, res)
 }
 
-func (h *Handler) putDomain(w http.ResponseWriter, r *http.Request, t Token) error {
+func (h *Handler) putDomain(w http.ResponseWriter, r *http.Request, c call) error {
 	body, err := readBody(r)
 	if err != nil {
 		return err
 	}
-	res, err := h.c.Backend.PutDomain(r.Context(), t.Name, r.PathValue("domain"), body, r.Header.Get("If-Match"), dryRun(r))
+	res, err := c.b.PutDomain(r.Context(), c.token.Name, r.PathValue("domain"), body, r.Header.Get("If-Match"), c.dry)
 	if err != nil {
 		return err
 	}
@@ -343,10 +370,45 @@ func (h *Handler) putDomain(w http.ResponseWriter, r *http.Request, t Token) err
 	return nil
 }
 
-func dryRun(r *http.Request) bool { return r.URL.Query().Get("dry_run") == "true" }
+// dryRun reads the dry_run parameter: "true" or "false" (or none), once;
+// anything else is refused rather than read as a write.
+func dryRun(r *http.Request) (bool, error) {
+	vs, ok := r.URL.Query()["dry_run"]
+	if !ok {
+		return false, nil
+	}
+	if len(vs) == 1 && (vs[0] == "true" || vs[0] == "false") {
+		return vs[0] == "true", nil
+	}
+	return false, badRequest("dry_run: %q; want true or false, once", vs)
+}
 
-func (h *Handler) deleteDomain(w http.ResponseWriter, r *http.Request, t Token) error {
-	res, err := h.c.Backend.DeleteDomain(r.Context(), t.Name, r.PathValue("domain"), r.Header.Get("If-Match"), dryRun(r))
+// dryBackend is a Backend whose changes are all dry runs: what a call
+// that may not write is given.
+type dryBackend struct{ Backend }
+
+func (d dryBackend) PutDomain(ctx context.Context, author, domain string, text []byte, ifMatch string, _ bool) (control.Result, error) {
+	return d.Backend.PutDomain(ctx, author, domain, text, ifMatch, true)
+}
+
+func (d dryBackend) DeleteDomain(ctx context.Context, author, domain, ifMatch string, _ bool) (control.Result, error) {
+	return d.Backend.DeleteDomain(ctx, author, domain, ifMatch, true)
+}
+
+func (d dryBackend) Rollback(ctx context.Context, author, domain string, version int64, ifMatch string, _ bool) (control.Result, error) {
+	return d.Backend.Rollback(ctx, author, domain, version, ifMatch, true)
+}
+
+func (d dryBackend) SetOverride(ctx context.Context, author string, o rules.Override, _ bool) (control.OverrideRecord, error) {
+	return d.Backend.SetOverride(ctx, author, o, true)
+}
+
+func (d dryBackend) DeleteOverride(ctx context.Context, author, domain string, entries []rules.Entry, _ bool) (control.OverrideRecord, error) {
+	return d.Backend.DeleteOverride(ctx, author, domain, entries, true)
+}
+
+func (h *Handler) deleteDomain(w http.ResponseWriter, r *http.Request, c call) error {
+	res, err := c.b.DeleteDomain(r.Context(), c.token.Name, r.PathValue("domain"), r.Header.Get("If-Match"), c.dry)
 	if err != nil {
 		return err
 	}
@@ -354,8 +416,8 @@ func (h *Handler) deleteDomain(w http.ResponseWriter, r *http.Request, t Token) 
 	return nil
 }
 
-func (h *Handler) history(w http.ResponseWriter, r *http.Request, _ Token) error {
-	hist, err := h.c.Backend.History(r.Context(), r.PathValue("domain"))
+func (h *Handler) history(w http.ResponseWriter, r *http.Request, c call) error {
+	hist, err := c.b.History(r.Context(), r.PathValue("domain"))
 	if err != nil {
 		return err
 	}
@@ -370,7 +432,7 @@ type RollbackRequest struct {
 	Version int64 `json:"version"`
 }
 
-func (h *Handler) rollback(w http.ResponseWriter, r *http.Request, t Token) error {
+func (h *Handler) rollback(w http.ResponseWriter, r *http.Request, c call) error {
 	body, err := readBody(r)
 	if err != nil {
 		return err
@@ -382,7 +444,7 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request, t Token) erro
 	if req.Version <= 0 {
 		return badRequest("version: %d; want an earlier version's number", req.Version)
 	}
-	res, err := h.c.Backend.Rollback(r.Context(), t.Name, r.PathValue("domain"), req.Version, r.Header.Get("If-Match"), dryRun(r))
+	res, err := c.b.Rollback(r.Context(), c.token.Name, r.PathValue("domain"), req.Version, r.Header.Get("If-Match"), c.dry)
 	if err != nil {
 		return err
 	}
@@ -390,12 +452,12 @@ func (h *Handler) rollback(w http.ResponseWriter, r *http.Request, t Token) erro
 	return nil
 }
 
-func (h *Handler) validate(w http.ResponseWriter, r *http.Request, t Token) error {
+func (h *Handler) validate(w http.ResponseWriter, r *http.Request, c call) error {
 	body, err := readBody(r)
 	if err != nil {
 		return err
 	}
-	res, err := h.c.Backend.Validate(r.Context(), t.Name, body)
+	res, err := c.b.Validate(r.Context(), c.token.Name, body)
 	if err != nil {
 		return err
 	}
@@ -403,24 +465,26 @@ func (h *Handler) validate(w http.ResponseWriter, r *http.Request, t Token) erro
 	return nil
 }
 
-// overrideJSON is an override as the API shows it: the record with its id.
+// overrideJSON is an override as the API shows it: the record with its
+// id, and whether it is the answer of a dry run (nothing was written).
 type overrideJSON struct {
 	ID string `json:"id"`
 	control.OverrideRecord
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
-func withID(o control.OverrideRecord) overrideJSON {
-	return overrideJSON{ID: control.OverrideID(o.Domain, o.Entries), OverrideRecord: o}
+func withID(o control.OverrideRecord, dry bool) overrideJSON {
+	return overrideJSON{ID: control.OverrideID(o.Domain, o.Entries), OverrideRecord: o, DryRun: dry}
 }
 
-func (h *Handler) listOverrides(w http.ResponseWriter, r *http.Request, _ Token) error {
-	ovs, err := h.c.Backend.Overrides(r.Context())
+func (h *Handler) listOverrides(w http.ResponseWriter, r *http.Request, c call) error {
+	ovs, err := c.b.Overrides(r.Context())
 	if err != nil {
 		return err
 	}
 	out := make([]overrideJSON, len(ovs))
 	for i, o := range ovs {
-		out[i] = withID(o)
+		out[i] = withID(o, false)
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Overrides []overrideJSON `json:"overrides"`
@@ -428,16 +492,16 @@ func (h *Handler) listOverrides(w http.ResponseWriter, r *http.Request, _ Token)
 	return nil
 }
 
-func (h *Handler) getOverride(w http.ResponseWriter, r *http.Request, _ Token) error {
+func (h *Handler) getOverride(w http.ResponseWriter, r *http.Request, c call) error {
 	domain, entries, err := control.ParseOverrideID(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	o, err := h.c.Backend.Override(r.Context(), domain, entries)
+	o, err := c.b.Override(r.Context(), domain, entries)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, withID(o))
+	writeJSON(w, http.StatusOK, withID(o, false))
 	return nil
 }
 
@@ -487,7 +551,7 @@ func decodeStrict(body []byte, v any) error {
 	return nil
 }
 
-func (h *Handler) setOverride(w http.ResponseWriter, r *http.Request, t Token) error {
+func (h *Handler) setOverride(w http.ResponseWriter, r *http.Request, c call) error {
 	body, err := readBody(r)
 	if err != nil {
 		return err
@@ -496,21 +560,26 @@ func (h *Handler) setOverride(w http.ResponseWriter, r *http.Request, t Token) e
 	if err != nil {
 		return err
 	}
-	rec, err := h.c.Backend.SetOverride(r.Context(), t.Name, o, dryRun(r))
+	rec, err := c.b.SetOverride(r.Context(), c.token.Name, o, c.dry)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, withID(rec))
+	writeJSON(w, http.StatusOK, withID(rec, c.dry))
 	return nil
 }
 
-func (h *Handler) deleteOverride(w http.ResponseWriter, r *http.Request, t Token) error {
+func (h *Handler) deleteOverride(w http.ResponseWriter, r *http.Request, c call) error {
 	domain, entries, err := control.ParseOverrideID(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	if err := h.c.Backend.DeleteOverride(r.Context(), t.Name, domain, entries); err != nil {
+	rec, err := c.b.DeleteOverride(r.Context(), c.token.Name, domain, entries, c.dry)
+	if err != nil {
 		return err
+	}
+	if c.dry {
+		writeJSON(w, http.StatusOK, withID(rec, true)) // what would be deleted
+		return nil
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -36,9 +36,10 @@ rita  read  rita-secret-0123456789
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
 type fixture struct {
-	url string
-	db  *redisdb.DB
-	reg *prometheus.Registry
+	url     string
+	db      *redisdb.DB
+	reg     *prometheus.Registry
+	handler *admin.Handler
 }
 
 func start(t *testing.T, addr string, readOnly bool) *fixture {
@@ -46,7 +47,7 @@ func start(t *testing.T, addr string, readOnly bool) *fixture {
 	// 2s (the default): the writes of the tests on a loaded machine must
 	// not time out (control's tests did at 500ms); TestDatabaseDown waits
 	// it out once, on a paused Redis.
-	db, err := redisdb.Open("redis://"+addr, redisdb.Config{Name: fmt.Sprintf("admin:%s:%d", t.Name(), time.Now().UnixNano()), Timeout: 2 * time.Second})
+	db, err := redisdb.Open("redis://"+addr, redisdb.Config{Name: fmt.Sprintf("admin:%s:%d", strings.NewReplacer("{", "(", "}", ")").Replace(t.Name()), time.Now().UnixNano()), Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func start(t *testing.T, addr string, readOnly bool) *fixture {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &fixture{url: srv.URL, db: db, reg: reg}
+	return &fixture{url: srv.URL, db: db, reg: reg, handler: h}
 }
 
 type reply struct {
@@ -533,7 +534,8 @@ func TestConcurrentPUT(t *testing.T) {
 }
 
 // TestTokensFile: a token removed from the file stops working without a
-// restart, a new one works, and a broken file keeps the tokens in force.
+// restart, a new one works, and a file that does not read (a mistake, no
+// file) revokes every token until it reads again, said once per change.
 func TestTokensFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens")
 	write := func(s string) {
@@ -555,18 +557,40 @@ func TestTokensFile(t *testing.T) {
 	if tok, ok := tf.Lookup(alice); !ok || tok.Name != "alice" {
 		t.Fatal("alice's token refused")
 	}
-	write("carol write carol-secret-0123456789\n")
+	carol := "carol-secret-0123456789"
+	write("carol write " + carol + "\n")
 	if _, ok := tf.Lookup(alice); ok {
 		t.Fatal("a removed token still works")
 	}
-	if tok, ok := tf.Lookup("carol-secret-0123456789"); !ok || tok.Name != "carol" {
+	if tok, ok := tf.Lookup(carol); !ok || tok.Name != "carol" {
 		t.Fatal("a new token refused")
 	}
-	write("carol admin short\n")
-	if tok, ok := tf.Lookup("carol-secret-0123456789"); !ok || tok.Name != "carol" {
-		t.Fatal("a broken file dropped the tokens in force")
+	// One mistake: every token is refused, carol's too.
+	write("carol write " + carol + "\ndave admin dave-secret-0123456789\n")
+	for range 3 {
+		if _, ok := tf.Lookup(carol); ok {
+			t.Fatal("a file with a mistake kept a token")
+		}
 	}
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `role "admin"`) {
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), `role "admin"`) || !strings.Contains(errs[0].Error(), "every admin token is refused") {
 		t.Fatalf("errors: %v", errs)
+	}
+	write("carol write " + carol + "\n")
+	if _, ok := tf.Lookup(carol); !ok {
+		t.Fatal("the file fixed, carol's token refused")
+	}
+	// No file: every token is refused until it is back.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tf.Lookup(carol); ok {
+		t.Fatal("a removed file kept a token")
+	}
+	if _, ok := tf.Lookup(carol); ok || len(errs) != 2 || !strings.Contains(errs[1].Error(), "no such file") {
+		t.Fatalf("errors: %v", errs)
+	}
+	write("carol write " + carol + "\n")
+	if _, ok := tf.Lookup(carol); !ok {
+		t.Fatal("the file back, carol's token refused")
 	}
 }

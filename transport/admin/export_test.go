@@ -23,3 +23,18 @@ func CallsCounter(reg *prometheus.Registry, token, code string) prometheus.Colle
 	}
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
 }
+
+// Route is one route of a Handler: its pattern and whether it writes.
+type Route struct {
+	Pattern string
+	Write   bool
+}
+
+// Routes returns h's routes.
+func Routes(h *Handler) []Route {
+	var out []Route
+	for _, rt := range h.routes() {
+		out = append(out, Route{rt.pattern, rt.write})
+	}
+	return out
+}

@@ -161,17 +161,20 @@ type TokenLookup interface {
 // TokensFile is a tokens file read again when it changes (its size,
 // modification time or inode, checked on each Lookup), so that a token
 // is revoked or added without a restart. A file that no longer reads
-// keeps the tokens in force, and onError is told why. It is safe for
-// concurrent use.
+// (removed, unreadable, or with a mistake) revokes every token until it
+// reads again: a revocation must not wait for an edit without mistakes,
+// and onError is told why, once per change. It is safe for concurrent
+// use.
 type TokensFile struct {
 	path    string
 	onError func(error)
 	mu      sync.Mutex
 	stamp   fileStamp
-	tokens  *Tokens
+	tokens  *Tokens // none when the file does not read
 }
 
-// fileStamp is what says a file changed.
+// fileStamp is what says a file changed; the zero stamp is a file that
+// cannot be read.
 type fileStamp struct {
 	size  int64
 	mtime int64
@@ -203,21 +206,31 @@ func WatchTokens(path string, onError func(error)) (*TokensFile, error) {
 	return &TokensFile{path: path, onError: onError, stamp: stampOf(fi), tokens: ts}, nil
 }
 
-// Lookup finds secret's token in the file as it is now.
+// Lookup finds secret's token in the file as it is now; none while the
+// file does not read.
 func (tf *TokensFile) Lookup(secret string) (Token, bool) {
 	tf.mu.Lock()
-	if fi, err := os.Stat(tf.path); err != nil {
-		tf.onError(fmt.Errorf("admin tokens: %w; the tokens read before stay", err))
-	} else if st := stampOf(fi); st != tf.stamp {
-		ts, err := LoadTokens(tf.path)
-		if err != nil {
-			tf.onError(fmt.Errorf("%w; the tokens read before stay", err))
-		} else {
-			tf.tokens = ts
-		}
+	var st fileStamp
+	fi, err := os.Stat(tf.path)
+	if err == nil {
+		st = stampOf(fi)
+	} else {
+		err = fmt.Errorf("admin tokens: %w", err)
+	}
+	if st != tf.stamp {
 		tf.stamp = st // one report per change
+		if err == nil {
+			tf.tokens, err = LoadTokens(tf.path)
+		}
+		if err != nil {
+			tf.tokens = nil
+			tf.onError(fmt.Errorf("%w; every admin token is refused until the file reads", err))
+		}
 	}
 	ts := tf.tokens
 	tf.mu.Unlock()
+	if ts == nil {
+		return Token{}, false
+	}
 	return ts.Lookup(secret)
 }
