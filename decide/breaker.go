@@ -6,17 +6,23 @@ import (
 	"time"
 )
 
-// breaker is a circuit breaker over the store: after failures store calls
-// in a row fail it opens, and for coolDown no call goes to the store; then
-// one call probes, and closes it on success or opens it again on failure.
-// It is safe for concurrent use.
+// breaker is a circuit breaker over the store. A store that fails (it
+// refuses, resets, errs) opens it after failures calls in a row; a store
+// that is only slow (its calls time out) opens it once its calls have also
+// failed for window with no success among them: a slow store is alive, and
+// only one that has answered nothing for that long is taken for down. Open,
+// no call goes to the store for coolDown; then one call probes, and closes
+// it on success or opens it again on failure. It is safe for concurrent use.
 type breaker struct {
 	failures int64 // failures in a row that open it; 0 disables it
+	window   int64 // µs that failing slow calls must span to open it
 	coolDown time.Duration
 	now      func() time.Time
 	log      *slog.Logger
 
 	fails     atomic.Int64 // store calls failed in a row
+	since     atomic.Int64 // µs since the Unix epoch of the first of them; 0 with none
+	slow      atomic.Bool  // the last of them timed out
 	openUntil atomic.Int64 // µs since the Unix epoch; 0 when closed
 	probing   atomic.Bool  // a probe is in flight
 }
@@ -41,10 +47,16 @@ func (b *breaker) allow() (ok, probe bool) {
 // open reports whether the breaker keeps decisions away from the store.
 func (b *breaker) open() bool { return b.openUntil.Load() != 0 }
 
+// slowNow reports whether the store's last calls timed out, and none has
+// succeeded since.
+func (b *breaker) slowNow() bool { return b.fails.Load() != 0 && b.slow.Load() }
+
 // success records a store call that succeeded.
 func (b *breaker) success(probe bool) {
 	if b.fails.Load() != 0 {
 		b.fails.Store(0)
+		b.since.Store(0)
+		b.slow.Store(false)
 	}
 	if b.openUntil.Load() != 0 && b.openUntil.Swap(0) != 0 {
 		b.log.Info("store recovered: decisions go to the store again")
@@ -54,13 +66,21 @@ func (b *breaker) success(probe bool) {
 	}
 }
 
-// failure records a store call that failed with err.
-func (b *breaker) failure(probe bool, err error) {
+// failure records a store call that failed with err; slow says it timed
+// out.
+func (b *breaker) failure(probe bool, err error, slow bool) {
 	n := b.fails.Add(1)
-	if b.failures > 0 && (probe || n >= b.failures) {
-		until := b.now().Add(b.coolDown).UnixMicro()
+	now := b.now().UnixMicro()
+	b.since.CompareAndSwap(0, now)
+	b.slow.Store(slow)
+	trip := b.failures > 0 && (probe || n >= b.failures)
+	if trip && slow && !probe {
+		trip = now-b.since.Load() >= b.window
+	}
+	if trip {
+		until := now + b.coolDown.Microseconds()
 		if b.openUntil.Swap(until) == 0 {
-			b.log.Warn("store failing: circuit breaker open", "failures", n, "cool_down", b.coolDown, "err", err)
+			b.log.Warn("store failing: circuit breaker open", "failures", n, "slow", slow, "cool_down", b.coolDown, "err", err)
 		}
 	}
 	if probe {

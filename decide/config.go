@@ -10,7 +10,9 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// Fail says how the Service decides while its store fails or is slow.
+// Fail says how the Service decides while its store fails: it refuses or
+// resets connections, errs, or the breaker keeps decisions away from it. A
+// store that is only slow is not failing: see ModeSlow.
 type Fail uint8
 
 const (
@@ -74,18 +76,22 @@ const (
 	ModeOpen
 	// ModeClosed denies: the store failed and Config.Fail is FailClosed.
 	ModeClosed
-	// ModeLocal decides from Config.Local: the store failed and Config.Fail
-	// is FailLocal.
+	// ModeLocal decides from Config.Local: the store failed, or was slow,
+	// and Config.Fail is FailLocal.
 	ModeLocal
+	// ModeSlow denies: the store is alive but did not answer within
+	// Config.StoreTimeout, and Config.Fail is not FailLocal. A slow store
+	// keeps its limits; only a failing one (or the breaker) lifts them.
+	ModeSlow
 
 	// MaxMode is the largest Mode, for loops over every mode.
-	MaxMode = ModeLocal
+	MaxMode = ModeSlow
 )
 
-var modeNames = [...]string{ModeStore: "store", ModeOpen: "fail_open", ModeClosed: "fail_closed", ModeLocal: "local"}
+var modeNames = [...]string{ModeStore: "store", ModeOpen: "fail_open", ModeClosed: "fail_closed", ModeLocal: "local", ModeSlow: "slow"}
 
-// String returns the mode's name: "store", "fail_open", "fail_closed" or
-// "local".
+// String returns the mode's name: "store", "fail_open", "fail_closed",
+// "local" or "slow".
 func (m Mode) String() string {
 	if int(m) < len(modeNames) {
 		return modeNames[m]
@@ -115,10 +121,11 @@ type Config struct {
 	Rules func() *rules.Set
 	// Store keeps the counters. Required.
 	Store sluice.Store
-	// StoreTimeout bounds the store calls of one decision together; a call
-	// that takes longer fails and Fail decides. Default 50ms. Negative
-	// means no timeout beyond the caller's context. A store that is
-	// NonBlocking is called without one.
+	// StoreTimeout bounds the store calls of one decision together; what
+	// the store has not answered by then is denied (ModeSlow), or decided
+	// by Local with FailLocal. Default 50ms. Negative means no timeout
+	// beyond the caller's context. A store that is NonBlocking is called
+	// without one.
 	StoreTimeout time.Duration
 	// Fail says how to decide while the store fails. Default FailOpen.
 	Fail Fail
@@ -130,6 +137,11 @@ type Config struct {
 	// by Fail alone. Default 5. Negative disables the breaker: every
 	// decision calls the store.
 	BreakerFailures int
+	// BreakerWindow is how long store calls that time out must go on
+	// failing, with no success among them, before they open the breaker
+	// too: a store slower than StoreTimeout for less than this is slow
+	// (its decisions denied), not down. Default 2s.
+	BreakerWindow time.Duration
 	// BreakerCoolDown is how long the Service leaves the store alone once
 	// the breaker opens; then one decision probes the store and, if it
 	// succeeds, decisions go back to the store. Default 1s.
@@ -187,6 +199,7 @@ func DefaultConfig() Config {
 		StoreTimeout:    50 * time.Millisecond, // a Redis round trip is ~0.1-1ms
 		Fail:            FailOpen,              // a store outage lifts the limits, not the service
 		BreakerFailures: 5,                     // in a row
+		BreakerWindow:   2 * time.Second,       // longer than a fork's or a busy host's stall
 		BreakerCoolDown: time.Second,           // then one probe
 		Logger:          slog.Default(),
 		Now:             time.Now,
@@ -210,8 +223,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("decide: unknown fail mode %d", c.Fail)
 	case c.Fail == FailLocal && c.Local == nil:
 		return c, errors.New("decide: fail mode local needs a local store")
-	case c.BreakerCoolDown < 0:
-		return c, fmt.Errorf("decide: BreakerCoolDown must not be negative, got %v", c.BreakerCoolDown)
+	case c.BreakerCoolDown < 0 || c.BreakerWindow < 0:
+		return c, fmt.Errorf("decide: BreakerCoolDown %v and BreakerWindow %v must not be negative", c.BreakerCoolDown, c.BreakerWindow)
 	case c.Lease < 0 || c.HoldLease < 0:
 		return c, fmt.Errorf("decide: Lease %v and HoldLease %v must not be negative", c.Lease, c.HoldLease)
 	case c.MaxDescriptors < 0 || c.MaxEntries < 0 || c.MaxValueBytes < 0 || c.DigestAbove < 0:
@@ -225,6 +238,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BreakerFailures == 0 {
 		c.BreakerFailures = def.BreakerFailures
+	}
+	if c.BreakerWindow == 0 {
+		c.BreakerWindow = def.BreakerWindow
 	}
 	if c.BreakerCoolDown == 0 {
 		c.BreakerCoolDown = def.BreakerCoolDown

@@ -12,8 +12,9 @@ import (
 // TestZeroConfig checks that zero fields mean their defaults: a store that
 // hangs is left after the default StoreTimeout (before, zero meant no
 // timeout and the decision hung with the store), and the breaker opens
-// after the default BreakerFailures (before, zero disabled it); and that
-// the negative values disable them.
+// after the default BreakerFailures (before, zero disabled it) once they
+// span the default BreakerWindow; and that the negative values disable
+// them.
 func TestZeroConfig(t *testing.T) {
 	t.Parallel()
 	def := decide.DefaultConfig()
@@ -61,11 +62,14 @@ func TestZeroConfig(t *testing.T) {
 				}()
 				select {
 				case resp := <-done:
-					if resp == nil || resp.Mode != decide.ModeOpen {
-						t.Fatalf("decision %d: %+v, want one in fail_open", i, resp)
+					if resp == nil || resp.Mode == decide.ModeStore {
+						t.Fatalf("decision %d: %+v, want one not by the store", i, resp)
 					}
 				case <-time.After(10 * time.Second):
 					t.Fatalf("decision %d still waiting on a hung store after 10s", i)
+				}
+				if i == 0 {
+					clk.Advance(def.BreakerWindow) // the next failures span it
 				}
 			}
 			if got := fake.calls.Load(); got != tt.calls {
@@ -89,6 +93,7 @@ func TestConfigErrors(t *testing.T) {
 		{Store: mem, Fail: decide.FailLocal},
 		{Store: mem, Fail: decide.FailLocal + 1},
 		{Store: mem, BreakerCoolDown: -1},
+		{Store: mem, BreakerWindow: -1},
 		{Store: mem, MaxDescriptors: -1},
 		{Store: mem, MaxEntries: -1},
 		{Store: mem, MaxValueBytes: -1},

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -57,6 +58,7 @@ type Service struct {
 	br           breaker
 	batches      sync.Pool // *batch
 	fallbackMode Mode
+	fallbacks    fallbacks
 	ready        func() bool // the store's Ready, or nil
 	caps         caps
 	slots        Slots
@@ -93,6 +95,7 @@ func New(cfg Config) (*Service, error) {
 		envoyKeys:    cfg.EnvoyKeys,
 		br: breaker{
 			failures: int64(max(cfg.BreakerFailures, 0)),
+			window:   cfg.BreakerWindow.Microseconds(),
 			coolDown: cfg.BreakerCoolDown,
 			now:      cfg.Now,
 			log:      cfg.Logger,
@@ -111,12 +114,15 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Mode returns where decisions come from now: ModeStore, or the fail mode's
+// Mode returns where decisions come from now: ModeStore; the fail mode's
 // Mode while the circuit breaker keeps decisions away from the store or the
-// store is not Ready.
+// store is not Ready; ModeSlow while the store's last calls timed out.
 func (s *Service) Mode() Mode {
-	if s.br.open() || (s.ready != nil && !s.ready()) {
+	switch {
+	case s.br.open() || (s.ready != nil && !s.ready()):
 		return s.fallbackMode
+	case s.br.slowNow():
+		return ModeSlow
 	}
 	return ModeStore
 }
@@ -186,6 +192,15 @@ type responseOne struct {
 // circuit breaker for other requests: check rules with the store's
 // sluice.LimitChecker (rules.WithCheck) so that none is ever in force.
 func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
+	resp, err := s.decide(ctx, r)
+	if err == nil && resp.Mode != ModeStore {
+		s.note(resp.Mode)
+	}
+	return resp, err
+}
+
+// decide is Decide without the accounting.
+func (s *Service) decide(ctx context.Context, r *Request) (*Response, error) {
 	digest, err := s.caps.validate(r)
 	if err != nil {
 		return nil, err
@@ -465,51 +480,77 @@ func replaced(l *rules.Limit, resp *Response) bool {
 	return false
 }
 
-// take decides b.reqs[lo:hi] in one TakeAll on the store, or by the fail
-// mode when the breaker is open or the store fails, and writes the
-// statuses of their descriptors. ctx is the caller's context, tctx the
-// one bounded by the store timeout. A store error that wraps
-// sluice.ErrLimit concerns these requests only: the fail mode decides
-// them, and the breaker does not count it.
+// take decides b.reqs[lo:hi] in one TakeAll on the store, or, when the
+// store does not decide them, as fallback says, and writes the statuses of
+// their descriptors. ctx is the caller's context, tctx the one bounded by
+// the store timeout.
 func (s *Service) take(ctx, tctx context.Context, resp *Response, b *batch, lo, hi int, shadow bool) {
 	reqs, ds := b.reqs[lo:hi], b.ds[lo:hi]
-	if s.fromStore(ctx, tctx, reqs, ds) {
+	o := s.fromStore(ctx, tctx, reqs, ds)
+	if o != decided {
+		o = s.fallback(ctx, resp, reqs, ds, o)
+	}
+	switch {
+	case o == decided:
 		s.settle(resp, b, lo, hi)
-		return
+	case o == denied && !shadow:
+		s.deny(resp, b, lo, hi)
+	}
+	// Admitted, and a shadow descriptor that cannot be decided: OK with no
+	// limit, as the statuses already say.
+}
+
+// outcome is how the requests of one store call were decided.
+type outcome uint8
+
+const (
+	decided  outcome = iota // by the store, or the local store: their decisions are in ds
+	failed                  // the store failed, refused a limit, or the breaker kept it away
+	slow                    // the store did not answer within the store timeout
+	denied                  // by the fallback: denied
+	admitted                // by the fallback: admitted
+)
+
+// fallback decides reqs that the store did not (o is failed or slow),
+// notes the mode in resp, and returns decided (by the local store, into
+// ds), denied or admitted. A store that is slow but alive keeps its limits:
+// what it did not answer in time is denied, or decided by the local store
+// with FailLocal. A failing store, and one the breaker keeps away, is
+// decided by the fail mode.
+func (s *Service) fallback(ctx context.Context, resp *Response, reqs []sluice.Request, ds []sluice.Decision, o outcome) outcome {
+	if o == slow && s.fail != FailLocal {
+		resp.Mode = ModeSlow
+		return denied
 	}
 	resp.Mode = s.fallbackMode
 	switch s.fail {
 	case FailLocal:
 		err := s.local.TakeAll(ctx, reqs, ds)
 		if err == nil {
-			s.settle(resp, b, lo, hi)
-			return
+			return decided
 		}
 		s.log.Debug("local store failed", "err", err)
 	case FailClosed:
-		if !shadow {
-			s.deny(resp, b, lo, hi)
-		}
+		return denied
 	}
-	// FailOpen, and a shadow descriptor that cannot be decided: OK with no
-	// limit, as the statuses already say.
+	return admitted
 }
 
 // fromStore takes reqs from the store in one TakeAll into ds, when the
-// circuit breaker lets it, and reports whether the store decided them;
-// false leaves them to the fail mode. It tells the breaker how the call
-// went: a store error that wraps sluice.ErrLimit, or the caller giving up
-// (ctx), is not counted as the store failing.
-func (s *Service) fromStore(ctx, tctx context.Context, reqs []sluice.Request, ds []sluice.Decision) bool {
+// circuit breaker lets it, and returns decided, slow (the store timeout
+// passed first) or failed. It tells the breaker how the call went: a store
+// error that wraps sluice.ErrLimit, or the caller giving up (ctx), is not
+// counted against the store.
+func (s *Service) fromStore(ctx, tctx context.Context, reqs []sluice.Request, ds []sluice.Decision) outcome {
 	ok, probe := s.br.allow()
 	if !ok {
-		return false
+		return failed
 	}
 	err := s.store.TakeAll(tctx, reqs, ds)
 	switch {
 	case err == nil:
 		s.br.success(probe)
-		return true
+		return decided
 	case ctx.Err() != nil: // the caller gave up: not the store's fault
 		s.br.cancel(probe)
 	case errors.Is(err, sluice.ErrLimit):
@@ -517,11 +558,26 @@ func (s *Service) fromStore(ctx, tctx context.Context, reqs []sluice.Request, ds
 		// store is fine, and other requests must not lose it.
 		s.br.cancel(probe)
 		s.log.Debug("store refused a limit", "err", err, "fail", s.fail)
+	case timedOut(tctx, err): // the store timeout passed: slow, not down
+		s.br.failure(probe, err, true)
+		s.log.Debug("store slow", "err", err, "timeout", s.timeout)
+		return slow
 	default:
-		s.br.failure(probe, err)
+		s.br.failure(probe, err, false)
 		s.log.Debug("store failed", "err", err, "fail", s.fail)
 	}
-	return false
+	return failed
+}
+
+// timedOut reports whether err ended a store call bounded by tctx because
+// its time was up: tctx's deadline passed, or the store reports a timeout
+// of its own (which may come a moment before tctx's timer fires).
+func timedOut(tctx context.Context, err error) bool {
+	if tctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // settle writes the statuses of the descriptors of b.reqs[lo:hi] from
@@ -575,8 +631,8 @@ func (st *Status) decide(l *rules.Limit, d sluice.Decision) {
 }
 
 // deny writes OverLimit statuses for the descriptors of b.reqs[lo:hi], as
-// fail mode closed decides: each reports its first limit, nothing
-// remaining, and the breaker's cool-down as the time to retry.
+// fallback denies them: each reports its first limit, nothing remaining,
+// and the breaker's cool-down as the time to retry.
 func (s *Service) deny(resp *Response, b *batch, lo, hi int) {
 	for k := lo; k < hi; k = b.span[b.refs[k].desc].hi {
 		st := &resp.Statuses[b.refs[k].desc]

@@ -84,22 +84,19 @@ func elasticStatus(st *Status, l *rules.Limit, d sluice.Decision) {
 	st.decide(l, d)
 }
 
-// takeOne takes one request from the store, or decides it by the fail
-// mode when the store fails (open: allowed; closed: denied until the
-// breaker's cool-down; local: from the local store), noting the mode in
-// resp.
+// takeOne takes one request from the store, or decides it as fallback
+// says when the store does not (denied: until the breaker's cool-down),
+// noting the mode in resp.
 func (s *Service) takeOne(ctx, tctx context.Context, resp *Response, req sluice.Request) sluice.Decision {
 	reqs, ds := []sluice.Request{req}, make([]sluice.Decision, 1)
-	if s.fromStore(ctx, tctx, reqs, ds) {
-		return ds[0]
+	o := s.fromStore(ctx, tctx, reqs, ds)
+	if o != decided {
+		o = s.fallback(ctx, resp, reqs, ds, o)
 	}
-	resp.Mode = s.fallbackMode
-	switch s.fail {
-	case FailLocal:
-		if err := s.local.TakeAll(ctx, reqs, ds); err == nil {
-			return ds[0]
-		}
-	case FailClosed:
+	switch o {
+	case decided:
+		return ds[0]
+	case denied:
 		return sluice.Decision{Limit: req.Limit.Capacity(), ResetAfter: s.coolDown, RetryAfter: s.coolDown}
 	}
 	return sluice.Decision{Allowed: true, Limit: req.Limit.Capacity(), Remaining: req.Limit.Capacity()}

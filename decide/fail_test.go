@@ -3,12 +3,16 @@ package decide_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/rules"
 )
 
 const oneLimit = `
@@ -44,15 +48,18 @@ func TestFailModes(t *testing.T) {
 		name  string
 		fail  decide.Fail
 		store func(t *testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error
-		// want: the overall codes of two requests in a row, and the mode.
+		// want: the overall codes of two requests in a row, the mode they
+		// are decided in, and the Service's Mode after.
 		want [2]decide.Code
 		mode decide.Mode
+		now  decide.Mode
 	}{
-		{name: "open, timeout", fail: decide.FailOpen, store: hang, want: [2]decide.Code{decide.OK, decide.OK}, mode: decide.ModeOpen},
+		// A store that times out is slow, not down: its limits hold.
+		{name: "open, timeout", fail: decide.FailOpen, store: hang, want: [2]decide.Code{decide.OverLimit, decide.OverLimit}, mode: decide.ModeSlow, now: decide.ModeSlow},
 		{name: "open, error", fail: decide.FailOpen, store: func(*testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error { return refuse }, want: [2]decide.Code{decide.OK, decide.OK}, mode: decide.ModeOpen},
-		{name: "closed, timeout", fail: decide.FailClosed, store: hang, want: [2]decide.Code{decide.OverLimit, decide.OverLimit}, mode: decide.ModeClosed},
+		{name: "closed, timeout", fail: decide.FailClosed, store: hang, want: [2]decide.Code{decide.OverLimit, decide.OverLimit}, mode: decide.ModeSlow, now: decide.ModeSlow},
 		{name: "closed, error", fail: decide.FailClosed, store: func(*testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error { return refuse }, want: [2]decide.Code{decide.OverLimit, decide.OverLimit}, mode: decide.ModeClosed},
-		{name: "local, timeout", fail: decide.FailLocal, store: hang, want: [2]decide.Code{decide.OK, decide.OverLimit}, mode: decide.ModeLocal},
+		{name: "local, timeout", fail: decide.FailLocal, store: hang, want: [2]decide.Code{decide.OK, decide.OverLimit}, mode: decide.ModeLocal, now: decide.ModeSlow},
 		{name: "local, error", fail: decide.FailLocal, store: func(*testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error { return refuse }, want: [2]decide.Code{decide.OK, decide.OverLimit}, mode: decide.ModeLocal},
 	}
 	for _, tt := range tests {
@@ -76,16 +83,16 @@ func TestFailModes(t *testing.T) {
 					t.Errorf("request %d: shadow descriptor %v, want OK", i, sh.Code)
 				}
 				st := resp.Statuses[0]
-				switch tt.fail {
-				case decide.FailOpen:
+				switch tt.mode {
+				case decide.ModeOpen:
 					if st.Limit != nil {
 						t.Errorf("request %d: fail open reports limit %v, want none", i, st.Limit)
 					}
-				case decide.FailClosed:
+				case decide.ModeClosed, decide.ModeSlow:
 					if st.Limit == nil || st.Decision.RetryAfter != cfg.BreakerCoolDown || st.Decision.Remaining != 0 {
-						t.Errorf("request %d: fail closed status %+v, want the limit, nothing remaining, retry after the cool-down", i, st)
+						t.Errorf("request %d: %v status %+v, want the limit, nothing remaining, retry after the cool-down", i, tt.mode, st)
 					}
-				case decide.FailLocal:
+				case decide.ModeLocal:
 					if st.Limit == nil || st.Decision.Limit != 1 {
 						t.Errorf("request %d: local status %+v, want the limit of 1", i, st)
 					}
@@ -95,8 +102,8 @@ func TestFailModes(t *testing.T) {
 			if got := fake.calls.Load(); got != 4 {
 				t.Errorf("store called %d times, want 4", got)
 			}
-			if s.Mode() != decide.ModeStore {
-				t.Errorf("Mode() = %v without a breaker, want store", s.Mode())
+			if s.Mode() != tt.now {
+				t.Errorf("Mode() = %v without a breaker, want %v", s.Mode(), tt.now)
 			}
 		})
 	}
@@ -204,7 +211,9 @@ func TestBreakerIgnoresCallerCancel(t *testing.T) {
 }
 
 // TestDecideConcurrentOutage decides from many goroutines while the store
-// hangs: every decision returns, in the fail mode, and the breaker opens.
+// hangs: every decision returns, denied as the store is slow; once the hang
+// has lasted the breaker's window, the breaker opens and the fail mode
+// decides.
 func TestDecideConcurrentOutage(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
@@ -213,32 +222,47 @@ func TestDecideConcurrentOutage(t *testing.T) {
 	cfg.Store, cfg.StoreTimeout, cfg.BreakerFailures = fake, 5*time.Millisecond, 4
 	s := newService(t, loadRules(t, oneLimit), clk, cfg)
 	const workers, each = 8, 10
-	errs := make(chan error, workers)
-	for w := range workers {
-		go func() {
-			for range each {
-				resp, err := s.Decide(context.Background(), req("api", []string{"user", string(rune('a' + w))}))
-				if err == nil && (resp.Overall != decide.OK || resp.Mode != decide.ModeOpen) {
-					err = errors.New("decision not made in fail_open")
+	round := func(code decide.Code, mode decide.Mode) {
+		t.Helper()
+		errs := make(chan error, workers)
+		for w := range workers {
+			go func() {
+				for range each {
+					resp, err := s.Decide(context.Background(), req("api", []string{"user", string(rune('a' + w))}))
+					if err == nil && (resp.Overall != code || resp.Mode != mode) {
+						err = fmt.Errorf("decision %v in mode %v, want %v in %v", resp.Overall, resp.Mode, code, mode)
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
 				}
-				if err != nil {
-					errs <- err
-					return
-				}
+				errs <- nil
+			}()
+		}
+		for range workers {
+			if err := <-errs; err != nil {
+				t.Error(err)
 			}
-			errs <- nil
-		}()
-	}
-	for range workers {
-		if err := <-errs; err != nil {
-			t.Error(err)
 		}
 	}
+	round(decide.OverLimit, decide.ModeSlow)
+	if s.Mode() != decide.ModeSlow {
+		t.Errorf("Mode() = %v, want slow", s.Mode())
+	}
+	if n := fake.calls.Load(); n != workers*each {
+		t.Errorf("the store saw %d calls, want all %d: the breaker opened before its window", n, workers*each)
+	}
+	clk.Advance(cfg.BreakerWindow)
+	if resp := decideOK(t, s, req("api", []string{"user", "z"})); resp.Mode != decide.ModeSlow {
+		t.Errorf("the call that opens the breaker decided in mode %v, want slow", resp.Mode)
+	}
+	round(decide.OK, decide.ModeOpen)
 	if s.Mode() != decide.ModeOpen {
 		t.Errorf("Mode() = %v, want fail_open", s.Mode())
 	}
-	if n := fake.calls.Load(); n >= workers*each {
-		t.Errorf("the store saw all %d calls: the breaker never opened", n)
+	if n := fake.calls.Load(); n != workers*each+1 {
+		t.Errorf("the store saw %d calls, want %d: the breaker did not open", n, workers*each+1)
 	}
 }
 
@@ -341,5 +365,45 @@ func TestReadyStore(t *testing.T) {
 	}
 	if resp := decideOK(t, s, req("api", []string{"user", "alice"})); resp.Mode != decide.ModeStore {
 		t.Errorf("decided in mode %v, want store", resp.Mode)
+	}
+}
+
+// TestFailDecisions checks that decisions the store did not make are
+// counted by mode, and said at Warn level at once and then at most once a
+// minute, with the counts since the last line.
+func TestFailDecisions(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	var logs strings.Builder
+	cfg := decide.DefaultConfig()
+	cfg.Rules = func() *rules.Set { return loadRules(t, oneLimit) }
+	cfg.Store = &fakeStore{takeAll: refuse}
+	cfg.BreakerFailures = -1
+	cfg.Now = clk.Now
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	s, err := decide.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		decideOK(t, s, req("api", []string{"user", "alice"}))
+	}
+	clk.Advance(time.Minute)
+	decideOK(t, s, req("api", []string{"user", "alice"}))
+	if got := s.FailDecisions(); got[decide.ModeOpen] != 4 || got[decide.ModeStore] != 0 {
+		t.Errorf("FailDecisions() = %v, want 4 in fail_open", got)
+	}
+	want := `level=WARN msg="decided without the store; fail open admitted requests without their limits" fail_open=1 mode=store
+level=WARN msg="decided without the store; fail open admitted requests without their limits" fail_open=3 since=1m0s mode=store
+`
+	if logs.String() != want {
+		t.Errorf("logged\n%s\nwant\n%s", logs.String(), want)
 	}
 }

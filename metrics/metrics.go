@@ -65,7 +65,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		failDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fail_mode_decisions_total",
-			Help: "Requests decided by the fail mode (fail_open, fail_closed, local) because the store failed, timed out or was left alone by the circuit breaker.",
+			Help: "Requests the store did not decide, by mode: fail_open, fail_closed or local because the store failed or the circuit breaker kept it away; slow (denied) or local because it did not answer within the store timeout.",
 		}, []string{"mode"}),
 		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_store_duration_seconds",
@@ -197,7 +197,7 @@ type modeCollector struct {
 
 func newModeCollector() *modeCollector {
 	return &modeCollector{desc: prometheus.NewDesc("sluice_mode",
-		"Where decisions come from: 1 for the mode in force (store, fail_open, fail_closed, local), 0 for the others.",
+		"Where decisions come from: 1 for the mode in force (store, fail_open, fail_closed, local, slow), 0 for the others.",
 		[]string{"mode"}, nil)}
 }
 

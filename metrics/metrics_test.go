@@ -138,11 +138,12 @@ sluice_unknown_domain_requests_total 1
 # HELP sluice_invalid_requests_total Requests rejected as invalid: no domain, no descriptors, an entry without a key.
 # TYPE sluice_invalid_requests_total counter
 sluice_invalid_requests_total 1
-# HELP sluice_mode Where decisions come from: 1 for the mode in force (store, fail_open, fail_closed, local), 0 for the others.
+# HELP sluice_mode Where decisions come from: 1 for the mode in force (store, fail_open, fail_closed, local, slow), 0 for the others.
 # TYPE sluice_mode gauge
 sluice_mode{mode="fail_closed"} 0
 sluice_mode{mode="fail_open"} 0
 sluice_mode{mode="local"} 0
+sluice_mode{mode="slow"} 0
 sluice_mode{mode="store"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
@@ -197,9 +198,12 @@ func TestStoreFailures(t *testing.T) {
 		fail   decide.Fail
 		reason string
 		mode   string
+		calls  float64 // that reach the store
 	}{
-		{name: "timeout, fail open", err: context.DeadlineExceeded, fail: decide.FailOpen, reason: "timeout", mode: "fail_open"},
-		{name: "refused, fail closed", err: errors.New("connection refused"), fail: decide.FailClosed, reason: "error", mode: "fail_closed"},
+		// A timeout is a slow store, not a failing one: the breaker waits
+		// for its window, and the limits hold.
+		{name: "timeout, fail open", err: context.DeadlineExceeded, fail: decide.FailOpen, reason: "timeout", mode: "slow", calls: 3},
+		{name: "refused, fail closed", err: errors.New("connection refused"), fail: decide.FailClosed, reason: "error", mode: "fail_closed", calls: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,7 +216,8 @@ func TestStoreFailures(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// Two calls failed, then the breaker kept the third from the store.
+			// Refused: two calls failed, then the breaker kept the third from
+			// the store.
 			got, err := reg.Gather()
 			if err != nil {
 				t.Fatal(err)
@@ -220,7 +225,7 @@ func TestStoreFailures(t *testing.T) {
 			for _, reason := range []string{"timeout", "error"} {
 				want := 0.0
 				if reason == tt.reason {
-					want = 2
+					want = tt.calls
 				}
 				if v := value(got, "sluice_store_errors_total", "reason", reason); v != want {
 					t.Errorf("store errors{reason=%q} = %v, want %v", reason, v, want)

@@ -1,0 +1,135 @@
+package decide_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/store/localfirst"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// hotRules is issue 23's hot key: 1,000 an hour, counted exactly or by
+// leases.
+const hotRules = `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+`
+
+// TestSlowStoreKeepsLimit hammers one key of 1,000 an hour with 6,000
+// calls spread over three decision services (three servers) on one real
+// Redis, with the defaults (fail open, a 50ms store timeout), while Redis
+// is paused (CLIENT PAUSE ALL of 500ms, shorter than the breaker's
+// window): Redis is slow, not gone, and the limit holds. Exact
+// mode never admits more than the limit, nor does lease mode.
+func TestSlowStoreKeepsLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses a Redis of its own for seconds")
+	}
+	rs := testenv.StartRedis(t)
+	set := loadRules(t, hotRules)
+	const limit, calls, servers, callers = 1000, 6000, 3, 16
+	const pauseMS = 500 // a quarter of decide's BreakerWindow
+	for _, mode := range []string{"exact", "lease"} {
+		t.Run(mode, func(t *testing.T) {
+			prefix := fmt.Sprintf("sluicetest:%x:", rand.Uint64())
+			var svcs [servers]*decide.Service
+			for i := range svcs {
+				svcs[i] = slowService(t, rs.Addr, prefix, mode, set)
+			}
+			var admitted, denied, next atomic.Int64
+			var pause sync.Once
+			paused := make(chan struct{})
+			modes := make([]atomic.Int64, decide.MaxMode+1)
+			var wg sync.WaitGroup
+			for c := range servers * callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s := svcs[c%servers]
+					for n := next.Add(1); n <= calls; n = next.Add(1) {
+						if n == calls/20 { // the key still has room
+							pause.Do(func() {
+								rs.Do("CLIENT", "PAUSE", strconv.Itoa(pauseMS), "ALL")
+								close(paused)
+							})
+						}
+						resp, err := s.Decide(context.Background(), req("api", []string{"user", "hot"}))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						modes[resp.Mode].Add(1)
+						if resp.Overall == decide.OK {
+							admitted.Add(1)
+						} else {
+							denied.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			<-paused
+			var byMode []string
+			for m := range modes {
+				if n := modes[m].Load(); n > 0 {
+					byMode = append(byMode, fmt.Sprintf("%v %d", decide.Mode(m), n))
+				}
+			}
+			t.Logf("%s: admitted %d of %d calls at a limit of %d (denied %d); by mode: %v",
+				mode, admitted.Load(), calls, limit, denied.Load(), byMode)
+			if admitted.Load() > limit {
+				t.Errorf("%s: admitted %d, more than the limit of %d", mode, admitted.Load(), limit)
+			}
+			if admitted.Load() == 0 {
+				t.Errorf("%s: admitted none", mode)
+			}
+		})
+	}
+}
+
+// slowService returns a decision service with the server's defaults over
+// its own connection to the Redis at addr, counting exactly or by leases.
+func slowService(t *testing.T, addr, prefix, mode string, set *rules.Set) *decide.Service {
+	t.Helper()
+	rc := redis.DefaultConfig()
+	rc.KeyPrefix = prefix
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rst, err := redis.Open(ctx, "redis://"+addr, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rst.Close() })
+	var st sluice.Store = rst
+	if mode == "lease" {
+		lc := localfirst.Config{Sync: localfirst.Lease}
+		lf, err := localfirst.New(rst, lc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lf.Close(context.Background()) })
+		st = lf
+	}
+	cfg := decide.DefaultConfig()
+	cfg.Rules = func() *rules.Set { return set }
+	cfg.Store = st
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	s, err := decide.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
