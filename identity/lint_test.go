@@ -1,7 +1,6 @@
 package identity
 
 import (
-	"os"
 	"strings"
 	"testing"
 )
@@ -70,31 +69,5 @@ func TestShippedIdentitiesLint(t *testing.T) {
 		for _, w := range ws {
 			t.Errorf("%v", w)
 		}
-	}
-}
-
-// TestReadmeIdentity: the identity file shown in the README is valid and
-// gives no warning.
-func TestReadmeIdentity(t *testing.T) {
-	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(readme), "### Identity files")
-	if !ok {
-		t.Fatal("README has no identity files section")
-	}
-	_, rest, ok = strings.Cut(rest, "```yaml\n")
-	doc, _, ok2 := strings.Cut(rest, "```")
-	if !ok || !ok2 {
-		t.Fatal("the identity files section has no yaml block")
-	}
-	_, ws, err := Lint("README.md", []byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range ws {
-		t.Errorf("%v", w)
 	}
 }

@@ -103,7 +103,7 @@ descriptors:
 	}
 }
 
-// TestProtectExample: examples/protect.yaml, the README's example of
+// TestProtectExample: examples/protect.yaml, docs/protecting.md's example of
 // elastic throttling, concurrency limits and priorities, loads as it says.
 func TestProtectExample(t *testing.T) {
 	t.Parallel()

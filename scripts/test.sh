@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of sluice on a fresh Debian machine: installs what the
-# tests need (Redis, nginx, chromium) from Debian's packages when missing, starts a
+# tests need (Redis, nginx, chromium, python3) from Debian's packages when missing, starts a
 # standalone Redis and a Redis Cluster on free loopback ports, runs gofmt,
 # go vet and all tests with the race detector, and stops the servers.
 set -euo pipefail
@@ -15,6 +15,9 @@ command -v redis-cli >/dev/null || need+=(redis-tools)
 command -v nginx >/dev/null || need+=(nginx)
 # Debian's chromium, for the dashboard's browser test (TestDashboardBrowser).
 command -v chromium >/dev/null || need+=(chromium)
+# python3's http.server is the application of the README's recipes, which
+# docs/blocks_test.go runs.
+command -v python3 >/dev/null || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]}"
   # Debian would start the packaged redis-server and nginx, and a package

@@ -209,20 +209,20 @@ func FuzzConfig(f *testing.F) {
 	})
 }
 
-// TestReadmeConfig checks that the README's config file example is one.
+// TestReadmeConfig checks that docs/configuration.md's config file example is one.
 func TestReadmeConfig(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "```yaml\n# sluice.yaml")
 	block, _, ok2 := strings.Cut(rest, "```")
 	if !ok || !ok2 {
-		t.Fatal("README has no ```yaml block starting with # sluice.yaml")
+		t.Fatal("docs/configuration.md has no ```yaml block starting with # sluice.yaml")
 	}
 	fs := serveFlags(t)
-	if err := applyConfig(fs, "README.md", []byte("#"+block)); err != nil {
+	if err := applyConfig(fs, "docs/configuration.md", []byte("#"+block)); err != nil {
 		t.Fatal(err)
 	}
 	if got := flagValue(t, fs, "fail"); got != "local" {

@@ -218,7 +218,7 @@ func TestDashboardBrowser(t *testing.T) {
 	poll("mallory listed first", `(document.querySelector("#top tbody tr.top-row td.client") || {}).textContent === "mallory"`)
 	poll("a chart drawn", `document.querySelectorAll("#rate-chart canvas").length > 0`)
 	if os.Getenv("SLUICE_SCREENSHOT_DIR") != "" {
-		// For the README's picture, a chart of 20 polls.
+		// For docs/observability.md's picture, a chart of 20 polls.
 		poll("20 points plotted", `times.length >= 20`)
 	}
 	if rules := eval(`document.querySelector("#rules tbody").textContent`); !strings.Contains(rules, "api.user") || !strings.Contains(rules, "5/minute fixed_window") {

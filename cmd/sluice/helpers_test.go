@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// exampleRules is the sample rules file the README's first command uses.
+// exampleRules is the sample rules file the README's quickstart uses.
 const exampleRules = "../../examples/rules.yaml"
 
 // logBuffer collects a server's JSON log lines; safe for concurrent use.

@@ -48,9 +48,9 @@ func TestLimited(t *testing.T) {
 	}
 }
 
-// TestREADME: the README's middleware snippet is this file, as it is.
+// TestREADME: the middleware snippet of docs/ways-in.md is this file, as it is.
 func TestREADME(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/ways-in.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +59,6 @@ func TestREADME(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Contains(readme, append(append([]byte("```go\n"), src...), "```\n"...)) {
-		t.Fatal("README.md does not show examples/middleware/main.go as it is, in a ```go block")
+		t.Fatal("docs/ways-in.md does not show examples/middleware/main.go as it is, in a ```go block")
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
-// floodBound is the README's bound: the most times a client over a limit
+// floodBound is docs/stores.md's bound: the most times a client over a limit
 // of its own, which keeps sending, is admitted while a flood inserts
 // flood new keys into its shard, which holds held entries when full: its
 // limit, plus its limit again each time the store forgets it, which takes
