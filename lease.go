@@ -1,5 +1,7 @@
 package sluice
 
+import "time"
+
 // Leases of bucket limits (token_bucket, leaky_bucket, gcra).
 //
 // A lease is a Take of k hits that a store debits at one instant g, the
@@ -70,4 +72,65 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
+}
+
+// ReturnLease gives back hits unused hits of a lease of l to s, the key's
+// state, at now (µs on the store's clock), where giving them back is
+// exact, and returns how many it gave back; grant is the state the lease's
+// grant left. store/redis's lease.lua is this rule in Lua.
+//   - fixed_window, sliding_window: counts add up, so the hits come off
+//     the count of the lease's window as if never taken, while that window
+//     is the key's current one (a sliding_window's also while it is the
+//     previous one, whose count still weighs), never below 0.
+//   - gcra, token_bucket, leaky_bucket: only while nothing was admitted on
+//     the key since the grant (s is grant, drained since), and only the
+//     whole slots of the unused hits still ahead of now (see the leases of
+//     bucket limits above): after anything else, later hits may be due in
+//     those slots.
+//
+// It gives nothing back for a sliding_log, an invalid limit or hits <= 0.
+func (l Limit) ReturnLease(s *State, grant State, hits, now int64) int64 {
+	p := int64(l.Period / time.Microsecond)
+	if hits <= 0 || l.Validate() != nil {
+		return 0
+	}
+	hits = min(hits, l.Capacity()) // no lease is larger
+	switch l.Algorithm {
+	case FixedWindow, SlidingWindow:
+		cur := windowStart(now, p, s.t)
+		sliding := l.Algorithm == SlidingWindow
+		var from *int64
+		switch {
+		case s.t == grant.t && (cur == grant.t || sliding && cur == grant.t+p):
+			from = &s.n // the lease's window is the key's latest
+		case sliding && s.t == grant.t+p && cur == s.t:
+			from = &s.p // it is the previous one
+		default:
+			return 0
+		}
+		back := min(hits, max(*from, 0))
+		*from -= back
+		return back
+	case GCRA: // t is the TAT, Hit the emission interval
+		b, _ := l.Bucket()
+		if s.t != grant.t || s.t <= now {
+			return 0
+		}
+		keep := max(s.t-hits*b.Hit, now)
+		back := (s.t - keep) / b.Hit
+		s.t = keep
+		return back
+	case TokenBucket, LeakyBucket: // n is the level at t, in hit·µs
+		d := s.t - grant.t // the level drained since the grant, and nothing added, or not the grant's
+		if d < 0 || d > grant.n/l.Rate || grant.n-s.n != d*l.Rate {
+			return 0
+		}
+		if now > s.t {
+			s.n, s.t = drain(s.n, now-s.t, l.Rate), now
+		}
+		take := min(hits*p, s.n)
+		s.n -= take
+		return take / p
+	}
+	return 0
 }

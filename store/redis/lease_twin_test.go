@@ -88,6 +88,8 @@ func TestScriptReturnBuckets(t *testing.T) {
 						t.Fatal(err)
 					}
 					got := int64(lua.LVAsNumber(ret))
+					goRule := model.Clone() // sluice's ReturnLease, the rule lease.lua is in Go
+					back := l.ReturnLease(&goRule, g, hits, now)
 					want := int64(0)
 					if lease > 0 {
 						want = wholeSlots(l, grant, hits, now)
@@ -95,8 +97,14 @@ func TestScriptReturnBuckets(t *testing.T) {
 						l.TakeMicros(&model, gat, used)
 						returns++
 					}
-					if got != want {
-						t.Fatalf("return of %d (lease %d, used %d) at %d gave back %d, want %d", hits, lease, used, now, got, want)
+					if got != want || back != want {
+						t.Fatalf("return of %d (lease %d, used %d) at %d gave back %d (sluice.ReturnLease %d), want %d", hits, lease, used, now, got, back, want)
+					}
+					for c := int64(1); c <= l.Capacity(); c += max(l.Capacity()/4, 1) {
+						m, r := model, goRule
+						if dm, dr := l.TakeMicros(&m, now, c), l.TakeMicros(&r, now, c); dm != dr {
+							t.Fatalf("after the return, %d hits: sluice.ReturnLease's state decides %+v, the model %+v", c, dr, dm)
+						}
 					}
 					lease = 0
 				default:
@@ -134,4 +142,86 @@ func wholeSlots(l sluice.Limit, grant sluice.State, hits, now int64) int64 {
 	}
 	level := max(n-max(now-t, 0)*l.Rate, 0) // n is the level at t, in hit·µs
 	return min(hits*p, level) / p
+}
+
+// TestScriptReturnWindows runs lease.lua's returns of window leases
+// (fixed_window, sliding_window) in-process against sluice.ReturnLease:
+// random Takes, returns of grants old and new, and clock steps within and
+// across windows, take.lua and lease.lua on one memRedis; every return
+// gives back what ReturnLease gives back, and the key then decides as the
+// state ReturnLease left.
+func TestScriptReturnWindows(t *testing.T) {
+	t.Parallel()
+	leaseProto, err := compile(leaseSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(6, 9))
+	gave := 0
+	for trial := range 60 {
+		l := sluice.Limit{
+			Algorithm: []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow}[trial%2],
+			Rate:      1 + rng.Int64N(40),
+			Period:    time.Duration(1+rng.Int64N(3000)) * time.Millisecond,
+		}
+		t.Run(fmt.Sprintf("%d/%v", trial, l), func(t *testing.T) {
+			clock := clocktest.New(t0)
+			w := newTwin(t, clock, time.Hour, trial%4 < 2)
+			ctx := context.Background()
+			const key = "{k}"
+			var model sluice.State
+			var grants []sluice.State // states grants left, old and new
+			for range 80 {
+				now := clock.Now().UnixMicro()
+				switch rng.IntN(4) {
+				case 0, 1:
+					cost := 1 + rng.Int64N(max(l.Rate/2, 1))
+					want := l.TakeMicros(&model, now, cost)
+					if d, err := w.Take(ctx, key, l, cost); err != nil || d != want {
+						t.Fatalf("Take(%d) at %d: %+v, %v; want %+v", cost, now, d, err, want)
+					}
+					if want.Allowed {
+						grants = append(grants, model.Clone())
+					}
+				case 2:
+					if len(grants) == 0 {
+						continue
+					}
+					g := grants[rng.IntN(len(grants))]
+					hits := 1 + rng.Int64N(l.Capacity())
+					rec, ok, err := returnRecord(sluice.Request{Key: key, Limit: l, Cost: hits}, g)
+					if err != nil || !ok {
+						t.Fatalf("returnRecord: %v, %v", ok, err)
+					}
+					ret, err := w.vm.evalProto(leaseProto, []string{w.s.name(key, "")}, string(rec), fmt.Sprint(now))
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, want := int64(lua.LVAsNumber(ret)), l.ReturnLease(&model, g, hits, now)
+					if got != want {
+						t.Fatalf("return of %d hits of the grant %v at %d: lease.lua gave back %d, sluice.ReturnLease %d", hits, g, now, got, want)
+					}
+					if got > 0 {
+						gave++
+					}
+				default:
+					clock.Advance(time.Duration(rng.Int64N(l.Period.Microseconds()*3/2+1)) * time.Microsecond)
+				}
+				for c := int64(1); c <= l.Capacity(); c += max(l.Capacity()/4, 1) {
+					m := model
+					want := l.TakeMicros(&m, clock.Now().UnixMicro(), c)
+					var dry [1]sluice.Decision
+					if err := w.group(ctx, []sluice.Request{{Key: key, Limit: l, Cost: c}}, []int{0}, modeDryRun, dry[:]); err != nil {
+						t.Fatal(err)
+					}
+					if dry[0] != want {
+						t.Fatalf("%d hits at %d: %+v, want ReturnLease's state's %+v", c, clock.Now().UnixMicro(), dry[0], want)
+					}
+				}
+			}
+		})
+	}
+	if gave < 60 {
+		t.Fatalf("%d returns gave something back: the test exercises too few", gave)
+	}
 }
