@@ -91,6 +91,9 @@ type Result struct {
 // Domain returns the current version of domain (ErrNotFound for none or
 // a deleted one).
 func (e *Editor) Domain(ctx context.Context, domain string) (Doc, error) {
+	if err := checkDomain(domain); err != nil {
+		return Doc{}, err
+	}
 	st, err := e.c.DB.State(ctx)
 	if err != nil {
 		return Doc{}, err
@@ -128,6 +131,9 @@ type HistoryEntry struct {
 // History returns the versions of domain kept by the database, newest
 // first, each with its diff from the one before.
 func (e *Editor) History(ctx context.Context, domain string) ([]HistoryEntry, error) {
+	if err := checkDomain(domain); err != nil {
+		return nil, err
+	}
 	docs, err := e.c.DB.History(ctx, domain)
 	if err != nil {
 		return nil, err
@@ -169,6 +175,9 @@ func diff(from, to Doc) string {
 // ErrConflict. With dry set nothing is written and Result says what would
 // change.
 func (e *Editor) PutDomain(ctx context.Context, author, domain string, text []byte, ifMatch string, dry bool) (Result, error) {
+	if err := checkDomain(domain); err != nil {
+		return Result{}, err
+	}
 	if err := e.checkDocument(domain, text); err != nil {
 		return Result{}, err
 	}
@@ -205,6 +214,9 @@ func (e *Editor) DeleteDomain(ctx context.Context, author, domain, ifMatch strin
 // Rollback makes version of domain, as it was, the domain's new version,
 // by author (a deleted version deletes the domain).
 func (e *Editor) Rollback(ctx context.Context, author, domain string, version int64, ifMatch string, dry bool) (Result, error) {
+	if err := checkDomain(domain); err != nil {
+		return Result{}, err
+	}
 	hist, err := e.c.DB.History(ctx, domain)
 	if err != nil {
 		return Result{}, err
@@ -222,6 +234,15 @@ func (e *Editor) Rollback(ctx context.Context, author, domain string, version in
 	return e.commitDoc(ctx, author, domain, ifMatch, dry, "rollback", func(cur Doc) (Doc, error) {
 		return Doc{Text: old.Text, Deleted: old.Deleted, Note: note}, nil
 	})
+}
+
+// checkDomain refuses a domain's name outside rules' grammar
+// (rules.CheckDomain) as ErrInvalid, before it reaches the database.
+func checkDomain(domain string) error {
+	if err := rules.CheckDomain(domain); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
 }
 
 // parse reads one submitted document alone, named "request" in errors,
@@ -275,6 +296,11 @@ func (e *Editor) commitDoc(ctx context.Context, author, domain, ifMatch string, 
 			return Result{}, err
 		}
 		cur, found := st.Domain(domain)
+		// A domain stored before its name was refused may still be
+		// deleted, so that the database builds again.
+		if err := checkDomain(domain); err != nil && (what != "delete" || !found || cur.Version == 0) {
+			return Result{}, err
+		}
 		if found && cur.Version == 0 && !cur.Deleted {
 			// A rules file the database does not own (control/filedb).
 			return Result{}, fmt.Errorf("%w: domain %q is %s, a rules file with another name or other domains: change it there, or move it to %s.yaml", ErrInvalid, domain, cur.Note, domain)
@@ -350,6 +376,9 @@ func (e *Editor) Overrides(ctx context.Context) ([]OverrideRecord, error) {
 
 // Override returns the override of entries in domain.
 func (e *Editor) Override(ctx context.Context, domain string, entries []rules.Entry) (OverrideRecord, error) {
+	if err := checkDomain(domain); err != nil {
+		return OverrideRecord{}, err
+	}
 	st, err := e.c.DB.State(ctx)
 	if err != nil {
 		return OverrideRecord{}, err
@@ -367,6 +396,9 @@ func (e *Editor) Override(ctx context.Context, domain string, entries []rules.En
 // descriptor. It must be for a descriptor a rule with limits matches, its
 // limits valid, its expiry (if any) in the future.
 func (e *Editor) SetOverride(ctx context.Context, author string, o rules.Override, dry bool) (OverrideRecord, error) {
+	if err := checkDomain(o.Domain); err != nil {
+		return OverrideRecord{}, err
+	}
 	now := e.c.Now()
 	if !o.Expires.IsZero() && !o.Expires.After(now) {
 		return OverrideRecord{}, fmt.Errorf("%w: expires %s is not in the future", ErrInvalid, o.Expires.Format(time.RFC3339))
@@ -433,6 +465,9 @@ func (e *Editor) SetOverride(ctx context.Context, author string, o rules.Overrid
 // and returns it. With dry set nothing is written: it returns the override
 // that would be deleted.
 func (e *Editor) DeleteOverride(ctx context.Context, author, domain string, entries []rules.Entry, dry bool) (OverrideRecord, error) {
+	if err := checkDomain(domain); err != nil {
+		return OverrideRecord{}, err
+	}
 	key := OverrideKey(domain, entries)
 	for range commitAttempts {
 		st, err := e.c.DB.State(ctx)

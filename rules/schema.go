@@ -306,8 +306,8 @@ func (c *checker) domain(ds *DomainSpec, where string) *parsedDomain {
 	if path == "" {
 		path = where
 	}
-	if ds.Domain == "" && !c.bad(ds, "domain") {
-		c.errorf(c.line(ds, "domain"), path, "domain: must not be empty")
+	if err := CheckDomain(ds.Domain); err != nil && !c.bad(ds, "domain") {
+		c.errorf(c.line(ds, "domain"), path, "%v", err)
 	}
 	p.rules = c.descriptors(ds.Descriptors, p, nil, path)
 	c.pool(ds, p, path)

@@ -185,8 +185,22 @@ func (db *DB) readMeta() (*meta, error) {
 	return m, nil
 }
 
-// file is the file the admin API keeps domain in.
-func (db *DB) file(domain string) string { return filepath.Join(db.dir, domain+".yaml") }
+// file is the file the admin API keeps domain in: DIR/DOMAIN.yaml.
+func (db *DB) file(domain string) (string, error) { return inside(db.dir, domain, ".yaml") }
+
+// inside returns dir/name+ext for a domain's name, refusing one outside
+// rules' grammar (rules.CheckDomain) and, whatever the grammar lets
+// through, a path that is not a file of dir itself.
+func inside(dir, name, ext string) (string, error) {
+	if err := rules.CheckDomain(name); err != nil {
+		return "", fmt.Errorf("%w: %w", control.ErrInvalid, err)
+	}
+	p := filepath.Join(dir, name+ext)
+	if filepath.Dir(p) != filepath.Clean(dir) || filepath.Base(p) != name+ext {
+		return "", fmt.Errorf("%w: domain %q: not a file name of its own", control.ErrInvalid, name)
+	}
+	return p, nil
+}
 
 // State reads every rules file of the directory: a file DOMAIN.yaml
 // holding that one domain is the domain's current version (one more than
@@ -279,15 +293,21 @@ func (db *DB) Generation(context.Context) (int64, error) {
 	return m.Generation, nil
 }
 
-func (db *DB) historyFile(domain string) string {
-	return filepath.Join(db.dir, metaDir, "history", domain+".json")
+// historyFile is the file of domain's versions:
+// DIR/.sluice-admin/history/DOMAIN.json.
+func (db *DB) historyFile(domain string) (string, error) {
+	return inside(filepath.Join(db.dir, metaDir, "history"), domain, ".json")
 }
 
 // History returns the versions of domain the admin API wrote, oldest
 // first.
 func (db *DB) History(_ context.Context, domain string) ([]control.Doc, error) {
+	hf, err := db.historyFile(domain)
+	if err != nil {
+		return nil, err
+	}
 	var docs []control.Doc
-	if err := readCapped(db.historyFile(domain), &docs); err != nil {
+	if err := readCapped(hf, &docs); err != nil {
 		return nil, unavailable(err)
 	}
 	return docs, nil
@@ -341,8 +361,16 @@ func (db *DB) commitDoc(m *meta, d control.Doc) error {
 	if cur, ok := st.Domain(d.Domain); ok && cur.Version == 0 && !cur.Deleted {
 		return fmt.Errorf("%w: domain %q is in a rules file with another name or other domains: the admin API writes only %s.yaml", control.ErrInvalid, d.Domain, d.Domain)
 	}
+	hf, err := db.historyFile(d.Domain)
+	if err != nil {
+		return err
+	}
+	file, err := db.file(d.Domain)
+	if err != nil {
+		return err
+	}
 	var hist []control.Doc
-	if err := readCapped(db.historyFile(d.Domain), &hist); err != nil {
+	if err := readCapped(hf, &hist); err != nil {
 		return unavailable(err)
 	}
 	hist = append(hist, d)
@@ -353,14 +381,14 @@ func (db *DB) commitDoc(m *meta, d control.Doc) error {
 	if err != nil {
 		return err
 	}
-	if err := control.WriteFileAtomic(db.historyFile(d.Domain), hb, 0o600); err != nil {
+	if err := control.WriteFileAtomic(hf, hb, 0o600); err != nil {
 		return unavailable(err)
 	}
 	if d.Deleted {
-		if err := os.Remove(db.file(d.Domain)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(file); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return unavailable(err)
 		}
-	} else if err := control.WriteFileAtomic(db.file(d.Domain), []byte(d.Text), 0o644); err != nil {
+	} else if err := control.WriteFileAtomic(file, []byte(d.Text), 0o644); err != nil {
 		return unavailable(err)
 	}
 	rec := d

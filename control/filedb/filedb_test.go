@@ -243,3 +243,36 @@ func TestOverrideRefused(t *testing.T) {
 		t.Fatalf("overrides.json after a refusal: %v", err)
 	}
 }
+
+// TestPathsInside: whatever a caller asks of the DB itself, a domain's
+// name never makes a path outside the rules directory: a change or a
+// history read of a name outside rules' grammar is refused as
+// ErrInvalid, and nothing is written.
+func TestPathsInside(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "rules")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	db, err := filedb.Open(dir, rules.Loader{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"../x", "..", ".", "a/b", "/etc/x", ".sluice-admin", ""} {
+		if _, err := db.History(ctx, name); !errors.Is(err, control.ErrInvalid) {
+			t.Errorf("History(%q): %v", name, err)
+		}
+		d := control.Doc{Domain: name, Version: 1, Text: "domain: x\n"}
+		if _, err := db.Commit(ctx, 0, control.Change{Doc: &d}); !errors.Is(err, control.ErrInvalid) {
+			t.Errorf("Commit of %q: %v", name, err)
+		}
+	}
+	ents, _ := os.ReadDir(root)
+	if len(ents) != 1 {
+		t.Fatalf("the root holds %d entries", len(ents))
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) > 1 {
+		t.Fatalf("the rules directory holds %v", ents)
+	}
+}
