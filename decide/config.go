@@ -153,6 +153,16 @@ type Config struct {
 	// own clocks.
 	Now func() time.Time
 
+	// Shadow puts every limit in shadow mode, as Envoy's SHADOW_MODE does:
+	// decided and counted, never enforced. A descriptor over its limit is
+	// answered OK with Status.ShadowOverLimit, and so is the request.
+	// Default false.
+	Shadow bool
+	// Observers are told of every decision, in this order, after it is
+	// made and before Decide returns (see Observer, Starter). Default
+	// none.
+	Observers []Observer
+
 	// Slots keeps the requests in flight of concurrency limits. Default: a
 	// slots.Memory of slots.DefaultConfig on Now's clock, which is exact on
 	// one node; give store/redis's Slots to count across nodes.

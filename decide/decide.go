@@ -59,6 +59,9 @@ type Service struct {
 	batches      sync.Pool // *batch
 	fallbackMode Mode
 	fallbacks    fallbacks
+	shadow       bool        // Config.Shadow
+	observers    []Observer  // Config.Observers
+	starters     []Starter   // those of them that are Starters
 	ready        func() bool // the store's Ready, or nil
 	caps         caps
 	slots        Slots
@@ -93,6 +96,7 @@ func New(cfg Config) (*Service, error) {
 		fallbackMode: cfg.Fail.fallback(),
 		caps:         caps{descriptors: cfg.MaxDescriptors, entries: cfg.MaxEntries, value: cfg.MaxValueBytes, digest: cfg.DigestAbove},
 		envoyKeys:    cfg.EnvoyKeys,
+		shadow:       cfg.Shadow,
 		br: breaker{
 			failures: int64(max(cfg.BreakerFailures, 0)),
 			window:   cfg.BreakerWindow.Microseconds(),
@@ -100,6 +104,12 @@ func New(cfg Config) (*Service, error) {
 			now:      cfg.Now,
 			log:      cfg.Logger,
 		},
+	}
+	s.observers = cfg.Observers
+	for _, o := range cfg.Observers {
+		if st, ok := o.(Starter); ok {
+			s.starters = append(s.starters, st)
+		}
 	}
 	if err := s.initSlots(cfg); err != nil {
 		return nil, err
@@ -192,14 +202,26 @@ type responseOne struct {
 // circuit breaker for other requests: check rules with the store's
 // sluice.LimitChecker (rules.WithCheck) so that none is ever in force.
 func (s *Service) Decide(ctx context.Context, r *Request) (*Response, error) {
+	for _, st := range s.starters {
+		ctx = st.Start(ctx, r)
+	}
 	resp, err := s.decide(ctx, r)
-	if err == nil && resp.Mode != ModeStore {
-		s.note(resp.Mode)
+	if err == nil {
+		if s.shadow {
+			shadowAll(resp)
+		}
+		if resp.Mode != ModeStore {
+			s.note(resp.Mode)
+		}
+	}
+	for _, o := range s.observers {
+		o.Observe(ctx, r, resp, err)
 	}
 	return resp, err
 }
 
-// decide is Decide without the accounting.
+// decide is Decide without the observers, the global shadow mode and the
+// accounting.
 func (s *Service) decide(ctx context.Context, r *Request) (*Response, error) {
 	digest, err := s.caps.validate(r)
 	if err != nil {
