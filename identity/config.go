@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/yamlerr"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -290,7 +291,8 @@ func Parse(file string, data []byte) (Config, error) {
 		if errors.As(err, &te) && len(te.Errors) > 0 {
 			return Config{}, &ConfigError{File: file, Line: lineOfYAMLError(te.Errors[0]), Err: errors.New(stripLine(te.Errors[0]))}
 		}
-		return Config{}, &ConfigError{File: file, Err: err}
+		line, msg := yamlerr.Locate(data, err)
+		return Config{}, &ConfigError{File: file, Line: line, Err: errors.New(msg)}
 	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {

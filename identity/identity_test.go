@@ -362,6 +362,7 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown forwarded header", "domain: api\ntrusted_proxies: [127.0.0.1]\nforwarded_header: X-Client-IP\n", "test.yaml:3: forwarded_header: want X-Forwarded-For, Forwarded or X-Real-IP"},
 		{"forwarded header without trusted proxies", "domain: api\nforwarded_header: Forwarded\n", "test.yaml:2: forwarded_header: set without trusted_proxies"},
 		{"negative cost", "domain: api\nrate_limits:\n  - actions: [{method: {}}]\n    cost: -1\n", "test.yaml:4: rate_limits[0].cost: must not be negative"},
+		{"misindented action", "domain: api\nrate_limits:\n  - actions:\n      - remote_address: {}\n     - method: {}\n", "test.yaml:5: invalid YAML: did not find expected key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

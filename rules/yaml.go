@@ -61,7 +61,7 @@ func decodeFile(src source, errs *Errors) ([]*DomainSpec, *checker) {
 			break
 		}
 		if err != nil {
-			line, msg := yamlerr.Split(err)
+			line, msg := yamlerr.Locate(src.data, err)
 			d.errorf(line, "%s", msg)
 			return nil, nil
 		}
