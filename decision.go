@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"context"
 	"errors"
 	"math"
 	"time"
@@ -31,44 +30,6 @@ type Decision struct {
 	// queue before its turn; a caller that shapes traffic delays it that long
 	// instead of rejecting. Zero for the other algorithms.
 	Wait time.Duration
-}
-
-// Request asks a Store to apply Cost hits of Limit to the state under Key.
-type Request struct {
-	Key   string
-	Limit Limit
-	Cost  int64
-	// Group names the requests a store keeps together: requests of equal
-	// Group live where one atomic step can decide them all (store/redis
-	// puts them in one Redis Cluster slot). Empty means the Key alone
-	// decides where its state lives. A key is always given with the same
-	// Group; the Group is not part of the key's identity for a store that
-	// has no placement to make (store/memory ignores it), but it may be
-	// for one that has (store/redis names the state by both).
-	Group string
-}
-
-// Store keeps the states of many keys and applies limits to them. Every
-// implementation is safe for concurrent use and decides as the Limit
-// transitions do for the same sequence of times and costs: exactly, or,
-// for a store that decides locally and reconciles later
-// (store/localfirst's lease and async modes), within a bound it states
-// (store/storetest's contract tier checks every store, its exactness tier
-// the exact ones).
-//
-// A key names one state: callers give different limits different keys. A
-// store that finds a key under another algorithm than before starts it
-// afresh. A store that cannot apply every limit Limit.Validate accepts
-// implements LimitChecker, and its errors for such a limit wrap ErrLimit.
-type Store interface {
-	// Take applies cost hits of l to key: cost 0 only reports.
-	Take(ctx context.Context, key string, l Limit, cost int64) (Decision, error)
-	// TakeAll applies every request if all of them are allowed and none of
-	// them otherwise, atomically, writing request i's decision to ds[i]
-	// (len(ds) >= len(reqs)). When one is denied, the others report what
-	// they would have decided. A key given twice sees its first request's
-	// hits when deciding the second.
-	TakeAll(ctx context.Context, reqs []Request, ds []Decision) error
 }
 
 // ErrLimit is wrapped by the errors a Store returns for a limit it cannot

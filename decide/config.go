@@ -192,14 +192,6 @@ type Config struct {
 	// to 128 bits, in 29 bytes) instead of itself, so that long values
 	// make short keys in every store. Default 256.
 	DigestAbove int
-
-	// EnvoyKeys, when not empty, keys every limit that rules.Rule.EnvoyKeyed
-	// accepts as Envoy's ratelimit keys its counter: EnvoyKeys, then
-	// rules.Rule.AppendEnvoyKey with the request's values as they are (never
-	// digested), for a store that counts such keys as Envoy's does
-	// (store/envoykeys, whose Marker begins EnvoyKeys). Default empty:
-	// sluice's own keys for every limit.
-	EnvoyKeys string
 }
 
 // DefaultConfig returns a Config with every default filled in and no Rules

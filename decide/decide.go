@@ -69,7 +69,6 @@ type Service struct {
 	slotTimeout  time.Duration
 	lease        time.Duration
 	holdLease    time.Duration
-	envoyKeys    string // Config.EnvoyKeys
 }
 
 // caps are the limits on one request: Config's MaxDescriptors, MaxEntries,
@@ -95,7 +94,6 @@ func New(cfg Config) (*Service, error) {
 		log:          cfg.Logger,
 		fallbackMode: cfg.Fail.fallback(),
 		caps:         caps{descriptors: cfg.MaxDescriptors, entries: cfg.MaxEntries, value: cfg.MaxValueBytes, digest: cfg.DigestAbove},
-		envoyKeys:    cfg.EnvoyKeys,
 		shadow:       cfg.Shadow,
 		br: breaker{
 			failures: int64(max(cfg.BreakerFailures, 0)),
@@ -469,10 +467,11 @@ func (s *Service) collect(b *batch, r *Request, resp *Response, replaces, digest
 					b.elastic = append(b.elastic, elasticRef{ref: ref{desc: i, limit: l}, key: key, group: group, cost: d.Cost})
 					continue
 				}
-				if s.envoyKeys != "" && rule.EnvoyKeyed(l) {
-					key, group = s.envoyKey(rule, d.Entries), ""
+				req := sluice.Request{Key: key, Group: group, Limit: l.Enforced(), Cost: d.Cost, Sync: l.Sync}
+				if rule.EnvoyKeyed(l) {
+					req.Envoy = rule.EnvoyDescriptor(d.Entries)
 				}
-				b.reqs = append(b.reqs, sluice.Request{Key: key, Group: group, Limit: l.Enforced(), Cost: d.Cost})
+				b.reqs = append(b.reqs, req)
 				b.refs = append(b.refs, ref{desc: i, limit: l})
 			}
 			b.span[i] = span{lo: lo, hi: len(b.reqs), alone: alone}

@@ -153,12 +153,6 @@ type fakeStore struct {
 	calls   atomic.Int64
 }
 
-func (f *fakeStore) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	ds := make([]sluice.Decision, 1)
-	err := f.TakeAll(ctx, []sluice.Request{{Key: key, Limit: l, Cost: cost}}, ds)
-	return ds[0], err
-}
-
 func (f *fakeStore) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	f.calls.Add(1)
 	return f.takeAll(ctx, reqs, ds)

@@ -51,16 +51,3 @@ func (c *caps) appendDigested(dst, entries []Entry) []Entry {
 	}
 	return dst
 }
-
-// envoyKey returns the store key of a limit of rule r that is counted
-// under Envoy's ratelimit's key (Config.EnvoyKeys): s.envoyKeys followed
-// by r.AppendEnvoyKey of the request's entries as they are.
-func (s *Service) envoyKey(r *rules.Rule, entries []Entry) string {
-	n := len(s.envoyKeys) + len(r.Domain) + 1
-	for _, e := range entries {
-		n += len(e.Key) + len(e.Value) + 2
-	}
-	b := make([]byte, 0, n)
-	b = append(b, s.envoyKeys...)
-	return string(r.AppendEnvoyKey(b, entries))
-}

@@ -39,15 +39,6 @@ func (m *Metrics) Store(next sluice.Store) *Store {
 	}
 }
 
-// Take implements sluice.Store.
-func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	t := time.Now()
-	d, err := s.next.Take(ctx, key, l, cost)
-	s.take.Observe(time.Since(t).Seconds())
-	s.m.storeError(err)
-	return d, err
-}
-
 // TakeAll implements sluice.Store.
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	t := time.Now()

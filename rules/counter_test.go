@@ -113,11 +113,6 @@ type countingStore struct {
 	reqs atomic.Int64
 }
 
-func (c *countingStore) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	c.reqs.Add(1)
-	return c.Store.Take(ctx, key, l, cost)
-}
-
 func (c *countingStore) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	c.reqs.Add(int64(len(reqs)))
 	return c.Store.TakeAll(ctx, reqs, ds)

@@ -20,30 +20,21 @@ func (r *Rule) EnvoyKeyed(l *Limit) bool {
 	return true
 }
 
-// AppendEnvoyKey appends to dst the counter key Envoy's ratelimit gives a
-// descriptor with entries that Match resolved to r, without its cache key
-// prefix and its window: the domain, "_", then for each entry its key,
-// "_", its value and "_", where a level of r that shares its threshold
-// contributes its pattern instead of the value, as Envoy's does. The window
-// start in seconds, which the store appends, completes the key:
-//
-//	api_user_alice_path_/login_1763856000
-//
-// Keys and values are joined as they are, so that a=b_c and a_b=c share a
-// key, as they share a counter in Envoy's ratelimit. AppendEnvoyKey
-// allocates nothing when dst has room.
-func (r *Rule) AppendEnvoyKey(dst []byte, entries []Entry) []byte {
-	dst = append(dst, r.Domain...)
-	dst = append(dst, '_')
+// EnvoyDescriptor returns the descriptor under which Envoy's ratelimit
+// counts a request with entries that Match resolved to r: r's domain and
+// the entries as they are, but that a level of r that shares its threshold
+// has its pattern for a value, as Envoy's does. store/envoykeys names the
+// counter from it. It allocates only for a rule with such a level.
+func (r *Rule) EnvoyDescriptor(entries []Entry) sluice.Descriptor {
+	d := sluice.Descriptor{Domain: r.Domain, Entries: entries}
+	copied := false
 	for i := range entries {
-		dst = append(dst, entries[i].Key...)
-		dst = append(dst, '_')
 		if i < len(r.path) && r.path[i].ShareThreshold {
-			dst = append(dst, r.path[i].Value...)
-		} else {
-			dst = append(dst, entries[i].Value...)
+			if !copied {
+				d.Entries, copied = append([]Entry(nil), entries...), true
+			}
+			d.Entries[i].Value = r.path[i].Value
 		}
-		dst = append(dst, '_')
 	}
-	return dst
+	return d
 }

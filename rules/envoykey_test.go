@@ -1,8 +1,13 @@
 package rules
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
-// TestEnvoyKey checks Envoy's counter keys and which limits have them.
+// TestEnvoyKey checks the descriptors of Envoy's counters and which limits
+// have them (store/envoykeys makes the keys: "api_" then "key_value_" for
+// each entry).
 func TestEnvoyKey(t *testing.T) {
 	t.Parallel()
 	set, err := Parse("rules.yaml", []byte(`
@@ -42,21 +47,30 @@ descriptors:
 		if err != nil || r == nil {
 			t.Fatalf("Match(%v) = %v, %v", entries, r, err)
 		}
-		return string(r.AppendEnvoyKey([]byte("pfx_"), entries)), r.EnvoyKeyed(r.Limits[0])
+		before := append([]Entry(nil), entries...)
+		d := r.EnvoyDescriptor(entries)
+		if !slices.Equal(entries, before) {
+			t.Fatalf("EnvoyDescriptor changed the request's entries: %v, were %v", entries, before)
+		}
+		key := "pfx_" + d.Domain + "_"
+		for _, e := range d.Entries {
+			key += e.Key + "_" + e.Value + "_"
+		}
+		return key, r.EnvoyKeyed(r.Limits[0])
 	}
 	for _, tc := range []struct {
 		entries []Entry
 		want    string
 		keyed   bool
 	}{
-		{[]Entry{{"a", "b_c"}}, "pfx_api_a_b_c_", true},
-		{[]Entry{{"a_b", "c"}}, "pfx_api_a_b_c_", true}, // Envoy's collision, on purpose
-		{[]Entry{{"user", "alice"}, {"tenant", "t42"}}, "pfx_api_user_alice_tenant_t*_", true},
-		{[]Entry{{"two", "x"}}, "pfx_api_two_x_", false},
-		{[]Entry{{"mixed", "x"}}, "pfx_api_mixed_x_", true},
-		{[]Entry{{"five", "x"}}, "pfx_api_five_x_", false},
-		{[]Entry{{"bucket", "x"}}, "pfx_api_bucket_x_", false},
-		{[]Entry{{"free", "x"}}, "pfx_api_free_x_", false},
+		{[]Entry{{Key: "a", Value: "b_c"}}, "pfx_api_a_b_c_", true},
+		{[]Entry{{Key: "a_b", Value: "c"}}, "pfx_api_a_b_c_", true}, // Envoy's collision, on purpose
+		{[]Entry{{Key: "user", Value: "alice"}, {Key: "tenant", Value: "t42"}}, "pfx_api_user_alice_tenant_t*_", true},
+		{[]Entry{{Key: "two", Value: "x"}}, "pfx_api_two_x_", false},
+		{[]Entry{{Key: "mixed", Value: "x"}}, "pfx_api_mixed_x_", true},
+		{[]Entry{{Key: "five", Value: "x"}}, "pfx_api_five_x_", false},
+		{[]Entry{{Key: "bucket", Value: "x"}}, "pfx_api_bucket_x_", false},
+		{[]Entry{{Key: "free", Value: "x"}}, "pfx_api_free_x_", false},
 	} {
 		got, keyed := key(tc.entries...)
 		if got != tc.want || keyed != tc.keyed {

@@ -67,7 +67,7 @@ func FuzzLoad(f *testing.F) {
 			t.Fatal("a Set without domains")
 		}
 		for _, d := range s.Domains() {
-			if _, err := s.Match(d, []Entry{{"k", "v"}, {"", ""}}); err != nil {
+			if _, err := s.Match(d, []Entry{{Key: "k", Value: "v"}, {Key: "", Value: ""}}); err != nil {
 				t.Fatalf("Match(%s): %v", d, err)
 			}
 		}

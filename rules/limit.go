@@ -72,10 +72,10 @@ type Limit struct {
 	// the domain's pool. Nil otherwise.
 	Pool *Limit
 	// Sync is sluice's `sync`: how a server decides this limit with a
-	// shared store (store/localfirst): "exact", "lease", "async", or empty
-	// for the server's default (--sync). Lease and async are for every
-	// algorithm but sliding_log.
-	Sync string
+	// shared store (store/localfirst): exact, lease, async, or
+	// sluice.DefaultSync for the server's default (--sync). Lease and
+	// async are for every algorithm but sliding_log.
+	Sync sluice.Sync
 	// Replaces lists the names of limits this one replaces (Envoy's
 	// `replaces`). Every name is the Name of a limit of the same domain.
 	Replaces []string
@@ -170,7 +170,7 @@ type limitJSON struct {
 func (l *Limit) MarshalJSON() ([]byte, error) {
 	v := limitJSON{
 		ID: l.ID, Name: l.Name, Unlimited: l.Unlimited, Block: l.Block, Throttling: l.Throttling,
-		ExceedPercent: l.ExceedPercent, Sync: l.Sync, Replaces: l.Replaces, Line: l.Line,
+		ExceedPercent: l.ExceedPercent, Sync: l.Sync.String(), Replaces: l.Replaces, Line: l.Line,
 	}
 	if l.Throttling == Elastic {
 		v.ExceedPercent, v.ElasticPercent = 0, l.ExceedPercent

@@ -156,7 +156,7 @@ func checkValid(t *testing.T, s *Set) {
 			// A descriptor made of the rule's own key and value (the
 			// pattern itself, for a wildcard) lands on it, unless an
 			// earlier wildcard of the same key catches the value first.
-			e := append(append([]Entry(nil), entries...), Entry{r.Key, r.Value})
+			e := append(append([]Entry(nil), entries...), Entry{Key: r.Key, Value: r.Value})
 			got, err := s.Match(r.Domain, e)
 			if err != nil {
 				t.Fatalf("Match(%s, %v): %v", r.Domain, e, err)
@@ -196,7 +196,7 @@ func TestLoadDirectory(t *testing.T) {
 	if got, want := strings.Join(s.Domains(), ","), "api,edge"; got != want {
 		t.Errorf("Domains() = %s, want %s", got, want)
 	}
-	r, err := s.Match("api", []Entry{{"user", "alice"}})
+	r, err := s.Match("api", []Entry{{Key: "user", Value: "alice"}})
 	if err != nil || r == nil || r.Limits[0].Limit.Rate != 5 {
 		t.Errorf("Match(api, user=alice) = %v, %v; want the 5/s rule", r, err)
 	}
@@ -316,7 +316,7 @@ descriptors:
 		for _, d := range s.Domains() {
 			for _, v := range []string{"/login", "/signin"} {
 				for _, k := range []string{"user", "account"} {
-					if r, err := s.Match(d, []Entry{{k, "alice"}, {"path", v}}); err == nil && r != nil {
+					if r, err := s.Match(d, []Entry{{Key: k, Value: "alice"}, {Key: "path", Value: v}}); err == nil && r != nil {
 						return r
 					}
 				}
@@ -518,7 +518,7 @@ func TestMergeDomains(t *testing.T) {
 		t.Errorf("Domains() = %s", got)
 	}
 	for user, rate := range map[string]int64{"alice": 5, "bob": 50} {
-		r, err := s.Match("api", []Entry{{"user", user}})
+		r, err := s.Match("api", []Entry{{Key: "user", Value: user}})
 		if err != nil || r == nil || r.Limits[0].Limit.Rate != rate {
 			t.Errorf("Match(user=%s) = %v, %v; want the %d/s rule", user, r, err, rate)
 		}
@@ -537,7 +537,7 @@ func TestMergeDomains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := g.Match("api", []Entry{{"ip", "1.2.3.4"}}); r == nil || r.Limits[0].Limit.Rate != 7 {
+	if r, _ := g.Match("api", []Entry{{Key: "ip", Value: "1.2.3.4"}}); r == nil || r.Limits[0].Limit.Rate != 7 {
 		t.Errorf("NewSet with merging: Match(ip) = %v", r)
 	}
 }

@@ -28,7 +28,7 @@ func limits(r *Rule) string {
 func entries(kv ...string) []Entry {
 	var es []Entry
 	for i := 0; i+1 < len(kv); i += 2 {
-		es = append(es, Entry{kv[i], kv[i+1]})
+		es = append(es, Entry{Key: kv[i], Value: kv[i+1]})
 	}
 	return es
 }

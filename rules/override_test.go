@@ -38,11 +38,11 @@ func TestOverrides(t *testing.T) {
 	}
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	s, err := base.WithOverrides(t0,
-		Override{Domain: "api", Entries: []Entry{{"tenant", "acme"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}},
-		Override{Domain: "api", Entries: []Entry{{"user", "bob"}}, Limits: []RateLimitSpec{{Unit: "hour", RequestsPerUnit: 0}}, Expires: t0.Add(time.Hour)},
-		Override{Domain: "api", Entries: []Entry{{"user", "carol"}, {"path", "/login"}}, Limits: []RateLimitSpec{
+		Override{Domain: "api", Entries: []Entry{{Key: "tenant", Value: "acme"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}},
+		Override{Domain: "api", Entries: []Entry{{Key: "user", Value: "bob"}}, Limits: []RateLimitSpec{{Unit: "hour", RequestsPerUnit: 0}}, Expires: t0.Add(time.Hour)},
+		Override{Domain: "api", Entries: []Entry{{Key: "user", Value: "carol"}, {Key: "path", Value: "/login"}}, Limits: []RateLimitSpec{
 			{Unit: "minute", RequestsPerUnit: 50}, {Unit: "day", RequestsPerUnit: 500, Algorithm: "gcra"}}},
-		Override{Domain: "api", Entries: []Entry{{"user", "dave"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 1}}, Expires: t0}, // already over
+		Override{Domain: "api", Entries: []Entry{{Key: "user", Value: "dave"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 1}}, Expires: t0}, // already over
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestOverrides(t *testing.T) {
 	if got := s.NextExpiry(); !got.Equal(t0.Add(time.Hour)) {
 		t.Errorf("NextExpiry() = %v, want %v", got, t0.Add(time.Hour))
 	}
-	later, err := base.WithOverrides(t0.Add(time.Hour), Override{Domain: "api", Entries: []Entry{{"user", "bob"}},
+	later, err := base.WithOverrides(t0.Add(time.Hour), Override{Domain: "api", Entries: []Entry{{Key: "user", Value: "bob"}},
 		Limits: []RateLimitSpec{{Unit: "hour", RequestsPerUnit: 0}}, Expires: t0.Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestOverrides(t *testing.T) {
 	if r := match(again, "tenant", "acme"); r != tenant {
 		t.Errorf("tenant=acme after the overrides were cleared: %s", limits(r))
 	}
-	acmeOverride := Override{Domain: "api", Entries: []Entry{{"tenant", "acme"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}}
+	acmeOverride := Override{Domain: "api", Entries: []Entry{{Key: "tenant", Value: "acme"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}}
 	same, err := again.WithOverrides(t0, acmeOverride)
 	if err != nil {
 		t.Fatal(err)
@@ -136,15 +136,15 @@ func TestOverrideMistakes(t *testing.T) {
 	}
 	one := []RateLimitSpec{{Unit: "second", RequestsPerUnit: 5}}
 	_, err = base.WithOverrides(time.Time{},
-		Override{Domain: "api", Entries: []Entry{{"tenant", "acme"}}, Limits: one},
-		Override{Domain: "api", Entries: []Entry{{"tenant", "acme"}}, Limits: one},
-		Override{Domain: "web", Entries: []Entry{{"tenant", "acme"}}, Limits: one},
-		Override{Domain: "api", Entries: []Entry{{"ip", "1.2.3.4"}}, Limits: one},
-		Override{Domain: "api", Entries: []Entry{{"files", "reports/q3.pdf"}}, Limits: one},
+		Override{Domain: "api", Entries: []Entry{{Key: "tenant", Value: "acme"}}, Limits: one},
+		Override{Domain: "api", Entries: []Entry{{Key: "tenant", Value: "acme"}}, Limits: one},
+		Override{Domain: "web", Entries: []Entry{{Key: "tenant", Value: "acme"}}, Limits: one},
+		Override{Domain: "api", Entries: []Entry{{Key: "ip", Value: "1.2.3.4"}}, Limits: one},
+		Override{Domain: "api", Entries: []Entry{{Key: "files", Value: "reports/q3.pdf"}}, Limits: one},
 		Override{Domain: "api", Entries: nil, Limits: one},
-		Override{Domain: "api", Entries: []Entry{{"user", "eve"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 5, Burst: 10}}},
-		Override{Domain: "api", Entries: []Entry{{"user", "eve"}, {"path", "/other"}}, Limits: one},
-		Override{Domain: "api", Entries: []Entry{{"user", "fay"}}},
+		Override{Domain: "api", Entries: []Entry{{Key: "user", Value: "eve"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 5, Burst: 10}}},
+		Override{Domain: "api", Entries: []Entry{{Key: "user", Value: "eve"}, {Key: "path", Value: "/other"}}, Limits: one},
+		Override{Domain: "api", Entries: []Entry{{Key: "user", Value: "fay"}}},
 	)
 	var es Errors
 	if !errors.As(err, &es) {
@@ -174,7 +174,7 @@ func TestOverrideMistakes(t *testing.T) {
 func manyOverrides(n int) []Override {
 	ovs := make([]Override, n)
 	for i := range ovs {
-		ovs[i] = Override{Domain: "api", Entries: []Entry{{"tenant", fmt.Sprintf("tenant-%d", i)}},
+		ovs[i] = Override{Domain: "api", Entries: []Entry{{Key: "tenant", Value: fmt.Sprintf("tenant-%d", i)}},
 			Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: int64(100 + i)}}}
 	}
 	return ovs
@@ -257,8 +257,8 @@ func TestOverrideCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := base.WithOverrides(time.Time{},
-		Override{Domain: "api", Entries: []Entry{{"tenant", "acme"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}},
-		Override{Domain: "api", Entries: []Entry{{"tenant", "big"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 5000}}})
+		Override{Domain: "api", Entries: []Entry{{Key: "tenant", Value: "acme"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 500}}},
+		Override{Domain: "api", Entries: []Entry{{Key: "tenant", Value: "big"}}, Limits: []RateLimitSpec{{Unit: "second", RequestsPerUnit: 5000}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestOverridesJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	s, err := base.WithOverrides(t0, Override{Domain: "api", Entries: []Entry{{"user", "bob"}},
+	s, err := base.WithOverrides(t0, Override{Domain: "api", Entries: []Entry{{Key: "user", Value: "bob"}},
 		Limits: []RateLimitSpec{{Unit: "hour", RequestsPerUnit: 0}}, Expires: t0.Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)

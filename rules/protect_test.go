@@ -29,18 +29,18 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := set.Match("api", []Entry{{"user", "bob"}})
+	r, err := set.Match("api", []Entry{{Key: "user", Value: "bob"}})
 	if err != nil || r == nil || r.Concurrency != 20 || r.Priority != PriorityCritical || len(r.ConcurrencyID) != 16 {
 		t.Fatalf("user: %+v %v", r, err)
 	}
-	r2, _ := set.Match("api", []Entry{{"path", "/batch"}})
+	r2, _ := set.Match("api", []Entry{{Key: "path", Value: "/batch"}})
 	if r2 == nil || r2.Priority != PrioritySheddable || r2.Concurrency != 0 || r2.ConcurrencyID != "" {
 		t.Fatalf("path: %+v", r2)
 	}
-	if r, _ := set.Match("api", []Entry{{"plain", "p"}}); r != nil {
+	if r, _ := set.Match("api", []Entry{{Key: "plain", Value: "p"}}); r != nil {
 		t.Fatalf("a descriptor with nothing to apply matched: %+v", r)
 	}
-	r3, _ := set.Match("api", []Entry{{"plain", "p"}, {"x", "1"}})
+	r3, _ := set.Match("api", []Entry{{Key: "plain", Value: "p"}, {Key: "x", Value: "1"}})
 	if r3 == nil || r3.Priority != PriorityDefault || r3.ConcurrencyID == r.ConcurrencyID {
 		t.Fatalf("nested: %+v", r3)
 	}
@@ -75,7 +75,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _ := set.Match("api", []Entry{{"user", "u"}})
+	r, _ := set.Match("api", []Entry{{Key: "user", Value: "u"}})
 	l := r.Limits[0]
 	if l.Throttling != Elastic || l.Pool == nil || l.Pool.Limit.Rate != 1000 || l.Excess().Rate != 15 || l.Enforced() != l.Limit || l.Pool.ID == l.ID {
 		t.Fatalf("elastic limit %+v, pool %+v, excess %v", l, l.Pool, l.Excess())
@@ -111,9 +111,9 @@ func TestProtectExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user, _ := set.Match("api", []Entry{{"user", "u"}})
-	checkout, _ := set.Match("api", []Entry{{"route", "/checkout"}})
-	export, _ := set.Match("api", []Entry{{"route", "/export"}})
+	user, _ := set.Match("api", []Entry{{Key: "user", Value: "u"}})
+	checkout, _ := set.Match("api", []Entry{{Key: "route", Value: "/checkout"}})
+	export, _ := set.Match("api", []Entry{{Key: "route", Value: "/export"}})
 	if user == nil || user.Concurrency != 20 || user.Limits[0].Throttling != Elastic || user.Limits[0].Pool.Limit.Rate != 2000 ||
 		checkout == nil || checkout.Priority != PriorityCritical || export == nil || export.Priority != PrioritySheddable || export.Concurrency != 4 {
 		t.Fatalf("user %+v, checkout %+v, export %+v", user, checkout, export)

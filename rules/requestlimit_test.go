@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 // TestRequestRule checks the counter a request's own limit counts in:
@@ -35,7 +37,7 @@ descriptors:
 		}
 		return r
 	}
-	alice := []Entry{{"user", "alice"}}
+	alice := []Entry{{Key: "user", Value: "alice"}}
 	user := match(alice...)
 
 	r, err := RequestRule("api", user, alice, RequestLimit{RequestsPerUnit: 2, Unit: "MINUTE"})
@@ -48,7 +50,7 @@ descriptors:
 		t.Errorf("limits %+v, want one of 2 a minute", r.Limits)
 	case r.ShadowMode || r.QuotaMode || r.Metadata != nil || l.Name != "":
 		t.Errorf("rule keeps shadow %v, quota %v, metadata %v, name %q; want none", r.ShadowMode, r.QuotaMode, r.Metadata, l.Name)
-	case l.ID != user.Limits[0].ID || l.Sync != "lease":
+	case l.ID != user.Limits[0].ID || l.Sync != sluice.Lease:
 		t.Errorf("ID %s sync %q, want the rules' minute limit's %s, lease", l.ID, l.Sync, user.Limits[0].ID)
 	case r.Path != user.Path:
 		t.Errorf("path %q, want %q", r.Path, user.Path)
@@ -64,7 +66,7 @@ descriptors:
 
 	// A shared threshold: the rules' key holds the pattern, the request
 	// limit's the value.
-	t1 := []Entry{{"tenant", "t1"}}
+	t1 := []Entry{{Key: "tenant", Value: "t1"}}
 	tenant := match(t1...)
 	r, err = RequestRule("api", tenant, t1, RequestLimit{RequestsPerUnit: 1, Unit: "minute"})
 	if err != nil {
@@ -78,7 +80,7 @@ descriptors:
 	}
 
 	// No rule: levels of the keys, an ID of their own, metrics by keys.
-	eu := []Entry{{"region", "eu"}, {"zone", "a"}}
+	eu := []Entry{{Key: "region", Value: "eu"}, {Key: "zone", Value: "a"}}
 	r, err = RequestRule("api", nil, eu, RequestLimit{RequestsPerUnit: 1, Unit: "second"})
 	if err != nil {
 		t.Fatal(err)

@@ -14,16 +14,15 @@ package rules
 import (
 	"errors"
 	"strconv"
+
+	"github.com/sluicehq/sluice"
 )
 
 // ErrUnknownDomain is returned by Match for a domain no rules file defines.
 var ErrUnknownDomain = errors.New("unknown domain")
 
 // Entry is one key/value pair of a request's descriptor.
-type Entry struct {
-	Key   string `json:"key" yaml:"key"`
-	Value string `json:"value" yaml:"value"`
-}
+type Entry = sluice.Entry
 
 // Rule is one descriptor of a rules file: a key, an optional value (which
 // may hold * wildcards), the limits it sets and the descriptors nested in it.

@@ -339,7 +339,7 @@ func (c *checker) descriptors(specs []DescriptorSpec, p *parsedDomain, parent *R
 		if r == nil {
 			continue
 		}
-		e := Entry{r.Key, r.Value}
+		e := Entry{Key: r.Key, Value: r.Value}
 		if first, dup := seen[e]; dup {
 			if r.Value == "" {
 				c.errorf(r.Line, r.errPath, "duplicate descriptor key %q without value (first at %s)", r.Key, c.first(first.line, first.index))
@@ -639,18 +639,18 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 	case l.Throttling == Soft:
 		c.errorf(throttleLine, path, "throttling: soft needs exceed_percent (how far past the limit to admit)")
 	}
-	switch ls.Sync {
-	case "", "exact":
-	case "lease", "async":
-		if a := l.Limit.Algorithm; a == sluice.SlidingLog && !c.bad(ls, "sync") {
-			c.errorf(c.line(ls, "sync"), path, "sync: %s is for every algorithm but sliding_log, which is exact only", ls.Sync)
-		}
-	default:
+	sync, err := sluice.ParseSync(ls.Sync)
+	switch {
+	case err != nil:
 		if !c.bad(ls, "sync") {
 			c.errorf(c.line(ls, "sync"), path, "sync: want exact, lease or async, got %q", ls.Sync)
 		}
+	case sync == sluice.Lease || sync == sluice.Async:
+		if a := l.Limit.Algorithm; a == sluice.SlidingLog && !c.bad(ls, "sync") {
+			c.errorf(c.line(ls, "sync"), path, "sync: %s is for every algorithm but sliding_log, which is exact only", ls.Sync)
+		}
 	}
-	l.Sync = ls.Sync
+	l.Sync = sync
 	if c.rp.n > start || c.broken(ls) {
 		return nil
 	}
@@ -717,7 +717,7 @@ func (c *checker) pool(ds *DomainSpec, p *parsedDomain, path string) {
 	var pool *Limit
 	if ds.Capacity != nil && !c.bad(ds, "capacity") {
 		pool = c.rateLimit(ds.Capacity, "capacity", p, path+"/capacity")
-		if pool != nil && (pool.Unlimited || pool.Block || pool.Throttling != Hard || pool.Sync != "" || pool.Name != "" || len(pool.Replaces) > 0) {
+		if pool != nil && (pool.Unlimited || pool.Block || pool.Throttling != Hard || pool.Sync != sluice.DefaultSync || pool.Name != "" || len(pool.Replaces) > 0) {
 			c.errorf(pool.Line, path+"/capacity", "capacity: a plain limit (unit, requests_per_unit, algorithm, burst, unit_multiplier) and nothing else")
 			pool = nil
 		}
@@ -910,10 +910,10 @@ func assemble(parsed []*parsedDomain, merge bool, errs *Errors) *Set {
 		}
 		seen := make(map[Entry]at, len(d.rules))
 		for _, r := range d.rules {
-			seen[Entry{r.Key, r.Value}] = at{r, nil}
+			seen[Entry{Key: r.Key, Value: r.Value}] = at{r, nil}
 		}
 		for _, r := range p.rules {
-			if f, dup := seen[Entry{r.Key, r.Value}]; dup {
+			if f, dup := seen[Entry{Key: r.Key, Value: r.Value}]; dup {
 				where := f.rule.errPath
 				if f.rule.File != "" {
 					where = fmt.Sprintf("%s:%d", f.rule.File, f.rule.Line)

@@ -155,8 +155,8 @@ func sameMatches(t *testing.T, a, b *Set) {
 	var walk func(domain string, rules []*Rule, entries []Entry)
 	walk = func(domain string, rules []*Rule, entries []Entry) {
 		for _, r := range rules {
-			e := append(append([]Entry(nil), entries...), Entry{r.Key, r.Value})
-			for _, es := range [][]Entry{e, append(append([]Entry(nil), entries...), Entry{r.Key, strings.ReplaceAll(r.Value, "*", "zz")})} {
+			e := append(append([]Entry(nil), entries...), Entry{Key: r.Key, Value: r.Value})
+			for _, es := range [][]Entry{e, append(append([]Entry(nil), entries...), Entry{Key: r.Key, Value: strings.ReplaceAll(r.Value, "*", "zz")})} {
 				ra, erra := a.Match(domain, es)
 				rb, errb := b.Match(domain, es)
 				if erra != nil || errb != nil || (ra == nil) != (rb == nil) {
@@ -353,7 +353,7 @@ func TestNewSetExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Match("api", []Entry{{"user", "alice"}, {"path", "/login"}})
+	r, err := s.Match("api", []Entry{{Key: "user", Value: "alice"}, {Key: "path", Value: "/login"}})
 	if err != nil || r == nil || len(r.Limits) != 2 || r.Limits[1].Limit.Burst != 5 || r.File != "" || r.Line != 0 {
 		t.Fatalf("Match(user=alice, path=/login) = %+v, %v", r, err)
 	}
@@ -395,7 +395,7 @@ descriptors:
 		if err != nil || r == nil {
 			t.Fatalf("Match %s: %v, %v", tc.key, r, err)
 		}
-		if got := r.Limits[0].Sync; got != tc.want {
+		if got := r.Limits[0].Sync.String(); got != tc.want {
 			t.Errorf("%s: sync %q, want %q", tc.key, got, tc.want)
 		}
 	}

@@ -54,7 +54,7 @@ func (lv *level) index(rules []*Rule) {
 			if lv.exact == nil {
 				lv.exact = map[Entry]*Rule{}
 			}
-			lv.exact[Entry{r.Key, r.Value}] = r
+			lv.exact[Entry{Key: r.Key, Value: r.Value}] = r
 		default:
 			if lv.key == nil {
 				lv.key = map[string]*Rule{}

@@ -50,7 +50,7 @@ func next(t *testing.T, ch <-chan reload) reload {
 // rate returns the rate of the rule that user=alice matches in domain api.
 func rate(t *testing.T, s *Set) int64 {
 	t.Helper()
-	r, err := s.Match("api", []Entry{{"user", "alice"}})
+	r, err := s.Match("api", []Entry{{Key: "user", Value: "alice"}})
 	if err != nil || r == nil {
 		t.Fatalf("Match(api, user=alice) = %v, %v", r, err)
 	}
@@ -172,7 +172,7 @@ func TestWatcherConfigMap(t *testing.T) {
 							return
 						default:
 						}
-						if r, err := w.Current().Match("api", []Entry{{"user", "bob"}}); err != nil || r == nil {
+						if r, err := w.Current().Match("api", []Entry{{Key: "user", Value: "bob"}}); err != nil || r == nil {
 							t.Errorf("a reader saw no rule: %v, %v", r, err)
 							return
 						}

@@ -137,17 +137,6 @@ func NewStore(next sluice.Store, tp trace.TracerProvider) *Store {
 	return &Store{next: next, tracer: tp.Tracer(Scope)}
 }
 
-// Take implements sluice.Store.
-func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	if !trace.SpanContextFromContext(ctx).IsSampled() {
-		return s.next.Take(ctx, key, l, cost) // an unsampled decision: nothing to record
-	}
-	ctx, span := s.tracer.Start(ctx, SpanStoreTake, clientKind...)
-	d, err := s.next.Take(ctx, key, l, cost)
-	end(span, err, 1)
-	return d, err
-}
-
 // TakeAll implements sluice.Store.
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	if !trace.SpanContextFromContext(ctx).IsSampled() {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"sync/atomic"
 	"time"
 
 	"github.com/peterbourgon/ff/v4"
@@ -19,7 +18,6 @@ import (
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/observe"
 	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/store/envoykeys"
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/tracing"
 	"github.com/sluicehq/sluice/transport/forwardauth"
@@ -121,7 +119,6 @@ type core struct {
 	events   *ui.Events       // rules loads, for the dashboard
 	stores   *openedStore
 	closers  []func() error // in the order to call them
-	syncs    atomic.Pointer[ruleSyncs]
 }
 
 // newCore opens the store, loads and watches the rules and makes the
@@ -135,7 +132,7 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	if err != nil {
 		return nil, usageError("--fail: %v", err)
 	}
-	sync, err := localfirst.ParseSync(c.sync)
+	sync, err := sluice.ParseSync(c.sync)
 	if err != nil {
 		return nil, usageError("--sync: %v", err)
 	}
@@ -179,11 +176,11 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 		return nil, err
 	}
 	st, err := openStore(c.store, storeOptions{
-		maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), floodGuard: c.observe.floodGuard, log: log, tls: storeTLS, envoyKeys: c.compat.envoyKeys,
+		maxEntries: c.maxEntries, maxMemory: int64(c.maxMemory), floodGuard: c.observe.floodGuard, log: log, tls: storeTLS, envoyKeys: c.compat.envoyKeys, envoyKeyPrefix: c.compat.envoyKeyPrefix,
 		sentinelAuth: c.sentinelAuth, perSecond: c.perSecond, expiryJitter: c.expiryJitter,
 		perSecondSentinelAuth: c.perSecondSA,
 		local: localfirst.Config{
-			NearCacheBytes: int64(c.nearCache), Sync: sync, SyncOf: co.syncOf,
+			NearCacheBytes: int64(c.nearCache), Sync: sync, RequestSync: true,
 			LeaseLifetime: c.leaseLife, MaxLease: int64(c.maxLease),
 			SyncInterval: c.syncInterval, AsyncNodes: int64(c.asyncNodes),
 		},
@@ -238,9 +235,6 @@ func newCore(log *slog.Logger, c coreFlags) (_ *core, err error) {
 	dc.Lease = c.slotLease
 	if st.slots != nil {
 		dc.Slots = st.slots
-	}
-	if c.compat.envoyKeys {
-		dc.EnvoyKeys = envoykeys.Marker + c.compat.envoyKeyPrefix
 	}
 	svc, err := decide.New(dc)
 	if err != nil {

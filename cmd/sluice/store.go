@@ -30,7 +30,9 @@ type storeOptions struct {
 	log        *slog.Logger      // warns while a Redis store is not connected
 	tls        *tls.Config       // rediss://: nil means the system's roots and the URL's host
 	envoyKeys  bool              // Redis: count Envoy's keys as Envoy does (store/envoykeys)
-	floodGuard bool              // memory store: a new key takes no entry until seen again (store/floodguard)
+	// envoyKeyPrefix begins Envoy's keys (Envoy's CACHE_KEY_PREFIX).
+	envoyKeyPrefix string
+	floodGuard     bool // memory store: a new key takes no entry until seen again (store/floodguard)
 	// sentinelAuth is the password, or user:password, of the sentinels
 	// of a redis+sentinel:// store; "" for none.
 	sentinelAuth string
@@ -263,7 +265,7 @@ func openRedis(spec, flag string, o storeOptions, sentinelAuth string) (redisSta
 	if o.envoyKeys {
 		// Outermost: Envoy's keys are counted as Envoy counts them, never
 		// from a near cache or a lease.
-		r.store = envoykeys.New(near, rs.Client, envoykeys.Config{ExpiryJitter: o.expiryJitter})
+		r.store = envoykeys.New(near, rs.Client, envoykeys.Config{Prefix: o.envoyKeyPrefix, ExpiryJitter: o.expiryJitter})
 	}
 	return r, nil
 }

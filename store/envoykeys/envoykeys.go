@@ -3,13 +3,18 @@
 // migration Envoy's ratelimit and sluice servers on one Redis share one set
 // of counters.
 //
-// Store is a decorator of another sluice.Store. Requests whose key begins
-// with Marker (package decide makes them with Config.EnvoyKeys set to
-// Marker and Envoy's CACHE_KEY_PREFIX) are counted as Envoy's ratelimit
-// counts a limit: the key, after the marker, completed with the start of
-// the window in seconds since the Unix epoch (the time truncated to a
-// multiple of the period, read from the host's clock, as Envoy's does),
-// gets INCRBY cost and EXPIRE period-in-seconds in one pipeline, and the
+// Store is a decorator of another sluice.Store. Requests that carry the
+// descriptor Envoy's ratelimit counts them under (sluice.Request.Envoy;
+// package decide sets it on the limits whose counter Envoy's could share)
+// are counted as Envoy's ratelimit counts a limit: the counter's key is
+// Config.Prefix (Envoy's CACHE_KEY_PREFIX), the domain, "_", then each
+// entry's key, "_", value and "_", and the start of the window in seconds
+// since the Unix epoch (the time truncated to a multiple of the period,
+// read from the host's clock, as Envoy's does):
+//
+//	api_user_alice_path_/login_1763856000
+//
+// It gets INCRBY cost and EXPIRE period-in-seconds in one pipeline, and the
 // request passes when the count after it is within the limit. Every other
 // request goes to the decorated store.
 //
@@ -35,17 +40,15 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// Marker begins the key of every request that Store counts as Envoy's
-// ratelimit does. No key of sluice's own begins with it: those begin with a
-// limit ID of hex digits.
-const Marker = "\x00envoy\x00"
-
 // ErrNotConnected is returned while the Redis client is not there yet: the
 // caller's fail mode decides.
 var ErrNotConnected = errors.New("envoy keys: redis not connected yet")
 
 // Config configures a Store. The zero value is the default.
 type Config struct {
+	// Prefix begins every counter's key, as Envoy's CACHE_KEY_PREFIX
+	// does. Default empty, as Envoy's.
+	Prefix string
 	// Now is the clock whose seconds name the windows, as Envoy's
 	// ratelimit reads its host's clock (not Redis's). Default time.Now.
 	Now func() time.Time
@@ -56,11 +59,12 @@ type Config struct {
 	ExpiryJitter time.Duration
 }
 
-// Store counts the requests whose key begins with Marker in Redis as
+// Store counts the requests that carry an Envoy descriptor in Redis as
 // Envoy's ratelimit does, and passes the others to the store it decorates.
 // It is safe for concurrent use.
 type Store struct {
 	next   sluice.Store
+	prefix string // Config.Prefix
 	client func() rueidis.Client
 	now    func() time.Time
 	jitter int64 // Config.ExpiryJitter in whole seconds
@@ -79,17 +83,13 @@ func New(next sluice.Store, client func() rueidis.Client, cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{next: next, client: client, now: cfg.Now, jitter: int64(cfg.ExpiryJitter / time.Second)}
+	return &Store{next: next, prefix: cfg.Prefix, client: client, now: cfg.Now, jitter: int64(cfg.ExpiryJitter / time.Second)}
 }
 
-// Take applies cost hits of l to key: see TakeAll.
-func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	var d [1]sluice.Decision
-	err := s.TakeAll(ctx, []sluice.Request{{Key: key, Limit: l, Cost: cost}}, d[:])
-	return d[0], err
-}
+// envoy reports whether r is counted as Envoy's ratelimit counts it.
+func envoy(r *sluice.Request) bool { return r.Envoy.Domain != "" }
 
-// TakeAll counts the requests with Envoy keys in one pipeline of INCRBY
+// TakeAll counts the requests with Envoy descriptors in one pipeline of INCRBY
 // and EXPIRE per request, then passes the others to the decorated store in
 // one TakeAll: with their costs when every request counted here passed,
 // and otherwise with cost 0, reporting each as it would have decided with
@@ -100,7 +100,7 @@ func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	n := 0
 	for i := range reqs {
-		if strings.HasPrefix(reqs[i].Key, Marker) {
+		if envoy(&reqs[i]) {
 			n++
 		}
 	}
@@ -114,7 +114,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	others := make([]sluice.Request, 0, len(reqs)-n)
 	idx := make([]int, 0, len(reqs)-n)
 	for i := range reqs {
-		if !strings.HasPrefix(reqs[i].Key, Marker) {
+		if !envoy(&reqs[i]) {
 			r := reqs[i]
 			if denied {
 				r.Cost = 0
@@ -164,14 +164,14 @@ func (s *Store) count(ctx context.Context, reqs []sluice.Request, ds []sluice.De
 	cmds := make(rueidis.Commands, 0, 2*n)
 	for i := range reqs {
 		r := &reqs[i]
-		if !strings.HasPrefix(r.Key, Marker) {
+		if !envoy(r) {
 			continue
 		}
 		p, err := periodSeconds(r.Limit)
 		if err != nil {
 			return false, err
 		}
-		name := key(r.Key, sec/p*p)
+		name := s.key(&r.Envoy, sec/p*p)
 		ttl := p
 		if s.jitter > 0 {
 			ttl += rand.Int64N(s.jitter)
@@ -183,7 +183,7 @@ func (s *Store) count(ctx context.Context, reqs []sluice.Request, ds []sluice.De
 	j := 0
 	for i := range reqs {
 		r := &reqs[i]
-		if !strings.HasPrefix(r.Key, Marker) {
+		if !envoy(r) {
 			continue
 		}
 		after, err := res[j].AsInt64()
@@ -191,7 +191,7 @@ func (s *Store) count(ctx context.Context, reqs []sluice.Request, ds []sluice.De
 			err = res[j+1].Error()
 		}
 		if err != nil {
-			return false, fmt.Errorf("envoy key %q: %w", r.Key[len(Marker):], err)
+			return false, fmt.Errorf("envoy key of %s: %w", r.Key, err)
 		}
 		j += 2
 		p, _ := periodSeconds(r.Limit)
@@ -202,10 +202,27 @@ func (s *Store) count(ctx context.Context, reqs []sluice.Request, ds []sluice.De
 	return denied, nil
 }
 
-// key returns the Redis key of Envoy key k (with Marker) in the window
-// that starts at start, in seconds.
-func key(k string, start int64) string {
-	return k[len(Marker):] + strconv.FormatInt(start, 10)
+// key returns the Redis key of the counter of descriptor d in the window
+// that starts at start, in seconds: see the package documentation.
+func (s *Store) key(d *sluice.Descriptor, start int64) string {
+	n := len(s.prefix) + len(d.Domain) + 1 + 20 // 20: the digits of an int64
+	for _, e := range d.Entries {
+		n += len(e.Key) + len(e.Value) + 2
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(s.prefix)
+	b.WriteString(d.Domain)
+	b.WriteByte('_')
+	for _, e := range d.Entries {
+		b.WriteString(e.Key)
+		b.WriteByte('_')
+		b.WriteString(e.Value)
+		b.WriteByte('_')
+	}
+	var digits [20]byte
+	b.Write(strconv.AppendInt(digits[:0], start, 10))
+	return b.String()
 }
 
 // periodSeconds returns the period of l in whole seconds, or an error

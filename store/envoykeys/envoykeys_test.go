@@ -79,13 +79,12 @@ func newFixtureOn(t *testing.T, addrs []string) *fixture {
 	}
 	t.Cleanup(func() { _ = mem.Close() })
 	f := &fixture{redis: c, clk: clk, prefix: fmt.Sprintf("test%d_", time.Now().UnixNano())}
-	store := envoykeys.New(mem, func() rueidis.Client { return c }, envoykeys.Config{Now: clk.Now})
+	store := envoykeys.New(mem, func() rueidis.Client { return c }, envoykeys.Config{Now: clk.Now, Prefix: f.prefix})
 	f.svc, err = decide.New(decide.Config{
-		Rules:     func() *rules.Set { return set },
-		Store:     store,
-		Now:       clk.Now,
-		Logger:    slog.New(slog.DiscardHandler),
-		EnvoyKeys: envoykeys.Marker + f.prefix,
+		Rules:  func() *rules.Set { return set },
+		Store:  store,
+		Now:    clk.Now,
+		Logger: slog.New(slog.DiscardHandler),
 		// The tests read Redis's answers: a decision must never come from
 		// the fail mode because a loaded machine took longer than the
 		// default 50ms for a round trip (it did: 'sluice's 4th hit: OK').
@@ -281,6 +280,18 @@ func TestOwnKeys(t *testing.T) {
 	}
 }
 
+// takeEnvoy decides a hit of l counted under Envoy's key of domain and
+// entries (key, value pairs).
+func takeEnvoy(s sluice.Store, l sluice.Limit, domain string, kv ...string) (sluice.Decision, error) {
+	r := sluice.Request{Key: "own:" + domain, Limit: l, Cost: 1, Envoy: sluice.Descriptor{Domain: domain}}
+	for i := 0; i < len(kv); i += 2 {
+		r.Envoy.Entries = append(r.Envoy.Entries, sluice.Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	var d [1]sluice.Decision
+	err := s.TakeAll(context.Background(), []sluice.Request{r}, d[:])
+	return d[0], err
+}
+
 func TestNotConnected(t *testing.T) {
 	t.Parallel()
 	mem, err := memory.New(memory.DefaultConfig())
@@ -293,11 +304,11 @@ func TestNotConnected(t *testing.T) {
 		t.Error("Ready without a client")
 	}
 	l := sluice.Limit{Rate: 1, Period: time.Minute}
-	if _, err := s.Take(context.Background(), envoykeys.Marker+"api_user_x_", l, 1); !errors.Is(err, envoykeys.ErrNotConnected) {
+	if _, err := takeEnvoy(s, l, "api", "user", "x"); !errors.Is(err, envoykeys.ErrNotConnected) {
 		t.Errorf("Take: %v, want ErrNotConnected", err)
 	}
 	// Other keys go to the store it decorates.
-	if d, err := s.Take(context.Background(), "own", l, 1); err != nil || !d.Allowed {
+	if d, err := sluice.Take(context.Background(), s, "own", l, 1); err != nil || !d.Allowed {
 		t.Errorf("Take(own key) = %+v, %v; want allowed", d, err)
 	}
 }
@@ -307,14 +318,14 @@ func TestNotConnected(t *testing.T) {
 func TestNotEnvoyLimit(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := envoykeys.New(nil, func() rueidis.Client { return f.redis }, envoykeys.Config{Now: f.clk.Now})
+	s := envoykeys.New(nil, func() rueidis.Client { return f.redis }, envoykeys.Config{Now: f.clk.Now, Prefix: f.prefix})
 	for _, l := range []sluice.Limit{
 		{Rate: 1, Period: time.Minute, Algorithm: sluice.TokenBucket},
 		{Rate: 1, Period: 1500 * time.Millisecond},
 		{Rate: 1, Period: 500 * time.Millisecond},
 	} {
 		key := f.prefix + "x_"
-		if _, err := s.Take(context.Background(), envoykeys.Marker+key, l, 1); !errors.Is(err, sluice.ErrLimit) {
+		if _, err := takeEnvoy(s, l, "x"); !errors.Is(err, sluice.ErrLimit) {
 			t.Errorf("Take(%s) = %v, want ErrLimit", l, err)
 		}
 		if n, err := f.redis.Do(context.Background(), f.redis.B().Keys().Pattern(key+"*").Build()).AsStrSlice(); err != nil || len(n) != 0 {

@@ -34,11 +34,11 @@ func TestExpiryJitter(t *testing.T) {
 	ctx := context.Background()
 	prefix := fmt.Sprintf("jitter%d_", time.Now().UnixNano())
 	ttls := func(jitter time.Duration, name string) (lo, hi int64) {
-		s := envoykeys.New(mem, func() rueidis.Client { return c }, envoykeys.Config{Now: now, ExpiryJitter: jitter})
+		s := envoykeys.New(mem, func() rueidis.Client { return c }, envoykeys.Config{Now: now, ExpiryJitter: jitter, Prefix: prefix + name + "_"})
 		lo, hi = 1<<62, -1
 		for i := range 40 {
 			k := fmt.Sprintf("%s%s_api_user_u%d_", prefix, name, i)
-			if d, err := s.Take(ctx, envoykeys.Marker+k, l, 1); err != nil || !d.Allowed {
+			if d, err := takeEnvoy(s, l, "api", "user", fmt.Sprintf("u%d", i)); err != nil || !d.Allowed {
 				t.Fatalf("Take %s = %+v, %v", k, d, err)
 			}
 			ttl, err := c.Do(ctx, c.B().Ttl().Key(k+window(60)).Build()).AsInt64()

@@ -205,30 +205,11 @@ func (s *Store) rotate(cur *filter) {
 	s.rotation.Add(1)
 }
 
-// first decides a request of a key not seen before, as its first, and
-// counts it uncounted if it passed.
-func (s *Store) first(l sluice.Limit, cost int64) sluice.Decision {
-	d := s.asFirst(l, cost)
-	if d.Allowed && cost > 0 {
-		s.uncount.Add(1)
-	}
-	return d
-}
-
 // asFirst returns the decision on cost hits of l as a key's first
 // request: l's transition on a zero State.
 func (s *Store) asFirst(l sluice.Limit, cost int64) sluice.Decision {
 	var st sluice.State
 	return l.Take(&st, s.cfg.Now(), cost)
-}
-
-// Take applies cost hits of l to key in the wrapped store, unless key is
-// new: then it decides the request as the key's first without counting it.
-func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	if s.seen(key, cost > 0) {
-		return s.next.Take(ctx, key, l, cost)
-	}
-	return s.first(l, cost), nil
 }
 
 // TakeAll decides reqs as the wrapped store's TakeAll would, except that

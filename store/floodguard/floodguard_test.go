@@ -84,7 +84,7 @@ func TestKnownKeysCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	take := func(key string) sluice.Decision {
-		d, err := g.Take(context.Background(), key, perMinute, 1)
+		d, err := sluice.Take(context.Background(), g, key, perMinute, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,18 +212,18 @@ func BenchmarkFlood(b *testing.B) {
 				l := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100_000, Period: time.Hour}
 				for i := range 10_000_000 {
 					clk.Advance(10 * time.Microsecond)
-					if _, err := st.Take(ctx, randomIPv6(rng), l, 1); err != nil {
+					if _, err := sluice.Take(ctx, st, randomIPv6(rng), l, 1); err != nil {
 						b.Fatal(err)
 					}
 					if i%10 == 0 { // a real client every 100 µs: each of 1,000 every 100 ms
-						if _, err := st.Take(ctx, fmt.Sprintf("real-%d", i/10%1000), l, 1); err != nil {
+						if _, err := sluice.Take(ctx, st, fmt.Sprintf("real-%d", i/10%1000), l, 1); err != nil {
 							b.Fatal(err)
 						}
 					}
 				}
 				kept := 0 // real clients whose count the store still has
 				for i := range 1000 {
-					d, err := st.Take(ctx, fmt.Sprintf("real-%d", i), l, 0)
+					d, err := sluice.Take(ctx, st, fmt.Sprintf("real-%d", i), l, 0)
 					if err != nil {
 						b.Fatal(err)
 					}

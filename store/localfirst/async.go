@@ -119,10 +119,9 @@ func (sh *asyncShard) drop(key string) {
 // hits of a bucket limit, old or new) it is kept, and exact reports that
 // r is decided by the store. mu is held.
 func (sh *asyncShard) lookup(r sluice.Request) (e *asyncEntry, exact bool) {
-	id := r
-	id.Cost = 0
+	id := sluice.Request{Key: r.Key, Group: r.Group, Limit: r.Limit}
 	e = sh.m[r.Key]
-	if e == nil || e.req == id {
+	if e == nil || sameLimit(e.req, id) {
 		return e, false
 	}
 	if e.syncing || e.pending > 0 && (e.req.Limit.Algorithm.HasBurst() || r.Limit.Algorithm.HasBurst()) {
@@ -339,8 +338,7 @@ func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time,
 	}
 	a.mu.Unlock()
 	l := r.Limit
-	id := r
-	id.Cost = 0
+	id := sluice.Request{Key: r.Key, Group: r.Group, Limit: r.Limit}
 	e := &asyncEntry{req: id, seen: now, based: after}
 	if l.Algorithm.HasBurst() {
 		e.level, e.at = l.Level(st, at), at

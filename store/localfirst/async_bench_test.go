@@ -34,7 +34,7 @@ func BenchmarkTakeAsync(b *testing.B) {
 			keys := make([]string, 64)
 			for i := range keys {
 				keys[i] = fmt.Sprintf("{bench%d}", i)
-				if _, err := s.Take(context.Background(), keys[i], l, 1); err != nil { // the node takes the key up
+				if _, err := sluice.Take(context.Background(), s, keys[i], l, 1); err != nil { // the node takes the key up
 					b.Fatal(err)
 				}
 			}
@@ -44,7 +44,7 @@ func BenchmarkTakeAsync(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
 				for pb.Next() {
-					if _, err := s.Take(context.Background(), keys[rng.IntN(len(keys))], l, 1); err != nil {
+					if _, err := sluice.Take(context.Background(), s, keys[rng.IntN(len(keys))], l, 1); err != nil {
 						b.Error(err)
 						return
 					}

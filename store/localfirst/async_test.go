@@ -93,7 +93,7 @@ func TestAsyncOvershoot(t *testing.T) {
 		for round := 0; round < 1500; round++ {
 			// Between two syncs of a node, the nodes take turns at random.
 			for range 20 {
-				d, err := nodes[rng.IntN(3)].Take(context.Background(), key, l, 1)
+				d, err := sluice.Take(context.Background(), nodes[rng.IntN(3)], key, l, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -153,7 +153,7 @@ func TestAsyncBucketOvershoot(t *testing.T) {
 			for clk.Now().Sub(start) < 30*time.Second {
 				clk.Advance(time.Duration(rng.Int64N(5000)) * time.Microsecond)
 				for range 1 + rng.IntN(3) {
-					d, err := nodes[rng.IntN(len(nodes))].Take(context.Background(), "{hot}", l, 1)
+					d, err := sluice.Take(context.Background(), nodes[rng.IntN(len(nodes))], "{hot}", l, 1)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -229,7 +229,7 @@ func TestAsyncBucketRedisDies(t *testing.T) {
 	take := func() (sluice.Decision, error) {
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		return node.Take(c, "{k}", l, 1)
+		return sluice.Take(c, node, "{k}", l, 1)
 	}
 	if d, err := take(); err != nil || !d.Allowed { // the store decides: the node holds the key
 		t.Fatalf("first: %+v, %v", d, err)
@@ -285,7 +285,7 @@ func TestAsyncBucketRedisDies(t *testing.T) {
 	// Redis forgot the first hit, which it had decided; the node wrote
 	// back every hit it admitted by itself.
 	r := openRedisPrefix(t, url, prefix, clk.Now)
-	if d, err := r.Take(ctx, "{k}", l, 0); err != nil || d.Remaining != 1000-admitted {
+	if d, err := sluice.Take(ctx, r, "{k}", l, 0); err != nil || d.Remaining != 1000-admitted {
 		t.Fatalf("Redis after the write-back: %+v, %v; want %d remaining", d, err, 1000-admitted)
 	}
 	if d, err := take(); err != nil || !d.Allowed {
@@ -326,7 +326,7 @@ func TestAsyncWindowRedisDies(t *testing.T) {
 	take := func() (sluice.Decision, error) {
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		return node.Take(c, "{w}", l, 1)
+		return sluice.Take(c, node, "{w}", l, 1)
 	}
 	for range 7 {
 		if d, err := take(); err != nil || !d.Allowed {
@@ -345,7 +345,7 @@ func TestAsyncWindowRedisDies(t *testing.T) {
 	// Redis forgot the first hit, which it decided; the node wrote back
 	// the 6 it admitted by itself.
 	r := openRedisPrefix(t, url, prefix, clk.Now)
-	if d, err := r.Take(ctx, "{w}", l, 0); err != nil || d.Remaining != 1000-6 {
+	if d, err := sluice.Take(ctx, r, "{w}", l, 0); err != nil || d.Remaining != 1000-6 {
 		t.Fatalf("Redis after the write-back: %+v, %v; want 994 remaining", d, err)
 	}
 	if d, err := take(); err != nil || !d.Allowed {
@@ -369,7 +369,7 @@ func TestAsyncWindowComesBack(t *testing.T) {
 	var admitted, forgotten int64
 	for range 300 {
 		for range 30 {
-			d, err := node.Take(ctx, "{back}", l, 1)
+			d, err := sluice.Take(ctx, node, "{back}", l, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -419,14 +419,14 @@ func TestAsyncBucketSyncInFlight(t *testing.T) {
 	take := func(n int, what string) {
 		t.Helper()
 		for range n {
-			if d, err := node.Take(ctx, "{k}", l, 1); err != nil || !d.Allowed {
+			if d, err := sluice.Take(ctx, node, "{k}", l, 1); err != nil || !d.Allowed {
 				t.Fatalf("%s: %+v, %v", what, d, err)
 			}
 		}
 	}
 	remaining := func(want int64) {
 		t.Helper()
-		if d, err := r.Take(ctx, "{k}", l, 0); err != nil || d.Remaining != want {
+		if d, err := sluice.Take(ctx, r, "{k}", l, 0); err != nil || d.Remaining != want {
 			t.Fatalf("Redis: %+v, %v; want %d remaining", d, err, want)
 		}
 	}
@@ -467,7 +467,7 @@ func TestAsyncWindowIdleKeepsShare(t *testing.T) {
 	ctx := context.Background()
 	take := func(what string) {
 		t.Helper()
-		if d, err := node.Take(ctx, "{idle}", l, 1); err != nil || !d.Allowed {
+		if d, err := sluice.Take(ctx, node, "{idle}", l, 1); err != nil || !d.Allowed {
 			t.Fatalf("%s: %+v, %v", what, d, err)
 		}
 	}

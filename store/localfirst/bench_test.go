@@ -55,7 +55,7 @@ func BenchmarkTake(b *testing.B) {
 			// Warm up: leases grow to their size, the connections are made.
 			for range 2000 {
 				for _, k := range keys {
-					if _, err := s.Take(context.Background(), k, l, 1); err != nil {
+					if _, err := sluice.Take(context.Background(), s, k, l, 1); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -70,7 +70,7 @@ func BenchmarkTake(b *testing.B) {
 				lat := make([]time.Duration, 0, 1<<16)
 				for pb.Next() {
 					t0 := time.Now()
-					d, err := s.Take(context.Background(), keys[rng.IntN(len(keys))], l, 1)
+					d, err := sluice.Take(context.Background(), s, keys[rng.IntN(len(keys))], l, 1)
 					lat = append(lat, time.Since(t0))
 					if err != nil || !d.Allowed {
 						b.Errorf("%+v, %v", d, err)

@@ -5,21 +5,21 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
 )
 
-// Sync says how a Store's decisions reach the store it decorates.
-type Sync uint8
+// Sync says how a Store's decisions reach the store it decorates: a
+// request's own sluice.Sync, or Config.Sync for sluice.DefaultSync.
+type Sync = sluice.Sync
 
-// The sync modes.
+// The sync modes, as a Store decides them.
 const (
 	// Exact decisions are the store's, but for the near cache's denials:
 	// one store call per decision.
-	Exact Sync = iota
+	Exact = sluice.Exact
 	// Lease decisions come from leases: a node takes part of a hot key's
 	// quota from the store in one atomic call (the store debits it),
 	// admits from it by itself (a bucket's hits each by its due
@@ -28,36 +28,15 @@ const (
 	// the leases outstanding (see the package documentation). For the
 	// algorithms the store can lease (Leaser.CanLease: all but
 	// sliding_log on Redis); the others decide exactly.
-	Lease
+	Lease = sluice.Lease
 	// Async decisions make no store call: a node admits from an allowance,
 	// an even share of what the store counted left at its last sync, and
 	// writes its hits back every Config.SyncInterval, over the limit by
 	// at most the bound the package documentation states. For the
 	// algorithms the store syncs (Syncer.Syncable: all but sliding_log
 	// on Redis); the others decide exactly.
-	Async
-	numSyncs
+	Async = sluice.Async
 )
-
-var syncNames = [numSyncs]string{Exact: "exact", Lease: "lease", Async: "async"}
-
-// String returns the mode's name as flags and rules write it.
-func (s Sync) String() string {
-	if s < numSyncs {
-		return syncNames[s]
-	}
-	return fmt.Sprintf("Sync(%d)", s)
-}
-
-// ParseSync returns the mode named s: "exact", "lease" or "async".
-func ParseSync(s string) (Sync, error) {
-	for i, name := range syncNames {
-		if s == name {
-			return Sync(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown sync mode %q (want %s)", s, strings.Join(syncNames[:], ", "))
-}
 
 // Leaser is an optional interface of a Stater store that takes back the
 // unused hits of leases. store/redis implements it.
@@ -315,13 +294,18 @@ func (s *Store) takeLease(ctx context.Context, r sluice.Request, now time.Time) 
 	}
 }
 
+// sameLimit reports whether a and b are requests of one key, group and
+// limit: what an entry of the lease or async table stands for.
+func sameLimit(a, b sluice.Request) bool {
+	return a.Key == b.Key && a.Group == b.Group && a.Limit == b.Limit
+}
+
 // tryLease is takeLease's one attempt: when wait is set and a grant of the
 // key is in flight, it returns that grant's channel instead of deciding.
 func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, wait bool) (sluice.Decision, chan struct{}, error) {
 	ls := s.leases
 	key, l, cost := r.Key, r.Limit, r.Cost
-	id := r // the entry's request: key, group and limit
-	id.Cost = 0
+	id := sluice.Request{Key: r.Key, Group: r.Group, Limit: r.Limit} // the entry's request
 	sh := ls.shard(key)
 	sh.mu.Lock()
 	e := sh.m[key]
@@ -337,7 +321,7 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 		s.seenBucket(sh, key, e, d, err, now)
 		return d, nil, err
 	}
-	if e.req != id { // the rules changed: a new lease of the new limit
+	if !sameLimit(e.req, id) { // the rules changed: a new lease of the new limit
 		if back, ok := ls.end(e, now); ok {
 			s.pending(back)
 		}
@@ -405,7 +389,7 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 	sh.mu.Lock()
 	close(e.granting)
 	e.granting = nil
-	granted := err == nil && d.Allowed && ok && want > cost && e.req == id
+	granted := err == nil && d.Allowed && ok && want > cost && sameLimit(e.req, id)
 	var out sluice.Decision
 	if err == nil && l.Algorithm.HasBurst() {
 		e.drained = now.Add(d.ResetAfter)

@@ -157,7 +157,7 @@ func FuzzLeases(f *testing.F) {
 			switch b % 8 {
 			case 0, 1, 2, 3:
 				cost := 1 + int64(b%2)*int64(b/24%3)
-				d, err := nodes[node].Take(context.Background(), key, l, cost)
+				d, err := sluice.Take(context.Background(), nodes[node], key, l, cost)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -188,7 +188,7 @@ func FuzzLeases(f *testing.F) {
 		}
 		now := clk.Now().UnixMicro()
 		w := now - now%p
-		d, err := backs[3].Take(context.Background(), key, l, 0)
+		d, err := sluice.Take(context.Background(), backs[3], key, l, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +222,7 @@ func testLeaseHotKey(t *testing.T, url string, l sluice.Limit) {
 	for g := range goroutines {
 		go func() {
 			for range each {
-				d, err := nodes[g%3].Take(context.Background(), "{hot}", l, 1)
+				d, err := sluice.Take(context.Background(), nodes[g%3], "{hot}", l, 1)
 				if err != nil {
 					errs <- err
 					return
@@ -276,7 +276,7 @@ func testLeaseRedisDies(t *testing.T, l sluice.Limit) {
 	take := func() (sluice.Decision, error) {
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		return node.Take(c, "{k}", l, 1)
+		return sluice.Take(c, node, "{k}", l, 1)
 	}
 	for range 20 { // a hot key: leases grow
 		if d, err := take(); err != nil || !d.Allowed {
@@ -349,7 +349,7 @@ func testLeaseZipf(t *testing.T, l sluice.Limit) {
 	for g := range 12 {
 		go func() {
 			for i := g; i < n; i += 12 {
-				d, err := nodes[g%3].Take(context.Background(), fmt.Sprintf("{u%d}", users[i]), l, 1)
+				d, err := sluice.Take(context.Background(), nodes[g%3], fmt.Sprintf("{u%d}", users[i]), l, 1)
 				if err != nil {
 					errs <- err
 					return
@@ -391,7 +391,7 @@ func testLeaseZipf(t *testing.T, l sluice.Limit) {
 func drain(t *testing.T, s *Store, l sluice.Limit) (n int64) {
 	t.Helper()
 	for range 2 * l.Rate {
-		d, err := s.Take(context.Background(), "{k}", l, 1)
+		d, err := sluice.Take(context.Background(), s, "{k}", l, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -417,7 +417,7 @@ func TestLeasePaused(t *testing.T) {
 			w := clk.Now().UnixMicro() - clk.Now().UnixMicro()%l.Period.Microseconds()
 			var byA int64
 			for range 30 {
-				if d, err := a.Take(context.Background(), "{k}", l, 1); err != nil || !d.Allowed {
+				if d, err := sluice.Take(context.Background(), a, "{k}", l, 1); err != nil || !d.Allowed {
 					t.Fatalf("%+v, %v", d, err)
 				}
 				byA++
@@ -581,7 +581,7 @@ func runBucketLeases(t *testing.T, backs [3]*redis.Store, clk *clocktest.Clock, 
 		switch b % 8 {
 		case 0, 1, 2, 3:
 			cost := 1 + int64(b%2)*int64(b/24%2)
-			d, err := nodes[node].Take(context.Background(), key, l, cost)
+			d, err := sluice.Take(context.Background(), nodes[node], key, l, cost)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -634,7 +634,7 @@ func TestLeasePausedBucket(t *testing.T) {
 					l := sluice.Limit{Algorithm: a, Rate: 320, Period: time.Hour} // a hit every 11.25 s; leases of up to 20
 					var byP int64
 					for range 30 {
-						if d, err := p.Take(context.Background(), "{k}", l, 1); err != nil || !d.Allowed {
+						if d, err := sluice.Take(context.Background(), p, "{k}", l, 1); err != nil || !d.Allowed {
 							t.Fatalf("%+v, %v", d, err)
 						}
 						byP++
@@ -696,12 +696,12 @@ func TestLeaseBucketRate(t *testing.T) {
 			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
 			nodes := openLeaseNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 2, Config{})
 			if tc.drain > 0 {
-				if d, err := nodes[1].Take(context.Background(), "{k}", l, tc.drain); err != nil || !d.Allowed {
+				if d, err := sluice.Take(context.Background(), nodes[1], "{k}", l, tc.drain); err != nil || !d.Allowed {
 					t.Fatalf("%d at once: %+v, %v", tc.drain, d, err)
 				}
 			}
 			for i := range 60 {
-				if d, err := nodes[0].Take(context.Background(), "{k}", l, 1); err != nil || !d.Allowed {
+				if d, err := sluice.Take(context.Background(), nodes[0], "{k}", l, 1); err != nil || !d.Allowed {
 					t.Fatalf("hit %d: %+v, %v", i, d, err)
 				}
 				clk.Advance(tc.every)

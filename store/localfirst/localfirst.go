@@ -1,6 +1,6 @@
 // Package localfirst decorates a sluice.Store so that decisions leave the
 // request's critical path: a near cache of denials, exact; and, per limit
-// (Config.Sync, Config.SyncOf), lease and async modes for every algorithm
+// (Config.Sync, sluice.Request.Sync), lease and async modes for every algorithm
 // but sliding_log, each with a stated
 // bound.
 //
@@ -167,12 +167,12 @@ type Config struct {
 	// included (default 8 MiB). Negative turns the near cache off.
 	NearCacheBytes int64
 	// Sync is how decisions reach the store (default Exact), for requests
-	// that SyncOf leaves to it.
+	// whose own Sync is sluice.DefaultSync or when RequestSync is off.
 	Sync Sync
-	// SyncOf, if set, returns a request's own mode (a rule's sync), or
-	// false to leave it to Sync. Called once per decision; it must be
-	// cheap and safe for concurrent use.
-	SyncOf func(r sluice.Request) (Sync, bool)
+	// RequestSync makes a request's own Sync (a rule's sync), when not
+	// sluice.DefaultSync, choose its mode; lease and async mode are then
+	// ready whatever Sync is. Default off: Sync decides every request.
+	RequestSync bool
 	// LeaseLifetime is how long a lease lasts (default 500ms), and longer
 	// while its key keeps asking; a lease also ends with its window. Its
 	// size follows the key's hits in a lifetime; a longer one spares store
@@ -234,16 +234,16 @@ const (
 // in lease mode, leases. It is safe for concurrent use. In lease mode it
 // runs one goroutine that returns ended leases; Close stops it.
 type Store struct {
-	next   sluice.Store
-	stater Stater // next's, or nil: then neither near cache nor leases
-	leaser Leaser // next's in lease mode, or nil
-	now    func() time.Time
-	sync   Sync
-	syncOf func(sluice.Request) (Sync, bool)
-	near   *nearCache // nil when off
-	leases *leases    // nil unless lease mode
-	async  *asyncTable
-	syncer Syncer // next's when async mode may be used, or nil
+	next        sluice.Store
+	stater      Stater // next's, or nil: then neither near cache nor leases
+	leaser      Leaser // next's in lease mode, or nil
+	now         func() time.Time
+	sync        Sync
+	requestSync bool       // Config.RequestSync
+	near        *nearCache // nil when off
+	leases      *leases    // nil unless lease mode
+	async       *asyncTable
+	syncer      Syncer // next's when async mode may be used, or nil
 
 	syncEvery time.Duration
 	asyncHits atomic.Uint64
@@ -276,7 +276,7 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	if next == nil {
 		return nil, errors.New("localfirst: no store")
 	}
-	if cfg.Sync >= numSyncs {
+	if cfg.Sync > Async {
 		return nil, fmt.Errorf("localfirst: unknown sync mode %d", cfg.Sync)
 	}
 	if cfg.LeaseLifetime < 0 || cfg.MaxLease < 0 || cfg.LeaseBytes < 0 || cfg.SyncInterval < 0 || cfg.AsyncNodes < 0 || cfg.AsyncShare < 0 {
@@ -306,7 +306,7 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Store{next: next, now: cfg.Now, sync: cfg.Sync, syncOf: cfg.SyncOf, syncEvery: cfg.SyncInterval}
+	s := &Store{next: next, now: cfg.Now, sync: cfg.Sync, requestSync: cfg.RequestSync, syncEvery: cfg.SyncInterval}
 	st, ok := next.(Stater)
 	if !ok {
 		return s, nil
@@ -316,13 +316,13 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 		s.near = newNearCache(cfg.NearCacheBytes)
 	}
 	s.stop = make(chan struct{})
-	if le, ok := next.(Leaser); ok && (cfg.Sync == Lease || cfg.SyncOf != nil) {
+	if le, ok := next.(Leaser); ok && (cfg.Sync == Lease || cfg.RequestSync) {
 		s.leaser = le
 		s.leases = newLeases(cfg.LeaseBytes, cfg.LeaseLifetime, cfg.MaxLease)
 		s.done = make(chan struct{})
 		go s.sweep(s.stop, s.done)
 	}
-	if sy, ok := next.(Syncer); ok && (cfg.Sync == Async || cfg.SyncOf != nil) {
+	if sy, ok := next.(Syncer); ok && (cfg.Sync == Async || cfg.RequestSync) {
 		s.syncer = sy
 		s.async = newAsyncTable(cfg.LeaseBytes, cfg.AsyncNodes, cfg.AsyncShare, cfg.SyncInterval)
 		s.asyncDone = make(chan struct{})
@@ -409,19 +409,10 @@ func (s *Store) Stats() Stats {
 	return st
 }
 
-// Take applies cost hits of l to key: cost 0 only reports. It implements
-// sluice.Store.
-func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	return s.take(ctx, sluice.Request{Key: key, Limit: l, Cost: cost})
-}
-
 // take decides r: from the near cache, a lease, or the store.
 func (s *Store) take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
 	if s.stater == nil {
 		s.calls.Add(1)
-		if r.Group == "" {
-			return s.next.Take(ctx, r.Key, r.Limit, r.Cost)
-		}
 		var ds [1]sluice.Decision
 		err := s.next.TakeAll(ctx, []sluice.Request{r}, ds[:])
 		return ds[0], err
@@ -454,10 +445,8 @@ const maxAsyncProduct = 1 << 52
 
 // syncFor returns r's mode.
 func (s *Store) syncFor(r sluice.Request) Sync {
-	if s.syncOf != nil {
-		if m, ok := s.syncOf(r); ok {
-			return m
-		}
+	if s.requestSync && r.Sync != sluice.DefaultSync {
+		return r.Sync
 	}
 	return s.sync
 }

@@ -155,11 +155,11 @@ func TestNearCacheIdentical(t *testing.T) {
 					}
 					continue
 				}
-				got, err := near.Take(ctx, key, l, cost)
+				got, err := sluice.Take(ctx, near, key, l, cost)
 				if err != nil {
 					t.Fatal(err)
 				}
-				want, err := exact.Take(ctx, key, l, cost)
+				want, err := sluice.Take(ctx, exact, key, l, cost)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -222,7 +222,7 @@ func TestNearCacheRedisTime(t *testing.T) {
 			l := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 5, Period: time.Hour, Burst: 5}
 			admitted := 0
 			for range 100 {
-				d, err := near.Take(context.Background(), "{hot}", l, 1)
+				d, err := sluice.Take(context.Background(), near, "{hot}", l, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -232,7 +232,7 @@ func TestNearCacheRedisTime(t *testing.T) {
 				}
 				// What Redis says now, without the cache, at cost 0 (a
 				// report: the same state).
-				want, err := r.Take(context.Background(), "{hot}", l, 0)
+				want, err := sluice.Take(context.Background(), r, "{hot}", l, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -260,7 +260,7 @@ func TestNearCacheBounded(t *testing.T) {
 	for i := range 2000 {
 		key := fmt.Sprintf("user%04d", i)
 		for range 2 {
-			if _, err := near.Take(context.Background(), key, l, 1); err != nil {
+			if _, err := sluice.Take(context.Background(), near, key, l, 1); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -274,7 +274,7 @@ func TestNearCacheBounded(t *testing.T) {
 	}
 	before := st.NearHits
 	for range 2 {
-		if _, err := near.Take(context.Background(), "user1999", l, 1); err != nil {
+		if _, err := sluice.Take(context.Background(), near, "user1999", l, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -299,7 +299,7 @@ func TestNearCacheOff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l := sluice.Limit{Rate: 1, Period: time.Hour}
 			for range 5 {
-				if _, err := s.Take(context.Background(), "k", l, 1); err != nil {
+				if _, err := sluice.Take(context.Background(), s, "k", l, 1); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -54,7 +54,7 @@ func TestLargeKeysStayWithinBytes(t *testing.T) {
 	big := strings.Repeat("k", 1<<20)
 	l := sluice.Limit{Rate: 5, Period: time.Hour}
 	b0, _ := accounted(s)
-	if _, err := s.Take(ctx, big, l, 1); err != nil {
+	if _, err := sluice.Take(ctx, s, big, l, 1); err != nil {
 		t.Fatal(err)
 	}
 	if b1, _ := accounted(s); b1-b0 < 1<<20 {
@@ -81,7 +81,7 @@ func TestLargeKeysStayWithinBytes(t *testing.T) {
 		for k := range 4 {
 			lk := fmt.Sprintf("log:%d", k)
 			ll := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 1 << 20, Period: time.Hour}
-			if _, err := s.Take(ctx, lk, ll, 1); err != nil {
+			if _, err := sluice.Take(ctx, s, lk, ll, 1); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -115,13 +115,13 @@ func TestKeyLargerThanShard(t *testing.T) {
 	ctx := context.Background()
 	l := sluice.Limit{Rate: 1, Period: time.Hour}
 	for i := range 100 {
-		if _, err := s.Take(ctx, fmt.Sprintf("small:%d", i), l, 1); err != nil {
+		if _, err := sluice.Take(ctx, s, fmt.Sprintf("small:%d", i), l, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
 	huge := strings.Repeat("h", 1<<20)
 	for range 3 {
-		d, err := s.Take(ctx, huge, l, 1)
+		d, err := sluice.Take(ctx, s, huge, l, 1)
 		if err != nil || !d.Allowed {
 			t.Fatalf("a key too large to keep: %+v, %v; want a fresh key's decision", d, err)
 		}

@@ -132,7 +132,7 @@ func TestDeniedBatchMarksUse(t *testing.T) {
 			t.Errorf("key %s: held %v, not marked used by a denied batch", k, ok)
 		}
 	}
-	if d, _ := s.Take(ctx, "a", l, 0); d.Remaining != 0 {
+	if d, _ := sluice.Take(ctx, s, "a", l, 0); d.Remaining != 0 {
 		t.Fatalf("a denied batch changed a state: %+v", d)
 	}
 }

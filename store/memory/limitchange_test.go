@@ -79,7 +79,7 @@ func TestLimitChangeKeepsCount(t *testing.T) {
 				l := limits[rng.IntN(len(limits))]
 				cost := rng.Int64N(4)
 				want := l.Take(&ref, c.Now(), cost)
-				got, err := s.Take(ctx, "changing", l, cost)
+				got, err := sluice.Take(ctx, s, "changing", l, cost)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -268,9 +268,10 @@ func (s *Store) check(ctx context.Context) error {
 	return err
 }
 
-// Take applies cost hits of l to key at the store's time; cost 0 only
-// reports. A key last used under another algorithm starts afresh.
-func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
+// take is TakeAll of one request: cost hits of l to key at the store's
+// time, the state written back allowed or denied, as the Limit transition
+// leaves it. A key last used under another algorithm starts afresh.
+func (s *Store) take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
 	if err := ctx.Err(); err != nil || s.closed.Load() { // s.check, inlined
 		return sluice.Decision{}, fmt.Errorf("memory take %q: %w", key, s.check(ctx))
 	}

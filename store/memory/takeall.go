@@ -29,11 +29,17 @@ const batchInline = 8
 // they would have decided. A key given twice sees its first request's hits
 // when deciding the second. It locks the shards involved in index order, so
 // batches never deadlock, and decides on copies of the states, which it
-// writes back only if all requests pass. Batches of up to 8 requests
-// allocate nothing on keys the store holds.
+// writes back only if all requests pass; a batch of one request writes
+// back the state its transition leaves, allowed or denied. Batches of up
+// to 8 requests allocate nothing on keys the store holds.
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	if len(ds) < len(reqs) {
 		return fmt.Errorf("memory take all: %d decisions for %d requests", len(ds), len(reqs))
+	}
+	if len(reqs) == 1 { // all or nothing by itself
+		var err error
+		ds[0], err = s.take(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].Cost)
+		return err
 	}
 	if err := s.check(ctx); err != nil {
 		return fmt.Errorf("memory take all: %w", err)

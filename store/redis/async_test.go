@@ -33,11 +33,11 @@ func TestSyncCounts(t *testing.T) {
 					t.Fatalf("SyncCounts(%+v) = %d at %d, want %d at %d", r, got[0], now, want, clk.Now().UnixMicro())
 				}
 			}
-			if d, err := s.Take(ctx, "{f}", fixed, 2); err != nil || !d.Allowed {
+			if d, err := sluice.Take(ctx, s, "{f}", fixed, 2); err != nil || !d.Allowed {
 				t.Fatalf("%+v, %v", d, err)
 			}
 			sync(7, sluice.Request{Key: "{f}", Limit: fixed, Cost: 5}, w)
-			if d, err := s.Take(ctx, "{f}", fixed, 0); err != nil || d.Remaining != 3 {
+			if d, err := sluice.Take(ctx, s, "{f}", fixed, 0); err != nil || d.Remaining != 3 {
 				t.Fatalf("a Take after 2 taken and 5 written back: %+v, %v; want 3 remaining", d, err)
 			}
 			sync(7, sluice.Request{Key: "{f}", Limit: fixed}, w)
@@ -74,7 +74,7 @@ func TestSyncCountsBuckets(t *testing.T) {
 				bk, _ := l.Bucket()
 				var model sluice.State
 				now := clk.Now().UnixMicro()
-				if d, err := s.Take(ctx, key, l, 2); err != nil || !d.Allowed {
+				if d, err := sluice.Take(ctx, s, key, l, 2); err != nil || !d.Allowed {
 					t.Fatalf("%v: %+v, %v", l, d, err)
 				}
 				l.TakeMicros(&model, now, 2)
@@ -89,7 +89,7 @@ func TestSyncCountsBuckets(t *testing.T) {
 				if want := l.Level(model, now); got[0] != want || at != now || want <= bk.Full {
 					t.Fatalf("%v: SyncCounts = %d at %d, want %d (a debt: above %d) at %d", l, got[0], at, want, bk.Full, now)
 				}
-				d, err := s.Take(ctx, key, l, 1)
+				d, err := sluice.Take(ctx, s, key, l, 1)
 				if err != nil || d.Allowed || d != l.TakeMicros(&model, now, 1) {
 					t.Fatalf("%v: a Take in debt: %+v, %v; want %+v", l, d, err, l.TakeMicros(&model, now, 1))
 				}
@@ -98,7 +98,7 @@ func TestSyncCountsBuckets(t *testing.T) {
 					t.Fatalf("%v: 1µs before the retry time the level is %d, %v: room for a hit", l, got[0], err)
 				}
 				clk.Advance(time.Microsecond)
-				if d, err := s.Take(ctx, key, l, 1); err != nil || !d.Allowed {
+				if d, err := sluice.Take(ctx, s, key, l, 1); err != nil || !d.Allowed {
 					t.Fatalf("%v: at the retry time: %+v, %v", l, d, err)
 				}
 			}

@@ -98,7 +98,7 @@ func TestScriptSync(t *testing.T) {
 				if rng.IntN(3) > 0 {
 					cost := rng.Int64N(4)
 					want := l.TakeMicros(st, now, cost)
-					got, err := w.Take(context.Background(), k, l, cost)
+					got, err := sluice.Take(context.Background(), w, k, l, cost)
 					if err != nil || got != want {
 						t.Fatalf("step %d: Take(%s, %d) = %+v, %v; want %+v", step, k, cost, got, err, want)
 					}

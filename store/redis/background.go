@@ -16,7 +16,7 @@ import (
 var ErrConnecting = errors.New("redis store not connected yet")
 
 // Background is a Store that connects in the background: until Redis
-// first answers, Take and TakeAll fail at once with ErrConnecting, which a
+// first answers, TakeAll fails at once with ErrConnecting, which a
 // caller's fail mode decides (package decide), and it keeps trying. So a
 // sluice server started while its Redis is down serves in its fail mode and
 // moves to Redis by itself, as it does when Redis fails later.
@@ -101,14 +101,6 @@ func (b *Background) notYet() error {
 		return fmt.Errorf("%w: %w", ErrConnecting, *err)
 	}
 	return ErrConnecting
-}
-
-// Take implements sluice.Store.
-func (b *Background) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	if s := b.store.Load(); s != nil {
-		return s.Take(ctx, key, l, cost)
-	}
-	return sluice.Decision{}, fmt.Errorf("redis take %s: %w", key, b.notYet())
 }
 
 // TakeAll implements sluice.Store.

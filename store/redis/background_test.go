@@ -28,7 +28,7 @@ func TestBackground(t *testing.T) {
 	}
 	l := sluice.Limit{Rate: 2, Period: time.Hour}
 	ctx := context.Background()
-	if _, err := b.Take(ctx, "k", l, 1); !errors.Is(err, ErrConnecting) {
+	if _, err := sluice.Take(ctx, b, "k", l, 1); !errors.Is(err, ErrConnecting) {
 		t.Fatalf("Take before Redis is up: %v, want ErrConnecting", err)
 	}
 	ds := make([]sluice.Decision, 1)
@@ -41,7 +41,7 @@ func TestBackground(t *testing.T) {
 	r.Restart()
 	waitFor(t, 10*time.Second, "connected after Redis started", func() bool { return b.Connected() != nil })
 	for i, want := range []bool{true, true, false} {
-		d, err := b.Take(ctx, "k", l, 1)
+		d, err := sluice.Take(ctx, b, "k", l, 1)
 		if err != nil || d.Allowed != want {
 			t.Fatalf("take %d on Redis: %+v, %v; want allowed %v", i+1, d, err, want)
 		}
@@ -74,7 +74,7 @@ func TestBackgroundErrors(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close still waiting after 5s")
 	}
-	if _, err := b.Take(context.Background(), "k", sluice.Limit{Rate: 1, Period: time.Second}, 1); !errors.Is(err, ErrClosed) {
+	if _, err := sluice.Take(context.Background(), b, "k", sluice.Limit{Rate: 1, Period: time.Second}, 1); !errors.Is(err, ErrClosed) {
 		t.Errorf("Take after Close: %v, want ErrClosed", err)
 	}
 }

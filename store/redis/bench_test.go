@@ -125,7 +125,7 @@ func runTake(b *testing.B, s *Store, admin rueidis.Client) {
 		ctx := context.Background()
 		for pb.Next() {
 			i += 7919
-			if _, err := s.Take(ctx, keys[i%uint64(len(keys))], l, 1); err != nil {
+			if _, err := sluice.Take(ctx, s, keys[i%uint64(len(keys))], l, 1); err != nil {
 				failed.Add(1)
 			}
 		}
@@ -159,7 +159,7 @@ func BenchmarkLatency(b *testing.B) {
 		l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1000, Period: time.Second}
 		ctx := context.Background()
 		latencies(b, func(i int) error {
-			_, err := s.Take(ctx, "{u"+strconv.Itoa(i%1000)+"}", l, 1)
+			_, err := sluice.Take(ctx, s, "{u"+strconv.Itoa(i%1000)+"}", l, 1)
 			return err
 		})
 	})

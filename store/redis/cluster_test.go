@@ -57,7 +57,7 @@ func TestExactAcrossStores(t *testing.T) {
 								// machine loaded far beyond its two cores, 61
 								// of 3,000 calls overran it.
 								ctx, cancel := context.WithTimeout(context.Background(), hangBound)
-								d, err := s.Take(ctx, "{exact}|one", c.limit, 1)
+								d, err := sluice.Take(ctx, s, "{exact}|one", c.limit, 1)
 								cancel()
 								switch {
 								case err != nil:
@@ -128,7 +128,7 @@ func (l *loadGen) run(s *Store, goroutines int, timeout time.Duration, stop <-ch
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), timeout)
 				start := time.Now()
-				_, err := s.Take(ctx, fmt.Sprintf("{k%d}", (g*7919+i)%500), lim, 1)
+				_, err := sluice.Take(ctx, s, fmt.Sprintf("{k%d}", (g*7919+i)%500), lim, 1)
 				took := time.Since(start)
 				cancel()
 				l.calls.Add(1)
@@ -271,7 +271,7 @@ func TestClusterFailover(t *testing.T) {
 	waitFor(t, 20*time.Second, "decisions on "+key+" after the failover", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		_, err := s.Take(ctx, key, lim, 1)
+		_, err := sluice.Take(ctx, s, key, lim, 1)
 		return err == nil
 	})
 	since := time.Now()
@@ -289,7 +289,7 @@ func TestClusterFailover(t *testing.T) {
 func TestClosed(t *testing.T) {
 	s := open(t, "redis://"+testenv.RedisAddr(t), testConfig(nil))
 	s.Close()
-	_, err := s.Take(context.Background(), "k", sluice.Limit{Rate: 1, Period: time.Second}, 1)
+	_, err := sluice.Take(context.Background(), s, "k", sluice.Limit{Rate: 1, Period: time.Second}, 1)
 	if !errors.Is(err, ErrClosed) {
 		t.Fatalf("Take after Close: %v, want ErrClosed", err)
 	}

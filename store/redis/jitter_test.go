@@ -35,7 +35,7 @@ func TestExpiryJitter(t *testing.T) {
 		lo, hi = 1<<62, -1
 		for i := range 40 {
 			key := fmt.Sprintf("jitter-%d", i)
-			if d, err := s.Take(ctx, key, l, 1); err != nil || !d.Allowed {
+			if d, err := sluice.Take(ctx, s, key, l, 1); err != nil || !d.Allowed {
 				t.Fatalf("Take %s = %+v, %v", key, d, err)
 			}
 			pttl, err := c.Do(ctx, c.B().Pttl().Key(cfg.KeyPrefix+key).Build()).AsInt64()

@@ -32,7 +32,7 @@ func TestReturn(t *testing.T) {
 			window := t0.Truncate(time.Minute).UnixMicro()
 			remaining := func(key string, l sluice.Limit) int64 {
 				t.Helper()
-				d, err := s.Take(ctx, key, l, 0)
+				d, err := sluice.Take(ctx, s, key, l, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -54,7 +54,7 @@ func TestReturn(t *testing.T) {
 			}
 			for _, k := range []string{"{f}", "{s}", "{b}"} {
 				l := map[string]sluice.Limit{"{f}": fixed, "{s}": sliding, "{b}": bucket}[k]
-				if d, err := s.Take(ctx, k, l, 6); err != nil || !d.Allowed {
+				if d, err := sluice.Take(ctx, s, k, l, 6); err != nil || !d.Allowed {
 					t.Fatalf("a lease of 6: %+v, %v", d, err)
 				}
 			}
@@ -107,7 +107,7 @@ func TestReturnBuckets(t *testing.T) {
 					var model sluice.State
 					now := clk.Now().UnixMicro()
 					if pre > 0 {
-						if d, err := s.Take(ctx, name, l, pre); err != nil || !d.Allowed {
+						if d, err := sluice.Take(ctx, s, name, l, pre); err != nil || !d.Allowed {
 							t.Fatalf("%d before the lease: %+v, %v", pre, d, err)
 						}
 						l.TakeMicros(&model, now, pre)
@@ -159,7 +159,7 @@ func TestReturnBuckets(t *testing.T) {
 
 				clk.Set(t0)
 				k, st, model = lease(0, 8, 1)
-				if d, err := s.Take(ctx, k, l, 15); err != nil || d.Allowed {
+				if d, err := sluice.Take(ctx, s, k, l, 15); err != nil || d.Allowed {
 					t.Fatalf("15 more on 12 left: %+v, %v", d, err)
 				}
 				clk.Set(t0.Add(time.Second))
@@ -168,7 +168,7 @@ func TestReturnBuckets(t *testing.T) {
 
 				clk.Set(t0)
 				k, st, _ = lease(0, 8, 1)
-				if d, err := s.Take(ctx, k, l, 1); err != nil || !d.Allowed {
+				if d, err := sluice.Take(ctx, s, k, l, 1); err != nil || !d.Allowed {
 					t.Fatalf("1 more: %+v, %v", d, err)
 				}
 				give(k, st, 7, 0) // admitted since: nothing

@@ -53,7 +53,7 @@ func TestScriptReturnBuckets(t *testing.T) {
 				case 0, 1: // a Take: a grant when no lease is open
 					before := model
 					want := l.TakeMicros(&model, now, cost)
-					d, err := w.Take(ctx, key, l, cost)
+					d, err := sluice.Take(ctx, w, key, l, cost)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -177,7 +177,7 @@ func TestScriptReturnWindows(t *testing.T) {
 				case 0, 1:
 					cost := 1 + rng.Int64N(max(l.Rate/2, 1))
 					want := l.TakeMicros(&model, now, cost)
-					if d, err := w.Take(ctx, key, l, cost); err != nil || d != want {
+					if d, err := sluice.Take(ctx, w, key, l, cost); err != nil || d != want {
 						t.Fatalf("Take(%d) at %d: %+v, %v; want %+v", cost, now, d, err, want)
 					}
 					if want.Allowed {

@@ -190,10 +190,10 @@ var ErrClosed = errors.New("redis store closed")
 // Store keeps the states of rate-limited keys in Redis. It is safe for
 // concurrent use. Close stops its goroutines and its connections.
 //
-// Take and TakeAll return when Redis has answered or when their context is
-// done, whichever comes first (a decision whose context has no deadline is
-// bounded by Config.Timeout instead). When Redis is down or slow they
-// return an error at once or at the deadline; what to decide then is the
+// TakeAll returns when Redis has answered or when its context is done,
+// whichever comes first (a decision whose context has no deadline is
+// bounded by Config.Timeout instead). When Redis is down or slow it
+// returns an error at once or at the deadline; what to decide then is the
 // caller's (package decide's fail modes).
 type Store struct {
 	client  rueidis.Client
@@ -479,13 +479,7 @@ func redact(raw string) string {
 	return raw
 }
 
-// Take applies cost hits of l to key: cost 0 only reports. It implements
-// sluice.Store.
-func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	return s.take(ctx, key, "", l, cost)
-}
-
-// take is Take of key in group.
+// take decides one request of key in group: TakeAll of one.
 func (s *Store) take(ctx context.Context, key, group string, l sluice.Limit, cost int64) (sluice.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return sluice.Decision{}, fmt.Errorf("redis take %s: %w", key, err)

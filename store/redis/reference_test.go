@@ -112,7 +112,7 @@ func testTake(t *testing.T, s sluice.Store, clock *fakeClock, i int, l sluice.Li
 		now, cost = randomStep(r, l, now)
 		clock.Set(now)
 		want := l.Take(&st, now, cost)
-		got, err := s.Take(ctx, key, l, cost)
+		got, err := sluice.Take(ctx, s, key, l, cost)
 		if err != nil {
 			t.Fatalf("step %d: Take: %v", step, err)
 		}
@@ -167,7 +167,7 @@ func testHeavy(t *testing.T, s sluice.Store, clock *fakeClock, i int, l sluice.L
 		cost := r.Int64N(c/3 + 1)
 		clock.Set(now)
 		want := l.Take(&st, now, cost)
-		got, err := s.Take(ctx, fmt.Sprintf("heavy%d", i), l, cost)
+		got, err := sluice.Take(ctx, s, fmt.Sprintf("heavy%d", i), l, cost)
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}

@@ -34,7 +34,7 @@ func TestSentinel(t *testing.T) {
 	take := func() (sluice.Decision, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		return s.Take(ctx, "{sentinel}", l, 3)
+		return sluice.Take(ctx, s, "{sentinel}", l, 3)
 	}
 	d, err := take()
 	if err != nil || d.Remaining != 7 {
@@ -103,7 +103,7 @@ func TestSentinelAuth(t *testing.T) {
 	defer cancel()
 	l := sluice.Limit{Rate: 2, Period: time.Hour}
 	for i, want := range []bool{true, true, false} {
-		d, err := s.Take(ctx, "{sentinel-auth}", l, 1)
+		d, err := sluice.Take(ctx, s, "{sentinel-auth}", l, 1)
 		if err != nil || d.Allowed != want {
 			t.Fatalf("Take %d through the sentinel = %+v, %v; want allowed %v (2 an hour)", i+1, d, err, want)
 		}

@@ -146,7 +146,7 @@ func TestZeroConfig(t *testing.T) {
 	if s.cfg.MaxInFlight != def.MaxInFlight || s.cfg.Timeout != def.Timeout {
 		t.Errorf("opened with %+v, want the defaults", s.cfg)
 	}
-	if d, err := s.Take(context.Background(), "k", sluice.Limit{Rate: 1, Period: time.Minute}, 1); err != nil || !d.Allowed {
+	if d, err := sluice.Take(context.Background(), s, "k", sluice.Limit{Rate: 1, Period: time.Minute}, 1); err != nil || !d.Allowed {
 		t.Fatalf("Take with a zero Config = %+v, %v", d, err)
 	}
 }
@@ -223,7 +223,7 @@ func TestKeysExpire(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			key := strings.ReplaceAll(tt.name, " ", "-")
 			start := time.Now()
-			d, err := s.Take(ctx, key, tt.limit, tt.cost)
+			d, err := sluice.Take(ctx, s, key, tt.limit, tt.cost)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -260,7 +260,7 @@ func TestKeysExpire(t *testing.T) {
 			key := "rewritten-" + l.Algorithm.String()
 			for i := range 10 {
 				start := time.Now()
-				d, err := s.Take(ctx, key, l, 1)
+				d, err := sluice.Take(ctx, s, key, l, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -299,7 +299,7 @@ func TestAlgorithmChangeKeyTypes(t *testing.T) {
 		for j := range 4 {
 			var fresh sluice.State
 			want := l.Take(&fresh, clock.Now(), 3)
-			got, err := s.Take(ctx, "switch", l, 3)
+			got, err := sluice.Take(ctx, s, "switch", l, 3)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -333,7 +333,7 @@ func TestBucketLimitChanges(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(alg), 3))
 			for step := range 300 {
 				clock.Set(clock.Now().Add(time.Duration(r.IntN(4000)) * time.Millisecond))
-				if _, err := s.Take(ctx, "rescaled", limits[r.IntN(len(limits))], r.Int64N(4)); err != nil {
+				if _, err := sluice.Take(ctx, s, "rescaled", limits[r.IntN(len(limits))], r.Int64N(4)); err != nil {
 					t.Fatalf("step %d: %v", step, err)
 				}
 			}
@@ -344,7 +344,7 @@ func TestBucketLimitChanges(t *testing.T) {
 				clock.Set(clock.Now().Add(time.Duration(r.IntN(4000)) * time.Millisecond))
 				cost := r.Int64N(4)
 				want := l.Take(&st, clock.Now(), cost)
-				got, err := s.Take(ctx, "exact", l, cost)
+				got, err := sluice.Take(ctx, s, "exact", l, cost)
 				if err != nil {
 					t.Fatalf("step %d: %v", step, err)
 				}
@@ -368,13 +368,13 @@ func TestBucketRescaleRoundsUp(t *testing.T) {
 	b := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 8, Period: 36 * time.Second, Burst: 5} // g = 4
 	for _, at := range []time.Duration{0, time.Microsecond} {                                     // level 60e6, then 2 × 60e6 − 6
 		clock.Set(t0.Add(at))
-		if d, err := s.Take(ctx, "k", a, 1); err != nil || !d.Allowed {
+		if d, err := sluice.Take(ctx, s, "k", a, 1); err != nil || !d.Allowed {
 			t.Fatalf("take at %v: %+v, %v", at, d, err)
 		}
 	}
 	st := sluice.StateOf(t0.Add(time.Microsecond).UnixMicro(), 119_999_996, 0)
 	want := b.Take(&st, clock.Now(), 0)
-	got, err := s.Take(ctx, "k", b, 0)
+	got, err := sluice.Take(ctx, s, "k", b, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func TestInexactLimits(t *testing.T) {
 			if err := tt.limit.Validate(); err != nil {
 				t.Skipf("Validate rejects it already: %v", err)
 			}
-			_, err := s.Take(context.Background(), "inexact", tt.limit, 1)
+			_, err := sluice.Take(context.Background(), s, "inexact", tt.limit, 1)
 			if !errors.Is(err, ErrInexact) || !errors.Is(err, sluice.ErrLimit) {
 				t.Fatalf("Take = %v, want ErrInexact, a sluice.ErrLimit", err)
 			}
@@ -445,7 +445,7 @@ func TestDeadlineWithoutContextDeadline(t *testing.T) {
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Take(context.Background(), "k", sluice.Limit{Rate: 1, Period: time.Second}, 1)
+		_, err := sluice.Take(context.Background(), s, "k", sluice.Limit{Rate: 1, Period: time.Second}, 1)
 		done <- err
 	}()
 	var err error
@@ -480,7 +480,7 @@ func TestBatchSizes(t *testing.T) {
 				go func() {
 					n := 0
 					for range 20 {
-						d, err := s.Take(context.Background(), "b", l, 1)
+						d, err := sluice.Take(context.Background(), s, "b", l, 1)
 						if err != nil {
 							errs <- err
 							return
@@ -536,7 +536,7 @@ func TestMixedBatches(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(g), 1))
 			for range 60 {
 				k := r.IntN(len(keys))
-				d, err := s.Take(context.Background(), fmt.Sprintf("mixed%d", k), keys[k].l, keys[k].cost)
+				d, err := sluice.Take(context.Background(), s, fmt.Sprintf("mixed%d", k), keys[k].l, keys[k].cost)
 				if err != nil {
 					errs <- err
 					return
@@ -602,13 +602,13 @@ func TestScriptFlushed(t *testing.T) {
 	s := open(t, "redis://"+srv.Addr, testConfig(nil))
 	l := sluice.Limit{Rate: 5, Period: time.Hour}
 	ctx := context.Background()
-	if _, err := s.Take(ctx, "k", l, 1); err != nil {
+	if _, err := sluice.Take(ctx, s, "k", l, 1); err != nil {
 		t.Fatal(err)
 	}
 	if got := srv.Do("SCRIPT", "FLUSH"); got != "+OK" {
 		t.Fatalf("SCRIPT FLUSH = %q", got)
 	}
-	d, err := s.Take(ctx, "k", l, 1)
+	d, err := sluice.Take(ctx, s, "k", l, 1)
 	if err != nil || d.Remaining != 3 {
 		t.Fatalf("Take after SCRIPT FLUSH = %+v, %v; want 3 remaining", d, err)
 	}
@@ -638,7 +638,7 @@ func TestCloseUnderLoad(t *testing.T) {
 				// next sees ErrClosed. (Returning at the first error, every
 				// goroutine's call could be cut short, with none left to
 				// see ErrClosed: it failed so under GOMAXPROCS=1.)
-				if _, err := s.Take(context.Background(), fmt.Sprintf("close-%d", i), l, 1); errors.Is(err, ErrClosed) {
+				if _, err := sluice.Take(context.Background(), s, fmt.Sprintf("close-%d", i), l, 1); errors.Is(err, ErrClosed) {
 					closed.Add(1)
 					return
 				}

@@ -58,12 +58,7 @@ func (w *twin) exec(calls ...*call) error {
 	return split(g.calls, out)
 }
 
-// Take is Store.Take, in-process.
-func (w *twin) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	return w.take(ctx, key, "", l, cost)
-}
-
-// take is Store.take, in-process: Take of key in group.
+// take is Store.take, in-process: TakeAll of one request of key in group.
 func (w *twin) take(ctx context.Context, key, group string, l sluice.Limit, cost int64) (sluice.Decision, error) {
 	if d, ok := local(l, cost); ok {
 		return d, nil
@@ -112,19 +107,22 @@ func (w *twin) group(ctx context.Context, reqs []sluice.Request, idx []int, mode
 // script's own for a sliding_log).
 type dryFirst struct{ *twin }
 
-func (w dryFirst) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	if _, ok := local(l, cost); ok {
-		return w.twin.Take(ctx, key, l, cost)
+func (w dryFirst) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	if len(reqs) != 1 {
+		return w.twin.TakeAll(ctx, reqs, ds)
+	}
+	if _, ok := local(reqs[0].Limit, reqs[0].Cost); ok {
+		return w.twin.TakeAll(ctx, reqs, ds)
 	}
 	var dry [1]sluice.Decision
-	if err := w.group(ctx, []sluice.Request{{Key: key, Limit: l, Cost: cost}}, []int{0}, modeDryRun, dry[:]); err != nil {
-		return sluice.Decision{}, fmt.Errorf("dry run: %w", err)
+	if err := w.group(ctx, reqs, []int{0}, modeDryRun, dry[:]); err != nil {
+		return fmt.Errorf("dry run: %w", err)
 	}
-	d, err := w.twin.Take(ctx, key, l, cost)
-	if err == nil && dry[0] != d {
-		return d, fmt.Errorf("dry run decided %+v, the Take %+v", dry[0], d)
+	err := w.twin.TakeAll(ctx, reqs, ds)
+	if err == nil && dry[0] != ds[0] {
+		return fmt.Errorf("dry run decided %+v, the Take %+v", dry[0], ds[0])
 	}
-	return d, err
+	return err
 }
 
 // TestScriptTake is TestReferenceTake on take.lua in-process: every
@@ -441,7 +439,7 @@ func TestScriptChecked(t *testing.T) {
 			for step := 0; step < 5 && err == nil; step++ {
 				clock.Set(t0.Add(time.Duration(step) * 100 * time.Millisecond))
 				if len(tt.reqs) == 1 {
-					_, err = w.Take(ctx, tt.reqs[0].Key, tt.reqs[0].Limit, tt.reqs[0].Cost)
+					_, err = sluice.Take(ctx, w, tt.reqs[0].Key, tt.reqs[0].Limit, tt.reqs[0].Cost)
 				} else {
 					err = w.TakeAll(ctx, tt.reqs, ds)
 				}

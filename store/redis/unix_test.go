@@ -38,7 +38,7 @@ func TestUnixSocket(t *testing.T) {
 	defer cancel()
 	l := sluice.Limit{Rate: 2, Period: time.Hour}
 	for i, want := range []bool{true, true, false} {
-		d, err := s.Take(ctx, "unix-client", l, 1)
+		d, err := sluice.Take(ctx, s, "unix-client", l, 1)
 		if err != nil || d.Allowed != want {
 			t.Fatalf("Take %d over the socket = %+v, %v; want allowed %v (2 an hour)", i+1, d, err, want)
 		}

@@ -80,7 +80,7 @@ func TestRedis(t *testing.T) {
 
 	// Allowed: the daily key lands in the first Redis only.
 	reqs[0].Key = "user=bob/day"
-	if d, err := s.Take(ctx, reqs[0].Key, daily, 1); err != nil || !d.Allowed {
+	if d, err := sluice.Take(ctx, s, reqs[0].Key, daily, 1); err != nil || !d.Allowed {
 		t.Fatalf("a daily hit: %+v, %v", d, err)
 	}
 	if got := keys(mainRedis); !strings.Contains(got, "user=bob/day") {

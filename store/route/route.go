@@ -71,12 +71,6 @@ func (s *Store) pick(l sluice.Limit) sluice.Store {
 	return s.long
 }
 
-// Take applies cost hits of l to key in l's store. It implements
-// sluice.Store.
-func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	return s.pick(l).Take(ctx, key, l, cost)
-}
-
 // TakeAll decides reqs in their stores (see the package's documentation
 // for a batch that spans both). It implements sluice.Store.
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {

@@ -47,7 +47,7 @@ var (
 // remaining returns what key has left under l in st, by a report.
 func remaining(t *testing.T, st sluice.Store, key string, l sluice.Limit) int64 {
 	t.Helper()
-	d, err := st.Take(context.Background(), key, l, 0)
+	d, err := sluice.Take(context.Background(), st, key, l, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestRoute(t *testing.T) {
 		inShort bool
 	}{{second, true}, {sub, true}, {gcra, true}, {minute, false}, {hour, false}} {
 		key := "where/" + tt.l.String() // a key per limit
-		if d, err := s.Take(ctx, key, tt.l, 1); err != nil || !d.Allowed {
+		if d, err := sluice.Take(ctx, s, key, tt.l, 1); err != nil || !d.Allowed {
 			t.Fatalf("Take %v = %+v, %v", tt.l, d, err)
 		}
 		in, out := long, short
@@ -106,7 +106,7 @@ func TestRoute(t *testing.T) {
 
 	// The short store denies: the long store takes nothing, and reports
 	// what it would have decided (with its hits taken).
-	if d, err := s.Take(ctx, "b/second", second, 2); err != nil || !d.Allowed {
+	if d, err := sluice.Take(ctx, s, "b/second", second, 2); err != nil || !d.Allowed {
 		t.Fatalf("exhausting b/second: %+v, %v", d, err)
 	}
 	if err := s.TakeAll(ctx, mixed("b"), ds); err != nil {
@@ -123,7 +123,7 @@ func TestRoute(t *testing.T) {
 	}
 
 	// The long store denies: the short store's hit stays taken.
-	if d, err := s.Take(ctx, "c/minute", minute, 10); err != nil || !d.Allowed {
+	if d, err := sluice.Take(ctx, s, "c/minute", minute, 10); err != nil || !d.Allowed {
 		t.Fatalf("exhausting c/minute: %+v, %v", d, err)
 	}
 	if err := s.TakeAll(ctx, mixed("c"), ds); err != nil {

@@ -35,9 +35,9 @@ const goroutinesPerNode = 4
 //   - Decisions are well formed: Limit is the capacity, Remaining lies in
 //     [0, capacity], an allowed request has no RetryAfter, a denied one
 //     has a positive one, Never when its cost exceeds the capacity.
-//   - A cancelled context makes Take and TakeAll return an error wrapping
-//     context.Canceled, and consume nothing; TakeAll with fewer decisions
-//     than requests returns an error.
+//   - A cancelled context makes TakeAll (of one request or more) return
+//     an error wrapping context.Canceled, and consume nothing; TakeAll
+//     with fewer decisions than requests returns an error.
 //   - Over time, on the bucket limits: requests at instants that advance
 //     at random, spread over the nodes, with the nodes' syncs (Syncer)
 //     at random among them, admit in every interval of length d at most
@@ -104,7 +104,7 @@ func (c *contract) within(t *testing.T, what string, l sluice.Limit, admitted, w
 // take calls Take on node i and checks that the decision is well formed.
 func (c *contract) take(t *testing.T, i int, key string, l sluice.Limit, cost int64) sluice.Decision {
 	t.Helper()
-	d, err := c.node(i).Take(context.Background(), key, l, cost)
+	d, err := sluice.Take(context.Background(), c.node(i), key, l, cost)
 	if err != nil {
 		t.Fatalf("Take(%q, %v, %d) on node %d: %v", key, l, cost, i%len(c.nodes), err)
 	}
@@ -150,7 +150,7 @@ func (c *contract) drain(t *testing.T, key string, l sluice.Limit) int64 {
 	run(t, workers, func(w int) error {
 		s := c.nodes[w%n]
 		for range each {
-			d, err := s.Take(context.Background(), key, l, 1)
+			d, err := sluice.Take(context.Background(), s, key, l, 1)
 			if err != nil {
 				return err
 			}
@@ -321,7 +321,7 @@ func testErrors(t *testing.T, c *contract) {
 			l := limitOf(a, 10, time.Hour)
 			c.take(t, 0, k, l, 1) // a key known to every layer of the store
 			for i, s := range c.nodes {
-				if _, err := s.Take(ctx, k, l, 1); !errors.Is(err, context.Canceled) {
+				if _, err := sluice.Take(ctx, s, k, l, 1); !errors.Is(err, context.Canceled) {
 					t.Fatalf("Take on node %d with a cancelled context: error %v, want one wrapping context.Canceled", i, err)
 				}
 				ds := make([]sluice.Decision, 1)

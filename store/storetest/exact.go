@@ -185,7 +185,7 @@ func testConcurrent(t *testing.T, e *env) {
 			var admitted atomic.Int64
 			run(t, goroutines, func(int) error {
 				for range each {
-					d, err := e.store.Take(context.Background(), k, l, 1)
+					d, err := sluice.Take(context.Background(), e.store, k, l, 1)
 					if err != nil {
 						return err
 					}
@@ -220,7 +220,7 @@ func testConcurrent(t *testing.T, e *env) {
 		if n := admitted.Load(); n != 25 {
 			t.Fatalf("admitted %d batches, want exactly 25", n)
 		}
-		d, err := e.store.Take(context.Background(), ka, la, 0)
+		d, err := sluice.Take(context.Background(), e.store, ka, la, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func testCanceledContext(t *testing.T, e *env) {
 		t.Run(a.String(), func(t *testing.T) {
 			k := e.key(a.String())
 			l := limitOf(a, 5, time.Minute)
-			if _, err := e.store.Take(ctx, k, l, 1); !errors.Is(err, context.Canceled) {
+			if _, err := sluice.Take(ctx, e.store, k, l, 1); !errors.Is(err, context.Canceled) {
 				t.Fatalf("Take with a cancelled context: error %v, want one wrapping context.Canceled", err)
 			}
 			ds := make([]sluice.Decision, 1)

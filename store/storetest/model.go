@@ -47,7 +47,7 @@ func (m model) history(key string) *history {
 	return h
 }
 
-// take is Store.Take on the model.
+// take is sluice.Take on the model.
 func (m model) take(key string, l sluice.Limit, now, cost int64) sluice.Decision {
 	return m.takeAll([]sluice.Request{{Key: key, Limit: l, Cost: cost}}, now)[0]
 }

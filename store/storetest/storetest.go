@@ -148,8 +148,8 @@ func newEnv(seed uint64, i int, name string) *env {
 //     before starts afresh.
 //   - Concurrent requests on one key, at one instant, admit exactly the
 //     limit.
-//   - A context that is already cancelled makes Take and TakeAll return an
-//     error that wraps context.Canceled, and apply nothing.
+//   - A context that is already cancelled makes TakeAll (of one request
+//     or more) return an error that wraps context.Canceled, and apply nothing.
 //   - TakeAll with fewer decisions than requests returns an error.
 func RunExact(t *testing.T, newStore NewStore) {
 	t.Helper()
@@ -206,7 +206,7 @@ func (e *env) align(period time.Duration) {
 func (e *env) take(t *testing.T, key string, l sluice.Limit, cost int64) sluice.Decision {
 	t.Helper()
 	now := e.clock.us.Load()
-	got, err := e.store.Take(context.Background(), key, l, cost)
+	got, err := sluice.Take(context.Background(), e.store, key, l, cost)
 	if err != nil {
 		t.Fatalf("Take(%q, %v, %d): %v", key, l, cost, err)
 	}

@@ -23,18 +23,19 @@ type generous struct {
 	given map[string]bool
 }
 
-func (g *generous) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	d, err := g.Store.Take(ctx, key, l, cost)
-	if err != nil || d.Allowed || cost != 1 {
-		return d, err
+func (g *generous) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	err := g.Store.TakeAll(ctx, reqs, ds)
+	if err != nil || len(reqs) != 1 || ds[0].Allowed || reqs[0].Cost != 1 {
+		return err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.given[key] {
-		return d, nil
+	if g.given[reqs[0].Key] {
+		return nil
 	}
-	g.given[key] = true
-	return sluice.Decision{Allowed: true, Limit: d.Limit}, nil
+	g.given[reqs[0].Key] = true
+	ds[0] = sluice.Decision{Allowed: true, Limit: ds[0].Limit}
+	return nil
 }
 
 func newGenerous(t *testing.T, now func() time.Time, n int) []sluice.Store {
