@@ -1,15 +1,17 @@
-# syntax=docker/dockerfile:1
-#
-# The sluice image: a static binary (CGO_ENABLED=0: no libc, no /etc files
-# needed) on distroless/static, which adds only CA certificates (for
-# rediss://), time zones and an unprivileged user, run as that user
-# (nonroot, 65532). deploy/image/sluice.yaml makes it listen on all
+# The sluice image: a static binary (CGO_ENABLED=0: no libc), Debian's CA
+# bundle (for rediss://), a minimal /etc/passwd naming the unprivileged
+# user it runs as (sluice, 65532), /bin/ratelimit for Envoy ratelimit's
+# Deployments, the example rules at /etc/sluice/rules, and
+# deploy/image/sluice.yaml (SLUICE_CONFIG), which makes it listen on all
 # interfaces; flags, SLUICE_ variables and Envoy ratelimit's variables win
-# over it. cmd/sluice's TestStaticBinary runs the same build the way this
-# image runs it.
+# over it. deploy/image/rootfs.sh lays out all of these files.
 #
-#   docker build -t sluice --build-arg VERSION=v1.0.0 .
+#   docker build -t sluice --build-arg VERSION=v1.0.0 .   # builds in golang
+#   deploy/image/build.sh -t sluice                       # builds with your Go: nothing pulled
 #   docker run --rm -p 8080:8080 -p 8081:8081 sluice
+#
+# build.sh runs rootfs.sh on the machine in place of the build stage and
+# builds the final stage, from its FROM line on, as it is here.
 
 ARG GO_VERSION=1.26
 
@@ -19,16 +21,10 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/sluice ./cmd/sluice
-# Envoy ratelimit's image runs /bin/ratelimit, and Deployments name it in
-# their command: run as "ratelimit" without arguments, sluice serves.
-RUN mkdir -p /out/bin && ln -s /sluice /out/bin/ratelimit
+RUN deploy/image/rootfs.sh /out
 
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/sluice /sluice
-COPY --from=build /out/bin/ /bin/
-COPY deploy/image/sluice.yaml /etc/sluice/sluice.yaml
-COPY examples/rules.yaml /etc/sluice/rules/rules.yaml
+FROM scratch
+COPY --from=build /out/ /
 ENV SLUICE_CONFIG=/etc/sluice/sluice.yaml
 USER 65532:65532
 # 8080: HTTP API, /healthz, /readyz, /healthcheck, /metrics; 8081: Envoy's gRPC rate limit API.

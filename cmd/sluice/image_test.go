@@ -6,12 +6,12 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -27,12 +27,12 @@ import (
 
 // dockerfile is the image's Dockerfile, as the commands it runs.
 type dockerfile struct {
-	build  string            // the RUN line that builds sluice
-	copies map[string]string // image path: repository path, for the last stage's COPY from the context
-	links  map[string]string // image path: symbolic link target, from the build stage's ln -s and COPY --from
-	env    []string          // ENV KEY=VALUE, in order
-	user   string            // USER
-	cmd    []string          // ENTRYPOINT then CMD
+	rootfs string   // the build stage's RUN line that lays out the image's files
+	copies []string // the last stage's COPY lines
+	from   string   // the last stage's base
+	env    []string // ENV KEY=VALUE, in order
+	user   string   // USER
+	cmd    []string // ENTRYPOINT then CMD
 }
 
 // readDockerfile reads the repository's Dockerfile. It knows the few
@@ -43,36 +43,20 @@ func readDockerfile(t *testing.T) dockerfile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := dockerfile{copies: map[string]string{}, links: map[string]string{}}
+	var d dockerfile
 	var entry, cmd []string
-	built := map[string]string{} // build stage path: link target
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		instr, rest, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
 		switch instr {
 		case "FROM": // only the last stage is the image
-			d.copies, d.env, d.user = map[string]string{}, nil, ""
+			d.from, d.copies, d.env, d.user = rest, nil, nil, ""
 		case "RUN": // in the build stage
-			if strings.Contains(rest, "go build") {
-				d.build = rest
-			}
-			for _, part := range strings.Split(rest, "&&") {
-				if f := strings.Fields(part); len(f) == 4 && f[0] == "ln" && f[1] == "-s" {
-					built[f[3]] = f[2]
-				}
+			if strings.Contains(rest, "rootfs.sh") {
+				d.rootfs = rest
 			}
 		case "COPY":
-			f := strings.Fields(rest)
-			if len(f) == 2 && !strings.HasPrefix(f[0], "--") {
-				d.copies[f[1]] = f[0]
-			}
-			if len(f) == 3 && f[0] == "--from=build" && strings.HasSuffix(f[1], "/") {
-				for link, target := range built {
-					if rel, ok := strings.CutPrefix(link, f[1]); ok {
-						d.links[path.Join(f[2], rel)] = target
-					}
-				}
-			}
+			d.copies = append(d.copies, rest)
 		case "ENV":
 			d.env = append(d.env, strings.Fields(rest)...)
 		case "USER":
@@ -91,68 +75,51 @@ func readDockerfile(t *testing.T) dockerfile {
 	return d
 }
 
-// TestStaticBinary builds sluice as the Dockerfile does, checks that the
-// binary is static, and runs it as the image runs it: as root, in a chroot
-// holding nothing but the files the Dockerfile copies (no /etc/passwd, no
+// TestStaticBinary lays out the image's files as the Dockerfile does
+// (deploy/image/rootfs.sh, whose output its last stage copies whole onto
+// an empty base), checks that the binary is static, and runs it as the
+// image runs it: as root, in a chroot holding nothing but those files (no
 // /etc/hosts, no /dev, no /proc), as the image's unprivileged user, with
 // the image's environment and nothing else; it must serve /healthz and a
 // decision on all interfaces. Without root it runs the binary with an
-// empty environment in an empty directory instead.
+// empty environment in an empty directory instead. deploy/image's tests
+// build the image itself and run it on a Docker Engine.
 func TestStaticBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds sluice: not in -short")
 	}
 	t.Parallel()
 	d := readDockerfile(t)
-	if !strings.HasPrefix(d.build, "CGO_ENABLED=0 go build") {
-		t.Fatalf("the Dockerfile builds with %q, want CGO_ENABLED=0 go build", d.build)
+	if d.rootfs != "deploy/image/rootfs.sh /out" {
+		t.Fatalf("the Dockerfile's build stage runs %q, want deploy/image/rootfs.sh /out", d.rootfs)
+	}
+	if d.from != "scratch" || !slices.Equal(d.copies, []string{"--from=build /out/ /"}) {
+		t.Fatalf("the image is FROM %s with COPY %q, want FROM scratch with rootfs.sh's files alone", d.from, d.copies)
 	}
 	if d.user == "" || strings.HasPrefix(d.user, "0") || strings.HasPrefix(d.user, "root") {
 		t.Fatalf("the Dockerfile's USER is %q, want an unprivileged user", d.user)
 	}
 	uid, gid := userIDs(t, d.user)
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to build with")
+	}
 
 	root := t.TempDir()
 	if err := os.Chmod(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if out, err := exec.Command("../../deploy/image/rootfs.sh", root).CombinedOutput(); err != nil {
+		t.Fatalf("rootfs.sh: %v\n%s", err, out)
+	}
 	bin := filepath.Join(root, d.cmd[0])
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to build with")
-	}
-	build := exec.Command(goBin, "build", "-ldflags=-s -w", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	checkStatic(t, bin)
-
-	for dst, src := range d.copies {
-		b, err := os.ReadFile(filepath.Join("../..", src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(root, dst)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	checkImageConfig(t, d, root)
-	for link, target := range d.links {
-		p := filepath.Join(root, link)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(target, p); err != nil {
-			t.Fatal(err)
-		}
+	if link, err := os.Readlink(filepath.Join(root, "bin/ratelimit")); err != nil || link != d.cmd[0] {
+		t.Errorf("the image's /bin/ratelimit links to %q (%v), want %s, as Envoy ratelimit's Deployments run it", link, err, d.cmd[0])
 	}
-	if d.links["/bin/ratelimit"] != d.cmd[0] {
-		t.Errorf("the image's /bin/ratelimit links to %q, want %s, as Envoy ratelimit's Deployments run it", d.links["/bin/ratelimit"], d.cmd[0])
+	passwd, err := os.ReadFile(filepath.Join(root, "etc/passwd"))
+	if err != nil || !strings.Contains(string(passwd), fmt.Sprintf(":x:%d:%d:", uid, gid)) {
+		t.Errorf("the image's /etc/passwd names no user %d:%d (%v):\n%s", uid, gid, err, passwd)
 	}
 
 	t.Run("as the image runs", func(t *testing.T) {

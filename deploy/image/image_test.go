@@ -1,0 +1,169 @@
+// Package image holds what makes the sluice image (rootfs.sh, which lays
+// out its files, build.sh, which builds it with nothing pulled, and
+// sluice.yaml, its settings) and the tests that build it and run it as
+// containers on the machine's Docker Engine: as its own command, as Envoy
+// ratelimit's Deployment runs it, three of them on one Redis (a node cut
+// off, a rolling restart), and the Envoy quickstart's compose file.
+//
+// The tests fail under CI=true when the engine is missing, and skip
+// otherwise. The image is built once per run.
+package image
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// loginJSON is a request for user alice on /login in the example rules'
+// domain, whose limit is 5 a minute.
+const loginJSON = `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"alice"},{"key":"path","value":"/login"}]}]}`
+
+// TestImageCommand runs the image as it is, with no argument: it listens
+// on all interfaces as its unprivileged user, becomes ready, and the
+// example rules' login limit answers the sixth login of a minute with 429.
+func TestImageCommand(t *testing.T) {
+	t.Parallel()
+	img := imageSluice(t)
+	c := run(t, spec{name: "command", image: img, publish: []int{8080, 8081}})
+	waitReady(t, c, "store", 30*time.Second)
+
+	if user := c.inspect(t, "{{.Config.User}}"); user != "65532:65532" {
+		t.Errorf("the container runs as %q, want 65532:65532", user)
+	}
+	// The process itself, seen from the host: its real and effective ids.
+	pid := c.inspect(t, "{{.State.Pid}}")
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) == 5 && (f[0] == "Uid:" || f[0] == "Gid:") && (f[1] != "65532" || f[2] != "65532") {
+			t.Errorf("the sluice process has %s, want 65532", line)
+		}
+	}
+
+	var codes []int
+	for range 6 {
+		code, body, err := call("POST", c.url(8080)+"/json", loginJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != 200 && code != 429 {
+			t.Fatalf("/json = %d %s", code, body)
+		}
+		codes = append(codes, code)
+	}
+	if fmt.Sprint(codes) != "[200 200 200 200 200 429]" {
+		t.Errorf("six logins: %v, want five 200s and a 429", codes)
+	}
+	if code, body, err := call("GET", c.url(8080)+"/healthcheck", ""); err != nil || code != 200 {
+		t.Errorf("/healthcheck = %d %q %v", code, body, err)
+	}
+}
+
+// TestImageSize logs the image's size, and fails past a bound that a
+// static binary and a CA bundle stay well under.
+func TestImageSize(t *testing.T) {
+	t.Parallel()
+	img := imageSluice(t)
+	size, err := strconv.ParseInt(docker(t, "image", "inspect", "--format", "{{.Size}}", img), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := docker(t, "image", "inspect", "--format", "{{len .RootFS.Layers}}", img)
+	t.Logf("%s: %.1f MB (%d bytes) in %s layer(s)", img, float64(size)/1e6, size, layers)
+	if size > 60e6 {
+		t.Errorf("the image is %d bytes, want under 60 MB", size)
+	}
+	if layers != "1" {
+		t.Errorf("the image has %s layers, want 1 (rootfs.sh lays out every file)", layers)
+	}
+}
+
+// TestEnvoyDeployment runs the image as a Deployment of Envoy's ratelimit
+// runs it: the command /bin/ratelimit without arguments, only Envoy's
+// variables, Redis at REDIS_URL, and the runtime directory a volume whose
+// current symlink is swapped to publish new rules; the swap is picked up
+// without a restart.
+func TestEnvoyDeployment(t *testing.T) {
+	t.Parallel()
+	img := imageSluice(t)
+	redisImg := imageRedis(t)
+	netw := newNetwork(t, "envoy", false)
+	run(t, spec{name: "envoy-redis", image: redisImg, network: netw, aliases: []string{"redis"}})
+
+	// Envoy's runtime layout: RUNTIME_ROOT is a symlink to the version
+	// in force, holding RUNTIME_SUBDIRECTORY/config/*.yaml.
+	rt := t.TempDir()
+	if err := os.Chmod(rt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeRules := func(version string, perMinute int) {
+		dir := filepath.Join(rt, version, "ratelimit", "config")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		rules := fmt.Sprintf("domain: envoy\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", perMinute)
+		if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(rules), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swap := func(version string) { // a new symlink renamed over the old: atomic
+		tmp := filepath.Join(rt, "current.new")
+		if err := os.Symlink(version, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(rt, "current")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeRules("v1", 5)
+	swap("v1")
+
+	c := run(t, spec{
+		name: "envoy", image: img, network: netw, publish: []int{8080, 8081},
+		entrypoint: "/bin/ratelimit",
+		env: []string{
+			"RUNTIME_ROOT=/srv/runtime_data/current", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+			"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379", "USE_STATSD=false", "LOG_LEVEL=debug",
+		},
+		mounts: []string{rt + ":/srv/runtime_data:ro"},
+	})
+	waitReady(t, c, "store", 30*time.Second)
+	if code, body, err := call("GET", c.url(8080)+"/healthcheck", ""); err != nil || code != 200 || strings.TrimSpace(body) != "OK" {
+		t.Errorf("/healthcheck = %d %q %v, want 200 OK", code, body, err)
+	}
+
+	// decide returns the limit that /json reports for user u, and the
+	// status code.
+	decide := func(u string) (int, string) {
+		code, body, err := call("POST", c.url(8080)+"/json", `{"domain":"envoy","descriptors":[{"entries":[{"key":"user","value":"`+u+`"}]}]}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code, body
+	}
+	for i := range 6 {
+		code, body := decide("bob")
+		if want := map[bool]int{true: 200, false: 429}[i < 5]; code != want || !strings.Contains(body, `"requestsPerUnit":5`) {
+			t.Fatalf("request %d under v1 (5 a minute): %d %s, want %d", i+1, code, body, want)
+		}
+	}
+
+	writeRules("v2", 7)
+	swap("v2")
+	waitFor(t, "the v2 rules (7 a minute) in force", 20*time.Second, func() (bool, string) {
+		code, body := decide("carol")
+		return code == 200 && strings.Contains(body, `"requestsPerUnit":7`), body
+	})
+	for i := 1; i <= 8; i++ {
+		if code, body := decide("dave"); code != map[bool]int{true: 200, false: 429}[i <= 7] {
+			t.Errorf("request %d under v2 (7 a minute): %d %s", i, code, body)
+		}
+	}
+}
