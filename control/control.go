@@ -99,10 +99,22 @@ type State struct {
 // keeps them.
 func SortState(st *State) { st.sort() }
 
-// sort orders st's domains and overrides.
+// sort orders st's domains and overrides, each override's Key computed
+// once.
 func (st *State) sort() {
 	slices.SortFunc(st.Domains, func(a, b Doc) int { return strings.Compare(a.Domain, b.Domain) })
-	slices.SortFunc(st.Overrides, func(a, b OverrideRecord) int { return strings.Compare(a.Key(), b.Key()) })
+	type keyed struct {
+		key string
+		o   OverrideRecord
+	}
+	ks := make([]keyed, len(st.Overrides))
+	for i, o := range st.Overrides {
+		ks[i] = keyed{o.Key(), o}
+	}
+	slices.SortFunc(ks, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	for i := range ks {
+		st.Overrides[i] = ks[i].o
+	}
 }
 
 // Domain returns the current version of domain, and whether there is one
@@ -207,6 +219,27 @@ type DB interface {
 	// returns when ctx ends.
 	Subscribe(ctx context.Context, notify func(gen int64))
 }
+
+// OverrideReader is a DB that can read what setting or deleting one
+// override needs without reading the others: the generation and the
+// domains (State without Overrides), how many overrides it holds, and the
+// one whose Key is key (nil for none). An Editor over one writes an
+// override at a cost that does not grow with their number.
+type OverrideReader interface {
+	ReadOverride(ctx context.Context, key string) (st *State, overrides int, cur *OverrideRecord, err error)
+}
+
+// Caps on what is read of a database.
+const (
+	// MaxStateBytes caps a database's state as a node reads it, the JSON
+	// of its domains and overrides: 128 MiB, the rules' cap on a
+	// directory (64 MiB) with room for the overrides and JSON's escapes.
+	// A state above it is refused before it is read whole.
+	MaxStateBytes = 128 << 20
+	// MaxDocBytes caps one stored version of a domain, its JSON: 32 MiB,
+	// twice the rules' cap on a file.
+	MaxDocBytes = 32 << 20
+)
 
 // OverridesReader is a DB that can read its state without the domains'
 // documents: the generation and the overrides alone. A Retriever with a

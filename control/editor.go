@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +22,12 @@ const (
 	DefaultMaxDomains = 1000
 	// DefaultMaxOverrides is the cap on its overrides: 100,000.
 	DefaultMaxOverrides = 100_000
+	// MaxOverrideTTL caps how far away an override's end may be: 366
+	// days (one without an end is allowed).
+	MaxOverrideTTL = 366 * 24 * time.Hour
+	// maxOverrideLimits caps the limits of one override: 8, so that the
+	// overrides a database may hold stay within what one Set builds.
+	maxOverrideLimits = 8
 	// commitAttempts is how many times an Editor checks a change again when
 	// the database changed under it before it gives up.
 	commitAttempts = 8
@@ -55,7 +60,8 @@ type EditorConfig struct {
 // meanwhile, so that nothing invalid is ever stored. It is safe for
 // concurrent use.
 type Editor struct {
-	c EditorConfig
+	c   EditorConfig
+	ovr OverrideReader // c.DB's, or nil
 }
 
 // NewEditor returns an Editor for c.
@@ -75,7 +81,8 @@ func NewEditor(c EditorConfig) (*Editor, error) {
 	if c.MaxOverrides <= 0 {
 		c.MaxOverrides = DefaultMaxOverrides
 	}
-	return &Editor{c: c}, nil
+	ovr, _ := c.DB.(OverrideReader)
+	return &Editor{c: c, ovr: ovr}, nil
 }
 
 // Result is what a change did, or, for a dry run, would do.
@@ -394,7 +401,13 @@ func (e *Editor) Override(ctx context.Context, domain string, entries []rules.En
 
 // SetOverride adds o, by author, or replaces the override of the same
 // descriptor. It must be for a descriptor a rule with limits matches, its
-// limits valid, its expiry (if any) in the future.
+// limits valid (at most maxOverrideLimits), its expiry (if any) in the
+// future and at most MaxOverrideTTL away. Its cost does not grow with the
+// overrides in the database when the DB is an OverrideReader: the others
+// are neither read nor checked again, as each override is checked alone
+// against the same rules (they were when they were set, and a change of
+// the rules is checked with all of them), and the caps on their number
+// and limits keep the whole within what a node builds.
 func (e *Editor) SetOverride(ctx context.Context, author string, o rules.Override, dry bool) (OverrideRecord, error) {
 	if err := checkDomain(o.Domain); err != nil {
 		return OverrideRecord{}, err
@@ -403,33 +416,34 @@ func (e *Editor) SetOverride(ctx context.Context, author string, o rules.Overrid
 	if !o.Expires.IsZero() && !o.Expires.After(now) {
 		return OverrideRecord{}, fmt.Errorf("%w: expires %s is not in the future", ErrInvalid, o.Expires.Format(time.RFC3339))
 	}
+	if o.Expires.After(now.Add(MaxOverrideTTL)) {
+		return OverrideRecord{}, fmt.Errorf("%w: expires %s is more than %v away; an override ends within %v or never", ErrInvalid, o.Expires.Format(time.RFC3339), MaxOverrideTTL, MaxOverrideTTL)
+	}
 	for _, e := range o.Entries {
-		if !utf8.ValidString(o.Domain) || !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
-			return OverrideRecord{}, fmt.Errorf("%w: the domain, keys and values must be UTF-8", ErrInvalid)
+		if !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
+			return OverrideRecord{}, fmt.Errorf("%w: the keys and values must be UTF-8", ErrInvalid)
 		}
 	}
 	if len(o.Entries) > maxOverrideEntries {
 		return OverrideRecord{}, fmt.Errorf("%w: %d entries; want at most %d", ErrInvalid, len(o.Entries), maxOverrideEntries)
 	}
+	if len(o.Limits) > maxOverrideLimits {
+		return OverrideRecord{}, fmt.Errorf("%w: %d rate_limits; want at most %d", ErrInvalid, len(o.Limits), maxOverrideLimits)
+	}
 	rec := OverrideRecord{Override: o, Author: author, Time: now.UTC()}
 	key := rec.Key()
 	for range commitAttempts {
-		st, err := e.c.DB.State(ctx)
+		st, n, cur, err := e.readOverride(ctx, key)
 		if err != nil {
 			return OverrideRecord{}, err
 		}
-		cand := *st
-		cand.Overrides = nil
-		for _, x := range st.Overrides {
-			if x.Key() != key {
-				cand.Overrides = append(cand.Overrides, x)
-			}
+		if cur == nil {
+			n++
 		}
-		cand.Overrides = append(cand.Overrides, rec)
-		if len(cand.Overrides) > e.c.MaxOverrides {
-			return OverrideRecord{}, fmt.Errorf("%w: %d overrides, more than the cap of %d", ErrInvalid, len(cand.Overrides), e.c.MaxOverrides)
+		if n > e.c.MaxOverrides {
+			return OverrideRecord{}, fmt.Errorf("%w: %d overrides, more than the cap of %d", ErrInvalid, n, e.c.MaxOverrides)
 		}
-		// The override alone first, so that its mistakes are its own.
+		// The rules in the database, then the override alone on them.
 		base := State{Domains: st.Domains}
 		bs, err := base.Build(e.c.Loader, e.c.Check, now)
 		if err != nil {
@@ -440,9 +454,6 @@ func (e *Editor) SetOverride(ctx context.Context, author string, o rules.Overrid
 			err = checkOverrides(os, e.c.Check)
 		}
 		if err != nil {
-			return OverrideRecord{}, fmt.Errorf("%w: %w", ErrInvalid, err)
-		}
-		if _, err := cand.Build(e.c.Loader, e.c.Check, now); err != nil {
 			return OverrideRecord{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		if dry {
@@ -461,6 +472,26 @@ func (e *Editor) SetOverride(ctx context.Context, author string, o rules.Overrid
 	return OverrideRecord{}, fmt.Errorf("%w: the database changed %d times while the change was checked; try again", ErrUnavailable, commitAttempts)
 }
 
+// readOverride reads what a change of the override of key needs: the
+// state without the overrides, how many there are and the one of key; by
+// the DB's ReadOverride if it has one, else from its whole state.
+func (e *Editor) readOverride(ctx context.Context, key string) (*State, int, *OverrideRecord, error) {
+	if e.ovr != nil {
+		return e.ovr.ReadOverride(ctx, key)
+	}
+	st, err := e.c.DB.State(ctx)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	var cur *OverrideRecord
+	for i := range st.Overrides {
+		if st.Overrides[i].Key() == key {
+			cur = &st.Overrides[i]
+		}
+	}
+	return st, len(st.Overrides), cur, nil
+}
+
 // DeleteOverride deletes the override of entries in domain, by author,
 // and returns it. With dry set nothing is written: it returns the override
 // that would be deleted.
@@ -470,16 +501,15 @@ func (e *Editor) DeleteOverride(ctx context.Context, author, domain string, entr
 	}
 	key := OverrideKey(domain, entries)
 	for range commitAttempts {
-		st, err := e.c.DB.State(ctx)
+		st, _, cur, err := e.readOverride(ctx, key)
 		if err != nil {
 			return OverrideRecord{}, err
 		}
-		i := slices.IndexFunc(st.Overrides, func(o OverrideRecord) bool { return o.Key() == key })
-		if i < 0 {
+		if cur == nil {
 			return OverrideRecord{}, fmt.Errorf("override of %s: %w", key, ErrNotFound)
 		}
 		if dry {
-			return st.Overrides[i], nil
+			return *cur, nil
 		}
 		gen, err := e.c.DB.Commit(ctx, st.Generation, Change{DeleteOverride: key})
 		if errors.Is(err, ErrStale) {
@@ -489,7 +519,7 @@ func (e *Editor) DeleteOverride(ctx context.Context, author, domain string, entr
 			return OverrideRecord{}, err
 		}
 		e.c.Log.Info("override deleted", "domain", domain, "entries", key, "author", author, "generation", gen)
-		return st.Overrides[i], nil
+		return *cur, nil
 	}
 	return OverrideRecord{}, fmt.Errorf("%w: the database changed %d times while the change was checked; try again", ErrUnavailable, commitAttempts)
 }

@@ -20,9 +20,9 @@ import (
 // case it missed a notification: every 5 seconds.
 const DefaultPoll = 5 * time.Second
 
-// maxSnapshotBytes caps the snapshot file a Retriever reads: the rules'
-// cap on a directory (64 MiB) with room for the overrides, 128 MiB.
-const maxSnapshotBytes = 128 << 20
+// maxSnapshotBytes caps the snapshot file a Retriever reads: a state's
+// cap.
+const maxSnapshotBytes = MaxStateBytes
 
 // The sources of a reload, as RetrieverConfig.OnReload and the metrics
 // name them.

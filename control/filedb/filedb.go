@@ -114,6 +114,31 @@ func readFileCapped(path string) ([]byte, error) {
 	return b, nil
 }
 
+// errTooLarge is a rules file above the cap.
+var errTooLarge = errors.New("too large")
+
+// readRulesFile reads a rules file, refusing more than max bytes (zero
+// means rules.DefaultMaxFileBytes) with errTooLarge before it is read
+// whole.
+func readRulesFile(path string, max int64) ([]byte, error) {
+	if max <= 0 {
+		max = rules.DefaultMaxFileBytes
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%w: above the cap of %d bytes on a rules file", errTooLarge, max)
+	}
+	return b, nil
+}
+
 // overrides is the contents of overridesFile.
 type overrides struct {
 	Overrides []control.OverrideRecord `json:"overrides"`
@@ -230,13 +255,18 @@ func (db *DB) state() (*control.State, error) {
 		if e.IsDir() || strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
 			continue
 		}
-		src, err := db.ld.Load(filepath.Join(db.dir, name))
+		// Named as in the directory, so that no message (the admin API
+		// answers with them) says where the directory is.
+		text, err := readRulesFile(filepath.Join(db.dir, name), db.ld.MaxFileBytes)
+		if errors.Is(err, errTooLarge) {
+			return nil, fmt.Errorf("%w: rules file %s: %w", control.ErrInvalid, name, err)
+		}
+		if err != nil {
+			return nil, unavailable(fmt.Errorf("rules file %s: %w", name, err))
+		}
+		src, err := db.ld.Parse(name, text)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", control.ErrInvalid, err)
-		}
-		text, err := os.ReadFile(filepath.Join(db.dir, name))
-		if err != nil {
-			return nil, unavailable(err)
 		}
 		ds := src.Domains()
 		for i, d := range ds {

@@ -36,6 +36,14 @@ type Config struct {
 	// TLS, if not nil, is the TLS configuration of a rediss:// URL (nil:
 	// the system's roots and the URL's host name).
 	TLS *tls.Config
+	// MaxStateBytes caps the state a read returns (the domains' and the
+	// overrides' JSON, and a domain's history); zero means
+	// control.MaxStateBytes. A state above it is refused before it is
+	// sent.
+	MaxStateBytes int
+	// MaxDocBytes caps one domain's version; zero means
+	// control.MaxDocBytes.
+	MaxDocBytes int
 }
 
 // DB is a rules database in Redis. It is safe for concurrent use.
@@ -51,7 +59,10 @@ type DB struct {
 	channel string
 }
 
-var _ control.DB = (*DB)(nil)
+var (
+	_ control.DB             = (*DB)(nil)
+	_ control.OverrideReader = (*DB)(nil)
+)
 
 // commitScript applies one change if the generation is still ARGV[1]:
 // KEYS gen, domains, overrides, history; ARGV gen, kind (doc, ovset,
@@ -77,9 +88,57 @@ redis.call('PUBLISH', ARGV[6], g)
 return {1, g}
 `)
 
-// stateScript reads the generation, the domains and the overrides at once.
-var stateScript = rueidis.NewLuaScript(`
+// sizesLua is the Lua function over_cap(hash, cap, total, doc_cap): the
+// bytes of a hash's fields and values added to total, measured without
+// copying a value, and what exceeds a cap: {total} within them, else
+// {total, field (its first 128 bytes), bytes of its value}.
+const sizesLua = `
+local function over_cap(hash, cap, total, doc_cap)
+  for _, f in ipairs(redis.call('HKEYS', hash)) do
+    local n = redis.call('HSTRLEN', hash, f)
+    total = total + #f + n
+    if total > cap or n > doc_cap then return {total, string.sub(f, 1, 128), n} end
+  end
+  return {total}
+end
+`
+
+// stateScript reads the generation, the domains and the overrides at once
+// (KEYS gen, domains, overrides; ARGV the cap on the whole, the cap on a
+// document), or, when they are above a cap, {'over', field, its bytes,
+// the bytes counted} instead, before a byte of them is sent.
+var stateScript = rueidis.NewLuaScript(sizesLua + `
+local cap, doc_cap = tonumber(ARGV[1]), tonumber(ARGV[2])
+local s = over_cap(KEYS[2], cap, 0, doc_cap)
+if s[2] then return {'over', s[2], s[3], s[1]} end
+s = over_cap(KEYS[3], cap, s[1], cap)
+if s[2] then return {'over', s[2], s[3], s[1]} end
 return {redis.call('GET', KEYS[1]) or '0', redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3])}
+`)
+
+// overrideScript reads the generation, the domains, the number of
+// overrides and the override of ARGV[3] (KEYS gen, domains, overrides;
+// ARGV the caps as stateScript's, the key), the domains capped as
+// stateScript caps them.
+var overrideScript = rueidis.NewLuaScript(sizesLua + `
+local s = over_cap(KEYS[2], tonumber(ARGV[1]), 0, tonumber(ARGV[2]))
+if s[2] then return {'over', s[2], s[3], s[1]} end
+return {redis.call('GET', KEYS[1]) or '0', redis.call('HGETALL', KEYS[2]), redis.call('HLEN', KEYS[3]), redis.call('HGET', KEYS[3], ARGV[3])}
+`)
+
+// historyScript reads the newest versions of a domain (KEYS history; ARGV
+// the cap on their bytes, the most versions) that fit within the caps,
+// oldest first.
+var historyScript = rueidis.NewLuaScript(`
+local cap, total, out = tonumber(ARGV[1]), 0, {}
+local n = redis.call('LLEN', KEYS[1])
+for i = n - 1, math.max(0, n - tonumber(ARGV[2])), -1 do
+  local v = redis.call('LINDEX', KEYS[1], i)
+  total = total + #v
+  if total > cap then break end
+  table.insert(out, 1, v)
+end
+return out
 `)
 
 // Open connects to the Redis at rawURL (a store URL: redis://,
@@ -99,6 +158,7 @@ func Open(rawURL string, cfg Config) (*DB, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second // per call to Redis
 	}
+	cfg = withCaps(cfg)
 	opt, err := redis.ClientOption(rawURL, redis.Config{TLS: cfg.TLS})
 	if err != nil {
 		return nil, fmt.Errorf("rules database: %w", err)
@@ -120,7 +180,18 @@ func New(client rueidis.Client, cfg Config) *DB {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second
 	}
-	return newDB(client, cfg)
+	return newDB(client, withCaps(cfg))
+}
+
+// withCaps sets cfg's caps left zero to their defaults.
+func withCaps(cfg Config) Config {
+	if cfg.MaxStateBytes <= 0 {
+		cfg.MaxStateBytes = control.MaxStateBytes
+	}
+	if cfg.MaxDocBytes <= 0 {
+		cfg.MaxDocBytes = control.MaxDocBytes
+	}
+	return cfg
 }
 
 func newDB(client rueidis.Client, cfg Config) *DB {
@@ -190,30 +261,19 @@ func (db *DB) state(ctx context.Context) (*control.State, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, db.cfg.Timeout)
 	defer cancel()
-	vs, err := stateScript.Exec(ctx, c, []string{db.gen, db.domains, db.ovs}, nil).ToArray()
+	vs, err := stateScript.Exec(ctx, c, []string{db.gen, db.domains, db.ovs}, db.caps()).ToArray()
 	if err != nil {
 		return nil, unavailable("read rules database", err)
+	}
+	if err := db.overCap(vs); err != nil {
+		return nil, err
 	}
 	if len(vs) != 3 {
 		return nil, fmt.Errorf("read rules database: %d values, want 3", len(vs))
 	}
-	gs, err := vs[0].ToString()
+	st, err := decodeDomains(vs[0], vs[1])
 	if err != nil {
-		return nil, fmt.Errorf("read rules database: generation: %w", err)
-	}
-	st := &control.State{}
-	if st.Generation, err = strconv.ParseInt(gs, 10, 64); err != nil {
-		return nil, fmt.Errorf("read rules database: generation %q: %w", gs, err)
-	}
-	if err := decodeHash(vs[1], func(v []byte) error {
-		var d control.Doc
-		if err := json.Unmarshal(v, &d); err != nil {
-			return err
-		}
-		st.Domains = append(st.Domains, d)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("read rules database: domains: %w", err)
+		return nil, err
 	}
 	if err := decodeHash(vs[2], func(v []byte) error {
 		var o control.OverrideRecord
@@ -227,6 +287,98 @@ func (db *DB) state(ctx context.Context) (*control.State, error) {
 	}
 	control.SortState(st)
 	return st, nil
+}
+
+// caps are the scripts' arguments that cap what they read.
+func (db *DB) caps() []string {
+	return []string{strconv.Itoa(db.cfg.MaxStateBytes), strconv.Itoa(db.cfg.MaxDocBytes)}
+}
+
+// overCap returns the error of a script's answer that a cap was reached
+// ({'over', field, its bytes, the bytes counted}), or nil.
+func (db *DB) overCap(vs []rueidis.RedisMessage) error {
+	if len(vs) != 4 {
+		return nil
+	}
+	if s, _ := vs[0].ToString(); s != "over" {
+		return nil
+	}
+	field, _ := vs[1].ToString()
+	n, _ := vs[2].AsInt64()
+	total, _ := vs[3].AsInt64()
+	return fmt.Errorf("read rules database: %w: %q holds %d bytes (%d counted), above the cap of %d on a domain's version or %d on the whole: "+
+		"not read; delete it from %s or %s", control.ErrUnavailable, field, n, total, db.cfg.MaxDocBytes, db.cfg.MaxStateBytes, db.domains, db.ovs)
+}
+
+// decodeDomains reads a generation and an HGETALL of the domains.
+func decodeDomains(gen, domains rueidis.RedisMessage) (*control.State, error) {
+	gs, err := gen.ToString()
+	if err != nil {
+		return nil, fmt.Errorf("read rules database: generation: %w", err)
+	}
+	st := &control.State{}
+	if st.Generation, err = strconv.ParseInt(gs, 10, 64); err != nil {
+		return nil, fmt.Errorf("read rules database: generation %q: %w", gs, err)
+	}
+	if err := decodeHash(domains, func(v []byte) error {
+		var d control.Doc
+		if err := json.Unmarshal(v, &d); err != nil {
+			return err
+		}
+		st.Domains = append(st.Domains, d)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read rules database: domains: %w", err)
+	}
+	return st, nil
+}
+
+// ReadOverride reads the generation, every domain's current version, how
+// many overrides there are and the one of key, in one script call.
+func (db *DB) ReadOverride(ctx context.Context, key string) (*control.State, int, *control.OverrideRecord, error) {
+	type answer struct {
+		st  *control.State
+		n   int
+		cur *control.OverrideRecord
+	}
+	a, err := retryRead(ctx, func(ctx context.Context) (answer, error) {
+		c, err := db.conn()
+		if err != nil {
+			return answer{}, err
+		}
+		ctx, cancel := context.WithTimeout(ctx, db.cfg.Timeout)
+		defer cancel()
+		vs, err := overrideScript.Exec(ctx, c, []string{db.gen, db.domains, db.ovs}, append(db.caps(), key)).ToArray()
+		if err != nil {
+			return answer{}, unavailable("read rules database", err)
+		}
+		if err := db.overCap(vs); err != nil {
+			return answer{}, err
+		}
+		if len(vs) != 4 {
+			return answer{}, fmt.Errorf("read rules database: %d values, want 4", len(vs))
+		}
+		var a answer
+		if a.st, err = decodeDomains(vs[0], vs[1]); err != nil {
+			return answer{}, err
+		}
+		n, err := vs[2].AsInt64()
+		if err != nil {
+			return answer{}, fmt.Errorf("read rules database: overrides: %w", err)
+		}
+		a.n = int(n)
+		if v, err := vs[3].ToString(); err == nil {
+			a.cur = &control.OverrideRecord{}
+			if err := json.Unmarshal([]byte(v), a.cur); err != nil {
+				return answer{}, fmt.Errorf("read rules database: override %s: %w", key, err)
+			}
+		} else if !rueidis.IsRedisNil(err) {
+			return answer{}, fmt.Errorf("read rules database: override %s: %w", key, err)
+		}
+		control.SortState(a.st)
+		return a, nil
+	})
+	return a.st, a.n, a.cur, err
 }
 
 // decodeHash calls f on each value of an HGETALL reply.
@@ -279,7 +431,7 @@ func (db *DB) history(ctx context.Context, domain string) ([]control.Doc, error)
 	}
 	ctx, cancel := context.WithTimeout(ctx, db.cfg.Timeout)
 	defer cancel()
-	vs, err := c.Do(ctx, c.B().Lrange().Key(db.historyKey(domain)).Start(0).Stop(-1).Build()).AsStrSlice()
+	vs, err := historyScript.Exec(ctx, c, []string{db.historyKey(domain)}, []string{strconv.Itoa(db.cfg.MaxStateBytes), strconv.Itoa(db.cfg.History)}).AsStrSlice()
 	if err != nil {
 		return nil, unavailable("read rules history", err)
 	}

@@ -48,9 +48,6 @@ var _ Backend = (*control.Editor)(nil)
 // rules document (the rules' own cap on a file, 16 MiB, is for files).
 const DefaultMaxBodyBytes = 4 << 20
 
-// maxTTL caps an override's ttl: a year.
-const maxTTL = 366 * 24 * time.Hour
-
 // Config configures the admin API. A zero field means its default.
 type Config struct {
 	Backend Backend     // required
@@ -252,7 +249,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // fail answers err with its status: 400 for mistakes (each with its line),
-// 404, 412, 413, 503, else 500.
+// 404, 412, 413, 503, else 500. A 5xx is logged whole and answered with
+// what failed but not its error, which may hold the server's paths and
+// addresses.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, t Token, err error) {
 	var es rules.Errors
 	var tooLarge *http.MaxBytesError
@@ -275,10 +274,15 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, t Token, err erro
 	for _, e := range es {
 		ms = append(ms, mistake{Line: e.Line, Path: e.Path, Message: e.Msg, Text: e.Error()})
 	}
+	msg := err.Error()
 	if code >= 500 {
 		h.c.Log.Warn("admin call failed", "method", r.Method, "path", r.URL.Path, "token", t.Name, "code", code, "err", err)
+		msg = "internal error: the server's log says why"
+		if code == http.StatusServiceUnavailable {
+			msg = "the rules database is unavailable: the server's log says why"
+		}
 	}
-	writeError(w, code, err.Error(), ms)
+	writeError(w, code, msg, ms)
 }
 
 // errBadRequest marks a request the API cannot read.
@@ -526,8 +530,8 @@ func DecodeOverride(body []byte, now time.Time) (rules.Override, error) {
 			return o, badRequest("ttl and expires: give one")
 		}
 		d, err := time.ParseDuration(req.TTL)
-		if err != nil || d <= 0 || d > maxTTL {
-			return o, badRequest("ttl %q: want a duration such as 30m or 1h, above 0 and at most %v", req.TTL, maxTTL)
+		if err != nil || d <= 0 || d > control.MaxOverrideTTL {
+			return o, badRequest("ttl %q: want a duration such as 30m or 1h, above 0 and at most %v", req.TTL, control.MaxOverrideTTL)
 		}
 		o.Expires = now.Add(d).UTC()
 	}
