@@ -201,7 +201,7 @@ func (n nearCaches) Stats() localfirst.Stats {
 
 // redisStack is one Redis and the decorators over it.
 type redisStack struct {
-	rs    *redis.Background
+	rs    *redis.Store
 	near  *localfirst.Store // the near cache and leases over rs
 	store sluice.Store      // near, or Envoy's keys over it
 }
@@ -237,7 +237,7 @@ func openRedis(spec, flag string, o storeOptions, sentinelAuth string) (redisSta
 		}
 		rcfg.SentinelUsername, rcfg.SentinelPassword = user, pass
 	}
-	rs, err := redis.OpenBackground(spec, rcfg, time.Second, func(err error) {
+	rcfg.ConnectFailed = func(err error) {
 		// The first failure, then once a minute, and whenever the cause
 		// changes: a first attempt that timed out on a busy machine must
 		// not hide for a minute the certificate the next ones refuse.
@@ -246,7 +246,8 @@ func openRedis(spec, flag string, o storeOptions, sentinelAuth string) (redisSta
 			logged = err.Error()
 		}
 		attempts++
-	})
+	}
+	rs, err := redis.New(spec, rcfg)
 	if err != nil {
 		return redisStack{}, fmt.Errorf("--store: %w", err)
 	}

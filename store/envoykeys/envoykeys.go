@@ -76,7 +76,7 @@ var (
 )
 
 // New returns a Store over next whose Envoy keys are counted with the
-// client that client returns: store/redis's Background.Client, which is nil
+// client that client returns: store/redis's Store.Client, which is nil
 // until Redis first answers (then requests with Envoy keys fail with
 // ErrNotConnected). The client is the caller's to close.
 func New(next sluice.Store, client func() rueidis.Client, cfg Config) *Store {

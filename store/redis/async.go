@@ -69,6 +69,9 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 	for g := range execs {
 		execs[g].Args = append(execs[g].Args, now, s.marginArg())
 	}
+	if err := s.connected(); err != nil {
+		return nil, 0, fmt.Errorf("redis sync: %w", err)
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	counts := make([]int64, len(reqs))
@@ -200,16 +203,4 @@ func indices(n int) []int {
 		idx[i] = i
 	}
 	return idx
-}
-
-// Syncable is Store.Syncable: see there.
-func (b *Background) Syncable(l sluice.Limit) bool { return Syncable(l) }
-
-// SyncCounts is Store.SyncCounts on the connected store, or fails as Take
-// does while there is none.
-func (b *Background) SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error) {
-	if s := b.store.Load(); s != nil {
-		return s.SyncCounts(ctx, reqs, windows)
-	}
-	return nil, 0, fmt.Errorf("redis sync: %w", b.notYet())
 }

@@ -40,10 +40,8 @@ type call struct {
 // it runs c's script call itself, sparing two goroutine hand-offs;
 // otherwise it queues c for the workers' next batch and waits.
 func (s *Store) run(ctx context.Context, c *call) error {
-	select {
-	case <-s.stop:
-		return ErrClosed
-	default:
+	if err := s.connected(); err != nil {
+		return err
 	}
 	if len(s.calls) == 0 && s.inFlight.CompareAndSwap(0, 1) {
 		err := s.direct(ctx, c)

@@ -106,6 +106,9 @@ func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, grants 
 	for i := range execs {
 		execs[i].Args = append(execs[i].Args, now)
 	}
+	if err := s.connected(); err != nil {
+		return 0, fmt.Errorf("redis return: %w", err)
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var given int64
@@ -117,16 +120,4 @@ func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, grants 
 		given += n
 	}
 	return given, nil
-}
-
-// CanLease is Store.CanLease: see there.
-func (b *Background) CanLease(l sluice.Limit) bool { return CanLease(l) }
-
-// ReturnLeases is Store.ReturnLeases on the connected store, or fails as
-// Take does while there is none.
-func (b *Background) ReturnLeases(ctx context.Context, rets []sluice.Request, grants []sluice.State) (int64, error) {
-	if s := b.store.Load(); s != nil {
-		return s.ReturnLeases(ctx, rets, grants)
-	}
-	return 0, fmt.Errorf("redis return: %w", b.notYet())
 }

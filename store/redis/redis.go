@@ -137,6 +137,12 @@ type Config struct {
 	// sentinels; a password alone: AUTH with the password. Other URLs
 	// refuse them.
 	SentinelUsername, SentinelPassword string
+	// Retry is how often a Store made by New tries again to connect while
+	// Redis does not answer (default 1s).
+	Retry time.Duration
+	// ConnectFailed, if set, is told of each failed attempt of a Store
+	// made by New to connect, from the goroutine that tries. Default nil.
+	ConnectFailed func(error)
 }
 
 // DefaultConfig returns the default configuration: what every zero field
@@ -153,7 +159,9 @@ func DefaultConfig() Config {
 		ExpiryJitter: 0,                     // every key of a window leaves at once
 		Now:          nil,                   // Redis's TIME
 		TLS:          nil,                   // system roots, the URL's host name
+		Retry:        time.Second,           // while Redis does not answer (New)
 		// SentinelUsername, SentinelPassword: "", no AUTH to the sentinels
+		// ConnectFailed: nil, told of nothing
 	}
 }
 
@@ -181,11 +189,18 @@ func (c Config) withDefaults() Config {
 	if c.ExpiryMargin == 0 {
 		c.ExpiryMargin = def.ExpiryMargin
 	}
+	if c.Retry == 0 {
+		c.Retry = def.Retry
+	}
 	return c
 }
 
 // ErrClosed is returned by the methods of a closed Store.
 var ErrClosed = errors.New("redis store closed")
+
+// ErrConnecting is returned by the methods of a Store that New made until
+// its first connection to Redis succeeds.
+var ErrConnecting = errors.New("redis store not connected yet")
 
 // Store keeps the states of rate-limited keys in Redis. It is safe for
 // concurrent use. Close stops its goroutines and its connections.
@@ -195,9 +210,23 @@ var ErrClosed = errors.New("redis store closed")
 // bounded by Config.Timeout instead). When Redis is down or slow it
 // returns an error at once or at the deadline; what to decide then is the
 // caller's (package decide's fail modes).
+//
+// A Store made by New connects in the background: until Redis first
+// answers, its calls fail at once with ErrConnecting, which the caller's
+// fail mode decides, and it keeps trying every Config.Retry. So a sluice
+// server started while its Redis is down serves in its fail mode and moves
+// to Redis by itself, as it does when Redis fails later.
 type Store struct {
+	url string // the URL, for errors (redacted when shown)
+	opt rueidis.ClientOption
+	// client and sha (the SHA1 of takeScript) are set once, before up:
+	// read them only after seeing up (connected does), or from a worker
+	// running a call submitted after that.
 	client  rueidis.Client
-	sha     string // SHA1 of takeScript
+	sha     string
+	up      atomic.Bool
+	last    atomic.Pointer[error] // the last failed attempt's error (New)
+	dialed  chan struct{}         // closed when New's attempts end
 	cfg     Config
 	cluster bool
 	margin  string // Config.ExpiryMargin in ms
@@ -234,13 +263,83 @@ func (s *Store) CheckLimit(l sluice.Limit) error { return CheckLimit(l) }
 //	redis+sentinel://[user:password@]host:port[,host:port...]/mastername[/db]
 //	unix://[user:password@]/path/to/redis.sock    a single Redis on a unix socket
 //
-// The port defaults to 6379. ctx bounds the connection check.
+// The port defaults to 6379. ctx bounds the connection check: a Redis
+// that does not answer in time is an error.
 func Open(ctx context.Context, rawURL string, cfg Config) (*Store, error) {
-	cfg, opt, cluster, err := check(rawURL, cfg)
+	s, err := newStore(rawURL, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return connect(ctx, rawURL, cfg, opt, cluster)
+	close(s.dialed)
+	if err := s.connect(ctx); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	return s, nil
+}
+
+// New returns a Store of the Redis rawURL names (see Open) that connects
+// in the background. A URL or a Config no retry can fix is an error at
+// once. The first attempt, bounded by Config.DialTimeout (at least 1s), is
+// made before New returns, so that a Redis that answers is used from the
+// first decision; then one every Config.Retry until one succeeds or Close
+// is called, each failure told to Config.ConnectFailed.
+func New(rawURL string, cfg Config) (*Store, error) {
+	s, err := newStore(rawURL, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if s.attempt() {
+		close(s.dialed)
+		return s, nil
+	}
+	go func() {
+		defer close(s.dialed)
+		t := time.NewTicker(s.cfg.Retry)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+				if s.attempt() {
+					return
+				}
+			}
+		}
+	}()
+	return s, nil
+}
+
+// attempt is one of New's attempts to connect.
+func (s *Store) attempt() bool {
+	ctx, cancel := context.WithTimeout(s.base, max(s.cfg.DialTimeout, time.Second))
+	defer cancel()
+	if err := s.connect(ctx); err != nil {
+		s.last.Store(&err)
+		if s.cfg.ConnectFailed != nil {
+			s.cfg.ConnectFailed(err)
+		}
+		return false
+	}
+	return true
+}
+
+// Ready reports whether the store has connected (see decide.Ready).
+func (s *Store) Ready() bool { return s.up.Load() }
+
+// connected returns nil once the store has connected, and otherwise
+// ErrClosed or ErrConnecting (wrapping the last attempt's error).
+func (s *Store) connected() error {
+	switch {
+	case s.closed.Load():
+		return ErrClosed
+	case s.up.Load():
+		return nil
+	}
+	if err := s.last.Load(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConnecting, *err)
+	}
+	return ErrConnecting
 }
 
 // check checks rawURL and cfg, which no retry can fix, and returns cfg
@@ -265,21 +364,18 @@ func check(rawURL string, cfg Config) (Config, rueidis.ClientOption, bool, error
 	return cfg, opt, cluster, err
 }
 
-// connect connects with the options check made.
-func connect(ctx context.Context, rawURL string, cfg Config, opt rueidis.ClientOption, cluster bool) (*Store, error) {
-	client, err := rueidis.NewClient(opt)
+// newStore returns a Store of rawURL and cfg, not connected, with its
+// workers started.
+func newStore(rawURL string, cfg Config) (*Store, error) {
+	cfg, opt, cluster, err := check(rawURL, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("redis store %s: %w", redact(rawURL), err)
-	}
-	sha, err := load(ctx, client)
-	if err != nil {
-		client.Close()
-		return nil, fmt.Errorf("redis store %s: %w", redact(rawURL), err)
+		return nil, err
 	}
 	base, cancel := context.WithCancel(context.Background())
 	s := &Store{
-		client:  client,
-		sha:     sha,
+		url:     rawURL,
+		opt:     opt,
+		dialed:  make(chan struct{}),
 		cfg:     cfg,
 		cluster: cluster,
 		margin:  strconv.FormatInt(cfg.ExpiryMargin.Milliseconds(), 10),
@@ -293,6 +389,22 @@ func connect(ctx context.Context, rawURL string, cfg Config, opt rueidis.ClientO
 		go s.worker()
 	}
 	return s, nil
+}
+
+// connect connects s to Redis, which must answer within ctx.
+func (s *Store) connect(ctx context.Context) error {
+	client, err := rueidis.NewClient(s.opt)
+	if err != nil {
+		return fmt.Errorf("redis store %s: %w", redact(s.url), err)
+	}
+	sha, err := load(ctx, client)
+	if err != nil {
+		client.Close()
+		return fmt.Errorf("redis store %s: %w", redact(s.url), err)
+	}
+	s.client, s.sha = client, sha
+	s.up.Store(true)
+	return nil
 }
 
 // load loads the script on every node, which also checks that they
@@ -684,9 +796,12 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		close(s.stop)
 		s.cancel()
+		<-s.dialed
 		s.wg.Wait()
 		s.drain()
-		s.client.Close()
+		if s.up.Load() {
+			s.client.Close()
+		}
 	})
 	return nil
 }

@@ -100,8 +100,8 @@ const limitArgsMax = 4096
 // bound l passes (see the package documentation). Limits that
 // sluice.Limit.Validate rejects, or that are decided without Redis (a rate
 // or period of zero), pass. It needs no connection: a rules file can be
-// checked for a Redis store without one. Store.CheckLimit and
-// Background.CheckLimit, the sluice.LimitChecker of the stores, call it.
+// checked for a Redis store without one. Store.CheckLimit, the
+// sluice.LimitChecker of the store, calls it.
 func CheckLimit(l sluice.Limit) error {
 	if _, ok := local(l, 0); ok {
 		return nil

@@ -37,19 +37,16 @@ var slotsScript = rueidis.NewLuaScript(slotsSource)
 // Slots is safe for concurrent use; it shares its Store's connections and
 // clock (Config.Now, or Redis's TIME).
 type Slots struct {
-	st    func() *Store // nil until connected (Background)
+	st    *Store
 	node  string
 	token atomic.Uint64
 }
 
-// Slots returns the Slots of s.
-func (s *Store) Slots() *Slots { return newSlots(func() *Store { return s }) }
+// Slots returns the Slots of s; until s has connected, they fail as
+// TakeAll does.
+func (s *Store) Slots() *Slots { return newSlots(s) }
 
-// Slots returns the Slots of the store b connects; until it has, they
-// fail as Take does.
-func (b *Background) Slots() *Slots { return newSlots(b.Connected) }
-
-func newSlots(st func() *Store) *Slots {
+func newSlots(st *Store) *Slots {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
 	return &Slots{st: st, node: hex.EncodeToString(id[:]) + ":"}
@@ -57,10 +54,10 @@ func newSlots(st func() *Store) *Slots {
 
 // store returns the connected store, or ErrConnecting.
 func (sl *Slots) store() (*Store, error) {
-	if st := sl.st(); st != nil {
-		return st, nil
+	if err := sl.st.connected(); err != nil {
+		return nil, err
 	}
-	return nil, ErrConnecting
+	return sl.st, nil
 }
 
 // Acquire implements decide.Slots: it takes a slot of key for lease

@@ -37,12 +37,3 @@ func (s *Store) TakeState(ctx context.Context, r sluice.Request) (d sluice.Decis
 	}
 	return d, st, c.now, true, nil
 }
-
-// TakeState is Store.TakeState on the connected store, or fails as Take
-// does while there is none.
-func (b *Background) TakeState(ctx context.Context, r sluice.Request) (sluice.Decision, sluice.State, int64, bool, error) {
-	if s := b.store.Load(); s != nil {
-		return s.TakeState(ctx, r)
-	}
-	return sluice.Decision{}, sluice.State{}, 0, false, fmt.Errorf("redis take %s: %w", r.Key, b.notYet())
-}

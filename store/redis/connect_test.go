@@ -11,20 +11,22 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-// TestBackground opens a store on a Redis that is down: decisions fail at
-// once with ErrConnecting until Redis starts, then are Redis's.
-func TestBackground(t *testing.T) {
+// TestNew makes a store of a Redis that is down: decisions fail at once
+// with ErrConnecting until Redis starts, then are Redis's.
+func TestNew(t *testing.T) {
 	r := testenv.StartRedis(t)
 	r.Kill()
 	var failures atomic.Int64
 	start := time.Now()
-	b, err := OpenBackground("redis://"+r.Addr, testConfig(nil), 50*time.Millisecond, func(error) { failures.Add(1) })
+	cfg := testConfig(nil)
+	cfg.Retry, cfg.ConnectFailed = 50*time.Millisecond, func(error) { failures.Add(1) }
+	b, err := New("redis://"+r.Addr, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("OpenBackground took %v on a Redis that is down", d)
+		t.Errorf("New took %v on a Redis that is down", d)
 	}
 	l := sluice.Limit{Rate: 2, Period: time.Hour}
 	ctx := context.Background()
@@ -35,11 +37,11 @@ func TestBackground(t *testing.T) {
 	if err := b.TakeAll(ctx, []sluice.Request{{Key: "k", Limit: l, Cost: 1}}, ds); !errors.Is(err, ErrConnecting) {
 		t.Fatalf("TakeAll before Redis is up: %v, want ErrConnecting", err)
 	}
-	if b.Connected() != nil || failures.Load() == 0 {
-		t.Fatalf("connected %v after %d failures", b.Connected() != nil, failures.Load())
+	if b.Ready() || b.Client() != nil || failures.Load() == 0 {
+		t.Fatalf("ready %v after %d failures", b.Ready(), failures.Load())
 	}
 	r.Restart()
-	waitFor(t, 10*time.Second, "connected after Redis started", func() bool { return b.Connected() != nil })
+	waitFor(t, 10*time.Second, "connected after Redis started", b.Ready)
 	for i, want := range []bool{true, true, false} {
 		d, err := sluice.Take(ctx, b, "k", l, 1)
 		if err != nil || d.Allowed != want {
@@ -48,19 +50,21 @@ func TestBackground(t *testing.T) {
 	}
 }
 
-// TestBackgroundErrors checks that what no retry can fix is an error at
-// once, and that Close stops the attempts.
-func TestBackgroundErrors(t *testing.T) {
+// TestNewErrors checks that what no retry can fix is an error at once,
+// and that Close stops the attempts.
+func TestNewErrors(t *testing.T) {
 	t.Parallel()
-	if _, err := OpenBackground("redis+nope://127.0.0.1:1", DefaultConfig(), time.Second, nil); err == nil {
+	if _, err := New("redis+nope://127.0.0.1:1", DefaultConfig()); err == nil {
 		t.Error("a bad URL was accepted")
 	}
 	cfg := DefaultConfig()
 	cfg.MaxBatch = -1
-	if _, err := OpenBackground("redis://127.0.0.1:1", cfg, time.Second, nil); err == nil {
+	if _, err := New("redis://127.0.0.1:1", cfg); err == nil {
 		t.Error("a bad config was accepted")
 	}
-	b, err := OpenBackground("redis://127.0.0.1:1", DefaultConfig(), 10*time.Millisecond, nil)
+	cfg = DefaultConfig()
+	cfg.Retry = 10 * time.Millisecond
+	b, err := New("redis://127.0.0.1:1", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
