@@ -87,10 +87,12 @@ func firstValue(h http.Header, key string) string {
 	return ""
 }
 
-// parseURI reads a request target. One that does not parse (a bad
-// percent-escape) keeps its path, decoded where it can be, so that a path
-// limit still sees it.
+// parseURI reads a request target without its fragment (nginx's
+// $request_uri keeps one: GET /login#x, routed to /login). One that does
+// not parse (a bad percent-escape) keeps its path, decoded where it can
+// be, so that a path limit still sees it.
 func parseURI(raw string) *url.URL {
+	raw, _, _ = strings.Cut(raw, "#")
 	if u, err := url.ParseRequestURI(raw); err == nil {
 		if !strings.HasPrefix(u.Path, "/") { // "*", or an absolute URL without a path
 			return &url.URL{Path: "/" + u.Path, RawQuery: u.RawQuery}

@@ -33,6 +33,10 @@ func TestOriginal(t *testing.T) {
 		{"scheme other than http(s) ignored", "x-original", []string{"X-Forwarded-Proto", "gopher"}, "GET", "http://sluice.local/", "sluice.local", "/"},
 		{"unreadable URI keeps its path, decoded where it can be", "x-original", []string{"X-Original-URI", "/a b/%6cogin%zz?q=1"}, "GET", "", "sluice.local", "/a b/login%zz"},
 		{"relative URI", "X-Forwarded", []string{"X-Forwarded-Uri", "login"}, "GET", "", "sluice.local", "/login"},
+		{"a fragment is cut off", "x-original", []string{"X-Original-URI", "/login#x"}, "GET", "http://sluice.local/login", "sluice.local", "/login"},
+		{"a fragment after the query", "x-original", []string{"X-Original-URI", "/login?next=%2F#x?y"}, "GET", "http://sluice.local/login?next=%2F", "sluice.local", "/login"},
+		{"an unreadable URI's fragment", "X-Forwarded", []string{"X-Forwarded-Uri", "/login%zz#x"}, "GET", "", "sluice.local", "/login%zz"},
+		{"%23 is not a fragment", "x-original", []string{"X-Original-URI", "/login%23x"}, "GET", "", "sluice.local", "/login#x"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

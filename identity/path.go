@@ -3,6 +3,7 @@ package identity
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"path"
 	"regexp"
 	"strings"
@@ -24,9 +25,10 @@ import (
 //   - bytes that are not UTF-8 become U+FFFD.
 //
 // p is decoded once by the caller (net/http does), so %2F and %3B count
-// as / and ; and a doubly encoded %2520 stays %20. Case is kept; Unicode
-// forms (NFC, full-width letters), trailing dots and the query are not
-// touched. The result starts with a slash.
+// as / and ; and a doubly encoded %2520 stays %20; its fragment is cut
+// off before (requestPath, parseURI). Case is kept; Unicode forms (NFC,
+// full-width letters), trailing dots and the query are not touched. The
+// result starts with a slash.
 func normalizePath(p string) string {
 	if isNormal(p) {
 		return p
@@ -121,8 +123,24 @@ func compilePath(p *PathAction) (action, error) {
 	return a, nil
 }
 
+// requestPath returns u's decoded path without a fragment: from a '#'
+// that the request target held as itself (not as %23), which Go's server
+// leaves in the path while browsers, nginx and the RFC cut it off
+// (GET /login#x is routed to /login).
+func requestPath(u *url.URL) string {
+	// A raw '#' is escaped when the path is, so it makes a RawPath.
+	raw, _, cut := strings.Cut(u.RawPath, "#")
+	if !cut {
+		return u.Path
+	}
+	if p, err := url.PathUnescape(raw); err == nil {
+		return p
+	}
+	return lenientUnescape(raw)
+}
+
 func (a pathMatch) entry(rs *reqState) (rules.Entry, outcome) {
-	p := normalizePath(rs.r.URL.Path)
+	p := normalizePath(requestPath(rs.r.URL))
 	if a.fold {
 		p = strings.ToLower(p)
 	}
