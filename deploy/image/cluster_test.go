@@ -49,8 +49,6 @@ func startCluster(t *testing.T) *cluster {
 	img, redisImg := imageSluice(t), imageRedis(t)
 	front := newNetwork(t, "front", false)
 	cl := &cluster{store: newNetwork(t, "store", true)}
-	run(t, spec{name: "cluster-redis", image: redisImg, network: cl.store, aliases: []string{"redis"}})
-
 	rules := t.TempDir()
 	if err := os.Chmod(rules, 0o755); err != nil {
 		t.Fatal(err)
@@ -58,9 +56,11 @@ func startCluster(t *testing.T) *cluster {
 	if err := os.WriteFile(filepath.Join(rules, "rules.yaml"), []byte(clusterRules), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	specs := []spec{{name: "cluster-redis", image: redisImg, network: cl.store, aliases: []string{"redis"}}}
 	for i := range 3 {
-		c := run(t, spec{
+		specs = append(specs, spec{
 			name: fmt.Sprintf("cluster-%d", i), image: img, network: front, publish: []int{8080, 8081},
+			connect: []string{cl.store},
 			// The Deployment's settings; a store timeout of a second
 			// rather than 50 ms, so that a loaded 2-core machine does not
 			// turn slow answers into local decisions (the exactness
@@ -69,9 +69,8 @@ func startCluster(t *testing.T) *cluster {
 				"SLUICE_SHUTDOWN_TIMEOUT=20s", "SLUICE_STORE_TIMEOUT=1s"},
 			mounts: []string{rules + ":/etc/sluice/rules:ro"},
 		})
-		docker(t, "network", "connect", cl.store, c.name)
-		cl.servers = append(cl.servers, c)
 	}
+	cl.servers = runAll(t, specs...)[1:]
 	for _, c := range cl.servers {
 		waitReady(t, c, "store", time.Minute)
 	}
@@ -138,7 +137,9 @@ func serverClient(t *testing.T, c *container) rlsv3.RateLimitServiceClient {
 // under load loses no decision to an error.
 func TestCluster(t *testing.T) {
 	t.Parallel()
+	start := time.Now()
 	cl := startCluster(t)
+	t.Logf("Redis and 3 servers up in %s", time.Since(start).Round(time.Millisecond))
 	var addrs []string
 	for _, c := range cl.servers {
 		addrs = append(addrs, c.ports[8081])
@@ -246,7 +247,7 @@ func testCutOff(t *testing.T, cl *cluster) {
 }
 
 // testRollingRestart restarts the three servers one after the other, as
-// a Deployment's rolling update does, while 8 clients call through the
+// a Deployment's rolling update does, while 4 clients call through the
 // balancer: each server is stopped with SIGTERM while the balancer still
 // lists it (the worst case of endpoints that lag), taken off the list
 // once it has exited, started again and listed again once ready. No call
@@ -257,7 +258,7 @@ func testRollingRestart(t *testing.T, cl *cluster, lb *balancer, addrs []string)
 	var ok, failed atomic.Int64
 	var errs sync.Map // message: count
 	var wg sync.WaitGroup
-	for range 8 {
+	for range 4 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				resp, err := decide(context.Background(), lb.rls, "load", "l")
@@ -296,11 +297,14 @@ func testRollingRestart(t *testing.T, cl *cluster, lb *balancer, addrs []string)
 		if !strings.Contains(logs, `"msg":"shutting down"`) || !strings.Contains(logs, `"msg":"stopped"`) {
 			t.Errorf("server %d did not shut down gracefully:\n%s", i, logs)
 		}
+		restart := time.Now()
 		docker(t, "start", c.name)
+		started := time.Since(restart)
 		waitReady(t, c, "store", time.Minute)
 		lb.r.UpdateState(state(addrs))
-		t.Logf("server %d: stopped in %s, back after %s; %d calls admitted meanwhile",
-			i, stopped.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), ok.Load()-before)
+		t.Logf("server %d: stopped in %s, started in %s, ready after %s, back after %s; %d calls admitted meanwhile",
+			i, stopped.Round(time.Millisecond), started.Round(time.Millisecond), time.Since(restart).Round(time.Millisecond),
+			time.Since(start).Round(time.Millisecond), ok.Load()-before)
 	}
 	cancel()
 	wg.Wait()

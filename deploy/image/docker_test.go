@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -262,6 +263,7 @@ type spec struct {
 	publish    []int    // container ports published on 127.0.0.1, each at a free port fixed for the container's life
 	env        []string // KEY=VALUE
 	mounts     []string // docker run -v values
+	connect    []string // networks it joins once started, besides network
 	entrypoint string   // replaces the image's ENTRYPOINT, and drops its CMD as Kubernetes' command does
 	args       []string // after the image name: the command, or the arguments to the entrypoint
 }
@@ -274,38 +276,67 @@ type container struct {
 
 // run starts s and removes the container at the end of the test, with
 // its logs in the test's output if the test failed.
-func run(t testing.TB, s spec) *container {
+func run(t testing.TB, s spec) *container { return runAll(t, s)[0] }
+
+// runAll starts the containers of specs at once, as run does: the engine
+// takes seconds for each.
+func runAll(t testing.TB, specs ...spec) []*container {
 	t.Helper()
-	c := &container{name: "sluice-test-" + runID + "-" + s.name, ports: map[int]string{}}
-	args := []string{"run", "-d", "--name", c.name, "--label", runLabel + "=" + runID}
-	if s.network != "" {
-		args = append(args, "--network", s.network)
-	}
-	for _, a := range s.aliases {
-		args = append(args, "--network-alias", a)
-	}
-	for _, p := range s.publish {
-		c.ports[p] = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
-		args = append(args, "-p", c.ports[p]+":"+strconv.Itoa(p))
-	}
-	for _, e := range s.env {
-		args = append(args, "-e", e)
-	}
-	for _, m := range s.mounts {
-		args = append(args, "-v", m)
-	}
-	if s.entrypoint != "" {
-		args = append(args, "--entrypoint", s.entrypoint)
-	}
-	args = append(append(args, s.image), s.args...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs of %s:\n%s", s.name, c.logs(t))
+	cs := make([]*container, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, s := range specs {
+		c := &container{name: "sluice-test-" + runID + "-" + s.name, ports: map[int]string{}}
+		cs[i] = c
+		args := []string{"run", "-d", "--name", c.name, "--label", runLabel + "=" + runID}
+		if s.network != "" {
+			args = append(args, "--network", s.network)
 		}
-		docker(t, "rm", "-f", "-v", c.name)
-	})
-	docker(t, args...)
-	return c
+		for _, a := range s.aliases {
+			args = append(args, "--network-alias", a)
+		}
+		for _, p := range s.publish {
+			c.ports[p] = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+			args = append(args, "-p", c.ports[p]+":"+strconv.Itoa(p))
+		}
+		for _, e := range s.env {
+			args = append(args, "-e", e)
+		}
+		for _, m := range s.mounts {
+			args = append(args, "-v", m)
+		}
+		if s.entrypoint != "" {
+			args = append(args, "--entrypoint", s.entrypoint)
+		}
+		args = append(append(args, s.image), s.args...)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("logs of %s:\n%s", s.name, c.logs(t))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if out, err := dockerCtx(ctx, "rm", "-f", "-v", c.name); err != nil && !strings.Contains(err.Error(), "No such container") {
+				t.Errorf("%v: %s", err, out)
+			}
+		})
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if _, errs[i] = dockerCtx(ctx, args...); errs[i] != nil {
+				return
+			}
+			for _, n := range s.connect {
+				if _, errs[i] = dockerCtx(ctx, "network", "connect", n, c.name); errs[i] != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
 
 // freePort returns a TCP port free on 127.0.0.1 a moment ago.
