@@ -1,0 +1,206 @@
+package regions
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// run advances the clock by step for d, running a round on every node not
+// in paused (region indices) and sending each node of hot `per` requests
+// every step; it adds what each region admitted to got.
+func run(w *world, got []int64, d time.Duration, hot []int, paused []int, per int) {
+	key, l := "k", perMinute
+	isPaused := func(a int) bool {
+		for _, p := range paused {
+			if p == a {
+				return true
+			}
+		}
+		return false
+	}
+	for end := w.clock.Now().Add(d); w.clock.Now().Before(end); {
+		w.clock.Advance(100 * time.Millisecond)
+		for a, ns := range w.nodes {
+			if isPaused(a) {
+				continue
+			}
+			for _, n := range ns {
+				n.Sync(ctxBG)
+			}
+		}
+		for _, a := range hot {
+			for n := range w.nodes[a] {
+				for range per {
+					if w.take(a, n, key, l, 1).Allowed {
+						got[a]++
+					}
+				}
+			}
+		}
+	}
+}
+
+// warm runs a few rounds everywhere so that every node is live, echoed,
+// and not at a window's edge.
+func warm(w *world) {
+	w.clock.Advance(time.Second)
+	for range 3 {
+		w.sync()
+	}
+}
+
+func checkBound(t *testing.T, got []int64, l sluice.Limit, k int64) {
+	t.Helper()
+	total, b := sum(got), bound(l, int64(len(got)), k)
+	t.Logf("admitted %v = %d, bound %d", got, total, b)
+	if total > b {
+		t.Errorf("admitted %d, more than the bound %d", total, b)
+	}
+}
+
+// TestAsymmetricCut: region 0 cannot read region 1, which still reads
+// region 0. Region 1 learns from region 0's record, which no longer
+// echoes it, that it is cut off, and holds to its share; region 0,
+// charging region 1 its share, takes the rest. Without the echo, region 1
+// would fill the window while region 0 charged it only its share.
+func TestAsymmetricCut(t *testing.T) {
+	const k = 100
+	w := newWorld(t, 2, 1, func(c *Config) { c.Share = k })
+	warm(w)
+	w.links[0][1].cut.Store(true)
+	got := make([]int64, 2)
+	run(w, got, 30*time.Second, []int{1}, nil, 50)
+	if st := w.nodes[1][0].Status(); !st.Cut || st.Peers[0].State != Lagging {
+		t.Errorf("region 1 does not know it is cut off: %+v", st)
+	}
+	run(w, got, 25*time.Second, []int{0}, nil, 50)
+	checkBound(t, got, perMinute, k)
+}
+
+// TestNonTransitiveCut: regions 0 and 2 cannot reach each other; region 1
+// reaches both. Each of 0 and 2 charges the other its share and holds to
+// its own: without the latter, each would take what the other's share
+// leaves.
+func TestNonTransitiveCut(t *testing.T) {
+	const k = 100
+	w := newWorld(t, 3, 1, func(c *Config) { c.Share = k })
+	warm(w)
+	w.links[0][2].cut.Store(true)
+	w.links[2][0].cut.Store(true)
+	got := make([]int64, 3)
+	run(w, got, 55*time.Second, []int{0, 2}, nil, 50)
+	checkBound(t, got, perMinute, k)
+	rho := ceilDiv(perMinute.Rate, 3)
+	for _, a := range []int{0, 2} {
+		if got[a] > rho {
+			t.Errorf("region %d, cut off, admitted %d, more than its share %d", a, got[a], rho)
+		}
+	}
+}
+
+// TestPausedNodeCannotTrustOldCounts: region 0's only node stops for 5s,
+// long enough that its record expires and region 1 counts it dead (taking
+// no share) while region 1 fills the window. When region 0 comes back
+// unable to read region 1, what it last knew of region 1 no longer bounds
+// it: it charges region 1 the whole limit.
+func TestPausedNodeCannotTrustOldCounts(t *testing.T) {
+	const k = 10
+	w := newWorld(t, 2, 1, func(c *Config) { c.Share = k })
+	warm(w)
+	got := make([]int64, 2)
+	run(w, got, 5*time.Second, []int{1}, []int{0}, 50)
+	if st := w.nodes[1][0].Status(); st.Peers[0].State != Dead {
+		t.Fatalf("region 1 sees region 0 %v, want dead", st.Peers[0].State)
+	}
+	w.links[0][1].cut.Store(true)
+	run(w, got, 20*time.Second, []int{0}, nil, 50)
+	checkBound(t, got, perMinute, k)
+}
+
+// TestNewNodeDuringCut: a node that starts while it cannot read a peer
+// has never known the peer's counts: it charges it the whole limit.
+func TestNewNodeDuringCut(t *testing.T) {
+	const k = 10
+	w := newWorld(t, 2, 1, func(c *Config) { c.Share = k })
+	warm(w)
+	got := make([]int64, 2)
+	run(w, got, 10*time.Second, []int{1}, nil, 50)
+	w.links[0][1].cut.Store(true)
+	w.nodes[0] = append(w.nodes[0], w.node(0, 1, func(c *Config) { c.Share = k }))
+	w.nodes[0] = w.nodes[0][1:] // the old node stops
+	run(w, got, 20*time.Second, []int{0}, nil, 50)
+	checkBound(t, got, perMinute, k)
+}
+
+// TestSlopWhileEchoLags: region 0's nodes stop for longer than region 1
+// waits for their echo (EchoRounds, here 10 rounds) but not long enough for
+// their records to expire; region 1, which keeps reading them, grants
+// until the echo is that late, then holds. Region 0 comes back cut off
+// from region 1: it charges region 1 its last count known plus the grants
+// it may have made unseen.
+func TestSlopWhileEchoLags(t *testing.T) {
+	const k = 10
+	tune := func(c *Config) { c.Share, c.EchoRounds, c.NodeLife = k, 10, 10*time.Second }
+	w := newWorld(t, 2, 2, tune)
+	warm(w)
+	got := make([]int64, 2)
+	run(w, got, 1800*time.Millisecond, []int{1}, nil, 50)
+	run(w, got, 1500*time.Millisecond, []int{1}, []int{0}, 50)
+	w.cutOff(0, true)
+	run(w, got, 50*time.Second, []int{0}, nil, 50)
+	checkBound(t, got, perMinute, k)
+}
+
+// TestPartitionHeal: three regions of two nodes hammer one key of 1,000 a
+// minute; region 0 is cut off from the others from 10s to 30s into the
+// window. The bound holds throughout; while cut off, region 0 admits no
+// more than its share, or what it had; one round after the heal every
+// node's view of every region's count is the count.
+func TestPartitionHeal(t *testing.T) {
+	w := newWorld(t, 3, 2, nil)
+	w.clock.Advance(time.Millisecond)
+	got := make([]int64, 3)
+	all := []int{0, 1, 2}
+	run(w, got, 10*time.Second, all, nil, 3)
+	w.cutOff(0, true)
+	atCut := got[0]
+	run(w, got, 20*time.Second, all, nil, 3)
+	rho := ceilDiv(perMinute.Rate, 3)
+	if got[0] > max(atCut, rho) {
+		t.Errorf("cut off, region 0 went from %d to %d, past its share %d", atCut, got[0], rho)
+	}
+	for a := range w.nodes {
+		if st := w.nodes[a][0].Status(); !st.Cut {
+			t.Errorf("region %d does not know of the cut: %+v", a, st)
+		}
+	}
+	w.cutOff(0, false)
+	w.sync()
+	for a := range w.nodes {
+		for n := range w.nodes[a] {
+			u, ok := w.nodes[a][n].Usage("k")
+			if !ok {
+				t.Fatalf("region %d node %d has no usage", a, n)
+			}
+			for _, ru := range u.Regions {
+				if want := got[regionIndex(t, ru.Region)]; ru.Count != want {
+					t.Errorf("after the heal, region %d node %d sees %s at %d, want %d", a, n, ru.Region, ru.Count, want)
+				}
+			}
+		}
+	}
+	run(w, got, 29*time.Second, all, nil, 3)
+	checkBound(t, got, perMinute, defaultShare)
+}
+
+func regionIndex(t *testing.T, name string) int {
+	for a := range 10 {
+		if regionName(a) == name {
+			return a
+		}
+	}
+	t.Fatalf("no region %q", name)
+	return -1
+}

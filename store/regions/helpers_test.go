@@ -1,0 +1,200 @@
+package regions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+// t0 is the instant the tests start at: the start of a minute.
+var t0 = time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
+
+// probeRate is the rate a memSite reads counts under: the count is what it
+// does not leave.
+const probeRate = 1 << 32
+
+// memSite is a region's store in memory as a Site, on the test's clock:
+// the counts are read from the region's memory store by a TakeAll of cost
+// 0, the board is a map.
+type memSite struct {
+	store *memory.Store
+	clock *clocktest.Clock
+
+	mu    sync.Mutex
+	board map[string]memRecord
+	reads atomic.Int64
+}
+
+type memRecord struct {
+	n   Node
+	exp int64
+}
+
+func newMemSite(t testing.TB, clock *clocktest.Clock) *memSite {
+	st, err := memory.New(memory.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return &memSite{store: st, clock: clock, board: make(map[string]memRecord)}
+}
+
+func (m *memSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, error) {
+	m.reads.Add(1)
+	probe := make([]sluice.Request, len(reqs))
+	for i, r := range reqs {
+		probe[i] = r
+		probe[i].Cost = 0
+		probe[i].Limit.Rate = probeRate
+	}
+	ds := make([]sluice.Decision, len(reqs))
+	if len(reqs) > 0 {
+		if err := m.store.TakeAll(ctx, probe, ds); err != nil {
+			return Reading{}, err
+		}
+	}
+	r := Reading{Now: m.clock.Now().UnixMicro(), Counts: make([]int64, len(reqs))}
+	for i := range ds {
+		r.Counts[i] = probeRate - ds[i].Remaining
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.Known = len(m.board) > 0
+	for _, rec := range m.board {
+		if rec.exp >= r.Now {
+			r.Nodes = append(r.Nodes, rec.n)
+		}
+	}
+	return r, nil
+}
+
+func (m *memSite) Beat(_ context.Context, n Node, ttl time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n.Seen = clone(n.Seen)
+	m.board[n.ID] = memRecord{n, m.clock.Now().Add(ttl).UnixMicro()}
+	return nil
+}
+
+func clone(m map[string]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+var errCut = errors.New("cut off")
+
+// link is how one region reaches a site: while cut, it fails as a
+// partition does.
+type link struct {
+	to  *memSite
+	cut atomic.Bool
+}
+
+func (l *link) Read(ctx context.Context, reqs []sluice.Request) (Reading, error) {
+	if l.cut.Load() {
+		return Reading{}, errCut
+	}
+	return l.to.Read(ctx, reqs)
+}
+
+func (l *link) Beat(ctx context.Context, n Node, ttl time.Duration) error {
+	if l.cut.Load() {
+		return errCut
+	}
+	return l.to.Beat(ctx, n, ttl)
+}
+
+// world is R regions of N nodes each, on one fake clock, whose rounds the
+// test runs (SyncInterval < 0).
+type world struct {
+	t     testing.TB
+	clock *clocktest.Clock
+	sites []*memSite
+	links [][]*link  // links[a][b]: region a reaching region b's site
+	nodes [][]*Store // nodes[a][i]
+}
+
+func regionName(a int) string { return fmt.Sprintf("r%d", a) }
+
+func newWorld(t testing.TB, regions, nodes int, tune func(*Config)) *world {
+	w := &world{t: t, clock: clocktest.New(t0)}
+	for range regions {
+		w.sites = append(w.sites, newMemSite(t, w.clock))
+	}
+	w.links = make([][]*link, regions)
+	for a := range regions {
+		for b := range regions {
+			w.links[a] = append(w.links[a], &link{to: w.sites[b]})
+		}
+	}
+	w.nodes = make([][]*Store, regions)
+	for a := range regions {
+		for i := range nodes {
+			w.nodes[a] = append(w.nodes[a], w.node(a, i, tune))
+		}
+	}
+	return w
+}
+
+func (w *world) node(a, i int, tune func(*Config)) *Store {
+	cfg := Config{Region: regionName(a), Node: fmt.Sprintf("%s-%d", regionName(a), i), Home: w.links[a][a],
+		SyncInterval: -1, Now: w.clock.Now, Global: func(sluice.Request) bool { return true }}
+	for b := range w.links[a] {
+		if b != a {
+			cfg.Peers = append(cfg.Peers, Peer{Name: regionName(b), Site: w.links[a][b]})
+		}
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	s, err := New(w.sites[a].store, cfg)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// sync runs a round on every node, region by region.
+func (w *world) sync() {
+	w.t.Helper()
+	for _, ns := range w.nodes {
+		for _, n := range ns {
+			if err := n.Sync(context.Background()); err != nil && !errors.Is(err, errCut) {
+				w.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// cutOff cuts region a from every other region, both ways, or heals it.
+func (w *world) cutOff(a int, cut bool) {
+	for b := range w.links {
+		if b != a {
+			w.links[a][b].cut.Store(cut)
+			w.links[b][a].cut.Store(cut)
+		}
+	}
+}
+
+// take sends one request of cost to node n of region a, and reports
+// whether it passed.
+func (w *world) take(a, n int, key string, l sluice.Limit, cost int64) sluice.Decision {
+	w.t.Helper()
+	var d [1]sluice.Decision
+	if err := w.nodes[a][n].TakeAll(context.Background(), []sluice.Request{{Key: key, Limit: l, Cost: cost}}, d[:]); err != nil {
+		w.t.Fatal(err)
+	}
+	return d[0]
+}

@@ -1,0 +1,319 @@
+// Package regions decorates a region's sluice.Store so that a limit of
+// scope global is one limit for all regions together, while a decision
+// reads and writes only its own region's store and the node's memory: the
+// other regions are read in the background, never on a request's path.
+//
+// Each region keeps, in its own store, its own count of each global key
+// (the region's hits only). A request passes when that count stays within
+// the region's cap, which a node sets every round (Config.SyncInterval)
+// from its view of all regions' counts, read from every region's store
+// (Site), its own first:
+//
+//	cap = own + max(⌊(L − V) / (R × k)⌋, 1)   while V < L, else own
+//
+// where L is the limit, V the sum of the counts, R the regions alive and
+// k Config.Share. Across any number of regions and nodes, a window of a
+// fixed_window limit admits at most
+//
+//	L − 1 + R × max(⌊L / (R × k)⌋, 1)
+//
+// hits (a sliding_window's weighted count as much, plus what its previous
+// window's weight gives back while a cap ages; see docs/regions.md). The
+// price is filling slowly: the regions together take about 1/k of what
+// is left each round.
+//
+// A node that cannot read a peer in a round, or finds that a node of a
+// peer has not read it for Config.EchoRounds of its rounds (every node's
+// record echoes the round of each record it read last), is cut off: its
+// region's count stops at its share ⌈L/Rc⌉ (Rc the regions configured), or
+// stays where it was if already past it; and it charges each peer it
+// cannot read that peer's last count known, at least its share, plus what
+// the peer may have granted itself before noticing the cut. A peer it has
+// not read since its own record may have expired (it stopped for
+// Config.NodeLife/2 or more), or never read, it charges the whole limit.
+// So the bound holds through partitions, one-way cuts, cuts that are not
+// transitive, and nodes that stop and come back; a cut-off region admits
+// at most its share of a window.
+//
+// A region whose board is kept but has no live node (its servers are
+// gone) is dead: its counts are read and counted, it takes no share.
+//
+// Rounds only read across regions; what a region learns from another is
+// that region's own counts, absolute figures that a later reading
+// replaces, so a reading applied twice, late or out of order counts
+// nothing twice. Nothing is written across regions.
+//
+// Requests of scope region pass through untouched.
+package regions
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Config configures a Store. A zero field means its default.
+type Config struct {
+	// Region names this node's region. Required.
+	Region string
+	// Node names this node on its region's board (default: 16 random hex
+	// digits). Two live nodes must not share a name.
+	Node string
+	// Home is this region's store as a Site: where the node beats and
+	// reads its region's counts. It must see the counts the wrapped store
+	// keeps (RedisSite over the same Redis and key prefix). Required.
+	Home Site
+	// Peers are the other regions, each by name and Site. Every region
+	// must list the same regions (a mismatch cuts them off from each
+	// other, see Node.Regions).
+	Peers []Peer
+	// SyncInterval is how often a node runs a round (default 100ms): a
+	// round beats, reads its home counts, then every peer's, at once,
+	// and sets the caps. A round waits for its slowest peer (at most
+	// PeerTimeout); the next starts SyncInterval after it began, or when
+	// it ends if later. Negative: no rounds run by themselves (tests call
+	// Sync).
+	SyncInterval time.Duration
+	// PeerTimeout bounds a round's read of a peer (default 500ms); a peer
+	// not read in time is cut off for that round.
+	PeerTimeout time.Duration
+	// Share is k in the cap (default 10): a round gives a region 1/(R×k)
+	// of what is left, so the limit is overshot by at most 1/k of it.
+	Share int64
+	// EchoRounds is how many of its rounds a node grants while a peer's
+	// node has not echoed its record (default 4).
+	EchoRounds uint64
+	// CapLife is how long a cap stays in use without a round that renews
+	// it (default 1s); past it, a key is decided as a key never seen.
+	CapLife time.Duration
+	// NodeLife is how long a node's record stays on its board after its
+	// last beat (default 2s); a node that stops beating leaves its
+	// region's count of nodes then.
+	NodeLife time.Duration
+	// MaxBytes bounds the memory of the table of global keys, keys
+	// included (default 8 MiB). A key that finds it full is decided as a
+	// key never seen.
+	MaxBytes int64
+	// Now is the clock the node measures rounds and caps by (default
+	// time.Now). Windows are the home site's clock's.
+	Now func() time.Time
+	// Global reports whether a request is of scope global. Required.
+	Global func(sluice.Request) bool
+	// Errors, if set, receives each round's error (a peer that failed is
+	// not an error: see Peers). Called from the round's goroutine.
+	Errors func(error)
+}
+
+// Peer is another region, as Config.Peers lists it.
+type Peer struct {
+	Name string
+	Site Site
+}
+
+// The defaults of Config's fields.
+const (
+	defaultSyncInterval = 100 * time.Millisecond
+	defaultPeerTimeout  = 500 * time.Millisecond
+	defaultShare        = 10
+	defaultEchoRounds   = 4
+	defaultCapLife      = time.Second
+	defaultNodeLife     = 2 * time.Second
+	defaultMaxBytes     = 8 << 20
+)
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Region == "" {
+		return c, errors.New("regions: no region name")
+	}
+	if c.Home == nil || c.Global == nil {
+		return c, errors.New("regions: Home and Global are required")
+	}
+	seen := map[string]bool{c.Region: true}
+	for _, p := range c.Peers {
+		if p.Name == "" || p.Site == nil {
+			return c, errors.New("regions: a peer needs a name and a site")
+		}
+		if seen[p.Name] {
+			return c, fmt.Errorf("regions: region %q given twice", p.Name)
+		}
+		seen[p.Name] = true
+	}
+	if c.Node == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		c.Node = hex.EncodeToString(b[:])
+	}
+	set := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	set(&c.SyncInterval, defaultSyncInterval)
+	set(&c.PeerTimeout, defaultPeerTimeout)
+	set(&c.CapLife, defaultCapLife)
+	set(&c.NodeLife, defaultNodeLife)
+	if c.Share <= 0 {
+		c.Share = defaultShare
+	}
+	if c.EchoRounds == 0 {
+		c.EchoRounds = defaultEchoRounds
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = defaultMaxBytes
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}
+
+// Store is a sluice.Store that decides global requests against caps set
+// by its rounds and passes the others to the store it wraps. It is safe
+// for concurrent use; Close stops its rounds.
+type Store struct {
+	inner sluice.Store
+	cfg   Config
+	names []string // every region's name, sorted
+	tab   *table
+
+	offset  atomic.Int64 // home clock − local clock, µs, as the last round measured it
+	margin  atomic.Int64 // how far off offset may be, µs: the home read's round trip
+	regions atomic.Int64 // R: regions alive or unreachable, as the last round counted them
+	next    atomic.Int64 // local µs by which the next round should have set caps
+
+	roundMu sync.Mutex // serializes rounds and guards what they keep
+	rs      roundState
+	status  atomic.Pointer[Status]
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+var _ sluice.Store = (*Store)(nil)
+
+// New returns a Store that decides through inner, which must keep its
+// counts where cfg.Home reads them. Unless cfg.SyncInterval is negative,
+// it starts the goroutine that runs rounds; Close stops it.
+func New(inner sluice.Store, cfg Config) (*Store, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	names := []string{cfg.Region}
+	for _, p := range cfg.Peers {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	s := &Store{inner: inner, cfg: cfg, names: names, tab: newTable(cfg.MaxBytes, len(cfg.Peers)),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	s.regions.Store(int64(len(names)))
+	s.rs.peers = make([]peerState, len(cfg.Peers))
+	for i, p := range cfg.Peers {
+		s.rs.peers[i].name = p.Name
+	}
+	if cfg.SyncInterval < 0 {
+		close(s.done)
+		return s, nil
+	}
+	go s.loop()
+	return s, nil
+}
+
+// Close stops the rounds. It does not close the wrapped store or the
+// sites.
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+// loop runs rounds every SyncInterval, and at once when a key needs its
+// first cap, until Close.
+func (s *Store) loop() {
+	defer close(s.done)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.PeerTimeout+s.cfg.SyncInterval)
+		if err := s.Sync(ctx); err != nil && s.cfg.Errors != nil {
+			s.cfg.Errors(err)
+		}
+		cancel()
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(max(s.cfg.SyncInterval-time.Since(start), 0))
+	}
+}
+
+// TakeAll implements sluice.Store: the requests of scope global are
+// decided on this region's count against its cap, the others as the
+// wrapped store decides them, all in one call to it.
+func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	var glob []int
+	for i := range reqs {
+		if s.cfg.Global(reqs[i]) && global(reqs[i].Limit) {
+			glob = append(glob, i)
+		}
+	}
+	if len(glob) == 0 {
+		return s.inner.TakeAll(ctx, reqs, ds)
+	}
+	now := s.cfg.Now()
+	out := slices.Clone(reqs)
+	caps := make([]use, len(glob))
+	for j, i := range glob {
+		caps[j] = s.capFor(reqs[i], now)
+		out[i] = caps[j].request(reqs[i])
+	}
+	if err := s.inner.TakeAll(ctx, out, ds); err != nil {
+		return err
+	}
+	for j, i := range glob {
+		ds[i] = s.decision(reqs[i], caps[j], ds[i], now)
+	}
+	return nil
+}
+
+// global reports whether l is a limit the layer makes global:
+// fixed_window and sliding_window. Others pass through as scope region.
+func global(l sluice.Limit) bool {
+	return l.Algorithm == sluice.FixedWindow || l.Algorithm == sluice.SlidingWindow
+}
+
+// Sync runs one round now: it beats, reads the home counts of the keys in
+// use, then every peer's, and sets their caps. Rounds run one at a time.
+// It returns an error when the home site failed (the caps then stay as
+// they were); a peer that failed is cut off for the round, not an error.
+func (s *Store) Sync(ctx context.Context) error {
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	return s.round(ctx)
+}
+
+// Take is TakeAll of one request without a group.
+func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
+	var d [1]sluice.Decision
+	err := s.TakeAll(ctx, []sluice.Request{{Key: key, Limit: l, Cost: cost}}, d[:])
+	return d[0], err
+}

@@ -1,0 +1,163 @@
+package regions
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// perMinute is the limit of the tests: 1,000 a minute, as the issue's.
+var ctxBG = context.Background()
+
+var perMinute = sluice.Limit{Rate: 1000, Period: time.Minute}
+
+// bound returns what the package doc says R regions admit in a window of
+// l at most: L − 1 + R × max(⌊L / (R × k)⌋, 1).
+func bound(l sluice.Limit, regions, k int64) int64 {
+	return l.Rate - 1 + regions*share(l.Rate, regions, k)
+}
+
+// hammer sends every node of w `per` requests every step of the clock for
+// d, running a round on every node every interval, and returns what each
+// region admitted.
+func hammer(w *world, key string, l sluice.Limit, d, step, interval time.Duration, per int) []int64 {
+	got := make([]int64, len(w.nodes))
+	end := w.clock.Now().Add(d)
+	for next := w.clock.Now(); w.clock.Now().Before(end); w.clock.Advance(step) {
+		if !w.clock.Now().Before(next) {
+			w.sync()
+			next = next.Add(interval)
+		}
+		for a, ns := range w.nodes {
+			for n := range ns {
+				for range per {
+					if w.take(a, n, key, l, 1).Allowed {
+						got[a]++
+					}
+				}
+			}
+		}
+	}
+	return got
+}
+
+func sum(xs []int64) int64 {
+	var s int64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// TestHammerFixedWindow: three regions of two nodes hammer one global key
+// of 1,000 a minute for the whole minute; together they admit within the
+// bound, and fill it.
+func TestHammerFixedWindow(t *testing.T) {
+	w := newWorld(t, 3, 2, nil)
+	got := hammer(w, "client", perMinute, time.Minute, 10*time.Millisecond, 100*time.Millisecond, 3)
+	total, b := sum(got), bound(perMinute, 3, defaultShare)
+	t.Logf("admitted %v = %d; bound %d, each region alone %d", got, total, b, 3*perMinute.Rate)
+	if total > b {
+		t.Errorf("admitted %d, more than the bound %d", total, b)
+	}
+	if total < perMinute.Rate-perMinute.Rate/20 {
+		t.Errorf("admitted %d, less than 95%% of %d", total, perMinute.Rate)
+	}
+}
+
+// TestScopeRegion: a request the Global func does not mark passes through
+// untouched: each region admits its limit.
+func TestScopeRegion(t *testing.T) {
+	w := newWorld(t, 3, 2, func(c *Config) { c.Global = func(sluice.Request) bool { return false } })
+	got := hammer(w, "client", perMinute, 30*time.Second, 10*time.Millisecond, 100*time.Millisecond, 3)
+	for a, n := range got {
+		if n != perMinute.Rate {
+			t.Errorf("region %d admitted %d, want its limit %d", a, n, perMinute.Rate)
+		}
+	}
+}
+
+// TestUnseenKey: a key no round has capped yet is decided against the
+// share one round would give: a region that admitted more waits for its
+// first round, and is told to retry when it lands.
+func TestUnseenKey(t *testing.T) {
+	w := newWorld(t, 3, 2, nil)
+	w.clock.Advance(time.Second) // not at a window's edge, where no cap holds
+	alpha := share(perMinute.Rate, 3, defaultShare)
+	var n int64
+	for w.take(0, 0, "k", perMinute, 1).Allowed {
+		n++
+	}
+	if n != alpha {
+		t.Fatalf("a key never capped admitted %d, want %d", n, alpha)
+	}
+	// the other node of the region has no cap either: the region's count is past the share
+	if d := w.take(0, 1, "k", perMinute, 1); d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > time.Second {
+		t.Fatalf("second node: %+v, want a denial until the next round", d)
+	}
+	// The first round finds the other regions' boards empty (not yet
+	// beaten): cut off from them, it gives nothing; the second reads them.
+	w.sync()
+	w.sync()
+	if d := w.take(0, 1, "k", perMinute, 1); !d.Allowed || d.Limit != perMinute.Rate {
+		t.Fatalf("after a round: %+v, want allowed with Limit %d", d, perMinute.Rate)
+	}
+}
+
+// TestCostOverLimit: a cost above the limit is never admitted.
+func TestCostOverLimit(t *testing.T) {
+	w := newWorld(t, 2, 1, nil)
+	w.sync()
+	if d := w.take(0, 0, "k", perMinute, perMinute.Rate+1); d.Allowed || d.RetryAfter != sluice.Never {
+		t.Fatalf("cost over the limit: %+v", d)
+	}
+}
+
+// TestFullWindowRetry: once the regions together used the window, a
+// denial says to retry when the window ends, not at the next round.
+func TestFullWindowRetry(t *testing.T) {
+	w := newWorld(t, 2, 1, nil)
+	l := sluice.Limit{Rate: 10, Period: time.Minute}
+	for range 50 {
+		w.clock.Advance(100 * time.Millisecond)
+		w.sync()
+		w.take(0, 0, "k", l, 1)
+		w.take(1, 0, "k", l, 1)
+	}
+	for w.clock.Now().Before(t0.Add(10 * time.Second)) {
+		w.clock.Advance(100 * time.Millisecond)
+		w.sync()
+		w.take(0, 0, "k", l, 0) // keeps the key in use
+	}
+	d := w.take(0, 0, "k", l, 1)
+	if d.Allowed || d.RetryAfter != 50*time.Second {
+		t.Fatalf("in a full window 10s in: %+v, want denied until the window ends in 50s", d)
+	}
+	u, ok := w.nodes[0][0].Usage("k")
+	if !ok || !u.Full || u.Regions[0].Count+u.Regions[1].Count < l.Rate {
+		t.Fatalf("usage %+v, %v", u, ok)
+	}
+}
+
+// TestReadsCountNothing: a round only reads; rounds repeated with no
+// traffic, or a reading used twice, leave every count as it was.
+func TestReadsCountNothing(t *testing.T) {
+	w := newWorld(t, 3, 1, nil)
+	hammer(w, "k", perMinute, 5*time.Second, 10*time.Millisecond, 100*time.Millisecond, 1)
+	w.sync()
+	before, _ := w.nodes[1][0].Usage("k")
+	for range 20 {
+		w.sync()
+	}
+	after, _ := w.nodes[1][0].Usage("k")
+	for i := range before.Regions {
+		if before.Regions[i] != after.Regions[i] {
+			t.Fatalf("counts moved with no traffic: %v then %v", before.Regions, after.Regions)
+		}
+	}
+	if before.Cap != after.Cap {
+		t.Fatalf("cap moved with no traffic: %d then %d", before.Cap, after.Cap)
+	}
+}

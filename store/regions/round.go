@@ -1,0 +1,422 @@
+package regions
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// PeerState is how the last round found a peer region.
+type PeerState uint8
+
+// The states of a peer.
+const (
+	// Live: read in the last round, with live nodes that echo this node.
+	Live PeerState = iota
+	// Lagging: read, but one of its nodes has not echoed this node for
+	// Config.EchoRounds rounds: this node is cut off from it.
+	Lagging
+	// Dead: read, with no live node: its counts count, it takes no share.
+	Dead
+	// Unreachable: not read in the last round (an error or
+	// Config.PeerTimeout): cut off.
+	Unreachable
+	// Unknown: read, but sluice has never kept a board there: as dead
+	// (nothing runs there), unless it runs with another key prefix, which
+	// no region can see.
+	Unknown
+	// Mismatch: read, but its nodes list other regions than this node:
+	// they may not read this region at all, so it is charged the whole
+	// limit until the configurations agree.
+	Mismatch
+)
+
+var peerStateNames = [...]string{Live: "live", Lagging: "lagging", Dead: "dead", Unreachable: "unreachable",
+	Unknown: "unknown", Mismatch: "mismatch"}
+
+// String returns the state's name, such as "unreachable".
+func (p PeerState) String() string {
+	if int(p) < len(peerStateNames) {
+		return peerStateNames[p]
+	}
+	return fmt.Sprintf("PeerState(%d)", p)
+}
+
+// peerState is what rounds keep of a peer.
+type peerState struct {
+	name   string
+	state  PeerState
+	nodes  int       // live nodes when last read
+	lastOK time.Time // the start of the last round that read it
+	// bounded: since that read, this node's record stayed on its board
+	// (beats less than NodeLife/2 apart), so the peer, reading it, could
+	// grant at most EchoRounds+2 rounds unseen. Otherwise its growth since
+	// is unbounded: it is charged the whole limit.
+	bounded bool
+	err     error  // the last read's error, until one succeeds
+	errors  uint64 // reads that failed
+}
+
+// roundState is what rounds keep between them; Store.roundMu guards it.
+type roundState struct {
+	seq       uint64
+	seen      map[string]uint64 // the echo the next beat writes
+	peers     []peerState
+	lastStart int64 // µs on Config.Now
+	lastBeat  time.Time
+	rounds    uint64
+	failed    uint64
+}
+
+// facts are what a round found about the regions, for every key's cap.
+type facts struct {
+	regions int64   // R: this region and each peer alive or cut off
+	cut     bool    // cut off from some peer
+	fresh   []bool  // per peer: its counts were read this round, and count as read
+	slop    []int64 // per peer not fresh: how many grants it may have made unseen (× α), or -1: any
+	now     int64   // the home clock when it read, µs
+	start   time.Time
+}
+
+// round runs one round; see Sync.
+func (s *Store) round(ctx context.Context) error {
+	p, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	return s.finish(ctx, p)
+}
+
+// pending is a round between its home read and its peers' reads.
+type pending struct {
+	keys    []*entry
+	reqs    []sluice.Request
+	home    Reading
+	start   time.Time
+	beatErr error
+}
+
+// begin starts a round: it beats and reads the home counts of the keys in
+// use. Every peer is read after it returns, which the bound rests on.
+func (s *Store) begin(ctx context.Context) (*pending, error) {
+	rs := &s.rs
+	rs.seq++
+	rs.rounds++
+	p := &pending{start: s.cfg.Now()}
+	p.keys = s.tab.active(rs.lastStart, p.start.Add(-s.idle()).UnixMicro())
+	rs.lastStart = p.start.UnixMicro()
+	p.reqs = make([]sluice.Request, len(p.keys))
+	for i, e := range p.keys {
+		p.reqs[i] = e.req
+	}
+	me := Node{Region: s.cfg.Region, ID: s.cfg.Node, Seq: rs.seq, Regions: s.names, Seen: rs.seen}
+	beat := make(chan error, 1)
+	go func() { beat <- s.cfg.Home.Beat(ctx, me, s.cfg.NodeLife) }()
+	home, err := s.cfg.Home.Read(ctx, p.reqs)
+	read := s.cfg.Now()
+	p.beatErr = <-beat
+	if p.beatErr == nil {
+		if !rs.lastBeat.IsZero() && p.start.Sub(rs.lastBeat) >= s.cfg.NodeLife/2 {
+			for i := range rs.peers {
+				rs.peers[i].bounded = false
+			}
+		}
+		rs.lastBeat = p.start
+	}
+	if err == nil && len(home.Counts) != len(p.reqs) {
+		err = fmt.Errorf("%d counts for %d keys", len(home.Counts), len(p.reqs))
+	}
+	if err != nil {
+		s.publishFailed()
+		return nil, fmt.Errorf("regions: read home: %w", err)
+	}
+	p.home = home
+	s.offset.Store(home.Now - p.start.Add(read.Sub(p.start)/2).UnixMicro())
+	s.margin.Store(max(read.Sub(p.start), time.Millisecond).Microseconds())
+	return p, nil
+}
+
+// finish ends a round begun by begin: it reads every peer and sets the
+// caps.
+func (s *Store) finish(ctx context.Context, p *pending) error {
+	reads := s.readPeers(ctx, p.reqs)
+	f := s.account(reads, p.start)
+	f.now = p.home.Now
+	s.regions.Store(f.regions)
+	for i, e := range p.keys {
+		e.grant.Store(s.grantFor(e, i, p.home.Counts[i], reads, f))
+	}
+	end := s.cfg.Now()
+	s.next.Store(end.Add(max(s.cfg.SyncInterval, end.Sub(p.start))).UnixMicro())
+	s.publish(f.cut, p.beatErr != nil, end)
+	if p.beatErr != nil {
+		return fmt.Errorf("regions: beat: %w", p.beatErr)
+	}
+	return nil
+}
+
+// idle is how long a key unasked stays in the table.
+func (s *Store) idle() time.Duration {
+	return max(10*s.cfg.SyncInterval, 2*s.cfg.CapLife)
+}
+
+// peerRead is one peer's reading in a round.
+type peerRead struct {
+	Reading
+	err error
+}
+
+// readPeers reads every peer at once, each within Config.PeerTimeout.
+func (s *Store) readPeers(ctx context.Context, reqs []sluice.Request) []peerRead {
+	out := make([]peerRead, len(s.cfg.Peers))
+	var wg sync.WaitGroup
+	for i, p := range s.cfg.Peers {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, s.cfg.PeerTimeout)
+			defer cancel()
+			r, err := p.Site.Read(pctx, reqs)
+			if err == nil && len(r.Counts) != len(reqs) {
+				err = fmt.Errorf("%d counts for %d keys", len(r.Counts), len(reqs))
+			}
+			out[i] = peerRead{r, err}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// account updates what rounds keep of each peer from its reading, and
+// returns the round's facts: which peers count as read, whether this node
+// is cut off, and how many regions there are.
+func (s *Store) account(reads []peerRead, start time.Time) facts {
+	rs := &s.rs
+	f := facts{regions: 1, fresh: make([]bool, len(reads)), slop: make([]int64, len(reads)), start: start}
+	seen := make(map[string]uint64)
+	for i, r := range reads {
+		ps := &rs.peers[i]
+		if r.err == nil {
+			ps.lastOK, ps.err, ps.bounded = start, nil, true
+			ps.state = s.judge(r.Reading, seen)
+		} else {
+			ps.state, ps.err = Unreachable, r.err
+			ps.errors++
+		}
+		switch ps.state {
+		case Live, Lagging:
+			ps.nodes = len(r.Nodes)
+			f.fresh[i] = true
+		case Dead, Unknown:
+			f.fresh[i] = true
+			continue // no live node there: it takes no share
+		}
+		f.regions++
+		if ps.state != Live {
+			f.cut = true
+		}
+		switch {
+		case f.fresh[i]:
+		case ps.bounded && ps.state == Unreachable:
+			f.slop[i] = int64(max(ps.nodes, 1)) * int64(s.cfg.EchoRounds+2)
+		default: // a mismatch, whose nodes may not read us at all, or a read too old to bound it
+			f.slop[i] = -1
+		}
+	}
+	rs.seen = seen
+	return f
+}
+
+// judge returns the state of a peer read without error, and adds the
+// rounds of its nodes to seen, the echo of the next beat.
+func (s *Store) judge(r Reading, seen map[string]uint64) PeerState {
+	if !r.Known {
+		return Unknown
+	}
+	if len(r.Nodes) == 0 {
+		return Dead
+	}
+	state := Live
+	for _, n := range r.Nodes {
+		seen[n.ID] = n.Seq
+		if !slices.Equal(n.Regions, s.names) {
+			state = Mismatch
+		}
+		if e, ok := n.Seen[s.cfg.Node]; state == Live && (!ok || e > s.rs.seq || s.rs.seq-e > s.cfg.EchoRounds) {
+			state = Lagging
+		}
+	}
+	return state
+}
+
+// grantFor returns the cap of e, the key of index i in the round's
+// readings, whose own count the home site read as own.
+func (s *Store) grantFor(e *entry, i int, own int64, reads []peerRead, f facts) *grant {
+	l := e.req.Limit
+	p := l.Period.Microseconds()
+	w := windowStart(f.now, p)
+	sliding := l.Algorithm == sluice.SlidingWindow
+	alpha := share(l.Rate, f.regions, s.cfg.Share)
+	rho := ceilDiv(l.Rate, int64(len(s.names)))
+	g := &grant{window: w, at: f.start, cut: f.cut, counts: make([]int64, 1+len(reads))}
+	g.counts[0] = own
+	view := own
+	for j, r := range reads {
+		k := &e.last[j]
+		if f.fresh[j] {
+			c := r.Counts[i]
+			switch pw := windowStart(r.Now, p); {
+			case sliding || pw == w:
+				*k = known{window: w, count: c, ok: true}
+			case pw > w: // the peer's clock is past our window: its count there is what we knew
+				if k.window != w {
+					*k = known{window: w, ok: true}
+				}
+			default: // the peer's clock is before our window: nothing in it yet
+				*k = known{window: w, ok: true}
+			}
+			view += k.count
+			g.counts[1+j] = k.count
+			continue
+		}
+		last := int64(0)
+		if k.ok && (sliding || k.window == w) {
+			last = k.count
+		}
+		g.counts[1+j] = last
+		if f.slop[j] < 0 {
+			view += l.Rate
+			continue
+		}
+		view += max(last, rho) + f.slop[j]*alpha
+	}
+	g.full = view >= l.Rate
+	g.cap = own
+	if !g.full {
+		g.cap = own + share(l.Rate-view, f.regions, s.cfg.Share)
+	}
+	if f.cut {
+		g.cap = min(g.cap, max(own, rho))
+	}
+	return g
+}
+
+// share returns max(⌊left / (regions × k)⌋, 1): what a round gives a
+// region of left.
+func share(left, regions, k int64) int64 {
+	return max(left/(regions*k), 1)
+}
+
+// windowStart returns the start of the period-long window, aligned to the
+// Unix epoch, that holds now (µs).
+func windowStart(now, period int64) int64 {
+	m := now % period
+	if m < 0 {
+		m += period
+	}
+	return now - m
+}
+
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}
+
+// use is the cap a request is decided against.
+type use struct {
+	cap int64
+	g   *grant // nil when decided as a key never seen
+}
+
+// request returns r as the wrapped store decides it: the region's count
+// under the cap. A cap of 0 becomes a request of more than its rate,
+// which no store admits and which counts nothing.
+func (u use) request(r sluice.Request) sluice.Request {
+	out := r
+	if u.cap >= 1 {
+		out.Limit.Rate = u.cap
+		return out
+	}
+	out.Limit.Rate = 1
+	if r.Cost > 0 {
+		out.Cost = 2
+	}
+	return out
+}
+
+// capFor returns the cap r is decided against at now: its key's cap if
+// a round set one that still holds, else the share of a key never seen
+// (which asks for a round at once).
+func (s *Store) capFor(r sluice.Request, now time.Time) use {
+	e := s.tab.get(r)
+	if e == nil {
+		return use{cap: s.unseen(r.Limit)}
+	}
+	e.seen.Store(now.UnixMicro())
+	if g := e.grant.Load(); g != nil && s.holds(g, r.Limit, now) {
+		return use{cap: g.cap, g: g}
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return use{cap: s.unseen(r.Limit)}
+}
+
+// unseen returns the cap of a key without one: max(⌊L / (R × k)⌋, 1) of
+// the region's whole count, which is what one round could give a region
+// that has nothing yet; a region past it waits for its first round.
+func (s *Store) unseen(l sluice.Limit) int64 {
+	return min(share(l.Rate, s.regions.Load(), s.cfg.Share), ceilDiv(l.Rate, int64(len(s.names))))
+}
+
+// holds reports whether g still caps requests at now: not older than
+// Config.CapLife, and for a fixed_window, made for the window the home
+// clock is in, not within the clock's margin of its edges.
+func (s *Store) holds(g *grant, l sluice.Limit, now time.Time) bool {
+	if now.Sub(g.at) > s.cfg.CapLife {
+		return false
+	}
+	if l.Algorithm != sluice.FixedWindow {
+		return true
+	}
+	est, margin, p := now.UnixMicro()+s.offset.Load(), s.margin.Load(), l.Period.Microseconds()
+	return est-g.window >= margin && g.window+p-est >= margin
+}
+
+// decision returns the decision of r from d, the wrapped store's on the
+// region's count under u's cap: of the limit itself, and when it denies,
+// retrying when a round may give more, or when the window frees what
+// every region took.
+func (s *Store) decision(r sluice.Request, u use, d sluice.Decision, now time.Time) sluice.Decision {
+	l := r.Limit
+	d.Limit = l.Capacity()
+	if u.cap < 1 {
+		d.Remaining = 0
+	}
+	if d.Allowed || r.Cost == 0 {
+		return d
+	}
+	if r.Cost > l.Rate {
+		d.RetryAfter = sluice.Never
+		return d
+	}
+	round := max(time.Duration(s.next.Load()-now.UnixMicro())*time.Microsecond, time.Millisecond)
+	if u.g == nil || !u.g.full {
+		if d.RetryAfter == sluice.Never || d.RetryAfter > round {
+			d.RetryAfter = round
+		}
+		return d
+	}
+	if d.RetryAfter == sluice.Never {
+		est := now.UnixMicro() + s.offset.Load()
+		p := l.Period.Microseconds()
+		d.RetryAfter = time.Duration(windowStart(est, p)+p-est) * time.Microsecond
+	}
+	return d
+}

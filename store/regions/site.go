@@ -1,0 +1,61 @@
+package regions
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Site is one region's store as the regions layer reads and writes it in
+// the background: the region's own counts of its global keys, and its
+// board of node records. RedisSite implements it over the region's Redis;
+// the home site is the region's own store, and a peer's site is the other
+// region's, reached across the WAN (or through a local read replica of it).
+// A Site is safe for concurrent use.
+type Site interface {
+	// Read returns, in one round trip where it can, the site's clock, what
+	// the limit of each request counts now on its key (a fixed_window: the
+	// hits in the window that holds the site's now; a sliding_window: its
+	// count with the previous window weighted in; Cost is ignored), and
+	// the board: the node records that have not expired. It changes
+	// nothing.
+	Read(ctx context.Context, reqs []sluice.Request) (Reading, error)
+	// Beat writes n's record on the board, to expire ttl after the site's
+	// now, and forgets records that have expired. Only a node's home site
+	// is beaten.
+	Beat(ctx context.Context, n Node, ttl time.Duration) error
+}
+
+// Reading is what Site.Read returns.
+type Reading struct {
+	// Now is the site's clock when it read, in µs since the Unix epoch.
+	Now int64
+	// Counts holds one figure per request, in order.
+	Counts []int64
+	// Known reports whether sluice has kept a board on the site lately (a
+	// board outlives its last node, see RedisSite): a region known but
+	// without a live node is dead; one not known has never run there, or
+	// runs with another key prefix, which no region can see.
+	Known bool
+	// Nodes are the records on the board that have not expired.
+	Nodes []Node
+}
+
+// Node is a node's record on its home board, read by the other regions'
+// nodes every round.
+type Node struct {
+	// Region and ID name the node.
+	Region string `json:"region"`
+	ID     string `json:"id"`
+	// Seq numbers the node's rounds: the record of round Seq.
+	Seq uint64 `json:"seq"`
+	// Regions are the names of every region the node counts, itself
+	// included, sorted: regions configured differently are cut off from
+	// each other until they agree.
+	Regions []string `json:"regions"`
+	// Seen maps the ID of each node of another region whose record this
+	// node read in its last round to that record's Seq: the echo by which
+	// a node learns that the others still read it.
+	Seen map[string]uint64 `json:"seen,omitempty"`
+}

@@ -1,0 +1,148 @@
+package regions
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// grant is what a round decided for one global key. It is immutable and
+// replaced whole.
+type grant struct {
+	window int64     // fixed_window: the window cap is for (µs, home clock)
+	cap    int64     // the most the region's count may reach (weighted for sliding_window)
+	full   bool      // the view had nothing left: a denial waits for the window, not a round
+	cut    bool      // the round was cut off from a peer
+	at     time.Time // the round's start, on Config.Now
+	counts []int64   // the counts of the view: this region's, then each peer's (last known)
+}
+
+// known is a peer's count of a key as last read: for window (µs, the
+// home clock's window it counts in; any window for sliding_window).
+type known struct {
+	window, count int64
+	ok            bool
+}
+
+// entry is one global key the node decides.
+type entry struct {
+	req   sluice.Request // key, group and limit; Cost 0
+	grant atomic.Pointer[grant]
+	seen  atomic.Int64 // Config.Now µs of the latest request
+
+	last []known // per peer; touched by rounds only
+}
+
+// entryOverhead is what an entry costs besides its key, group and peers,
+// rounded up.
+const entryOverhead = 256
+
+func entrySize(r sluice.Request, peers int) int64 {
+	return int64(len(r.Key)+len(r.Group)) + entryOverhead + int64(peers)*24
+}
+
+const tableShards = 32
+
+// table holds the global keys in use, bounded in bytes.
+type table struct {
+	seed   maphash.Seed
+	budget int64 // bytes per shard
+	peers  int
+	shards [tableShards]tableShard
+}
+
+type tableShard struct {
+	mu    sync.Mutex
+	m     map[string]*entry
+	bytes int64
+	_     [40]byte
+}
+
+func newTable(bytes int64, peers int) *table {
+	t := &table{seed: maphash.MakeSeed(), budget: max(bytes/tableShards, 1), peers: peers}
+	for i := range t.shards {
+		t.shards[i].m = make(map[string]*entry)
+	}
+	return t
+}
+
+// get returns r's entry, made if new, or nil when it does not fit. An
+// entry of another limit or group under r's key is replaced.
+func (t *table) get(r sluice.Request) *entry {
+	sh := &t.shards[maphash.String(t.seed, r.Key)%tableShards]
+	id := r
+	id.Cost = 0
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[r.Key]
+	if e != nil && e.req == id {
+		return e
+	}
+	if e != nil {
+		sh.drop(e)
+	}
+	size := entrySize(r, t.peers)
+	for sh.bytes+size > t.budget && sh.evictOne() {
+	}
+	if sh.bytes+size > t.budget {
+		return nil
+	}
+	e = &entry{req: id, last: make([]known, t.peers)}
+	sh.m[r.Key] = e
+	sh.bytes += size
+	return e
+}
+
+func (sh *tableShard) drop(e *entry) {
+	delete(sh.m, e.req.Key)
+	sh.bytes -= entrySize(e.req, len(e.last))
+}
+
+// evictOne forgets the entry used longest ago, and reports whether there
+// was one. A forgotten key is decided as a key never seen: never more
+// than the bound allows.
+func (sh *tableShard) evictOne() bool {
+	var old *entry
+	for _, e := range sh.m {
+		if old == nil || e.seen.Load() < old.seen.Load() {
+			old = e
+		}
+	}
+	if old == nil {
+		return false
+	}
+	sh.drop(old)
+	return true
+}
+
+// active returns the entries a round reads: those asked for since
+// since (µs on Config.Now), and those without a cap. It forgets those
+// not asked for since idle.
+func (t *table) active(since, idle int64) []*entry {
+	var out []*entry
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			switch seen := e.seen.Load(); {
+			case seen < idle:
+				sh.drop(e)
+			case seen >= since || e.grant.Load() == nil:
+				out = append(out, e)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// lookup returns key's entry, or nil.
+func (t *table) lookup(key string) *entry {
+	sh := &t.shards[maphash.String(t.seed, key)%tableShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.m[key]
+}
