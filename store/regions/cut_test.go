@@ -7,9 +7,10 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// run advances the clock by step for d, running a round on every node not
-// in paused (region indices) and sending each node of hot `per` requests
-// every step; it adds what each region admitted to got.
+// run advances the clock by 100ms steps for d; at each, every node not in
+// paused (region indices) runs a round and asks for the key at cost 0 (so
+// that it stays in use), and each node of hot sends `per` requests; it adds
+// what each region admitted to got.
 func run(w *world, got []int64, d time.Duration, hot []int, paused []int, per int) {
 	key, l := "k", perMinute
 	isPaused := func(a int) bool {
@@ -30,6 +31,14 @@ func run(w *world, got []int64, d time.Duration, hot []int, paused []int, per in
 				n.Sync(ctxBG)
 			}
 		}
+		for a, ns := range w.nodes {
+			if isPaused(a) {
+				continue
+			}
+			for n := range ns {
+				w.take(a, n, key, l, 0) // the key stays in use, read every round
+			}
+		}
 		for _, a := range hot {
 			for n := range w.nodes[a] {
 				for range per {
@@ -43,9 +52,14 @@ func run(w *world, got []int64, d time.Duration, hot []int, paused []int, per in
 }
 
 // warm runs a few rounds everywhere so that every node is live, echoed,
-// and not at a window's edge.
+// not at a window's edge, and has read key "k" from every region.
 func warm(w *world) {
 	w.clock.Advance(time.Second)
+	for a, ns := range w.nodes {
+		for n := range ns {
+			w.take(a, n, "k", perMinute, 0)
+		}
+	}
 	for range 3 {
 		w.sync()
 	}
@@ -203,4 +217,30 @@ func regionIndex(t *testing.T, name string) int {
 	}
 	t.Fatalf("no region %q", name)
 	return -1
+}
+
+// TestStaleKeyCountNotTrusted: region 0 stops asking for the key, so its
+// rounds stop reading it, while region 1 keeps filling the window; then
+// the two are cut off. What region 0 read of the key before its last
+// round that reached region 1 no longer bounds region 1: until the window
+// ends, region 0 charges it the whole limit.
+func TestStaleKeyCountNotTrusted(t *testing.T) {
+	const k = 10
+	tune := func(c *Config) { c.Share, c.EchoRounds, c.CapLife = k, 2, 5*time.Second }
+	w := newWorld(t, 2, 1, tune)
+	warm(w)
+	got := make([]int64, 2)
+	run(w, got, time.Second, []int{0, 1}, nil, 50)
+	for range 80 { // region 0 idle: rounds run, the key is not asked for, so not read
+		w.clock.Advance(100 * time.Millisecond)
+		w.sync()
+		for range 50 {
+			if w.take(1, 0, "k", perMinute, 1).Allowed {
+				got[1]++
+			}
+		}
+	}
+	w.cutOff(0, true)
+	run(w, got, 40*time.Second, []int{0}, nil, 50)
+	checkBound(t, got, perMinute, k)
 }

@@ -2,6 +2,8 @@ package regions
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -22,9 +24,12 @@ type Counter interface {
 // RedisSite is a region's Redis as a Site: the counts are those its
 // store/redis Store keeps (read by Counter), the board one hash,
 // KeyPrefix + "regions:board:" + the region's name, whose fields are the
-// nodes' records, each with the instant it expires on the Redis's clock.
-// A beat forgets the records that have expired and keeps the board for
-// BoardLife; a board without a live record is a dead region's.
+// nodes' records ("n:" and the node's name; the value the instant it
+// expires on the Redis's clock, a space, the record) and the board's
+// incarnation ("incarnation": random, set by the first beat of a board,
+// so that a Redis that lost its data has a new one). A beat forgets the
+// records that have expired and keeps the board for its life; a board
+// without a live record is a dead region's.
 type RedisSite struct {
 	counts Counter
 	client rueidis.Client
@@ -55,11 +60,14 @@ var _ Site = (*RedisSite)(nil)
 var beatScript = rueidis.NewLuaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-redis.call('HSET', KEYS[1], ARGV[1], string.format('%d', now + tonumber(ARGV[3])) .. ' ' .. ARGV[2])
+redis.call('HSETNX', KEYS[1], 'incarnation', ARGV[5])
+redis.call('HSET', KEYS[1], 'n:' .. ARGV[1], string.format('%d', now + tonumber(ARGV[3])) .. ' ' .. ARGV[2])
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
-  local exp = tonumber(string.match(all[i + 1], '^(%d+) '))
-  if exp == nil or exp < now then redis.call('HDEL', KEYS[1], all[i]) end
+  if string.sub(all[i], 1, 2) == 'n:' then
+    local exp = tonumber(string.match(all[i + 1], '^(%d+) '))
+    if exp == nil or exp < now then redis.call('HDEL', KEYS[1], all[i]) end
+  end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return now`)
@@ -70,7 +78,10 @@ func (rs *RedisSite) Beat(ctx context.Context, n Node, ttl time.Duration) error 
 	if err != nil {
 		return fmt.Errorf("beat: %w", err)
 	}
-	args := []string{n.ID, string(rec), strconv.FormatInt(ttl.Microseconds(), 10), strconv.FormatInt(rs.life.Milliseconds(), 10)}
+	var inc [8]byte
+	_, _ = rand.Read(inc[:])
+	args := []string{n.ID, string(rec), strconv.FormatInt(ttl.Microseconds(), 10), strconv.FormatInt(rs.life.Milliseconds(), 10),
+		hex.EncodeToString(inc[:])}
 	if err := beatScript.Exec(ctx, rs.client, []string{rs.board}, args).Error(); err != nil {
 		return fmt.Errorf("beat %s: %w", rs.board, err)
 	}
@@ -145,7 +156,12 @@ func readBoard(res []rueidis.RedisResult) (Reading, error) {
 	if len(m) > maxBoardNodes {
 		return Reading{}, fmt.Errorf("%d records, more than the %d a board may hold", len(m), maxBoardNodes)
 	}
-	for id, v := range m {
+	r.Incarnation = m["incarnation"]
+	for f, v := range m {
+		id, ok := strings.CutPrefix(f, "n:")
+		if !ok {
+			continue
+		}
 		if len(v) > maxRecordBytes {
 			return Reading{}, fmt.Errorf("record of %q is %d bytes, more than %d", id, len(v), maxRecordBytes)
 		}

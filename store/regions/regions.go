@@ -89,10 +89,13 @@ type Config struct {
 	// of what is left, so the limit is overshot by at most 1/k of it.
 	Share int64
 	// EchoRounds is how many of its rounds a node grants while a peer's
-	// node has not echoed its record (default 4).
+	// node has not echoed its record (default 4). A record's echo is at
+	// best 2 rounds old (written at the start of the round after the one
+	// that read it), so less than 2 cuts every round off.
 	EchoRounds uint64
 	// CapLife is how long a cap stays in use without a round that renews
-	// it (default 1s); past it, a key is decided as a key never seen.
+	// it (default 2 × (PeerTimeout + SyncInterval), 1.2s): past it, a key
+	// is decided as a key never seen.
 	CapLife time.Duration
 	// NodeLife is how long a node's record stays on its board after its
 	// last beat (default 2s); a node that stops beating leaves its
@@ -124,7 +127,6 @@ const (
 	defaultPeerTimeout  = 500 * time.Millisecond
 	defaultShare        = 10
 	defaultEchoRounds   = 4
-	defaultCapLife      = time.Second
 	defaultNodeLife     = 2 * time.Second
 	defaultMaxBytes     = 8 << 20
 )
@@ -158,13 +160,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	set(&c.SyncInterval, defaultSyncInterval)
 	set(&c.PeerTimeout, defaultPeerTimeout)
-	set(&c.CapLife, defaultCapLife)
+	set(&c.CapLife, 2*(c.PeerTimeout+max(c.SyncInterval, 0)))
 	set(&c.NodeLife, defaultNodeLife)
 	if c.Share <= 0 {
 		c.Share = defaultShare
 	}
 	if c.EchoRounds == 0 {
 		c.EchoRounds = defaultEchoRounds
+	}
+	if c.EchoRounds < 2 {
+		return c, fmt.Errorf("regions: EchoRounds %d: at least 2", c.EchoRounds)
 	}
 	if c.MaxBytes <= 0 {
 		c.MaxBytes = defaultMaxBytes
@@ -188,6 +193,7 @@ type Store struct {
 	margin  atomic.Int64 // how far off offset may be, µs: the home read's round trip
 	regions atomic.Int64 // R: regions alive or unreachable, as the last round counted them
 	next    atomic.Int64 // local µs by which the next round should have set caps
+	unseenN atomic.Uint64
 
 	roundMu sync.Mutex // serializes rounds and guards what they keep
 	rs      roundState

@@ -5,8 +5,17 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/sluicehq/sluice"
 )
+
+// TestMain checks that no goroutine outlives the tests: every Store's
+// rounds stop at Close. rueidis ends one of its own a moment after its
+// client closes (a refresh after an error waits up to a second first).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
+}
 
 // perMinute is the limit of the tests: 1,000 a minute, as the issue's.
 var ctxBG = context.Background()

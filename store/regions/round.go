@@ -57,6 +57,7 @@ type peerState struct {
 	// grant at most EchoRounds+2 rounds unseen. Otherwise its growth since
 	// is unbounded: it is charged the whole limit.
 	bounded bool
+	okHome  int64  // the home clock when that read was over, µs
 	err     error  // the last read's error, until one succeeds
 	errors  uint64 // reads that failed
 }
@@ -70,6 +71,7 @@ type roundState struct {
 	lastBeat  time.Time
 	rounds    uint64
 	failed    uint64
+	cutRounds uint64
 }
 
 // facts are what a round found about the regions, for every key's cap.
@@ -78,7 +80,9 @@ type facts struct {
 	cut     bool    // cut off from some peer
 	fresh   []bool  // per peer: its counts were read this round, and count as read
 	slop    []int64 // per peer not fresh: how many grants it may have made unseen (× α), or -1: any
-	now     int64   // the home clock when it read, µs
+	peers   []*peerState
+	now     int64  // the home clock when it read, µs
+	inc     string // the home Redis's incarnation
 	start   time.Time
 }
 
@@ -144,8 +148,8 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 // caps.
 func (s *Store) finish(ctx context.Context, p *pending) error {
 	reads := s.readPeers(ctx, p.reqs)
-	f := s.account(reads, p.start)
-	f.now = p.home.Now
+	f := s.account(reads, p.start, s.cfg.Now().UnixMicro()+s.offset.Load())
+	f.now, f.inc = p.home.Now, p.home.Incarnation
 	s.regions.Store(f.regions)
 	for i, e := range p.keys {
 		e.grant.Store(s.grantFor(e, i, p.home.Counts[i], reads, f))
@@ -192,14 +196,14 @@ func (s *Store) readPeers(ctx context.Context, reqs []sluice.Request) []peerRead
 // account updates what rounds keep of each peer from its reading, and
 // returns the round's facts: which peers count as read, whether this node
 // is cut off, and how many regions there are.
-func (s *Store) account(reads []peerRead, start time.Time) facts {
+func (s *Store) account(reads []peerRead, start time.Time, readHome int64) facts {
 	rs := &s.rs
 	f := facts{regions: 1, fresh: make([]bool, len(reads)), slop: make([]int64, len(reads)), start: start}
 	seen := make(map[string]uint64)
 	for i, r := range reads {
 		ps := &rs.peers[i]
 		if r.err == nil {
-			ps.lastOK, ps.err, ps.bounded = start, nil, true
+			ps.lastOK, ps.err, ps.bounded, ps.okHome = start, nil, true, readHome
 			ps.state = s.judge(r.Reading, seen)
 		} else {
 			ps.state, ps.err = Unreachable, r.err
@@ -226,6 +230,9 @@ func (s *Store) account(reads []peerRead, start time.Time) facts {
 		}
 	}
 	rs.seen = seen
+	for i := range rs.peers {
+		f.peers = append(f.peers, &rs.peers[i])
+	}
 	return f
 }
 
@@ -252,8 +259,11 @@ func (s *Store) judge(r Reading, seen map[string]uint64) PeerState {
 }
 
 // grantFor returns the cap of e, the key of index i in the round's
-// readings, whose own count the home site read as own.
-func (s *Store) grantFor(e *entry, i int, own int64, reads []peerRead, f facts) *grant {
+// readings, whose count the home site read as read. A fixed_window's
+// count of a window never falls: if the home Redis lost some (a restart
+// without persistence, a failover), the view keeps what it knew, and the
+// cap, on the count as it now is, gives only the room the view leaves.
+func (s *Store) grantFor(e *entry, i int, read int64, reads []peerRead, f facts) *grant {
 	l := e.req.Limit
 	p := l.Period.Microseconds()
 	w := windowStart(f.now, p)
@@ -261,47 +271,84 @@ func (s *Store) grantFor(e *entry, i int, own int64, reads []peerRead, f facts) 
 	alpha := share(l.Rate, f.regions, s.cfg.Share)
 	rho := ceilDiv(l.Rate, int64(len(s.names)))
 	g := &grant{window: w, at: f.start, cut: f.cut, counts: make([]int64, 1+len(reads))}
+	e.own.update(read, w, w, f.inc, sliding, f.start)
+	own := e.own.count
 	g.counts[0] = own
 	view := own
 	for j, r := range reads {
 		k := &e.last[j]
 		if f.fresh[j] {
-			c := r.Counts[i]
-			switch pw := windowStart(r.Now, p); {
-			case sliding || pw == w:
-				*k = known{window: w, count: c, ok: true}
-			case pw > w: // the peer's clock is past our window: its count there is what we knew
-				if k.window != w {
-					*k = known{window: w, ok: true}
-				}
-			default: // the peer's clock is before our window: nothing in it yet
-				*k = known{window: w, ok: true}
-			}
+			k.update(r.Counts[i], windowStart(r.Now, p), w, r.Incarnation, sliding, f.start)
 			view += k.count
 			g.counts[1+j] = k.count
 			continue
 		}
-		last := int64(0)
 		if k.ok && (sliding || k.window == w) {
-			last = k.count
+			g.counts[1+j] = k.count
 		}
-		g.counts[1+j] = last
-		if f.slop[j] < 0 {
-			view += l.Rate
-			continue
-		}
-		view += max(last, rho) + f.slop[j]*alpha
+		view += s.charge(k, f.peers[j], f.slop[j], w, l, alpha, rho)
 	}
 	g.full = view >= l.Rate
-	g.cap = own
+	var room int64
 	if !g.full {
-		g.cap = own + share(l.Rate-view, f.regions, s.cfg.Share)
+		room = share(l.Rate-view, f.regions, s.cfg.Share)
 	}
 	if f.cut {
-		g.cap = min(g.cap, max(own, rho))
+		room = min(room, max(rho-own, 0))
 	}
+	g.cap = read + room
 	return g
 }
+
+// update sets k from a count c, read of the Redis incarnation inc (""
+// when unknown), in the window that holds the reader's clock there, pw,
+// for the window w of the home clock. Counts of one window only grow, so
+// a lower one keeps the higher; a new incarnation (the Redis lost its
+// data: a restart without persistence) counts from zero again, so what
+// the earlier ones counted in the window is added to it.
+func (k *known) update(c, pw, w int64, inc string, sliding bool, at time.Time) {
+	if !k.ok || k.window != w {
+		*k = known{window: w, inc: k.inc}
+	}
+	if inc != "" && k.inc != "" && inc != k.inc {
+		k.base = k.count
+	}
+	if inc != "" {
+		k.inc = inc
+	}
+	k.at, k.ok = at, true
+	switch {
+	case sliding: // a weighted count, which falls as the window slides
+		k.count = k.base + c
+	case pw == w:
+		k.count = max(k.count, k.base+c)
+	case pw > w: // the reader's clock is past our window: its count there is what we knew
+	default: // the reader's clock is before our window: nothing in it yet
+	}
+}
+
+// charge returns what a key's view counts for a peer not read this round:
+// the most it may have reached. While its last read bounds it (see
+// peerState.bounded), that is max(last + slop × α, ρ): it grew by at most
+// slop grants before it learned of the cut, then held to its share; for a
+// fixed_window whose window began after that read, the peer had nothing
+// in it then. Otherwise, the whole limit.
+func (s *Store) charge(k *known, ps *peerState, slop, w int64, l sluice.Limit, alpha, rho int64) int64 {
+	if slop < 0 {
+		return l.Rate
+	}
+	switch {
+	case k.ok && k.at.Equal(ps.lastOK) && (l.Algorithm == sluice.SlidingWindow || k.window == w):
+		return max(k.count+slop*alpha, rho)
+	case l.Algorithm == sluice.FixedWindow && w > ps.okHome+maxSkew.Microseconds():
+		return max(slop*alpha, rho)
+	}
+	return l.Rate
+}
+
+// maxSkew is how far apart the regions' clocks may be for a fixed_window
+// to start after a peer was last read by every clock.
+const maxSkew = time.Second
 
 // share returns max(⌊left / (regions × k)⌋, 1): what a round gives a
 // region of left.
@@ -365,6 +412,7 @@ func (s *Store) capFor(r sluice.Request, now time.Time) use {
 	case s.kick <- struct{}{}:
 	default:
 	}
+	s.unseenN.Add(1)
 	return use{cap: s.unseen(r.Limit)}
 }
 

@@ -38,6 +38,11 @@ type Reading struct {
 	// without a live node is dead; one not known has never run there, or
 	// runs with another key prefix, which no region can see.
 	Known bool
+	// Incarnation names the site's data: it changes when the site lost
+	// it (a Redis restarted without persistence), so that the counts it
+	// held before are added to those it counts from zero again. Empty
+	// when unknown.
+	Incarnation string
 	// Nodes are the records on the board that have not expired.
 	Nodes []Node
 }

@@ -16,8 +16,14 @@ type Status struct {
 	Rounds, Failed uint64
 	LastRound      time.Time
 	// Cut reports whether the last round found the node cut off from a
-	// peer: its region then takes at most its share of a window.
-	Cut bool
+	// peer: its region then takes at most its share of a window. CutRounds
+	// counts the rounds that did.
+	Cut       bool
+	CutRounds uint64
+	// Unseen counts the decisions made without a cap: on a key no round
+	// had read yet, or whose cap had expired (Config.CapLife) or belonged
+	// to another window.
+	Unseen uint64
 	// Peers are the other regions, as Config.Peers lists them.
 	Peers []PeerStatus
 }
@@ -42,7 +48,9 @@ type PeerStatus struct {
 // in flight.
 func (s *Store) Status() Status {
 	if st := s.status.Load(); st != nil {
-		return *st
+		out := *st
+		out.Unseen = s.unseenN.Load()
+		return out
 	}
 	st := Status{Region: s.cfg.Region, Regions: len(s.names)}
 	for _, p := range s.cfg.Peers {
@@ -56,7 +64,8 @@ func (s *Store) Status() Status {
 func (s *Store) publishFailed() {
 	s.rs.failed++
 	st := s.Status()
-	st.Rounds, st.Failed, st.LastRound = s.rs.rounds, s.rs.failed, time.UnixMicro(s.rs.lastStart)
+	st.Unseen = s.unseenN.Load()
+	st.Rounds, st.Failed, st.LastRound, st.CutRounds = s.rs.rounds, s.rs.failed, time.UnixMicro(s.rs.lastStart), s.rs.cutRounds
 	s.status.Store(&st)
 }
 
@@ -67,8 +76,11 @@ func (s *Store) publish(cut, failed bool, end time.Time) {
 	if failed {
 		rs.failed++
 	}
+	if cut {
+		rs.cutRounds++
+	}
 	st := &Status{Region: s.cfg.Region, Regions: int(s.regions.Load()), Rounds: rs.rounds, Failed: rs.failed,
-		LastRound: time.UnixMicro(rs.lastStart), Cut: cut}
+		LastRound: time.UnixMicro(rs.lastStart), Cut: cut, CutRounds: rs.cutRounds, Unseen: s.unseenN.Load()}
 	for _, p := range rs.peers {
 		ps := PeerStatus{Name: p.name, State: p.state, Nodes: p.nodes, LastRead: p.lastOK, Err: p.err, Errors: p.errors}
 		if !p.lastOK.IsZero() {

@@ -20,11 +20,15 @@ type grant struct {
 	counts []int64   // the counts of the view: this region's, then each peer's (last known)
 }
 
-// known is a peer's count of a key as last read: for window (µs, the
-// home clock's window it counts in; any window for sliding_window).
+// known is a region's count of a key as last read: for window (µs, the
+// home clock's window it counts in), by the round that began at at; base
+// of it was counted by earlier incarnations of the region's Redis, inc
+// the last one read.
 type known struct {
-	window, count int64
-	ok            bool
+	window, count, base int64
+	inc                 string
+	at                  time.Time
+	ok                  bool
 }
 
 // entry is one global key the node decides.
@@ -33,6 +37,7 @@ type entry struct {
 	grant atomic.Pointer[grant]
 	seen  atomic.Int64 // Config.Now µs of the latest request
 
+	own  known   // this region's count; touched by rounds only
 	last []known // per peer; touched by rounds only
 }
 
