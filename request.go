@@ -25,6 +25,11 @@ type Request struct {
 	// (the rule's `sync:`); the zero value leaves it to the store's
 	// default. Stores that decide every request exactly ignore it.
 	Sync Sync
+	// Scope is whose limit the request counts against (the rule's
+	// `scope:`): this region's (the zero value) or all regions' together,
+	// which a store that knows the other regions (store/regions) keeps as
+	// one limit. Other stores treat every request as RegionScope.
+	Scope Scope
 	// Envoy, when its Domain is not empty, is the descriptor under which
 	// Envoy's ratelimit would count this request: the limit is one whose
 	// counter Envoy's ratelimit could share (rules.Rule.EnvoyKeyed), and a
@@ -91,6 +96,44 @@ func ParseSync(s string) (Sync, error) {
 		}
 	}
 	return 0, fmt.Errorf("unknown sync mode %q (want %s)", s, strings.Join(syncNames[1:], ", "))
+}
+
+// Scope says whose limit a request counts against. The zero value,
+// RegionScope, is the limit of the region that decides it.
+type Scope uint8
+
+// The scopes.
+const (
+	// RegionScope: each region enforces the limit alone.
+	RegionScope Scope = iota
+	// GlobalScope: one limit for all regions together.
+	GlobalScope
+	numScopes
+)
+
+var scopeNames = [numScopes]string{RegionScope: "region", GlobalScope: "global"}
+
+// String returns the scope's name as rules write it: "region" or
+// "global".
+func (s Scope) String() string {
+	if s < numScopes {
+		return scopeNames[s]
+	}
+	return fmt.Sprintf("Scope(%d)", s)
+}
+
+// ParseScope returns the scope named s: "region", "global", or
+// RegionScope for "".
+func ParseScope(s string) (Scope, error) {
+	if s == "" {
+		return RegionScope, nil
+	}
+	for i, name := range scopeNames {
+		if s == name {
+			return Scope(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown scope %q (want region or global)", s)
 }
 
 // Store keeps the states of many keys and applies limits to them. Every

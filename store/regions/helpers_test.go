@@ -123,12 +123,13 @@ type world struct {
 	sites []*memSite
 	links [][]*link  // links[a][b]: region a reaching region b's site
 	nodes [][]*Store // nodes[a][i]
+	scope sluice.Scope
 }
 
 func regionName(a int) string { return fmt.Sprintf("r%d", a) }
 
 func newWorld(t testing.TB, regions, nodes int, tune func(*Config)) *world {
-	w := &world{t: t, clock: clocktest.New(t0)}
+	w := &world{t: t, clock: clocktest.New(t0), scope: sluice.GlobalScope}
 	for range regions {
 		w.sites = append(w.sites, newMemSite(t, w.clock))
 	}
@@ -149,7 +150,7 @@ func newWorld(t testing.TB, regions, nodes int, tune func(*Config)) *world {
 
 func (w *world) node(a, i int, tune func(*Config)) *Store {
 	cfg := Config{Region: regionName(a), Node: fmt.Sprintf("%s-%d", regionName(a), i), Home: w.links[a][a],
-		SyncInterval: -1, Now: w.clock.Now, Global: func(sluice.Request) bool { return true }}
+		SyncInterval: -1, Now: w.clock.Now}
 	for b := range w.links[a] {
 		if b != a {
 			cfg.Peers = append(cfg.Peers, Peer{Name: regionName(b), Site: w.links[a][b]})
@@ -188,12 +189,12 @@ func (w *world) cutOff(a int, cut bool) {
 	}
 }
 
-// take sends one request of cost to node n of region a, and reports
-// whether it passed.
+// take sends one request of cost to node n of region a, of the world's
+// scope (global unless a test sets it), and returns its decision.
 func (w *world) take(a, n int, key string, l sluice.Limit, cost int64) sluice.Decision {
 	w.t.Helper()
 	var d [1]sluice.Decision
-	if err := w.nodes[a][n].TakeAll(context.Background(), []sluice.Request{{Key: key, Limit: l, Cost: cost}}, d[:]); err != nil {
+	if err := w.nodes[a][n].TakeAll(context.Background(), []sluice.Request{{Key: key, Limit: l, Cost: cost, Scope: w.scope}}, d[:]); err != nil {
 		w.t.Fatal(err)
 	}
 	return d[0]

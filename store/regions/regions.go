@@ -108,8 +108,6 @@ type Config struct {
 	// Now is the clock the node measures rounds and caps by (default
 	// time.Now). Windows are the home site's clock's.
 	Now func() time.Time
-	// Global reports whether a request is of scope global. Required.
-	Global func(sluice.Request) bool
 	// Errors, if set, receives each round's error (a peer that failed is
 	// not an error: see Peers). Called from the round's goroutine.
 	Errors func(error)
@@ -135,8 +133,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Region == "" {
 		return c, errors.New("regions: no region name")
 	}
-	if c.Home == nil || c.Global == nil {
-		return c, errors.New("regions: Home and Global are required")
+	if c.Home == nil {
+		return c, errors.New("regions: no home site")
 	}
 	seen := map[string]bool{c.Region: true}
 	for _, p := range c.Peers {
@@ -278,7 +276,7 @@ func (s *Store) loop() {
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	var glob []int
 	for i := range reqs {
-		if s.cfg.Global(reqs[i]) && global(reqs[i].Limit) {
+		if reqs[i].Scope == sluice.GlobalScope && global(reqs[i].Limit) {
 			glob = append(glob, i)
 		}
 	}
@@ -315,11 +313,4 @@ func (s *Store) Sync(ctx context.Context) error {
 	s.roundMu.Lock()
 	defer s.roundMu.Unlock()
 	return s.round(ctx)
-}
-
-// Take is TakeAll of one request without a group.
-func (s *Store) Take(ctx context.Context, key string, l sluice.Limit, cost int64) (sluice.Decision, error) {
-	var d [1]sluice.Decision
-	err := s.TakeAll(ctx, []sluice.Request{{Key: key, Limit: l, Cost: cost}}, d[:])
-	return d[0], err
 }

@@ -76,10 +76,11 @@ func TestHammerFixedWindow(t *testing.T) {
 	}
 }
 
-// TestScopeRegion: a request the Global func does not mark passes through
-// untouched: each region admits its limit.
+// TestScopeRegion: a request of scope region passes through untouched:
+// each region admits its limit.
 func TestScopeRegion(t *testing.T) {
-	w := newWorld(t, 3, 2, func(c *Config) { c.Global = func(sluice.Request) bool { return false } })
+	w := newWorld(t, 3, 2, nil)
+	w.scope = sluice.RegionScope
 	got := hammer(w, "client", perMinute, 30*time.Second, 10*time.Millisecond, 100*time.Millisecond, 3)
 	for a, n := range got {
 		if n != perMinute.Rate {

@@ -33,7 +33,7 @@ type known struct {
 
 // entry is one global key the node decides.
 type entry struct {
-	req   sluice.Request // key, group and limit; Cost 0
+	req   sluice.Request // key, group, limit and scope (Cost 0): what rounds read
 	grant atomic.Pointer[grant]
 	seen  atomic.Int64 // Config.Now µs of the latest request
 
@@ -78,12 +78,11 @@ func newTable(bytes int64, peers int) *table {
 // entry of another limit or group under r's key is replaced.
 func (t *table) get(r sluice.Request) *entry {
 	sh := &t.shards[maphash.String(t.seed, r.Key)%tableShards]
-	id := r
-	id.Cost = 0
+	id := sluice.Request{Key: r.Key, Group: r.Group, Limit: r.Limit, Scope: r.Scope}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e := sh.m[r.Key]
-	if e != nil && e.req == id {
+	if e != nil && e.req.Group == id.Group && e.req.Limit == id.Limit {
 		return e
 	}
 	if e != nil {

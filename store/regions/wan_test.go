@@ -134,14 +134,13 @@ func (w *wanWorld) open(addr string) *redisstore.Store {
 }
 
 // node starts node i of region a: decisions on its region's Redis, rounds
-// every 100ms, global keys those whose name starts with "g". A peer's read
+// every 100ms. A peer's read
 // may take 2s, not 500ms, so that a loaded machine running the race
 // detector (every read past 500ms there) does not cut every region off.
 func (w *wanWorld) node(a, i int, tune func(*Config)) *Store {
 	home := w.open(w.redis[a].Addr)
 	cfg := Config{Region: regionName(a), Node: fmt.Sprintf("%s-%d", regionName(a), i), Now: w.now, PeerTimeout: 2 * time.Second,
-		Home:   NewRedisSite(home, home.Client(), regionName(a), w.prefix, 0),
-		Global: func(r sluice.Request) bool { return strings.HasPrefix(r.Key, "g") }}
+		Home: NewRedisSite(home, home.Client(), regionName(a), w.prefix, 0)}
 	for b := range w.proxies {
 		if b != a {
 			peer := w.open(w.proxies[a][b].Listen)
@@ -161,7 +160,8 @@ func (w *wanWorld) node(a, i int, tune func(*Config)) *Store {
 
 // load sends every node one request of cost (1, or 0 to keep the keys in
 // use) on each key every 20ms until stop is closed, and counts what each
-// region admits per key.
+// region admits per key. A key whose name starts with "g" is of scope
+// global, the others of scope region.
 type load struct {
 	cost     int64
 	stop     chan struct{}
@@ -199,8 +199,12 @@ func (ld *load) run(n *Store, a int, l sluice.Limit, keys []string) {
 		case <-tick.C:
 		}
 		for _, k := range keys {
+			r := sluice.Request{Key: k, Limit: l, Cost: ld.cost}
+			if strings.HasPrefix(k, "g") {
+				r.Scope = sluice.GlobalScope
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			err := n.TakeAll(ctx, []sluice.Request{{Key: k, Limit: l, Cost: ld.cost}}, d[:])
+			err := n.TakeAll(ctx, []sluice.Request{r}, d[:])
 			cancel()
 			switch {
 			case err != nil:
