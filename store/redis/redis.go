@@ -395,12 +395,12 @@ func newStore(rawURL string, cfg Config) (*Store, error) {
 func (s *Store) connect(ctx context.Context) error {
 	client, err := rueidis.NewClient(s.opt)
 	if err != nil {
-		return fmt.Errorf("redis store %s: %w", redact(s.url), err)
+		return fmt.Errorf("redis store %s: %w", Redact(s.url), err)
 	}
 	sha, err := load(ctx, client)
 	if err != nil {
 		client.Close()
-		return fmt.Errorf("redis store %s: %w", redact(s.url), err)
+		return fmt.Errorf("redis store %s: %w", Redact(s.url), err)
 	}
 	s.client, s.sha = client, sha
 	s.up.Store(true)
@@ -429,7 +429,7 @@ func load(ctx context.Context, c rueidis.Client) (string, error) {
 // names a cluster.
 func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 	fail := func(why string) (rueidis.ClientOption, bool, error) {
-		return rueidis.ClientOption{}, false, fmt.Errorf("redis store URL %s: %s", redact(raw), why)
+		return rueidis.ClientOption{}, false, fmt.Errorf("redis store URL %s: %s", Redact(raw), why)
 	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
@@ -573,8 +573,9 @@ func netDialer(timeout time.Duration) net.Dialer {
 	return net.Dialer{Timeout: timeout, KeepAlive: 15 * time.Second}
 }
 
-// redact hides the password of a store URL.
-func redact(raw string) string {
+// Redact returns a store URL with its password, if any, replaced by
+// "xxxxx", for logs and errors.
+func Redact(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		return raw

@@ -76,8 +76,8 @@ func FuzzParseURL(f *testing.F) {
 			// The user name as written, then the password hidden.
 			scheme, rest, _ := strings.Cut(raw, "://")
 			user, _, _ := strings.Cut(rest, ":")
-			if want := scheme + "://" + user + ":xxxxx@"; !strings.HasPrefix(redact(raw), want) {
-				t.Fatalf("redact(%q) = %q, want it to start with %q", raw, redact(raw), want)
+			if want := scheme + "://" + user + ":xxxxx@"; !strings.HasPrefix(Redact(raw), want) {
+				t.Fatalf("Redact(%q) = %q, want it to start with %q", raw, Redact(raw), want)
 			}
 		}
 		if opt.DialCtxFn != nil {

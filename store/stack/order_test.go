@@ -1,0 +1,242 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/envoykeys"
+	"github.com/sluicehq/sluice/store/localfirst"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/route"
+)
+
+// journal is what the recording fakes of a test did, in order.
+type journal struct{ opened, calls, closed []string }
+
+// rec is a recording fake of a store or a layer: TakeAll notes its name
+// and passes the requests on to next, if any.
+type rec struct {
+	name string
+	next sluice.Store
+	j    *journal
+}
+
+func (r *rec) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	r.j.calls = append(r.j.calls, r.name)
+	if r.next != nil {
+		return r.next.TakeAll(ctx, reqs, ds)
+	}
+	for i := range reqs {
+		ds[i] = sluice.Decision{Allowed: true, Limit: reqs[i].Limit.Capacity()}
+	}
+	return nil
+}
+
+func (r *rec) Close() error {
+	r.j.closed = append(r.j.closed, r.name)
+	return nil
+}
+
+// fakeMemory is the memory store's fake: it never blocks.
+type fakeMemory struct{ rec }
+
+func (*fakeMemory) NonBlocking() bool { return true }
+
+// fakeRedis is a Redis store's fake, ready or not, with a veto that
+// names it.
+type fakeRedis struct {
+	rec
+	ready bool
+}
+
+func (f *fakeRedis) Ready() bool                   { return f.ready }
+func (*fakeRedis) Client() rueidis.Client          { return nil }
+func (*fakeRedis) Slots() *redis.Slots             { return nil }
+func (f *fakeRedis) CheckLimit(sluice.Limit) error { return errors.New(f.name) }
+
+// fakeLayer is the local-first layers' fake, whose counters say one store
+// call.
+type fakeLayer struct{ rec }
+
+func (*fakeLayer) Stats() Stats                  { return Stats{StoreCalls: 1} }
+func (f *fakeLayer) Close(context.Context) error { return f.rec.Close() }
+
+// recRoute is store/route noting its name.
+type recRoute struct {
+	*route.Store
+	j *journal
+}
+
+func (r recRoute) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	r.j.calls = append(r.j.calls, "route")
+	return r.Store.TakeAll(ctx, reqs, ds)
+}
+
+// fakeParts returns parts that record into j; the Redis stores are named
+// by their URLs' hosts and are ready unless named in notReady.
+func fakeParts(j *journal, notReady ...string) parts {
+	open := func(name string, next sluice.Store) rec {
+		j.opened = append(j.opened, name)
+		return rec{name: name, next: next, j: j}
+	}
+	return parts{
+		memory: func(memory.Config) (closer, error) { return &fakeMemory{open("memory", nil)}, nil },
+		redis: func(rawURL string, _ redis.Config) (backend, error) {
+			name := "redis " + rawURL[strings.Index(rawURL, "://")+3:]
+			return &fakeRedis{rec: open(name, nil), ready: !slices.Contains(notReady, name)}, nil
+		},
+		floodguard: func(next sluice.Store) (sluice.Store, error) { return &rec{name: "floodguard", next: next, j: j}, nil },
+		localFirst: func(next backend, _ localfirst.Config) (layer, error) {
+			return &fakeLayer{open("localfirst over "+next.(*fakeRedis).name, next)}, nil
+		},
+		envoyKeys: func(next sluice.Store, _ backend, _ envoykeys.Config) sluice.Store {
+			return &rec{name: "envoykeys", next: next, j: j}
+		},
+		route: func(short, long sluice.Store) (router, error) {
+			rt, err := route.New(short, long, route.Config{})
+			return recRoute{rt, j}, err
+		},
+	}
+}
+
+// TestOrder pins the order of the layers: the layers a request of a
+// second's limit and one of an hour's pass, outermost first, and those of
+// the fail-local store. envoykeys is outside the near cache and leases
+// (local-first), route outside both, floodguard only over memory, and the
+// fail-local store never guarded.
+func TestOrder(t *testing.T) {
+	t.Parallel()
+	lf := func(host string) []string { return []string{"localfirst over redis " + host, "redis " + host} }
+	cat := func(parts ...[]string) []string { return slices.Concat(parts...) }
+	for _, tc := range []struct {
+		name         string
+		cfg          Config
+		second, hour []string // the layers each request passes
+		local        []string
+	}{
+		{"memory", Config{URL: "memory"}, []string{"memory"}, []string{"memory"}, []string{"memory"}},
+		{"memory, flood guard", Config{URL: "memory", FloodGuard: true},
+			[]string{"floodguard", "memory"}, []string{"floodguard", "memory"}, []string{"memory"}},
+		{"redis", Config{URL: "redis://main"}, lf("main"), lf("main"), []string{"memory"}},
+		{"redis, flood guard only over memory", Config{URL: "redis://main", FloodGuard: true},
+			lf("main"), lf("main"), []string{"memory"}},
+		{"redis, Envoy's keys", Config{URL: "redis://main", EnvoyKeys: true},
+			cat([]string{"envoykeys"}, lf("main")), cat([]string{"envoykeys"}, lf("main")), []string{"memory"}},
+		{"redis, per second", Config{URL: "redis://main", PerSecond: "redis://ps"},
+			cat([]string{"route"}, lf("ps")), cat([]string{"route"}, lf("main")), []string{"memory"}},
+		{"redis, per second, Envoy's keys", Config{URL: "redis://main", PerSecond: "redis://ps", EnvoyKeys: true},
+			cat([]string{"route", "envoykeys"}, lf("ps")), cat([]string{"route", "envoykeys"}, lf("main")), []string{"memory"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			j := &journal{}
+			s, err := build(tc.cfg, fakeParts(j))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []struct {
+				period time.Duration
+				store  sluice.Store
+				want   []string
+			}{{time.Second, s, tc.second}, {time.Hour, s, tc.hour}, {time.Second, s.Local(), tc.local}} {
+				j.calls = nil
+				if _, err := sluice.Take(context.Background(), c.store, "k", sluice.Limit{Rate: 1, Period: c.period}, 1); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(j.calls, c.want) {
+					t.Errorf("a limit of %v passes %q, want %q", c.period, j.calls, c.want)
+				}
+			}
+		})
+	}
+}
+
+// TestCapabilities checks what a Stack says its store can do, found when
+// it was composed: never blocking on memory only, ready when every Redis
+// is, the veto of the store a limit goes to, the layers' counters summed,
+// and Close's order, layers before their stores.
+func TestCapabilities(t *testing.T) {
+	t.Parallel()
+	j := &journal{}
+	mem, err := build(Config{URL: "memory", FloodGuard: true}, fakeParts(j))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mem.NonBlocking() || !mem.Ready() || mem.CheckLimit(sluice.Limit{}) != nil || mem.HasLocalFirst() {
+		t.Errorf("memory: non-blocking %v, ready %v, veto %v, local-first %v; want true, true, nil, false",
+			mem.NonBlocking(), mem.Ready(), mem.CheckLimit(sluice.Limit{}), mem.HasLocalFirst())
+	}
+
+	s, err := build(Config{URL: "redis://main", PerSecond: "redis://ps"}, fakeParts(j, "redis ps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.NonBlocking() || s.Ready() {
+		t.Errorf("redis with the per-second store down: non-blocking %v, ready %v; want false, false", s.NonBlocking(), s.Ready())
+	}
+	for _, c := range []struct {
+		period time.Duration
+		veto   string
+	}{{time.Second, "redis ps"}, {time.Minute, "redis main"}} {
+		if err := s.CheckLimit(sluice.Limit{Rate: 1, Period: c.period}); err == nil || err.Error() != c.veto {
+			t.Errorf("veto on a limit of %v: %v, want %s's", c.period, err, c.veto)
+		}
+	}
+	if st := s.Stats(); st.StoreCalls != 2 || !s.HasLocalFirst() {
+		t.Errorf("Stats %+v: want the two layers' store calls summed", st)
+	}
+	j.closed = nil
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"localfirst over redis ps", "redis ps", "localfirst over redis main", "redis main", "memory"}
+	if !slices.Equal(j.closed, want) {
+		t.Errorf("Close closed %q, want %q", j.closed, want)
+	}
+}
+
+// TestConfigErrors checks that a Config that can never work is a
+// *ConfigError naming its field, and that nothing is left open.
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{"unknown store", Config{URL: "etcd://x"}, "URL"},
+		{"Envoy's keys in memory", Config{EnvoyKeys: true}, "EnvoyKeys"},
+		{"sentinel auth in memory", Config{SentinelAuth: "x"}, "SentinelAuth"},
+		{"per second in memory", Config{PerSecond: "redis://ps"}, "PerSecond"},
+		{"per second sentinel auth in memory", Config{PerSecondSentinelAuth: "x"}, "PerSecondSentinelAuth"},
+		{"sentinel auth without a sentinel", Config{URL: "redis://:pw@main", SentinelAuth: "x"}, "SentinelAuth"},
+		{"per second sentinel auth without per second", Config{URL: "redis://main", PerSecondSentinelAuth: "x"}, "PerSecondSentinelAuth"},
+		{"per second sentinel auth without a sentinel", Config{URL: "redis://main", PerSecond: "redis://ps", PerSecondSentinelAuth: "x"}, "PerSecondSentinelAuth"},
+		{"per second not a Redis", Config{URL: "redis://main", PerSecond: "memory"}, "PerSecond"},
+		{"negative jitter", Config{URL: "redis://main", ExpiryJitter: -time.Second}, "ExpiryJitter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			j := &journal{}
+			_, err := build(tc.cfg, fakeParts(j))
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != tc.field {
+				t.Fatalf("error %v, want a ConfigError of %s", err, tc.field)
+			}
+			if strings.Contains(err.Error(), ":pw@") {
+				t.Errorf("error %q shows a password", err)
+			}
+			if len(j.closed) != len(j.opened) {
+				t.Errorf("opened %q, closed %q", j.opened, j.closed)
+			}
+		})
+	}
+}

@@ -1,0 +1,564 @@
+// Package stack composes sluice's stores, and is the only code that knows
+// the order of their layers. New turns a Config into a Stack: one
+// sluice.Store to decide with, the in-process store beside it that decide's
+// fail: local falls back to, and what the composed store can do, found
+// once here and handed on as values (NonBlocking, Ready, the veto on
+// limits, concurrency slots, the local-first layers' counters), so that no
+// layer passes another's abilities on.
+//
+// The order, outermost first (a request goes down until a layer decides
+// it):
+//
+//	Redis (Config.URL a Redis URL):
+//
+//	  route ──── a period below a minute ──> envoykeys > local-first > redis   (Config.PerSecond)
+//	    └─────── the others ───────────────> envoykeys > local-first > redis   (Config.URL)
+//
+//	  route       store/route, only with Config.PerSecond
+//	  envoykeys   store/envoykeys, only with Config.EnvoyKeys: a request with an
+//	              Envoy descriptor is counted as Envoy's ratelimit counts it, never
+//	              from a near cache, a lease or an async share
+//	  local-first store/localfirst: the near cache of denials, then lease or async
+//	              by Request.Sync (Config.Sync for the default)
+//	  redis       store/redis, connecting in the background
+//
+//	memory (Config.URL "memory"):
+//
+//	  floodguard > memory    store/floodguard only with Config.FloodGuard
+//
+//	Local, beside either: a memory store, never guarded: the memory store
+//	itself, or one of its own beside Redis.
+//
+// The layers between local-first and redis (regions) go in here too, and
+// nowhere else.
+package stack
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/envoykeys"
+	"github.com/sluicehq/sluice/store/floodguard"
+	"github.com/sluicehq/sluice/store/localfirst"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/route"
+)
+
+// Config says where the counters live and how the store is layered. Start
+// from DefaultConfig, or from the zero Config: a zero field means its
+// default, as stated at each field and in DefaultConfig.
+type Config struct {
+	// URL is "memory" (or "memory://"): the counters in this process; or a
+	// Redis URL, as redis.Open reads it: redis://, rediss://,
+	// redis+cluster://, rediss+cluster://, redis+sentinel://, unix://.
+	// Default "memory".
+	URL string
+	// SentinelAuth is the password, or user:password, of the sentinels of
+	// a redis+sentinel:// URL (Envoy's REDIS_SENTINEL_AUTH form). Default
+	// "": none.
+	SentinelAuth string
+	// PerSecond is the URL of a second Redis for the limits whose period
+	// is below a minute, as Envoy's REDIS_PERSECOND: store/route sends
+	// them there, over a near cache, leases and Envoy's keys of its own.
+	// Default "": every limit in URL's store.
+	PerSecond string
+	// PerSecondSentinelAuth is PerSecond's SentinelAuth. Default "": none.
+	PerSecondSentinelAuth string
+	// TLS configures the rediss:// connections of both Redis. Default
+	// nil: the system's roots and the URL's host name.
+	TLS *tls.Config
+	// ExpiryJitter is the most a Redis key outlives its reset, at random
+	// (redis.Config.ExpiryJitter, envoykeys.Config.ExpiryJitter). Default
+	// 0: none.
+	ExpiryJitter time.Duration
+
+	// MaxMemory bounds the memory, in bytes, of the memory store, and of
+	// the Local store beside Redis (memory.Config.MaxBytes). Default
+	// memory.DefaultMaxBytes.
+	MaxMemory int64
+	// MaxEntries bounds the keys of the same stores. Default 0: no bound
+	// but MaxMemory.
+	MaxEntries int
+	// FloodGuard puts store/floodguard over the memory store: a key seen
+	// for the first time takes no entry until it is seen again. Not over
+	// Redis, nor over Local. Default off.
+	FloodGuard bool
+
+	// NearCache bounds the bytes of the near cache of denials over each
+	// Redis. Default 8 MiB; negative: none.
+	NearCache int64
+	// Sync is how a request whose Sync is sluice.DefaultSync reaches
+	// Redis. Default sluice.Exact.
+	Sync sluice.Sync
+	// SyncInterval is how often async mode writes hits back. Default
+	// 100ms.
+	SyncInterval time.Duration
+	// AsyncNodes is how many servers share Redis in async mode. Default 1.
+	AsyncNodes int64
+	// LeaseLifetime is how long a lease outlives its key's last request.
+	// Default 500ms.
+	LeaseLifetime time.Duration
+	// MaxLease is the most hits one lease carries. Default 1000.
+	MaxLease int64
+
+	// EnvoyKeys counts the limits whose counter Envoy's ratelimit could
+	// share under its keys, in Redis, as it counts them (store/envoykeys).
+	// Default off.
+	EnvoyKeys bool
+	// EnvoyKeyPrefix begins those keys: Envoy's CACHE_KEY_PREFIX. Default
+	// "".
+	EnvoyKeyPrefix string
+
+	// Logger warns while a Redis does not answer. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the default configuration: what every zero field
+// of a Config means.
+func DefaultConfig() Config {
+	return Config{
+		URL:           "memory",               // one process, exact
+		MaxMemory:     memory.DefaultMaxBytes, // 256 MiB: about 288 bytes a client
+		NearCache:     8 << 20,                // 8 MiB of denials answered without Redis
+		Sync:          sluice.Exact,           // every decision reaches Redis
+		SyncInterval:  100 * time.Millisecond, // async mode's write-back
+		AsyncNodes:    1,                      // async mode assumes it is alone
+		LeaseLifetime: 500 * time.Millisecond, // unused hits go back soon after a client stops
+		MaxLease:      1000,                   // and at most a sixteenth of the limit
+		Logger:        slog.Default(),
+		// SentinelAuth, PerSecond, PerSecondSentinelAuth: none
+		// TLS: nil, the system's roots; ExpiryJitter: 0, none
+		// MaxEntries: 0, no bound but MaxMemory; FloodGuard: off
+		// EnvoyKeys: off; EnvoyKeyPrefix: "", Envoy's default
+	}
+}
+
+// ConfigError is a Config that New refuses. Field is the name of the field
+// at fault, as Config spells it.
+type ConfigError struct {
+	Field string
+	Msg   string
+}
+
+func (e *ConfigError) Error() string { return "store " + e.Field + ": " + e.Msg }
+
+// configError returns a *ConfigError of field.
+func configError(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// withDefaults returns c with every zero field set to its default, and
+// refuses what can never work.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	setDefault(&c.URL, d.URL)
+	setDefault(&c.MaxMemory, d.MaxMemory)
+	setDefault(&c.NearCache, d.NearCache)
+	setDefault(&c.Sync, d.Sync)
+	setDefault(&c.SyncInterval, d.SyncInterval)
+	setDefault(&c.AsyncNodes, d.AsyncNodes)
+	setDefault(&c.LeaseLifetime, d.LeaseLifetime)
+	setDefault(&c.MaxLease, d.MaxLease)
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	switch {
+	case c.ExpiryJitter < 0:
+		return c, configError("ExpiryJitter", "%v: want 0 or more", c.ExpiryJitter)
+	case c.SyncInterval < 0 || c.AsyncNodes < 0 || c.LeaseLifetime < 0 || c.MaxLease < 0:
+		return c, configError("SyncInterval", "SyncInterval, AsyncNodes, LeaseLifetime and MaxLease must not be negative")
+	}
+	return c, nil
+}
+
+// setDefault sets *v to def when it is zero.
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// The kinds of store a URL names.
+const (
+	kindMemory = "memory"
+	kindRedis  = "redis"
+)
+
+// kind returns the kind of store rawURL names: kindMemory for "memory"
+// (or "memory://"), kindRedis for a Redis URL.
+func kind(field, rawURL string) (string, error) {
+	scheme := rawURL
+	if i := strings.Index(rawURL, "://"); i >= 0 {
+		scheme = rawURL[:i]
+		if _, err := url.Parse(rawURL); err != nil {
+			return "", configError(field, "%q: %v", rawURL, err)
+		}
+	}
+	switch strings.ToLower(scheme) {
+	case "memory":
+		return kindMemory, nil
+	case "redis", "rediss", "redis+sentinel", "redis+cluster", "rediss+cluster", "unix":
+		return kindRedis, nil
+	}
+	return "", configError(field, "%q: unknown store (want memory or a redis:// URL)", rawURL)
+}
+
+// LimitCheck returns the veto on limits of the store rawURL names, without
+// opening it (what `sluice check --store` applies): store/redis's for a
+// Redis, nil for the memory store, which applies every valid limit.
+func LimitCheck(rawURL string) (func(sluice.Limit) error, error) {
+	k, err := kind("URL", rawURL)
+	if err != nil || k != kindRedis {
+		return nil, err
+	}
+	return redis.CheckLimit, nil
+}
+
+// Stats are the counters of a Stack's local-first layers, summed over its
+// Redis stores; zero on the memory store.
+type Stats = localfirst.Stats
+
+// Stack is a composed store: see the package documentation. It is a
+// sluice.Store, safe for concurrent use, whose TakeAll is its outermost
+// layer's. Its methods NonBlocking, Ready and CheckLimit say what the
+// composed store can do, found when New composed it.
+type Stack struct {
+	top         sluice.Store
+	local       sluice.Store
+	slots       *redis.Slots
+	check       func(sluice.Limit) error
+	ready       []func() bool
+	nonBlocking bool
+	stats       []func() Stats
+	closers     []func(context.Context) error // closed last first
+}
+
+var _ sluice.Store = (*Stack)(nil)
+
+// New composes the stores cfg asks for. A Redis that does not answer is no
+// error: it connects in the background (Ready reports when), and its calls
+// fail until then, which decide's fail mode decides. A Config that can
+// never work is a *ConfigError.
+func New(cfg Config) (*Stack, error) { return build(cfg, realParts()) }
+
+// TakeAll implements sluice.Store: the outermost layer's TakeAll.
+func (s *Stack) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	return s.top.TakeAll(ctx, reqs, ds)
+}
+
+// Local returns the in-process store that decide's fail: local decides
+// with: the memory store, unguarded.
+func (s *Stack) Local() sluice.Store { return s.local }
+
+// Slots returns the concurrency slots of the Redis store (its requests in
+// flight, counted across servers), or nil on the memory store, whose
+// server counts its own.
+func (s *Stack) Slots() *redis.Slots { return s.slots }
+
+// CheckLimit implements sluice.LimitChecker: the veto of the store a limit
+// goes to, nil when it applies every valid limit.
+func (s *Stack) CheckLimit(l sluice.Limit) error {
+	if s.check == nil {
+		return nil
+	}
+	return s.check(l)
+}
+
+// NonBlocking reports whether the store never waits on I/O
+// (decide.NonBlocking): true for the memory store.
+func (s *Stack) NonBlocking() bool { return s.nonBlocking }
+
+// Ready reports whether every Redis of the store has connected
+// (decide.Ready); the memory store always is.
+func (s *Stack) Ready() bool {
+	for _, r := range s.ready {
+		if !r() {
+			return false
+		}
+	}
+	return true
+}
+
+// Stats returns the local-first layers' counters, summed.
+func (s *Stack) Stats() Stats {
+	var sum Stats
+	for _, f := range s.stats {
+		st := f()
+		sum.NearHits += st.NearHits
+		sum.NearMisses += st.NearMisses
+		sum.NearEntries += st.NearEntries
+		sum.NearBytes += st.NearBytes
+		sum.LeaseHits += st.LeaseHits
+		sum.AsyncDecisions += st.AsyncDecisions
+		sum.Grants += st.Grants
+		sum.Returned += st.Returned
+		sum.ReturnErrors += st.ReturnErrors
+		sum.StoreCalls += st.StoreCalls
+	}
+	return sum
+}
+
+// HasLocalFirst reports whether the store has local-first layers (a Redis
+// store), whose counters Stats returns.
+func (s *Stack) HasLocalFirst() bool { return len(s.stats) > 0 }
+
+// Close closes the layers and the stores, outermost first, returning
+// leases and writing async hits back within ctx's time. It is safe to
+// call once.
+func (s *Stack) Close(ctx context.Context) error {
+	var err error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		err = errors.Join(err, s.closers[i](ctx))
+	}
+	s.closers = nil
+	return err
+}
+
+// closeStore adapts a store's Close to Stack.closers.
+func closeStore(c interface{ Close() error }) func(context.Context) error {
+	return func(context.Context) error { return c.Close() }
+}
+
+// build composes cfg's stores from p's parts.
+func build(cfg Config, p parts) (_ *Stack, err error) {
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	k, err := kind("URL", cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, s.Close(context.Background()))
+		}
+	}()
+	if k == kindMemory {
+		return s, s.memory(cfg, p)
+	}
+	return s, s.redis(cfg, p)
+}
+
+// memory composes the memory store: floodguard > memory; Local is the
+// memory store itself, which cannot fail.
+func (s *Stack) memory(cfg Config, p parts) error {
+	for _, f := range []struct {
+		name string
+		set  bool
+		why  string
+	}{
+		{"EnvoyKeys", cfg.EnvoyKeys, "Envoy's counters are in Redis; the store is memory"},
+		{"SentinelAuth", cfg.SentinelAuth != "", "the store is memory, not a redis+sentinel:// URL"},
+		{"PerSecond", cfg.PerSecond != "", "the store is memory, which keeps every limit"},
+		{"PerSecondSentinelAuth", cfg.PerSecondSentinelAuth != "", "the store is memory, with no PerSecond"},
+	} {
+		if f.set {
+			return configError(f.name, "%s", f.why)
+		}
+	}
+	mem, err := p.memory(memory.Config{MaxBytes: cfg.MaxMemory, MaxEntries: cfg.MaxEntries})
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, closeStore(mem))
+	s.top, s.local = mem, mem
+	if nb, ok := mem.(interface{ NonBlocking() bool }); ok {
+		s.nonBlocking = nb.NonBlocking()
+	}
+	if cfg.FloodGuard {
+		if s.top, err = p.floodguard(mem); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// redis composes the Redis store, and the per-second one under a route
+// when cfg has one; Local is a memory store of its own.
+func (s *Stack) redis(cfg Config, p parts) error {
+	if cfg.PerSecond == "" && cfg.PerSecondSentinelAuth != "" {
+		return configError("PerSecondSentinelAuth", "there is no PerSecond")
+	}
+	if cfg.PerSecond != "" {
+		if k, err := kind("PerSecond", cfg.PerSecond); err != nil || k != kindRedis {
+			return configError("PerSecond", "%q: want a Redis URL", redis.Redact(cfg.PerSecond))
+		}
+	}
+	mem, err := p.memory(memory.Config{MaxBytes: cfg.MaxMemory, MaxEntries: cfg.MaxEntries})
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, closeStore(mem))
+	s.local = mem
+	main, b, err := s.redisLayers(cfg, p, redisSpec{"URL", cfg.URL, "SentinelAuth", cfg.SentinelAuth})
+	if err != nil {
+		return err
+	}
+	s.top, s.slots, s.check = main, b.Slots(), vetoOf(b)
+	if cfg.PerSecond == "" {
+		return nil
+	}
+	short, sb, err := s.redisLayers(cfg, p, redisSpec{"PerSecond", cfg.PerSecond, "PerSecondSentinelAuth", cfg.PerSecondSentinelAuth})
+	if err != nil {
+		return err
+	}
+	rt, err := p.route(short, main)
+	if err != nil {
+		return err
+	}
+	s.top = rt
+	shortCheck, longCheck := vetoOf(sb), s.check
+	s.check = func(l sluice.Limit) error {
+		c := longCheck
+		if rt.Short(l) {
+			c = shortCheck
+		}
+		if c == nil {
+			return nil
+		}
+		return c(l)
+	}
+	return nil
+}
+
+// vetoOf returns b's veto on limits (sluice.LimitChecker), or nil.
+func vetoOf(b sluice.Store) func(sluice.Limit) error {
+	if c, ok := b.(sluice.LimitChecker); ok {
+		return c.CheckLimit
+	}
+	return nil
+}
+
+// redisSpec names a Redis of a Config: the fields of its URL and its
+// sentinels' auth, and their values.
+type redisSpec struct {
+	field, url, authField, auth string
+}
+
+// redisLayers opens the Redis r names and the layers over it: envoykeys >
+// local-first > redis. It returns the outermost layer and the Redis store.
+func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, backend, error) {
+	rcfg := redis.DefaultConfig()
+	rcfg.TLS, rcfg.ExpiryJitter = cfg.TLS, cfg.ExpiryJitter
+	if r.auth != "" {
+		if !strings.HasPrefix(strings.ToLower(r.url), "redis+sentinel://") {
+			return nil, nil, configError(r.authField, "%s %s names no sentinel (want redis+sentinel://)", r.field, redis.Redact(r.url))
+		}
+		user, pass, ok := strings.Cut(r.auth, ":") // Envoy's REDIS_SENTINEL_AUTH form
+		if !ok {
+			user, pass = "", r.auth
+		}
+		rcfg.SentinelUsername, rcfg.SentinelPassword = user, pass
+	}
+	rcfg.ConnectFailed = connectFailed(cfg.Logger, r.url)
+	b, err := p.redis(r.url, rcfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store %s: %w", r.field, err)
+	}
+	s.closers = append(s.closers, closeStore(b))
+	s.ready = append(s.ready, b.Ready)
+	lc := localfirst.Config{
+		NearCacheBytes: cfg.NearCache, Sync: cfg.Sync, RequestSync: true,
+		LeaseLifetime: cfg.LeaseLifetime, MaxLease: cfg.MaxLease,
+		SyncInterval: cfg.SyncInterval, AsyncNodes: cfg.AsyncNodes,
+	}
+	lf, err := p.localFirst(b, lc)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.closers = append(s.closers, lf.Close)
+	s.stats = append(s.stats, lf.Stats)
+	if !cfg.EnvoyKeys {
+		return lf, b, nil
+	}
+	return p.envoyKeys(lf, b, envoykeys.Config{Prefix: cfg.EnvoyKeyPrefix, ExpiryJitter: cfg.ExpiryJitter}), b, nil
+}
+
+// connectFailed returns a redis.Config.ConnectFailed that warns of the
+// first failure to connect to rawURL, then once a minute, and whenever
+// the cause changes: a first attempt that timed out on a busy machine
+// must not hide for a minute the certificate the next ones refuse. Its
+// Store calls it from one goroutine.
+func connectFailed(log *slog.Logger, rawURL string) func(error) {
+	attempts, logged := 0, ""
+	return func(err error) {
+		if attempts%60 == 0 || err.Error() != logged {
+			log.Warn("store not connected; deciding by --fail until it is", "store", redis.Redact(rawURL), "err", err, "attempts", attempts+1)
+			logged = err.Error()
+		}
+		attempts++
+	}
+}
+
+// closer is a store that New closes.
+type closer interface {
+	sluice.Store
+	Close() error
+}
+
+// backend is a Redis store: what the layers over it use of it.
+type backend interface {
+	closer
+	Ready() bool
+	Client() rueidis.Client
+	Slots() *redis.Slots
+}
+
+// layer is the local-first layers over a Redis store.
+type layer interface {
+	sluice.Store
+	Stats() Stats
+	Close(context.Context) error
+}
+
+// router sends a request to one of two stores by its limit's period.
+type router interface {
+	sluice.Store
+	Short(sluice.Limit) bool
+}
+
+// parts are the stores and layers New composes: realParts, or a test's
+// recording fakes. Each is given what it decorates.
+type parts struct {
+	memory     func(memory.Config) (closer, error)
+	redis      func(rawURL string, cfg redis.Config) (backend, error)
+	floodguard func(next sluice.Store) (sluice.Store, error)
+	localFirst func(next backend, cfg localfirst.Config) (layer, error)
+	envoyKeys  func(next sluice.Store, b backend, cfg envoykeys.Config) sluice.Store
+	route      func(short, long sluice.Store) (router, error)
+}
+
+// realParts returns sluice's stores and layers.
+func realParts() parts {
+	return parts{
+		memory: func(cfg memory.Config) (closer, error) {
+			m, err := memory.New(cfg)
+			if err != nil {
+				return nil, fmt.Errorf("memory store: %w", err)
+			}
+			return m, nil
+		},
+		redis: func(rawURL string, cfg redis.Config) (backend, error) { return redis.New(rawURL, cfg) },
+		floodguard: func(next sluice.Store) (sluice.Store, error) {
+			return floodguard.New(next, floodguard.Config{})
+		},
+		localFirst: func(next backend, cfg localfirst.Config) (layer, error) { return localfirst.New(next, cfg) },
+		envoyKeys: func(next sluice.Store, b backend, cfg envoykeys.Config) sluice.Store {
+			return envoykeys.New(next, b.Client, cfg)
+		},
+		route: func(short, long sluice.Store) (router, error) { return route.New(short, long, route.Config{}) },
+	}
+}

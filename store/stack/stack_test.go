@@ -1,0 +1,141 @@
+package stack_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/stack"
+)
+
+// TestMain checks that Close stops every goroutine the stacks start, but
+// for two of rueidis's own that end by themselves (see store/redis's
+// TestMain).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
+}
+
+// TestMemory composes the default stack: the memory store, its own
+// fail-local store, never blocking, always ready.
+func TestMemory(t *testing.T) {
+	t.Parallel()
+	s, err := stack.New(stack.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	l := sluice.Limit{Rate: 1, Period: time.Minute}
+	ctx := context.Background()
+	for i, want := range []bool{true, false} {
+		if d, err := sluice.Take(ctx, s, "k", l, 1); err != nil || d.Allowed != want {
+			t.Fatalf("take %d: %+v, %v; want allowed %v", i+1, d, err, want)
+		}
+	}
+	if d, err := sluice.Take(ctx, s.Local(), "k", l, 0); err != nil || d.Remaining != 0 {
+		t.Errorf("Local has %+v, %v: want the store's own count", d, err)
+	}
+	if !s.NonBlocking() || !s.Ready() || s.Slots() != nil {
+		t.Errorf("non-blocking %v, ready %v, slots %v: want true, true, none", s.NonBlocking(), s.Ready(), s.Slots())
+	}
+}
+
+// TestRedis composes a Redis stack with a per-second Redis (the same
+// server) and Envoy's keys on a real Redis: a second's limit and an
+// hour's are counted, an Envoy descriptor under Envoy's key, a lease-mode
+// request from a lease, and Close returns it.
+func TestRedis(t *testing.T) {
+	t.Parallel()
+	addr := testenv.RedisAddr(t)
+	prefix := "stack" + strconv.FormatInt(time.Now().UnixNano(), 10) + "_"
+	s, err := stack.New(stack.Config{URL: "redis://" + addr, PerSecond: "redis://" + addr,
+		EnvoyKeys: true, EnvoyKeyPrefix: prefix, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	testenv.WaitFor(t, "the stack ready", s.Ready)
+	if s.NonBlocking() || s.Slots() == nil || !s.HasLocalFirst() {
+		t.Errorf("non-blocking %v, slots %v, local-first %v: want false, Redis's, true", s.NonBlocking(), s.Slots(), s.HasLocalFirst())
+	}
+	if err := s.CheckLimit(sluice.Limit{Rate: 1 << 53, Period: time.Second}); !errors.Is(err, sluice.ErrLimit) {
+		t.Errorf("veto on 2^53 a second: %v, want store/redis's", err)
+	}
+	ctx := context.Background()
+	key := prefix + "own"
+	for _, l := range []sluice.Limit{{Rate: 2, Period: time.Second}, {Rate: 2, Period: time.Hour}} {
+		for i, want := range []bool{true, true, false} {
+			if d, err := sluice.Take(ctx, s, key+l.Period.String(), l, 1); err != nil || d.Allowed != want {
+				t.Fatalf("%v, take %d: %+v, %v; want allowed %v", l, i+1, d, err, want)
+			}
+		}
+	}
+
+	// An Envoy descriptor: counted under Envoy's key, in the hour's window.
+	hour := sluice.Limit{Rate: 5, Period: time.Hour}
+	reqs := []sluice.Request{{Key: key + "envoy", Limit: hour, Cost: 2,
+		Envoy: sluice.Descriptor{Domain: "api", Entries: []sluice.Entry{{Key: "user", Value: "alice"}}}}}
+	ds := make([]sluice.Decision, 1)
+	start := time.Now().Unix() / 3600 * 3600
+	if err := s.TakeAll(ctx, reqs, ds); err != nil || !ds[0].Allowed {
+		t.Fatalf("Envoy's key: %+v, %v", ds[0], err)
+	}
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	envoyKey := prefix + "api_user_alice_" + strconv.FormatInt(start, 10)
+	n, err := c.Do(ctx, c.B().Get().Key(envoyKey).Build()).AsInt64()
+	if crossed := time.Now().Unix()/3600*3600 != start; !crossed && (err != nil || n != 2) {
+		t.Errorf("Envoy's key %s: %d, %v; want 2", envoyKey, n, err)
+	}
+
+	// A lease-mode request: the first is the store's, then leases.
+	lease := sluice.Limit{Rate: 1000, Period: time.Hour}
+	for i := range 20 {
+		reqs := []sluice.Request{{Key: key + "lease", Limit: lease, Cost: 1, Sync: sluice.Lease}}
+		if err := s.TakeAll(ctx, reqs, ds); err != nil || !ds[0].Allowed {
+			t.Fatalf("lease take %d: %+v, %v", i+1, ds[0], err)
+		}
+	}
+	if st := s.Stats(); st.Grants == 0 || st.LeaseHits == 0 {
+		t.Errorf("Stats %+v: want leases granted and used", st)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRedisDown composes a stack on a Redis that does not answer: New
+// returns at once, the stack is not ready, and its calls fail with
+// store/redis's ErrConnecting, for decide's fail mode to decide.
+func TestRedisDown(t *testing.T) {
+	t.Parallel()
+	r := testenv.StartRedis(t)
+	r.Kill()
+	s, err := stack.New(stack.Config{URL: "redis://" + r.Addr, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if s.Ready() {
+		t.Error("ready on a Redis that is down")
+	}
+	if _, err := sluice.Take(context.Background(), s, "k", sluice.Limit{Rate: 1, Period: time.Hour}, 1); !errors.Is(err, redis.ErrConnecting) {
+		t.Errorf("take: %v, want ErrConnecting", err)
+	}
+	if d, err := sluice.Take(context.Background(), s.Local(), "k", sluice.Limit{Rate: 1, Period: time.Hour}, 1); err != nil || !d.Allowed {
+		t.Errorf("Local: %+v, %v; want allowed", d, err)
+	}
+}
