@@ -10,8 +10,12 @@
 package image
 
 import (
+	"archive/tar"
+	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -88,9 +92,13 @@ func TestImageCommand(t *testing.T) {
 	}
 }
 
-// TestImageSize logs the image's size, and fails past a bound that a
-// static binary and a CA bundle stay well under.
-func TestImageSize(t *testing.T) {
+// TestImageContents lists the image's files (docker export of a
+// container made from it) and checks them against what a user runs: the
+// static binary, /bin/ratelimit, Debian's CA bundle, the user in
+// /etc/passwd, a world-writable /tmp, the settings and the example rules,
+// all in one layer; it logs the image's size, and fails past a bound that
+// a static binary and a CA bundle stay well under.
+func TestImageContents(t *testing.T) {
 	t.Parallel()
 	img := imageSluice(t)
 	size, err := strconv.ParseInt(docker(t, "image", "inspect", "--format", "{{.Size}}", img), 10, 64)
@@ -104,6 +112,58 @@ func TestImageSize(t *testing.T) {
 	}
 	if layers != "1" {
 		t.Errorf("the image has %s layers, want 1 (rootfs.sh lays out every file)", layers)
+	}
+
+	id := docker(t, "create", "--label", runLabel+"="+runID, img)
+	defer docker(t, "rm", id)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	export := exec.CommandContext(ctx, "docker", "export", id)
+	out, err := export.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := export.Start(); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*tar.Header{}
+	passwd := ""
+	tr := tar.NewReader(out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "/" + strings.TrimSuffix(h.Name, "/")
+		files[name] = h
+		if name == "/etc/passwd" {
+			b, _ := io.ReadAll(tr)
+			passwd = string(b)
+		}
+	}
+	if err := export.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]func(h *tar.Header) bool{
+		"/sluice":                            func(h *tar.Header) bool { return h.Typeflag == tar.TypeReg && h.Mode&0o111 != 0 },
+		"/bin/ratelimit":                     func(h *tar.Header) bool { return h.Typeflag == tar.TypeSymlink && h.Linkname == "/sluice" },
+		"/etc/passwd":                        func(h *tar.Header) bool { return strings.Contains(passwd, "sluice:x:65532:65532:") },
+		"/etc/group":                         func(h *tar.Header) bool { return h.Typeflag == tar.TypeReg },
+		"/tmp":                               func(h *tar.Header) bool { return h.Typeflag == tar.TypeDir && h.Mode&0o1777 == 0o1777 },
+		"/etc/sluice/sluice.yaml":            func(h *tar.Header) bool { return h.Mode&0o444 == 0o444 },
+		"/etc/sluice/rules/rules.yaml":       func(h *tar.Header) bool { return h.Mode&0o444 == 0o444 },
+		"/etc/ssl/certs/ca-certificates.crt": func(h *tar.Header) bool { return h.Size > 100_000 && h.Mode&0o444 == 0o444 },
+	}
+	for name, ok := range want {
+		if h := files[name]; h == nil || !ok(h) {
+			t.Errorf("the image's %s: %+v, not as it should be", name, h)
+		}
+	}
+	if env := docker(t, "image", "inspect", "--format", "{{json .Config.Env}}", img); !strings.Contains(env, `"SLUICE_CONFIG=/etc/sluice/sluice.yaml"`) {
+		t.Errorf("the image's environment is %s, want SLUICE_CONFIG=/etc/sluice/sluice.yaml", env)
 	}
 }
 
