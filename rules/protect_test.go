@@ -41,7 +41,7 @@ descriptors:
 		t.Fatalf("a descriptor with nothing to apply matched: %+v", r)
 	}
 	r3, _ := set.Match("api", []Entry{{Key: "plain", Value: "p"}, {Key: "x", Value: "1"}})
-	if r3 == nil || r3.Priority != PriorityDefault || r3.ConcurrencyID == r.ConcurrencyID {
+	if r3 == nil || r3.Priority != "" || r3.ConcurrencyID == r.ConcurrencyID {
 		t.Fatalf("nested: %+v", r3)
 	}
 

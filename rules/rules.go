@@ -68,8 +68,9 @@ type Rule struct {
 	// Limit's ID does its counter; empty without Concurrency.
 	ConcurrencyID string
 	// Priority is sluice's `priority`: PriorityCritical, PriorityDefault
-	// (also when the rules state none) or PrioritySheddable, the order in
-	// which load shedding spares the descriptor's requests.
+	// or PrioritySheddable, the order in which load shedding spares the
+	// descriptor's requests; "" when the rules state none, and the rule
+	// then takes no part in a request's priority.
 	Priority string
 	// File and Line locate the descriptor in its rules file.
 	File string

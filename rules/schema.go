@@ -54,8 +54,8 @@ type DescriptorSpec struct {
 	// Concurrency is sluice's `concurrency`: at most this many requests
 	// of the descriptor in flight at once (0: no such limit).
 	Concurrency int64 `json:"concurrency,omitempty" yaml:"concurrency,omitempty"`
-	// Priority is sluice's `priority`: critical, default (the zero value)
-	// or sheddable, the order in which load shedding spares requests.
+	// Priority is sluice's `priority`: critical, default or sheddable,
+	// the order in which load shedding spares requests; "" states none.
 	Priority string `json:"priority,omitempty" yaml:"priority,omitempty"`
 }
 
@@ -422,7 +422,8 @@ const MaxConcurrency = 100_000
 const (
 	// PriorityCritical is shed last, only once nothing else is left.
 	PriorityCritical = "critical"
-	// PriorityDefault is the priority of a descriptor that states none.
+	// PriorityDefault is the priority of a request whose rules state
+	// none; a rule may state it, to hold its requests above sheddable.
 	PriorityDefault = "default"
 	// PrioritySheddable is shed first.
 	PrioritySheddable = "sheddable"
@@ -438,9 +439,8 @@ func (c *checker) protection(ds *DescriptorSpec, r *Rule) {
 		r.Concurrency = v
 	}
 	switch ds.Priority {
-	case "", PriorityDefault:
-		r.Priority = PriorityDefault
-	case PriorityCritical, PrioritySheddable:
+	case "": // none: the rule takes no part in a request's priority
+	case PriorityDefault, PriorityCritical, PrioritySheddable:
 		r.Priority = ds.Priority
 	default:
 		if !c.bad(ds, "priority") {

@@ -128,7 +128,7 @@ func (d *domain) match(entries []Entry) (*Rule, error) {
 		case r == nil:
 			return nil, nil
 		case i == len(entries)-1:
-			if len(r.Limits) == 0 && r.Concurrency == 0 && r.Priority == PriorityDefault {
+			if len(r.Limits) == 0 && r.Concurrency == 0 && r.Priority == "" {
 				return nil, nil // nothing applies at this level
 			}
 			return r, nil
@@ -201,9 +201,7 @@ func rulesJSON(rules []*Rule) []ruleJSON {
 			ValueToMetric: r.ValueToMetric, ShareThreshold: r.ShareThreshold,
 			Concurrency: r.Concurrency, Descriptors: rulesJSON(r.Descriptors),
 		}
-		if r.Priority != PriorityDefault {
-			out[i].Priority = r.Priority
-		}
+		out[i].Priority = r.Priority
 	}
 	return out
 }

@@ -10,15 +10,17 @@ import (
 )
 
 // Priority returns the load shedding priority of a decided request: the
-// highest `priority` of the rules its descriptors matched, so a request
-// that any rule calls critical is critical; Default when none says (or
-// resp is nil).
+// highest `priority` stated by the rules its descriptors matched, so a
+// request that any rule calls critical is critical, and one that only
+// rules without a priority match besides a sheddable one (a per-address
+// limit every request meets) is sheddable; Default when no rule states
+// one (or resp is nil).
 func Priority(resp *decide.Response) shed.Priority {
 	p, seen := shed.Sheddable, false
 	if resp != nil {
 		for i := range resp.Statuses {
 			r := resp.Statuses[i].Rule
-			if r == nil {
+			if r == nil || r.Priority == "" {
 				continue
 			}
 			q := shed.Default
