@@ -25,7 +25,8 @@
 // other test binds; a lock file serialises two runs on one machine), and
 // after each block kills what it left running: a block's background
 // servers (`&`) share its process group. It also checks that every
-// relative link of these files points at a file and heading that exist.
+// relative link of these files points at a file and heading that exist,
+// and that docs/configuration.md names every flag of serve and proxy.
 // With -short, run blocks are skipped.
 package docs_test
 
@@ -256,6 +257,7 @@ func TestBlocks(t *testing.T) {
 			t.Logf("%v (%s) in %v", b, b.check.mode, time.Since(start).Round(time.Millisecond))
 		})
 	}
+	t.Run("flags", func(t *testing.T) { r.flagsDocumented(t) })
 	if after := untracked(t, root); after != before {
 		t.Errorf("the blocks left files in the repository (git status before:\n%s\nafter:\n%s)", before, after)
 	}
@@ -480,6 +482,43 @@ func untracked(t *testing.T, root string) string {
 		}
 	}
 	return strings.Join(keep, "\n")
+}
+
+var tableFlagRE = regexp.MustCompile("`--([a-z0-9][a-z0-9-]*)")
+
+// flagsDocumented checks that docs/configuration.md names every flag of
+// sluice serve and sluice proxy, and that each flag its tables name (a
+// row that starts with one) is a flag of one of them.
+func (r *runner) flagsDocumented(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(r.root, "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	known := map[string]bool{}
+	for _, cmd := range []string{"serve", "proxy"} {
+		h, err := r.helpOf([]string{cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for f := range h.flags {
+			known[f] = true
+			if f != "help" && f != "h" && !strings.Contains(doc, "`--"+f+"`") && !strings.Contains(doc, "`--"+f+" ") {
+				t.Errorf("docs/configuration.md does not name sluice %s's flag --%s", cmd, f)
+			}
+		}
+	}
+	for i, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(line, "| `--") {
+			continue
+		}
+		first, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
+		for _, m := range tableFlagRE.FindAllStringSubmatch(first, -1) {
+			if !known[m[1]] {
+				t.Errorf("docs/configuration.md:%d: --%s is a flag of neither sluice serve nor sluice proxy", i+1, m[1])
+			}
+		}
+	}
 }
 
 // yaml checks a YAML block with sluice check (args, then the file): it must
