@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store/envoykeys"
+	"github.com/sluicehq/sluice/store/floodguard"
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
@@ -93,7 +94,9 @@ func fakeParts(j *journal, notReady ...string) parts {
 			name := "redis " + rawURL[strings.Index(rawURL, "://")+3:]
 			return &fakeRedis{rec: open(name, nil), ready: !slices.Contains(notReady, name)}, nil
 		},
-		floodguard: func(next sluice.Store) (sluice.Store, error) { return &rec{name: "floodguard", next: next, j: j}, nil },
+		floodguard: func(next sluice.Store, _ floodguard.Config) (sluice.Store, error) {
+			return &rec{name: "floodguard", next: next, j: j}, nil
+		},
 		localFirst: func(next backend, _ localfirst.Config) (layer, error) {
 			return &fakeLayer{open("localfirst over "+next.(*fakeRedis).name, next)}, nil
 		},

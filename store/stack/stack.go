@@ -121,6 +121,9 @@ type Config struct {
 
 	// Logger warns while a Redis does not answer. Default slog.Default().
 	Logger *slog.Logger
+	// Now is the clock of the stores and layers. Default nil: time.Now,
+	// and Redis's own TIME for the Redis stores' decisions.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the default configuration: what every zero field
@@ -140,6 +143,7 @@ func DefaultConfig() Config {
 		// TLS: nil, the system's roots; ExpiryJitter: 0, none
 		// MaxEntries: 0, no bound but MaxMemory; FloodGuard: off
 		// EnvoyKeys: off; EnvoyKeyPrefix: "", Envoy's default
+		// Now: nil, time.Now and Redis's TIME
 	}
 }
 
@@ -369,7 +373,7 @@ func (s *Stack) memory(cfg Config, p parts) error {
 			return configError(f.name, "%s", f.why)
 		}
 	}
-	mem, err := p.memory(memory.Config{MaxBytes: cfg.MaxMemory, MaxEntries: cfg.MaxEntries})
+	mem, err := p.memory(memory.Config{MaxBytes: cfg.MaxMemory, MaxEntries: cfg.MaxEntries, Now: cfg.Now})
 	if err != nil {
 		return err
 	}
@@ -379,7 +383,7 @@ func (s *Stack) memory(cfg Config, p parts) error {
 		s.nonBlocking = nb.NonBlocking()
 	}
 	if cfg.FloodGuard {
-		if s.top, err = p.floodguard(mem); err != nil {
+		if s.top, err = p.floodguard(mem, floodguard.Config{Now: cfg.Now}); err != nil {
 			return err
 		}
 	}
@@ -397,7 +401,7 @@ func (s *Stack) redis(cfg Config, p parts) error {
 			return configError("PerSecond", "%q: want a Redis URL", redis.Redact(cfg.PerSecond))
 		}
 	}
-	mem, err := p.memory(memory.Config{MaxBytes: cfg.MaxMemory, MaxEntries: cfg.MaxEntries})
+	mem, err := p.memory(memory.Config{MaxBytes: cfg.MaxMemory, MaxEntries: cfg.MaxEntries, Now: cfg.Now})
 	if err != nil {
 		return err
 	}
@@ -452,7 +456,7 @@ type redisSpec struct {
 // local-first > redis. It returns the outermost layer and the Redis store.
 func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, backend, error) {
 	rcfg := redis.DefaultConfig()
-	rcfg.TLS, rcfg.ExpiryJitter = cfg.TLS, cfg.ExpiryJitter
+	rcfg.TLS, rcfg.ExpiryJitter, rcfg.Now = cfg.TLS, cfg.ExpiryJitter, cfg.Now
 	if r.auth != "" {
 		if !strings.HasPrefix(strings.ToLower(r.url), "redis+sentinel://") {
 			return nil, nil, configError(r.authField, "%s %s names no sentinel (want redis+sentinel://)", r.field, redis.Redact(r.url))
@@ -473,7 +477,7 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 	lc := localfirst.Config{
 		NearCacheBytes: cfg.NearCache, Sync: cfg.Sync, RequestSync: true,
 		LeaseLifetime: cfg.LeaseLifetime, MaxLease: cfg.MaxLease,
-		SyncInterval: cfg.SyncInterval, AsyncNodes: cfg.AsyncNodes,
+		SyncInterval: cfg.SyncInterval, AsyncNodes: cfg.AsyncNodes, Now: cfg.Now,
 	}
 	lf, err := p.localFirst(b, lc)
 	if err != nil {
@@ -484,7 +488,7 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 	if !cfg.EnvoyKeys {
 		return lf, b, nil
 	}
-	return p.envoyKeys(lf, b, envoykeys.Config{Prefix: cfg.EnvoyKeyPrefix, ExpiryJitter: cfg.ExpiryJitter}), b, nil
+	return p.envoyKeys(lf, b, envoykeys.Config{Prefix: cfg.EnvoyKeyPrefix, ExpiryJitter: cfg.ExpiryJitter, Now: cfg.Now}), b, nil
 }
 
 // connectFailed returns a redis.Config.ConnectFailed that warns of the
@@ -535,7 +539,7 @@ type router interface {
 type parts struct {
 	memory     func(memory.Config) (closer, error)
 	redis      func(rawURL string, cfg redis.Config) (backend, error)
-	floodguard func(next sluice.Store) (sluice.Store, error)
+	floodguard func(next sluice.Store, cfg floodguard.Config) (sluice.Store, error)
 	localFirst func(next backend, cfg localfirst.Config) (layer, error)
 	envoyKeys  func(next sluice.Store, b backend, cfg envoykeys.Config) sluice.Store
 	route      func(short, long sluice.Store) (router, error)
@@ -552,8 +556,8 @@ func realParts() parts {
 			return m, nil
 		},
 		redis: func(rawURL string, cfg redis.Config) (backend, error) { return redis.New(rawURL, cfg) },
-		floodguard: func(next sluice.Store) (sluice.Store, error) {
-			return floodguard.New(next, floodguard.Config{})
+		floodguard: func(next sluice.Store, cfg floodguard.Config) (sluice.Store, error) {
+			return floodguard.New(next, cfg)
 		},
 		localFirst: func(next backend, cfg localfirst.Config) (layer, error) { return localfirst.New(next, cfg) },
 		envoyKeys: func(next sluice.Store, b backend, cfg envoykeys.Config) sluice.Store {

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/store/redis"
 	"github.com/sluicehq/sluice/store/stack"
+	"github.com/sluicehq/sluice/store/storetest"
 )
 
 // TestMain checks that Close stops every goroutine the stacks start, but
@@ -48,6 +49,18 @@ func TestMemory(t *testing.T) {
 	if !s.NonBlocking() || !s.Ready() || s.Slots() != nil {
 		t.Errorf("non-blocking %v, ready %v, slots %v: want true, true, none", s.NonBlocking(), s.Ready(), s.Slots())
 	}
+}
+
+// TestConformance runs the conformance suite on the memory stack.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) sluice.Store {
+		s, err := stack.New(stack.Config{Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		return s
+	})
 }
 
 // TestRedis composes a Redis stack with a per-second Redis (the same
