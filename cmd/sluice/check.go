@@ -13,15 +13,16 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/server"
 )
 
 func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Command {
-	var c coreFlags // only how rules are read, and --store
-	var identityPath string
+	s := newSettings(forRules) // only how rules are read
+	var identityPath, store string
 	fs := ff.NewFlagSet("check")
 	fs.StringVar(&identityPath, 0, "identity", "", "an identity file to check as well, or alone")
-	c.registerRules(fs)
-	fs.StringVar(&c.store, 0, "store", "memory", withEnv("store", "the store the rules are for, as serve's --store: memory or a redis URL"))
+	s.register(fs, forRules)
+	fs.StringVar(&store, 0, "store", "memory", withEnv("store", "the store the rules are for, as serve's --store: memory or a redis URL"))
 	return &ff.Command{
 		Name:      "check",
 		Usage:     "sluice check [--store URL] [--identity FILE] FILE|DIR",
@@ -49,11 +50,11 @@ func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Comm
 					return err
 				}
 			}
-			limits, err := limitCheck(c.store)
+			limits, err := server.LimitCheck(store)
 			if err != nil {
 				return usageError("check: %v", err)
 			}
-			return check(c.loader(), path, limits, domain, stdout, stderr)
+			return check(s.cfg.Rules.Loader(), path, limits, domain, stdout, stderr)
 		},
 	}
 }

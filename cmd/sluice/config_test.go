@@ -34,15 +34,6 @@ func flagValue(t *testing.T, fs ff.Flags, name string) string {
 	return f.GetValue()
 }
 
-func writeTemp(t *testing.T, name, content string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // TestConfigPrecedence checks that a flag wins over the environment, the
 // environment over the file, and the file over the default.
 func TestConfigPrecedence(t *testing.T) {
@@ -179,7 +170,7 @@ func TestServeConfigFile(t *testing.T) {
 	t.Parallel()
 	file := writeTemp(t, "sluice.yaml", "rules: "+exampleRules+"\nfail: closed\n")
 	s := startServer(t, nil, "--config", file)
-	rec := s.logs.find("listening")
+	rec := s.logs.Find("listening")
 	if rec["fail"] != "closed" {
 		t.Errorf("listening with fail %v, want closed (from the file)", rec["fail"])
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/peterbourgon/ff/v4"
+
+	"github.com/sluicehq/sluice/server"
 )
 
 // Envoy ratelimit's environment, read by `sluice serve` so that a
@@ -40,7 +42,7 @@ var envoyTriggers = []string{
 // read nor named.
 
 // envoyIgnored are Envoy's variables that have no effect in sluice: they
-// are named in the startup warning when set. The variables envoySettings
+// are named in the startup warning when set. The variables envoyTable
 // maps are not listed here; some of them are ignored in some cases (TLS
 // files without GRPC_SERVER_USE_TLS, say), and then named too.
 var envoyIgnored = []string{
@@ -77,6 +79,125 @@ var envoyIgnored = []string{
 	"TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
 }
 
+// envoyGroup is a part of Envoy's settings that applies when its
+// condition holds: then each of its rows sets a flag; otherwise the
+// variables of unused that are set have no effect and are named.
+type envoyGroup struct {
+	when   func(r *envoyReader) bool // nil: always
+	unused []string
+	rows   []envoyRow
+}
+
+// envoyRow sets the flag from the value Envoy's variables give it. A row
+// without a flag only checks its variables.
+type envoyRow struct {
+	flag  string
+	from  []string                            // the variables, for messages
+	value func(r *envoyReader) (string, bool) // false: leave the flag alone
+}
+
+// envoyTable is how Envoy ratelimit's variables map onto serve's flags.
+var envoyTable = []envoyGroup{
+	{rows: []envoyRow{ // listeners, with Envoy's defaults: all interfaces
+		{"http-addr", vars("HOST", "PORT"), hostPort("HOST", "0.0.0.0", "PORT", "8080")},
+		{"grpc-max-connection-age", vars("GRPC_MAX_CONNECTION_AGE"), plain("GRPC_MAX_CONNECTION_AGE", "24h")},
+		{"grpc-max-connection-age-grace", vars("GRPC_MAX_CONNECTION_AGE_GRACE"), plain("GRPC_MAX_CONNECTION_AGE_GRACE", "1h")},
+		{"ops-addr", vars("DEBUG_HOST", "DEBUG_PORT", "USE_PROMETHEUS", "PROMETHEUS_ADDR"), opsAddr},
+		{"log-level", vars("LOG_LEVEL"), logLevel},
+		{"log-format", vars("LOG_FORMAT"), func(r *envoyReader) (string, bool) { return strings.ToLower(r.get("LOG_FORMAT", "text")), true }},
+	}},
+	{when: isSet("GRPC_UDS"), rows: []envoyRow{ // a unix socket instead of GRPC_HOST:GRPC_PORT, as in Envoy
+		{"grpc-unix", vars("GRPC_UDS"), plain("GRPC_UDS", "")},
+		{"grpc-addr", vars("GRPC_UDS"), constant("")},
+	}},
+	{when: not(isSet("GRPC_UDS")), unused: vars("GRPC_HOST", "GRPC_PORT"), rows: []envoyRow{
+		{"grpc-addr", vars("GRPC_HOST", "GRPC_PORT"), hostPort("GRPC_HOST", "0.0.0.0", "GRPC_PORT", "8081")},
+	}},
+	{when: isTrue("USE_PROMETHEUS", false), unused: vars("PROMETHEUS_ADDR", "PROMETHEUS_PATH")},
+	// statsd: on by default, as in Envoy, unless stats are off or go to
+	// DogStatsD (named in the warning). sluice sends UDP; Envoy's stats
+	// library's default is TCP (its STATSD_PROTOCOL).
+	{when: statsdOn, unused: vars("STATSD_HOST", "STATSD_PORT", "STATS_FLUSH_INTERVAL", "STATSD_PROTOCOL"), rows: []envoyRow{
+		{"statsd-addr", vars("USE_STATSD", "STATSD_HOST", "STATSD_PORT"), hostPort("STATSD_HOST", "localhost", "STATSD_PORT", "8125")},
+		{"statsd-flush-interval", vars("STATS_FLUSH_INTERVAL"), plain("STATS_FLUSH_INTERVAL", "10s")},
+		{"", nil, ignoreUnless("STATSD_PROTOCOL", "udp")},
+	}},
+	{rows: []envoyRow{ // rules, read as Envoy's runtime reads them
+		{"", nil, refuseUnless("CONFIG_TYPE", "FILE", "sluice reads rules from files (CONFIG_TYPE=FILE) only")},
+		{"rules", vars("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"), func(r *envoyReader) (string, bool) {
+			return filepath.Join(r.get("RUNTIME_ROOT", "/srv/runtime_data/current"), r.get("RUNTIME_SUBDIRECTORY", ""),
+				r.get("RUNTIME_APPDIRECTORY", "config")), true
+		}},
+		{"rules-envoy-layout", vars("RUNTIME_ROOT"), constant("true")},
+		{"rules-ignore-dot-files", vars("RUNTIME_IGNOREDOTFILES"), boolOf("RUNTIME_IGNOREDOTFILES", false)},
+		{"rules-merge-domains", vars("MERGE_DOMAIN_CONFIG"), boolOf("MERGE_DOMAIN_CONFIG", false)},
+	}},
+	{rows: []envoyRow{ // the store
+		{"", nil, refuseUnless("BACKEND_TYPE", "redis", "sluice keeps counters in Redis (or in memory), not memcache")},
+		{"store", vars("REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_TLS"), storeOf("REDIS_", "")},
+		{"envoy-key-prefix", vars("CACHE_KEY_PREFIX"), plain("CACHE_KEY_PREFIX", "")},
+		{"near-cache", vars("LOCAL_CACHE_SIZE_IN_BYTES"), plain("LOCAL_CACHE_SIZE_IN_BYTES", "")},
+		{"", nil, func(r *envoyReader) (string, bool) {
+			if !r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true) {
+				r.ignored = append(r.ignored, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") // sluice never counts what it denies
+			}
+			return "", false
+		}},
+	}},
+	{when: isTrue("REDIS_PERSECOND", false), unused: perSecondVars, rows: []envoyRow{
+		// Envoy's default is a nutcracker's socket, as for REDIS_URL.
+		{"store-per-second", append(vars("REDIS_PERSECOND"), perSecondVars[:5]...), storeOf("REDIS_PERSECOND_", "/var/run/nutcracker/ratelimitpersecond.sock")},
+	}},
+	// A sentinel's password without a sentinel is ignored, as in Envoy.
+	{when: sentinel("REDIS_PERSECOND_"), unused: vars("REDIS_PERSECOND_SENTINEL_AUTH"), rows: []envoyRow{
+		{"store-per-second-sentinel-auth", vars("REDIS_PERSECOND_SENTINEL_AUTH"), plain("REDIS_PERSECOND_SENTINEL_AUTH", "")},
+	}},
+	{when: sentinel("REDIS_"), unused: vars("REDIS_SENTINEL_AUTH"), rows: []envoyRow{
+		{"store-sentinel-auth", vars("REDIS_SENTINEL_AUTH"), plain("REDIS_SENTINEL_AUTH", "")},
+	}},
+	{when: all(isTrue("REDIS_TLS", false), isSet("REDIS_URL")),
+		unused: vars("REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"), rows: []envoyRow{
+			{"store-ca", vars("REDIS_TLS_CACERT"), plain("REDIS_TLS_CACERT", "")},
+			{"store-cert", vars("REDIS_TLS_CLIENT_CERT"), plain("REDIS_TLS_CLIENT_CERT", "")},
+			{"store-key", vars("REDIS_TLS_CLIENT_KEY"), plain("REDIS_TLS_CLIENT_KEY", "")},
+			{"store-skip-hostname-verification", vars("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"), ifTrue("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")},
+		}},
+	{when: isSet("REDIS_URL"), unused: vars("EXPIRATION_JITTER_MAX_SECONDS"), rows: []envoyRow{ // not with the memory store
+		{"store-expiry-jitter", vars("EXPIRATION_JITTER_MAX_SECONDS"), expiryJitter},
+	}},
+	{rows: []envoyRow{ // decisions, headers and metrics
+		{"shadow", vars("SHADOW_MODE"), boolOf("SHADOW_MODE", false)},
+		{"response-headers", vars("LIMIT_RESPONSE_HEADERS_ENABLED"), func(r *envoyReader) (string, bool) {
+			if r.boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
+				return "all", true
+			}
+			return "none", true // Envoy sends no rate limit headers unless asked
+		}},
+		{"envoy-metrics", nil, constant("true")},
+		{"near-limit-ratio", vars("NEAR_LIMIT_RATIO"), plain("NEAR_LIMIT_RATIO", "0.8")},
+	}},
+	{when: isTrue("GRPC_SERVER_USE_TLS", false), // TLS on the gRPC listener
+		unused: vars("GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"), rows: []envoyRow{
+			{"tls-cert", vars("GRPC_SERVER_TLS_CERT"), constantOf("GRPC_SERVER_TLS_CERT")},
+			{"tls-key", vars("GRPC_SERVER_TLS_KEY"), constantOf("GRPC_SERVER_TLS_KEY")},
+			{"tls-client-ca", vars("GRPC_CLIENT_TLS_CACERT"), plain("GRPC_CLIENT_TLS_CACERT", "")},
+			{"tls-client-san", vars("GRPC_CLIENT_TLS_SAN"), plain("GRPC_CLIENT_TLS_SAN", "")},
+			{"tls-listeners", vars("GRPC_SERVER_USE_TLS"), constant("grpc")},
+		}},
+	{when: isTrue("TRACING_ENABLED", false), // to the OpenTelemetry SDK's endpoint variables
+		unused: vars("TRACING_SERVICE_NAME", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"), rows: []envoyRow{
+			{"otlp-endpoint", vars("TRACING_ENABLED", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"), otlpEndpoint},
+			{"otlp-protocol", vars("TRACING_EXPORTER_PROTOCOL"), func(r *envoyReader) (string, bool) { return otlpProtocol(r), true }},
+			{"trace-sample-ratio", vars("TRACING_SAMPLING_RATE"), plain("TRACING_SAMPLING_RATE", "1")},
+			{"trace-service-name", vars("TRACING_SERVICE_NAME"), plain("TRACING_SERVICE_NAME", "RateLimit")},
+		}},
+}
+
+// perSecondVars are the per-second Redis's variables: its URL's five,
+// then its sentinels' password.
+var perSecondVars = vars("REDIS_PERSECOND_URL", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_SOCKET_TYPE",
+	"REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_SENTINEL_AUTH")
+
 // envoySetting is a flag value taken from Envoy's variables.
 type envoySetting struct {
 	flag, value string
@@ -89,248 +210,254 @@ type envoyEnv struct {
 	ignored  []string // variables set without effect, sorted
 }
 
+// envoyReader reads Envoy's variables, collecting the first mistake and
+// the variables without effect.
+type envoyReader struct {
+	getenv  func(string) string
+	err     error
+	ignored []string
+}
+
+// get returns the variable, or def when it is unset or empty, as Envoy's
+// envconfig reads it.
+func (r *envoyReader) get(name, def string) string {
+	if v := r.getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// boolean returns the boolean variable, or def; a value that is no
+// boolean is a mistake.
+func (r *envoyReader) boolean(name string, def bool) bool {
+	v := r.get(name, strconv.FormatBool(def))
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(envoyError(name, v, "want true or false"))
+	}
+	return b
+}
+
+// fail records err unless a mistake is recorded already.
+func (r *envoyReader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+// ignore names each of names that is set as without effect.
+func (r *envoyReader) ignore(names ...string) {
+	for _, n := range names {
+		if r.getenv(n) != "" {
+			r.ignored = append(r.ignored, n)
+		}
+	}
+}
+
 // envoyError is a variable of Envoy's that sluice cannot honour.
 func envoyError(name, value, why string) error {
 	return usageError("Envoy ratelimit's %s=%q: %s", name, value, why)
 }
 
 // envoySettings reads Envoy ratelimit's variables through getenv and
-// returns the flag settings they make, or nil when none of envoyTriggers
-// is set. A variable sluice cannot honour safely (a memcache backend,
-// rules from xDS) is an error.
+// returns the flag settings envoyTable makes of them, or nil when none of
+// envoyTriggers is set. A variable sluice cannot honour safely (a
+// memcache backend, rules from xDS) is an error.
 func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 	if !slices.ContainsFunc(envoyTriggers, func(k string) bool { return getenv(k) != "" }) {
 		return nil, nil
 	}
+	r := &envoyReader{getenv: getenv}
 	e := &envoyEnv{}
-	// get returns the variable, or def when it is unset or empty, as
-	// Envoy's envconfig reads it.
-	get := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
+	for _, g := range envoyTable {
+		if g.when != nil && !g.when(r) {
+			r.ignore(g.unused...)
+			continue
 		}
-		return def
-	}
-	var errs []error
-	boolean := func(name string, def bool) bool {
-		v := get(name, strconv.FormatBool(def))
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, envoyError(name, v, "want true or false"))
-		}
-		return b
-	}
-	set := func(flag, value string, from ...string) {
-		e.settings = append(e.settings, envoySetting{flag: flag, value: value, from: from})
-	}
-	ignore := func(names ...string) {
-		for _, n := range names {
-			if getenv(n) != "" {
-				e.ignored = append(e.ignored, n)
+		for _, row := range g.rows {
+			if v, ok := row.value(r); ok && row.flag != "" {
+				e.settings = append(e.settings, envoySetting{flag: row.flag, value: v, from: row.from})
 			}
 		}
 	}
-
-	// Listeners, with Envoy's defaults: all interfaces.
-	set("http-addr", net.JoinHostPort(get("HOST", "0.0.0.0"), get("PORT", "8080")), "HOST", "PORT")
-	if uds := get("GRPC_UDS", ""); uds != "" {
-		// A unix socket instead of GRPC_HOST:GRPC_PORT, as in Envoy.
-		set("grpc-unix", uds, "GRPC_UDS")
-		set("grpc-addr", "", "GRPC_UDS")
-		ignore("GRPC_HOST", "GRPC_PORT")
-	} else {
-		set("grpc-addr", net.JoinHostPort(get("GRPC_HOST", "0.0.0.0"), get("GRPC_PORT", "8081")), "GRPC_HOST", "GRPC_PORT")
+	r.ignore(envoyIgnored...)
+	if r.err != nil {
+		return nil, r.err
 	}
-	set("grpc-max-connection-age", get("GRPC_MAX_CONNECTION_AGE", "24h"), "GRPC_MAX_CONNECTION_AGE")
-	set("grpc-max-connection-age-grace", get("GRPC_MAX_CONNECTION_AGE_GRACE", "1h"), "GRPC_MAX_CONNECTION_AGE_GRACE")
-	ops := []string{net.JoinHostPort(get("DEBUG_HOST", "0.0.0.0"), get("DEBUG_PORT", "6070"))}
-	opsFrom := []string{"DEBUG_HOST", "DEBUG_PORT"}
-	if boolean("USE_PROMETHEUS", false) {
-		ops = append(ops, get("PROMETHEUS_ADDR", ":9090"))
-		opsFrom = append(opsFrom, "USE_PROMETHEUS", "PROMETHEUS_ADDR")
-		if p := get("PROMETHEUS_PATH", "/metrics"); p != "/metrics" {
-			e.ignored = append(e.ignored, "PROMETHEUS_PATH")
-		}
-	} else {
-		ignore("PROMETHEUS_ADDR", "PROMETHEUS_PATH")
-	}
-	set("ops-addr", strings.Join(ops, ","), opsFrom...)
-
-	// statsd: on by default, as in Envoy, unless stats are off or go to
-	// DogStatsD (named in the warning). sluice sends UDP; Envoy's stats
-	// library's default is TCP (its STATSD_PROTOCOL).
-	statsdVars := []string{"STATSD_HOST", "STATSD_PORT", "STATS_FLUSH_INTERVAL", "STATSD_PROTOCOL"}
-	if boolean("USE_STATSD", true) && !boolean("DISABLE_STATS", false) && !boolean("USE_DOG_STATSD", false) {
-		set("statsd-addr", net.JoinHostPort(get("STATSD_HOST", "localhost"), get("STATSD_PORT", "8125")),
-			"USE_STATSD", "STATSD_HOST", "STATSD_PORT")
-		set("statsd-flush-interval", get("STATS_FLUSH_INTERVAL", "10s"), "STATS_FLUSH_INTERVAL")
-		if p := get("STATSD_PROTOCOL", "udp"); !strings.EqualFold(p, "udp") {
-			e.ignored = append(e.ignored, "STATSD_PROTOCOL")
-		}
-	} else {
-		ignore(statsdVars...)
-	}
-
-	// Logs.
-	lv := get("LOG_LEVEL", "WARN")
-	switch strings.ToLower(lv) {
-	case "trace", "debug":
-		set("log-level", "debug", "LOG_LEVEL")
-	case "info":
-		set("log-level", "info", "LOG_LEVEL")
-	case "warn", "warning":
-		set("log-level", "warn", "LOG_LEVEL")
-	case "error", "fatal", "panic":
-		set("log-level", "error", "LOG_LEVEL")
-	default:
-		errs = append(errs, envoyError("LOG_LEVEL", lv, "want trace, debug, info, warn, error, fatal or panic"))
-	}
-	set("log-format", strings.ToLower(get("LOG_FORMAT", "text")), "LOG_FORMAT")
-
-	// Rules: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, read as
-	// Envoy's runtime reads it.
-	if ct := get("CONFIG_TYPE", "FILE"); !strings.EqualFold(ct, "FILE") {
-		errs = append(errs, envoyError("CONFIG_TYPE", ct, "sluice reads rules from files (CONFIG_TYPE=FILE) only"))
-	}
-	set("rules", filepath.Join(get("RUNTIME_ROOT", "/srv/runtime_data/current"), get("RUNTIME_SUBDIRECTORY", ""),
-		get("RUNTIME_APPDIRECTORY", "config")), "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
-	set("rules-envoy-layout", "true", "RUNTIME_ROOT")
-	set("rules-ignore-dot-files", strconv.FormatBool(boolean("RUNTIME_IGNOREDOTFILES", false)), "RUNTIME_IGNOREDOTFILES")
-	set("rules-merge-domains", strconv.FormatBool(boolean("MERGE_DOMAIN_CONFIG", false)), "MERGE_DOMAIN_CONFIG")
-
-	// The store.
-	if bt := get("BACKEND_TYPE", "redis"); !strings.EqualFold(bt, "redis") {
-		errs = append(errs, envoyError("BACKEND_TYPE", bt, "sluice keeps counters in Redis (or in memory), not memcache"))
-	}
-	if store, err := envoyStore(get, boolean, "REDIS_", ""); err != nil {
-		errs = append(errs, err)
-	} else if store != "" {
-		set("store", store, "REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_TLS")
-	}
-	perSecondVars := []string{"REDIS_PERSECOND_URL", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_SOCKET_TYPE",
-		"REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_TLS"}
-	if boolean("REDIS_PERSECOND", false) {
-		// Envoy's default is a nutcracker's socket, as for REDIS_URL.
-		ps, err := envoyStore(get, boolean, "REDIS_PERSECOND_", "/var/run/nutcracker/ratelimitpersecond.sock")
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			set("store-per-second", ps, append([]string{"REDIS_PERSECOND"}, perSecondVars...)...)
-		}
-		if v := get("REDIS_PERSECOND_SENTINEL_AUTH", ""); v != "" && strings.EqualFold(get("REDIS_PERSECOND_TYPE", "single"), "sentinel") {
-			set("store-per-second-sentinel-auth", v, "REDIS_PERSECOND_SENTINEL_AUTH")
-		} else {
-			ignore("REDIS_PERSECOND_SENTINEL_AUTH") // as in Envoy, without a sentinel
-		}
-	} else {
-		ignore(append(perSecondVars, "REDIS_PERSECOND_SENTINEL_AUTH")...)
-	}
-	if v := get("REDIS_SENTINEL_AUTH", ""); v != "" && get("REDIS_URL", "") != "" && strings.EqualFold(get("REDIS_TYPE", "single"), "sentinel") {
-		set("store-sentinel-auth", v, "REDIS_SENTINEL_AUTH")
-	} else {
-		ignore("REDIS_SENTINEL_AUTH") // as in Envoy, without a sentinel
-	}
-	storeTLSVars := []string{"REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"}
-	if boolean("REDIS_TLS", false) && get("REDIS_URL", "") != "" {
-		if v := get("REDIS_TLS_CACERT", ""); v != "" {
-			set("store-ca", v, "REDIS_TLS_CACERT")
-		}
-		if v := get("REDIS_TLS_CLIENT_CERT", ""); v != "" {
-			set("store-cert", v, "REDIS_TLS_CLIENT_CERT")
-		}
-		if v := get("REDIS_TLS_CLIENT_KEY", ""); v != "" {
-			set("store-key", v, "REDIS_TLS_CLIENT_KEY")
-		}
-		if boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
-			set("store-skip-hostname-verification", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
-		}
-	} else {
-		ignore(storeTLSVars...)
-	}
-	if get("REDIS_URL", "") != "" {
-		// Envoy's default spreads its keys' expiry over 300 s.
-		jitter := get("EXPIRATION_JITTER_MAX_SECONDS", "300")
-		if n, err := strconv.ParseUint(jitter, 10, 31); err != nil {
-			errs = append(errs, envoyError("EXPIRATION_JITTER_MAX_SECONDS", jitter, "want whole seconds"))
-		} else {
-			set("store-expiry-jitter", (time.Duration(n) * time.Second).String(), "EXPIRATION_JITTER_MAX_SECONDS")
-		}
-	} else {
-		ignore("EXPIRATION_JITTER_MAX_SECONDS") // the memory store
-	}
-	if v := get("CACHE_KEY_PREFIX", ""); v != "" {
-		set("envoy-key-prefix", v, "CACHE_KEY_PREFIX")
-	}
-	if v := get("LOCAL_CACHE_SIZE_IN_BYTES", ""); v != "" {
-		set("near-cache", v, "LOCAL_CACHE_SIZE_IN_BYTES")
-	}
-	if !boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true) {
-		// sluice never counts what it denies.
-		e.ignored = append(e.ignored, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
-	}
-
-	// Decisions, headers and metrics.
-	set("shadow", strconv.FormatBool(boolean("SHADOW_MODE", false)), "SHADOW_MODE")
-	headers := "none" // Envoy sends no rate limit headers unless asked
-	if boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
-		headers = "all"
-	}
-	set("response-headers", headers, "LIMIT_RESPONSE_HEADERS_ENABLED")
-	set("envoy-metrics", "true")
-	set("near-limit-ratio", get("NEAR_LIMIT_RATIO", "0.8"), "NEAR_LIMIT_RATIO")
-
-	// TLS on the gRPC listener.
-	tlsVars := []string{"GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN"}
-	if boolean("GRPC_SERVER_USE_TLS", false) {
-		set("tls-cert", get("GRPC_SERVER_TLS_CERT", ""), "GRPC_SERVER_TLS_CERT")
-		set("tls-key", get("GRPC_SERVER_TLS_KEY", ""), "GRPC_SERVER_TLS_KEY")
-		if ca := get("GRPC_CLIENT_TLS_CACERT", ""); ca != "" {
-			set("tls-client-ca", ca, "GRPC_CLIENT_TLS_CACERT")
-		}
-		if san := get("GRPC_CLIENT_TLS_SAN", ""); san != "" {
-			set("tls-client-san", san, "GRPC_CLIENT_TLS_SAN")
-		}
-		set("tls-listeners", "grpc", "GRPC_SERVER_USE_TLS")
-	} else {
-		ignore(tlsVars...)
-	}
-
-	// Tracing, to the OpenTelemetry SDK's endpoint variables.
-	traceVars := []string{"TRACING_SERVICE_NAME", "TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"}
-	if boolean("TRACING_ENABLED", false) {
-		proto := strings.ToLower(get("TRACING_EXPORTER_PROTOCOL", "http"))
-		def := "http://localhost:4318" // the SDK's default endpoints
-		if proto == "grpc" {
-			def = "http://localhost:4317"
-		}
-		set("otlp-endpoint", get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", get("OTEL_EXPORTER_OTLP_ENDPOINT", def)),
-			"TRACING_ENABLED", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-		set("otlp-protocol", proto, "TRACING_EXPORTER_PROTOCOL")
-		set("trace-sample-ratio", get("TRACING_SAMPLING_RATE", "1"), "TRACING_SAMPLING_RATE")
-		set("trace-service-name", get("TRACING_SERVICE_NAME", "RateLimit"), "TRACING_SERVICE_NAME")
-	} else {
-		ignore(traceVars...)
-	}
-
-	ignore(envoyIgnored...)
-	if len(errs) > 0 {
-		return nil, errs[0]
-	}
-	slices.Sort(e.ignored)
-	e.ignored = slices.Compact(e.ignored)
+	slices.Sort(r.ignored)
+	e.ignored = slices.Compact(r.ignored)
 	return e, nil
+}
+
+// vars is a list of variable names.
+func vars(names ...string) []string { return names }
+
+// plain is the variable, or def; with def "", only when it is set.
+func plain(name, def string) func(*envoyReader) (string, bool) {
+	return func(r *envoyReader) (string, bool) {
+		v := r.get(name, def)
+		return v, v != ""
+	}
+}
+
+// constantOf is the variable, even when it is empty.
+func constantOf(name string) func(*envoyReader) (string, bool) {
+	return func(r *envoyReader) (string, bool) { return r.get(name, ""), true }
+}
+
+func constant(v string) func(*envoyReader) (string, bool) {
+	return func(*envoyReader) (string, bool) { return v, true }
+}
+
+func boolOf(name string, def bool) func(*envoyReader) (string, bool) {
+	return func(r *envoyReader) (string, bool) { return strconv.FormatBool(r.boolean(name, def)), true }
+}
+
+// ifTrue is "true" when the boolean variable is, and nothing otherwise.
+func ifTrue(name string) func(*envoyReader) (string, bool) {
+	return func(r *envoyReader) (string, bool) { return "true", r.boolean(name, false) }
+}
+
+func hostPort(host, hostDef, port, portDef string) func(*envoyReader) (string, bool) {
+	return func(r *envoyReader) (string, bool) {
+		return net.JoinHostPort(r.get(host, hostDef), r.get(port, portDef)), true
+	}
+}
+
+// ignoreUnless names the variable as without effect when it is set to
+// anything but want.
+func ignoreUnless(name, want string) func(*envoyReader) (string, bool) {
+	return func(r *envoyReader) (string, bool) {
+		if v := r.get(name, want); !strings.EqualFold(v, want) {
+			r.ignored = append(r.ignored, name)
+		}
+		return "", false
+	}
+}
+
+// refuseUnless refuses the variable set to anything but want.
+func refuseUnless(name, want, why string) func(*envoyReader) (string, bool) {
+	return func(r *envoyReader) (string, bool) {
+		if v := r.get(name, want); !strings.EqualFold(v, want) {
+			r.fail(envoyError(name, v, why))
+		}
+		return "", false
+	}
+}
+
+func isSet(name string) func(*envoyReader) bool {
+	return func(r *envoyReader) bool { return r.get(name, "") != "" }
+}
+
+func isTrue(name string, def bool) func(*envoyReader) bool {
+	return func(r *envoyReader) bool { return r.boolean(name, def) }
+}
+
+func not(f func(*envoyReader) bool) func(*envoyReader) bool {
+	return func(r *envoyReader) bool { return !f(r) }
+}
+
+func all(fs ...func(*envoyReader) bool) func(*envoyReader) bool {
+	return func(r *envoyReader) bool {
+		for _, f := range fs {
+			if !f(r) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// statsdOn reports whether Envoy would send statsd: USE_STATSD, unless
+// stats are off or go to DogStatsD.
+func statsdOn(r *envoyReader) bool {
+	return r.boolean("USE_STATSD", true) && !r.boolean("DISABLE_STATS", false) && !r.boolean("USE_DOG_STATSD", false)
+}
+
+// sentinel reports whether the Redis of prefix (REDIS_ or
+// REDIS_PERSECOND_) is a Sentinel's with a sentinel password.
+func sentinel(prefix string) func(*envoyReader) bool {
+	return func(r *envoyReader) bool {
+		on := r.get(prefix+"SENTINEL_AUTH", "") != "" && strings.EqualFold(r.get(prefix+"TYPE", "single"), "sentinel")
+		if prefix == "REDIS_" {
+			return on && r.get("REDIS_URL", "") != ""
+		}
+		return on && r.boolean("REDIS_PERSECOND", false)
+	}
+}
+
+// opsAddr is DEBUG_HOST:DEBUG_PORT, and PROMETHEUS_ADDR with
+// USE_PROMETHEUS (whose PROMETHEUS_PATH is always /metrics here).
+func opsAddr(r *envoyReader) (string, bool) {
+	ops := net.JoinHostPort(r.get("DEBUG_HOST", "0.0.0.0"), r.get("DEBUG_PORT", "6070"))
+	if r.boolean("USE_PROMETHEUS", false) {
+		ops += "," + r.get("PROMETHEUS_ADDR", ":9090")
+		ignoreUnless("PROMETHEUS_PATH", "/metrics")(r)
+	}
+	return ops, true
+}
+
+// envoyLevels maps LOG_LEVEL's values onto --log-level's.
+var envoyLevels = map[string]string{"trace": "debug", "debug": "debug", "info": "info", "warn": "warn", "warning": "warn",
+	"error": "error", "fatal": "error", "panic": "error"}
+
+func logLevel(r *envoyReader) (string, bool) {
+	lv := r.get("LOG_LEVEL", "WARN")
+	if l, ok := envoyLevels[strings.ToLower(lv)]; ok {
+		return l, true
+	}
+	r.fail(envoyError("LOG_LEVEL", lv, "want trace, debug, info, warn, error, fatal or panic"))
+	return "", false
+}
+
+// storeOf is the store URL of the Redis variables of prefix, whose URL
+// defaults to defURL; nothing when there is none.
+func storeOf(prefix, defURL string) func(*envoyReader) (string, bool) {
+	return func(r *envoyReader) (string, bool) {
+		s, err := envoyStore(r, prefix, defURL)
+		if err != nil {
+			r.fail(err)
+		}
+		return s, s != ""
+	}
+}
+
+// expiryJitter is EXPIRATION_JITTER_MAX_SECONDS, whose default spreads
+// Envoy's keys' expiry over 300 s.
+func expiryJitter(r *envoyReader) (string, bool) {
+	jitter := r.get("EXPIRATION_JITTER_MAX_SECONDS", "300")
+	n, err := strconv.ParseUint(jitter, 10, 31)
+	if err != nil {
+		r.fail(envoyError("EXPIRATION_JITTER_MAX_SECONDS", jitter, "want whole seconds"))
+		return "", false
+	}
+	return (time.Duration(n) * time.Second).String(), true
+}
+
+func otlpProtocol(r *envoyReader) string {
+	return strings.ToLower(r.get("TRACING_EXPORTER_PROTOCOL", "http"))
+}
+
+// otlpEndpoint is the OpenTelemetry SDK's endpoint, or its default for
+// the protocol.
+func otlpEndpoint(r *envoyReader) (string, bool) {
+	def := "http://localhost:4318"
+	if otlpProtocol(r) == "grpc" {
+		def = "http://localhost:4317"
+	}
+	return r.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", r.get("OTEL_EXPORTER_OTLP_ENDPOINT", def)), true
 }
 
 // envoyStore returns the store URL that Envoy's Redis variables name,
 // those of the prefix REDIS_ (--store) or REDIS_PERSECOND_
 // (--store-per-second), or "" when its URL is not set and defURL is ""
 // (the store stays as it is).
-func envoyStore(get func(name, def string) string, boolean func(string, bool) bool, prefix, defURL string) (string, error) {
-	raw := get(prefix+"URL", defURL)
-	socket := get(prefix+"SOCKET_TYPE", "")
-	typ := strings.ToLower(get(prefix+"TYPE", "SINGLE"))
-	auth := get(prefix+"AUTH", "")
-	tlsOn := boolean(prefix+"TLS", false)
+func envoyStore(r *envoyReader, prefix, defURL string) (string, error) {
+	raw := r.get(prefix+"URL", defURL)
+	socket := r.get(prefix+"SOCKET_TYPE", "")
+	typ := strings.ToLower(r.get(prefix+"TYPE", "SINGLE"))
+	auth := r.get(prefix+"AUTH", "")
+	tlsOn := r.boolean(prefix+"TLS", false)
 	if raw == "" {
 		return "", nil
 	}
@@ -421,7 +548,7 @@ func (e *envoyEnv) redactedSettings() []string {
 		v := s.value
 		switch s.flag {
 		case "store", "store-per-second":
-			v = redactURL(v)
+			v = server.RedactURL(v)
 		case "store-sentinel-auth", "store-per-second-sentinel-auth":
 			v = "xxxxx"
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // TestEnvoySettings maps Envoy ratelimit's environments onto flags.
@@ -45,7 +47,7 @@ func TestEnvoySettings(t *testing.T) {
 		ignored []string
 		err     string
 	}{
-		{name: "no Envoy variable", env: []string{"HOST=example", "PORT=9", "LOG_LEVEL=debug"}, want: nil},
+		{name: "no Envoy variable", env: []string{"HOST=example", "PORT=9", "LOG_LEVEL=debug", "CACHE_KEY_PREFIX=x_"}, want: nil},
 		{name: "a trigger alone", env: []string{"RUNTIME_ROOT=/srv/runtime_data/current"}, want: map[string]string{}},
 		{
 			name: "Envoy's example deployment",
@@ -361,7 +363,7 @@ func TestServeEnvoyEnvironment(t *testing.T) {
 	getenv := env("RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
 		"LOG_LEVEL=info", "LOG_FORMAT=json", "USE_STATSD=false", "STATSD_HOST=statsd-exporter", "EXTRA_TAGS=a:b")
-	logs := &logBuffer{}
+	logs := &testenv.Logs{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, getenv, io.Discard, logs) }()
@@ -372,8 +374,8 @@ func TestServeEnvoyEnvironment(t *testing.T) {
 		}
 	}()
 	var rec map[string]any
-	eventually(t, "serve listens", func() bool { rec = logs.find("listening"); return rec != nil })
-	warn := logs.find("Envoy ratelimit's variables without effect in sluice")
+	eventually(t, "serve listens", func() bool { rec = logs.Find("listening"); return rec != nil })
+	warn := logs.Find("Envoy ratelimit's variables without effect in sluice")
 	if warn == nil || warn["level"] != "WARN" {
 		t.Fatalf("no warning about ignored variables; logs:\n%s", logs)
 	}
@@ -416,29 +418,6 @@ func TestServeEnvoyEnvironment(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(b), `ratelimit_service_rate_limit_total_hits{domain="api",key1="user",key2="path_/login"} 1`) {
 		t.Errorf("/metrics lacks Envoy's total_hits of the login rule:\n%s", b)
-	}
-}
-
-// TestShadowFlag checks --shadow: over-limit requests are allowed and
-// counted as shadow over-limit.
-func TestShadowFlag(t *testing.T) {
-	t.Parallel()
-	rules := writeTemp(t, "rules.yaml", "domain: api\ndescriptors:\n  - key: user\n    descriptors:\n      - key: path\n        value: /login\n        rate_limit: {unit: hour, requests_per_unit: 5}\n")
-	s := startServer(t, nil, "--rules", rules, "--shadow", "--envoy-metrics")
-	body := `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"shadow-test"},{"key":"path","value":"/login"}]}]}`
-	for i := 1; i <= 7; i++ { // 5 an hour
-		if r := s.do(t, "POST", "/json", body); r.code != 200 {
-			t.Fatalf("request %d: %d %s, want 200 in shadow mode", i, r.code, r.body)
-		}
-	}
-	m := s.do(t, "GET", "/metrics", "")
-	for _, want := range []string{
-		`ratelimit_service_rate_limit_shadow_mode{domain="api",key1="user",key2="path_/login"} 2`,
-		`sluice_decisions_total{descriptor="api.user.path_/login",domain="api",result="shadow_over_limit"} 2`,
-	} {
-		if !strings.Contains(m.body, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
 	}
 }
 

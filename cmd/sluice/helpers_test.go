@@ -1,76 +1,32 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/wrapperspb"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/server"
 )
 
 // exampleRules is the sample rules file the README's quickstart uses.
 const exampleRules = "../../examples/rules.yaml"
 
-// logBuffer collects a server's JSON log lines; safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// find returns the first log record whose msg is msg, or nil.
-func (l *logBuffer) find(msg string) map[string]any {
-	return l.findFunc(msg, func(map[string]any) bool { return true })
-}
-
-// findFunc returns the first log record whose msg is msg and for which ok
-// holds, or nil.
-func (l *logBuffer) findFunc(msg string, ok func(rec map[string]any) bool) map[string]any {
-	sc := bufio.NewScanner(strings.NewReader(l.String()))
-	for sc.Scan() {
-		var rec map[string]any
-		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == msg && ok(rec) {
-			return rec
-		}
-	}
-	return nil
-}
-
-// testServer is `sluice serve` running in-process on loopback ports.
+// testServer is sluice serving in the test, on loopback ports.
 type testServer struct {
-	grpcAddr string
-	httpURL  string
-	logs     *logBuffer
-	cancel   context.CancelFunc
-	done     chan error // receives run's result
-	conn     *grpc.ClientConn
-	rls      rlsv3.RateLimitServiceClient
-	http     *http.Client
+	httpURL   string
+	adminAddr string
+	logs      *testenv.Logs
+	cancel    context.CancelFunc
+	done      chan error // receives the result of run or Run
+	http      *http.Client
 }
 
 // env returns a getenv over the given KEY=VALUE pairs.
@@ -84,8 +40,9 @@ func env(kv ...string) func(string) string {
 }
 
 // startServer runs `sluice serve` with args after ports 0 and JSON logs,
-// waits until it listens, and connects a gRPC and an HTTP client. The
-// server is shut down, and must stop cleanly, when the test ends.
+// and waits until it listens: what the command line, the environment and a
+// config file make of a server. The server is shut down, and must stop
+// cleanly, when the test ends.
 func startServer(t *testing.T, getenv func(string) string, args ...string) *testServer {
 	t.Helper()
 	if getenv == nil {
@@ -93,55 +50,56 @@ func startServer(t *testing.T, getenv func(string) string, args ...string) *test
 	}
 	all := append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--log-format", "json", "--retry-jitter", "0s"}, args...)
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &testServer{logs: &logBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	s := &testServer{logs: &testenv.Logs{}, cancel: cancel, done: make(chan error, 1)}
 	go func() { s.done <- run(ctx, all, getenv, io.Discard, s.logs) }()
-	deadline := time.Now().Add(10 * time.Second)
 	var rec map[string]any
-	for rec == nil {
+	eventually(t, "serve listens", func() bool {
 		select {
 		case err := <-s.done:
 			cancel()
 			t.Fatalf("serve ended before listening: %v\nlogs:\n%s", err, s.logs)
-		case <-time.After(10 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("serve did not listen within 10s; logs:\n%s", s.logs)
-		}
-		rec = s.logs.find("listening")
-	}
-	s.grpcAddr, _ = rec["grpc_addr"].(string)
+		rec = s.logs.Find("listening")
+		return rec != nil
+	})
 	httpAddr, _ := rec["http_addr"].(string)
 	s.httpURL = "http://" + httpAddr
-	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	s.cleanup(t)
+	return s
+}
+
+// startConfig runs the server of c (its Rules and Admin set) on loopback
+// ports, logging JSON.
+func startConfig(t *testing.T, c server.Config) *testServer {
+	t.Helper()
+	s := &testServer{logs: &testenv.Logs{}, done: make(chan error, 1)}
+	c.GRPC.Addr, c.HTTP.Addr, c.RetryJitter = "127.0.0.1:0", "127.0.0.1:0", -1
+	c.Logger = slog.New(slog.NewJSONHandler(s.logs, nil))
+	srv, err := server.New(c)
 	if err != nil {
-		cancel()
-		t.Fatal(err)
+		t.Fatalf("New: %v\nlogs:\n%s", err, s.logs)
 	}
-	s.conn, s.rls = conn, rlsv3.NewRateLimitServiceClient(conn)
+	var ctx context.Context
+	ctx, s.cancel = context.WithCancel(context.Background())
+	s.httpURL, s.adminAddr = "http://"+srv.HTTPAddr(), srv.AdminAddr()
+	go func() { s.done <- srv.Run(ctx) }()
+	s.cleanup(t)
+	return s
+}
+
+// cleanup stops s when the test ends.
+func (s *testServer) cleanup(t *testing.T) {
 	s.http = &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
 	t.Cleanup(func() {
 		s.http.CloseIdleConnections()
-		conn.Close()
 		if err := s.stop(); err != nil {
 			t.Errorf("serve: %v\nlogs:\n%s", err, s.logs)
 		}
 	})
-	return s
 }
 
-// waitStore waits until s decides from its store (/readyz says mode
-// store): a Redis store connects in the background, and the fail mode
-// decides until it has. The first attempt is bounded by the store's 1s
-// dial timeout, which a loaded machine can overrun.
-func (s *testServer) waitStore(t *testing.T) {
-	t.Helper()
-	eventually(t, "decisions from the store", func() bool {
-		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
-	})
-}
-
-// stop cancels the server's context and returns run's result.
+// stop cancels the server's context and returns its result.
 func (s *testServer) stop() error {
 	s.cancel()
 	select {
@@ -178,54 +136,6 @@ func (s *testServer) do(t *testing.T, method, path, body string) httpResult {
 	return httpResult{resp.StatusCode, resp.Header, string(b)}
 }
 
-// descriptor builds a descriptor from key/value pairs.
-func descriptor(kv ...string) *ratelimitv3.RateLimitDescriptor {
-	d := &ratelimitv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-// hits sets a descriptor's own hits_addend.
-func hits(d *ratelimitv3.RateLimitDescriptor, n uint64) *ratelimitv3.RateLimitDescriptor {
-	d.HitsAddend = wrapperspb.UInt64(n)
-	return d
-}
-
-// header returns the value of the response header key, or "".
-func header(resp *rlsv3.RateLimitResponse, key string) string {
-	for _, h := range resp.GetResponseHeadersToAdd() {
-		if strings.EqualFold(h.GetKey(), key) {
-			return h.GetValue()
-		}
-	}
-	return ""
-}
-
-// copyRules copies src to a file in a fresh temporary directory and
-// returns its path.
-func copyRules(t *testing.T, src string) string {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	writeFile(t, path, string(b))
-	return path
-}
-
-// readFile returns path's contents.
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // writeFile replaces path's contents the way editors do: write a new file
 // and rename it over the old one.
 func writeFile(t *testing.T, path, content string) {
@@ -239,6 +149,15 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
+// writeTemp writes content to a file called name in a fresh temporary
+// directory and returns its path.
+func writeTemp(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	writeFile(t, path, content)
+	return path
+}
+
 // eventually polls cond every 20ms for up to 10s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -249,12 +168,4 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// nearMidnight reports whether a UTC day boundary is less than margin
-// away, when the daily windows the tests count in could reset under them.
-func nearMidnight(margin time.Duration) bool {
-	now := time.Now().UTC()
-	next := now.Truncate(24 * time.Hour).Add(24 * time.Hour)
-	return next.Sub(now) < margin
 }

@@ -22,6 +22,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -188,7 +189,7 @@ func runImage(t *testing.T, root string, argv, env []string, uid, gid uint32, sl
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logBuffer{}
+	logs := &testenv.Logs{}
 	listening := make(chan map[string]any, 1)
 	copied := make(chan struct{})
 	go func() {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/server"
 )
 
 // The admin tokens of the rules database tests.
@@ -39,13 +40,11 @@ func tenantDoc(n int) string {
 // startNode starts node i of f with its own snapshot file.
 func (f *fleet) startNode(t *testing.T, i int) *testServer {
 	t.Helper()
-	s := startServer(t, nil, "--rules", "redis://"+f.redis.Addr, "--rules-snapshot", filepath.Join(f.dir, fmt.Sprintf("node%d.snapshot", i)),
-		"--admin-tokens", f.tokens, "--admin-addr", "127.0.0.1:0", "--store", "memory")
-	rec := s.logs.find("admin API listening")
-	if rec == nil {
-		t.Fatalf("no admin API; logs:\n%s", s.logs)
-	}
-	f.admins[i] = "http://" + rec["admin_addr"].(string)
+	c := server.DefaultConfig()
+	c.Rules.Source, c.Rules.Snapshot = "redis://"+f.redis.Addr, filepath.Join(f.dir, fmt.Sprintf("node%d.snapshot", i))
+	c.Admin = server.AdminConfig{Tokens: f.tokens, Addr: "127.0.0.1:0"}
+	s := startConfig(t, c)
+	f.admins[i] = "http://" + s.adminAddr
 	f.nodes[i] = s
 	return s
 }
@@ -211,7 +210,7 @@ func TestRulesDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := f.startNode(t, 2)
-	if rec := s.logs.find("rules reloaded"); rec == nil || rec["source"] != "snapshot" {
+	if rec := s.logs.Find("rules reloaded"); rec == nil || rec["source"] != "snapshot" {
 		t.Fatalf("restarted node's first load: %v\n%s", rec, s.logs)
 	}
 	if got := limit(t, s, "acme"); got != last {
@@ -273,8 +272,10 @@ func TestAdminOverFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &fleet{nodes: make([]*testServer, 1), admins: make([]string, 1)}
-	s := startServer(t, nil, "--rules", dir, "--admin-tokens", tokens, "--admin-addr", "127.0.0.1:0")
-	f.nodes[0], f.admins[0] = s, "http://"+s.logs.find("admin API listening")["admin_addr"].(string)
+	c := server.DefaultConfig()
+	c.Rules.Source, c.Admin = dir, server.AdminConfig{Tokens: tokens, Addr: "127.0.0.1:0"}
+	s := startConfig(t, c)
+	f.nodes[0], f.admins[0] = s, "http://"+s.adminAddr
 	if got := limit(t, s, "acme"); got != 100 {
 		t.Fatalf("start: %d", got)
 	}
@@ -342,8 +343,9 @@ func TestAdminOverFiles(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "api.yaml"), tenantDoc(300))
 	eventually(t, "the file back", func() bool { return limit(t, s, "other") == 300 })
 	// Read-only: nothing is written.
-	ro := startServer(t, nil, "--rules", dir, "--admin-tokens", tokens, "--admin-addr", "127.0.0.1:0", "--admin-read-only")
-	f.nodes[0], f.admins[0] = ro, "http://"+ro.logs.find("admin API listening")["admin_addr"].(string)
+	c.Admin.ReadOnly = true
+	ro := startConfig(t, c)
+	f.nodes[0], f.admins[0] = ro, "http://"+ro.adminAddr
 	if got := limit(t, ro, "acme"); got != 5 {
 		t.Fatalf("a node started on the directory: acme %d, want its override", got)
 	}

@@ -169,47 +169,6 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-func TestServeErrors(t *testing.T) {
-	t.Parallel()
-	// (An unreachable Redis is no error: serve starts in its fail mode, see
-	// TestServeStartsWithoutRedis.)
-	tests := []struct {
-		name string
-		args []string
-		msg  string
-	}{
-		{"bad redis URL", []string{"--store", "redis://127.0.0.1:1/0?db=2"}, "--store: redis store URL redis://127.0.0.1:1/0?db=2: query parameters are not supported"},
-		{"unknown store", []string{"--store", "etcd://x"}, "unknown store"},
-		{"empty store", []string{"--store", ""}, "--store is empty"},
-		{"a sentinel's password without a sentinel", []string{"--store", "redis://:pw@127.0.0.1:1", "--store-sentinel-auth", "x"},
-			"--store-sentinel-auth: --store redis://:xxxxx@127.0.0.1:1 names no sentinel"},
-		{"a sentinel's password for memory", []string{"--store-sentinel-auth", "x"}, "--store-sentinel-auth: --store is memory"},
-		{"no gRPC listener", []string{"--grpc-addr", ""}, "--grpc-addr and --grpc-unix are both empty"},
-		{"a per-second sentinel's password without a per-second Redis", []string{"--store", "redis://127.0.0.1:1", "--store-per-second-sentinel-auth", "x"},
-			"--store-per-second-sentinel-auth: there is no --store-per-second"},
-		{"a per-second sentinel's password without a sentinel", []string{"--store", "redis://127.0.0.1:1", "--store-per-second", "redis://127.0.0.1:2",
-			"--store-per-second-sentinel-auth", "x"}, "--store-per-second-sentinel-auth: --store-per-second redis://127.0.0.1:2 names no sentinel"},
-		{"a per-second Redis beside memory", []string{"--store-per-second", "redis://127.0.0.1:1"}, "--store-per-second: --store is memory"},
-		{"a per-second store that is no Redis", []string{"--store", "redis://127.0.0.1:1", "--store-per-second", "memory"}, "--store-per-second \"memory\": want a Redis URL"},
-		{"a bad per-second Redis URL", []string{"--store", "redis://127.0.0.1:1", "--store-per-second", "redis://:pw@h:1?x"}, "--store-per-second: --store: redis store URL redis://:xxxxx@h:1?x"},
-		{"broken rules", []string{"--rules", "testdata/does-not-exist.yaml"}, "load rules"},
-		{"address in use", []string{"--grpc-addr", "127.0.0.1:1", "--http-addr", "256.0.0.1:0"}, "listen"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			args := append([]string{"serve", "--rules", exampleRules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, tt.args...)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			var stderr bytes.Buffer
-			err := run(ctx, args, env(), &stderr, &stderr)
-			if err == nil || !strings.Contains(err.Error(), tt.msg) {
-				t.Errorf("error %v, want one containing %q", err, tt.msg)
-			}
-		})
-	}
-}
-
 // TestEnvironment starts serve with its rules and addresses from the
 // environment, one address overridden by a flag.
 func TestEnvironment(t *testing.T) {
@@ -223,13 +182,13 @@ func TestEnvironment(t *testing.T) {
 	if r := s.do(t, "GET", "/readyz", ""); r.code != 200 {
 		t.Errorf("readyz %d %s, want 200", r.code, r.body)
 	}
-	if rec := s.logs.find("shutting down"); rec != nil {
+	if rec := s.logs.Find("shutting down"); rec != nil {
 		t.Errorf("shut down early: %v", rec)
 	}
 	if err := s.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if rec := s.logs.find("shutting down"); rec == nil || rec["timeout"] != float64(3*time.Second) {
+	if rec := s.logs.Find("shutting down"); rec == nil || rec["timeout"] != float64(3*time.Second) {
 		t.Errorf("shutdown logged as %v, want the timeout of $SLUICE_SHUTDOWN_TIMEOUT", rec)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/peterbourgon/ff/v4"
 
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/simulate"
 	"github.com/sluicehq/sluice/ui"
 )
@@ -21,11 +22,11 @@ import (
 const maxTrafficLog = 64 << 20
 
 func simulateCommand(stdout io.Writer) *ff.Command {
-	var c coreFlags // how rules are read
+	s := newSettings(forRules) // how rules are read
 	var traffic, compare, out, format string
 	fs := ff.NewFlagSet("simulate")
-	fs.StringVar(&c.rules, 0, "rules", "", "rules file or directory whose limits are simulated (required)")
-	c.registerRules(fs)
+	fs.StringVar(&s.cfg.Rules.Source, 0, "rules", "", "rules file or directory whose limits are simulated (required)")
+	s.register(fs, forRules)
 	fs.StringVar(&traffic, 0, "traffic", "", "traffic pattern, such as \"steady 1/s 50s; burst 100; idle 1s; burst 100\" (phases: steady RATE DURATION, ramp FROM TO DURATION, burst N, idle DURATION, clients N), or @FILE: a recorded log of lines \"SECONDS [KEY]\" (required)")
 	fs.StringVar(&compare, 0, "compare", "", "algorithms to play each limit's rate and period under as well, comma-separated, such as sliding_window,token_bucket")
 	fs.StringVar(&out, 0, "out", "", "the report written (- for standard output); default simulate.html, or simulate.svg with --format svg")
@@ -45,7 +46,7 @@ func simulateCommand(stdout io.Writer) *ff.Command {
 			if len(args) > 0 {
 				return usageError("simulate: unexpected arguments %q", args)
 			}
-			if c.rules == "" || traffic == "" {
+			if s.cfg.Rules.Source == "" || traffic == "" {
 				return usageError("simulate: --rules and --traffic are required")
 			}
 			if format != "html" && format != "svg" {
@@ -54,13 +55,13 @@ func simulateCommand(stdout io.Writer) *ff.Command {
 			if out == "" {
 				out = "simulate." + format
 			}
-			return runSimulate(c, traffic, compare, out, format, stdout)
+			return runSimulate(s.cfg.Rules, traffic, compare, out, format, stdout)
 		},
 	}
 }
 
-func runSimulate(c coreFlags, traffic, compare, out, format string, stdout io.Writer) error {
-	set, err := c.loader().Load(c.rules)
+func runSimulate(rc server.RulesConfig, traffic, compare, out, format string, stdout io.Writer) error {
+	set, err := rc.Loader().Load(rc.Source)
 	if err != nil {
 		return fmt.Errorf("load rules: %w", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"testing"
+
+	"github.com/sluicehq/sluice/server"
 )
 
 func TestByteSizeFlag(t *testing.T) {
@@ -27,8 +29,8 @@ func TestByteSizeFlag(t *testing.T) {
 	} {
 		t.Run(tt.in, func(t *testing.T) {
 			t.Parallel()
-			var b byteSize
-			err := b.Set(tt.in)
+			var b int64
+			err := byteSize(&b).Set(tt.in)
 			if tt.want == 0 {
 				if err == nil {
 					t.Fatalf("Set(%q) = %d, want an error", tt.in, b)
@@ -40,42 +42,20 @@ func TestByteSizeFlag(t *testing.T) {
 			}
 		})
 	}
-	if d := defaultMaxMemory; d.String() != "256 MiB" {
+	if d := byteSize(new(server.DefaultConfig().Store.MaxMemory)); d.String() != "256 MiB" {
 		t.Fatalf("--max-memory's default prints as %q", d.String())
 	}
 }
 
 // TestMaxMemoryFlag checks that serve refuses a --max-memory it cannot
-// read, or too small for the store, before it listens.
+// read before it listens (the store's own refusals: server's
+// TestNewErrors).
 func TestMaxMemoryFlag(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		name string
-		args []string
-		code int
-	}{
-		{"not a size", []string{"--max-memory", "lots"}, 2},
-		{"negative entries", []string{"--max-entries", "-5"}, 1},
-		{"too small for the store", []string{"--max-memory", "1KiB"}, 1},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			args := append([]string{"serve", "--rules", exampleRules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, tt.args...)
-			var stderr bytes.Buffer
-			err := run(context.Background(), args, env(), &stderr, &stderr)
-			if got := exitCode(err); got != tt.code {
-				t.Fatalf("exit code %d (%v), want %d; stderr:\n%s", got, err, tt.code, &stderr)
-			}
-		})
-	}
-	for _, o := range []storeOptions{{}, {maxMemory: 64 << 20}, {maxMemory: 64 << 20, maxEntries: 1000}} {
-		mem, err := newMemory(o)
-		if err != nil {
-			t.Fatalf("newMemory(%+v): %v", o, err)
-		}
-		if err := mem.Close(); err != nil {
-			t.Fatal(err)
-		}
+	args := []string{"serve", "--rules", exampleRules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--max-memory", "lots"}
+	var stderr bytes.Buffer
+	if err := run(context.Background(), args, env(), &stderr, &stderr); exitCode(err) != 2 {
+		t.Fatalf("exit code %d (%v), want 2; stderr:\n%s", exitCode(err), err, &stderr)
 	}
 }
 
@@ -87,19 +67,20 @@ func FuzzByteSize(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		var b byteSize
-		if err := b.Set(s); err != nil {
+		var b int64
+		if err := byteSize(&b).Set(s); err != nil {
 			return
 		}
 		if b < 1 || b > maxMemoryCap {
 			t.Fatalf("Set(%q) = %d, outside [1, 1PiB]", s, b)
 		}
-		var back byteSize
-		if err := back.Set(b.String()); err != nil {
-			t.Fatalf("Set(%q) = %d prints as %q, which does not parse: %v", s, b, b.String(), err)
+		var back int64
+		printed := byteSize(&b).String()
+		if err := byteSize(&back).Set(printed); err != nil {
+			t.Fatalf("Set(%q) = %d prints as %q, which does not parse: %v", s, b, printed, err)
 		}
-		if d := int64(back) - int64(b); d > int64(b)/20+1 || -d > int64(b)/20+1 {
-			t.Fatalf("Set(%q) = %d prints as %q, read back as %d", s, b, b.String(), back)
+		if d := back - b; d > b/20+1 || -d > b/20+1 {
+			t.Fatalf("Set(%q) = %d prints as %q, read back as %d", s, b, printed, back)
 		}
 	})
 }

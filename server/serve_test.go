@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bufio"
@@ -29,7 +29,7 @@ func TestGRPCAsEnvoy(t *testing.T) {
 	if nearMidnight(time.Minute) {
 		t.Skip("the daily window resets within a minute")
 	}
-	s := startServer(t, nil, "--rules", exampleRules)
+	s := startServer(t, testConfig(exampleRules))
 	ctx := context.Background()
 	key := func(v string) []*ratelimitv3.RateLimitDescriptor {
 		return []*ratelimitv3.RateLimitDescriptor{descriptor("api_key", v)}
@@ -184,7 +184,7 @@ func TestHTTPAPI(t *testing.T) {
 	if nearMidnight(time.Minute) {
 		t.Skip("the daily window resets within a minute")
 	}
-	s := startServer(t, nil, "--rules", exampleRules)
+	s := startServer(t, testConfig(exampleRules))
 	ctx := context.Background()
 
 	r := s.do(t, "POST", "/v1/decide", `{"domain":"api","descriptors":[{"entries":[{"key":"api_key","value":"h1"}]}],"hitsAddend":9999}`)
@@ -276,7 +276,7 @@ descriptors:
 `
 	path := copyRules(t, exampleRules)
 	writeFile(t, path, fmt.Sprintf(rulesAt, 100))
-	s := startServer(t, nil, "--rules", path)
+	s := startServer(t, testConfig(path))
 	ctx := context.Background()
 	limitNow := func() uint32 {
 		resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{hits(descriptor("api_key", "r1"), 0)}})
@@ -319,7 +319,7 @@ descriptors:
 
 	writeFile(t, path, fmt.Sprintf(rulesAt, 5))
 	eventually(t, "the edited limit answers", func() bool { return limitNow() == 5 })
-	if s.logs.find("rules reloaded") == nil {
+	if s.logs.Find("rules reloaded") == nil {
 		t.Errorf("no reload logged:\n%s", s.logs)
 	}
 
@@ -330,7 +330,7 @@ descriptors:
 	if got := limitNow(); got != 5 {
 		t.Errorf("limit %d after a broken edit, want the 5 in force", got)
 	}
-	rec := s.logs.find("rules reload failed; the rules in force stay")
+	rec := s.logs.Find("rules reload failed; the rules in force stay")
 	if rec == nil || !strings.Contains(fmt.Sprint(rec["err"]), "rules.yaml:4: ") {
 		t.Errorf("broken edit logged as %v, want an error at rules.yaml:4", rec)
 	}
@@ -343,7 +343,7 @@ descriptors:
 // an HTTP call is half sent, and checks that the call still gets its
 // answer, new connections are refused, and serve returns cleanly.
 func TestShutdownFinishesInFlight(t *testing.T) {
-	s := startServer(t, nil, "--rules", exampleRules)
+	s := startServer(t, testConfig(exampleRules))
 	addr := strings.TrimPrefix(s.httpURL, "http://")
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -395,8 +395,33 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 		t.Fatalf("serve: %v", err)
 	}
 	for _, msg := range []string{"shutting down", "stopped"} {
-		if s.logs.find(msg) == nil {
+		if s.logs.Find(msg) == nil {
 			t.Errorf("no %q in the logs:\n%s", msg, s.logs)
+		}
+	}
+}
+
+// TestShadow checks Config.Shadow: over-limit requests are allowed and
+// counted as shadow over-limit.
+func TestShadow(t *testing.T) {
+	t.Parallel()
+	rules := writeTemp(t, "rules.yaml", "domain: api\ndescriptors:\n  - key: user\n    descriptors:\n      - key: path\n        value: /login\n        rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	c := testConfig(rules)
+	c.Shadow, c.Envoy.Metrics = true, true
+	s := startServer(t, c)
+	body := `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"shadow-test"},{"key":"path","value":"/login"}]}]}`
+	for i := 1; i <= 7; i++ { // 5 an hour
+		if r := s.do(t, "POST", "/json", body); r.code != 200 {
+			t.Fatalf("request %d: %d %s, want 200 in shadow mode", i, r.code, r.body)
+		}
+	}
+	m := s.do(t, "GET", "/metrics", "")
+	for _, want := range []string{
+		`ratelimit_service_rate_limit_shadow_mode{domain="api",key1="user",key2="path_/login"} 2`,
+		`sluice_decisions_total{descriptor="api.user.path_/login",domain="api",result="shadow_over_limit"} 2`,
+	} {
+		if !strings.Contains(m.body, want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
 	}
 }

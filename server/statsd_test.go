@@ -1,7 +1,6 @@
-package main
+package server
 
 import (
-	"context"
 	"net"
 	"strconv"
 	"strings"
@@ -63,17 +62,17 @@ func (l *statsdListener) sum(name string) (int64, []string) {
 	return l.sums[name], append([]string(nil), l.bad...)
 }
 
-// TestServeEnvoyStatsd runs serve on Envoy's environment with statsd on
-// (USE_STATSD, STATSD_HOST, STATSD_PORT, STATS_FLUSH_INTERVAL) toward a
-// real UDP listener: it receives Envoy's counters by Envoy's names, with
+// TestServeEnvoyStatsd runs a server with Envoy's metrics sent to statsd
+// (as Envoy's USE_STATSD, STATSD_HOST, STATSD_PORT, STATS_FLUSH_INTERVAL
+// ask) toward a real UDP listener: it receives Envoy's counters by Envoy's names, with
 // the hits of each flush interval, and what is left when serve stops.
 func TestServeEnvoyStatsd(t *testing.T) {
 	t.Parallel()
 	l := listenStatsd(t)
 	_, port, _ := net.SplitHostPort(l.conn.LocalAddr().String())
-	s := startServer(t, env("RUNTIME_ROOT="+t.TempDir(), "USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT="+port,
-		"STATS_FLUSH_INTERVAL=50ms", "DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=info"),
-		"--rules", copyRules(t, exampleRules))
+	c := testConfig(copyRules(t, exampleRules))
+	c.Envoy = EnvoyConfig{Metrics: true, StatsdAddr: net.JoinHostPort("127.0.0.1", port), StatsdFlushInterval: 50 * time.Millisecond}
+	s := startServer(t, c)
 	body := `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"statsd"},{"key":"path","value":"/login"}]}]}`
 	for range 3 {
 		if r := s.do(t, "POST", "/json", body); r.code != 200 {
@@ -101,20 +100,16 @@ func TestServeEnvoyStatsd(t *testing.T) {
 	}
 }
 
-// TestStatsdFlags checks that --statsd-addr needs Envoy's counters and a
+// TestStatsdRefusals checks that statsd needs Envoy's counters and a
 // positive interval.
-func TestStatsdFlags(t *testing.T) {
+func TestStatsdRefusals(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{
-		{"--statsd-addr", "127.0.0.1:8125"},
-		{"--statsd-addr", "127.0.0.1:8125", "--envoy-metrics", "--statsd-flush-interval", "0s"},
+	for _, e := range []EnvoyConfig{
+		{StatsdAddr: "127.0.0.1:8125"},
+		{StatsdAddr: "127.0.0.1:8125", Metrics: true, StatsdFlushInterval: -time.Second},
 	} {
-		all := append([]string{"serve", "--rules", exampleRules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := run(ctx, all, env(), nil, nil)
-		cancel()
-		if exitCode(err) != 2 || !strings.Contains(err.Error(), "statsd") {
-			t.Errorf("%q = %v, want a usage error about statsd", args, err)
-		}
+		c := testConfig(exampleRules)
+		c.Envoy = e
+		wantConfigError(t, c, "statsd")
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -17,7 +17,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/transport/respond"
 )
 
 // TestServersShareOneRedisExactly runs three `sluice serve` on one Redis
@@ -50,7 +53,7 @@ descriptors:
   - key: client
     rate_limit: {`+limit+`}
 `)
-				servers, admitted, denied, failed := hotKey(t, domain, rules, "--store", store)
+				servers, admitted, denied, failed := hotKey(t, domain, rules, func(c *Config) { c.Store.URL = store })
 				if failed != 0 || admitted != 1000 {
 					t.Fatalf("admitted %d, denied %d, failed %d; want exactly 1000 admitted and no failure", admitted, denied, failed)
 				}
@@ -67,16 +70,19 @@ descriptors:
 	}
 }
 
-// hotKey starts three `sluice serve` with the rules file rules and args,
-// and sends 3,000 calls from 64 clients spread over them, all on the one
+// hotKey starts three servers with the rules file rules and the Config
+// set changes, and sends 3,000 calls from 64 clients spread over them, all on the one
 // key client=shared of domain: it returns the servers and how many calls
 // were admitted, denied and failed.
-func hotKey(t *testing.T, domain, rules string, args ...string) (servers []*testServer, admitted, denied, failed int64) {
+func hotKey(t *testing.T, domain, rules string, set func(*Config)) (servers []*testServer, admitted, denied, failed int64) {
 	t.Helper()
 	for range 3 {
-		// A store timeout that only bounds a hang: with --fail closed, a
+		// A store timeout that only bounds a hang: with FailClosed, a
 		// round trip a loaded machine made slower would be a denial.
-		s := startServer(t, nil, append([]string{"--rules", rules, "--store-timeout", "10s", "--fail", "closed"}, args...)...)
+		c := testConfig(rules)
+		c.StoreTimeout, c.Fail = 10*time.Second, decide.FailClosed
+		set(&c)
+		s := startServer(t, c)
 		s.waitStore(t)
 		servers = append(servers, s)
 	}
@@ -107,7 +113,7 @@ func hotKey(t *testing.T, domain, rules string, args ...string) (servers []*test
 // TestServersLease runs three `sluice serve` on one Redis (and on a Redis
 // Cluster), 64 clients spread over them, on one key with a limit of 1000
 // in lease mode, named by the rule (a fixed window of a day, a token
-// bucket of 1000 a day) or by --sync (a sliding window of an hour, gcra of
+// bucket of 1000 a day) or by Config.Store.Sync (a sliding window of an hour, gcra of
 // 1000 a day): never more than 1000 admitted, at least 1000 minus the
 // leases the three servers can hold (3 × 1000/16), most of them without a
 // Redis call.
@@ -123,13 +129,13 @@ func TestServersLease(t *testing.T) {
 	} {
 		for _, tc := range []struct {
 			name, limit, window string
-			args                []string
+			sync                sluice.Sync // Config.Store.Sync
 		}{
-			{"rule", "unit: day, requests_per_unit: 1000, sync: lease", "2006-01-02", nil},
-			{"flag", "unit: hour, requests_per_unit: 1000, algorithm: sliding_window", "2006-01-02T15", []string{"--sync", "lease"}},
+			{"rule", "unit: day, requests_per_unit: 1000, sync: lease", "2006-01-02", sluice.Exact},
+			{"flag", "unit: hour, requests_per_unit: 1000, algorithm: sliding_window", "2006-01-02T15", sluice.Lease},
 			// buckets of 1,000 a day refill one hit in 86.4 s: none during the test
-			{"token_bucket", "unit: day, requests_per_unit: 1000, algorithm: token_bucket, sync: lease", "2006-01-02", nil},
-			{"gcra", "unit: day, requests_per_unit: 1000, algorithm: gcra", "2006-01-02", []string{"--sync", "lease"}},
+			{"token_bucket", "unit: day, requests_per_unit: 1000, algorithm: token_bucket, sync: lease", "2006-01-02", sluice.Exact},
+			{"gcra", "unit: day, requests_per_unit: 1000, algorithm: gcra", "2006-01-02", sluice.Lease},
 		} {
 			t.Run(b.name+"/"+tc.name, func(t *testing.T) {
 				domain := fmt.Sprintf("lease-%s-%d", b.name, time.Now().UnixNano())
@@ -140,7 +146,8 @@ descriptors:
     rate_limit: {`+tc.limit+`}
 `)
 				start := time.Now().UTC().Format(tc.window)
-				servers, admitted, denied, failed := hotKey(t, domain, rules, append([]string{"--store", b.store(t)}, tc.args...)...)
+				store := b.store(t)
+				servers, admitted, denied, failed := hotKey(t, domain, rules, func(c *Config) { c.Store.URL, c.Store.Sync = store, tc.sync })
 				if end := time.Now().UTC().Format(tc.window); end != start {
 					t.Skipf("the window turned during the test (%s to %s): two windows' admissions", start, end)
 				}
@@ -189,7 +196,10 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 1000, sync: async}
 `)
 			start := time.Now().UTC().Format("2006-01-02")
-			servers, admitted, denied, failed := hotKey(t, domain, rules, "--store", b.store(t), "--async-nodes", "3", "--sync-interval", "100ms")
+			store := b.store(t)
+			servers, admitted, denied, failed := hotKey(t, domain, rules, func(c *Config) {
+				c.Store.URL, c.Store.AsyncNodes, c.Store.SyncInterval = store, 3, 100*time.Millisecond
+			})
 			if end := time.Now().UTC().Format("2006-01-02"); end != start {
 				t.Skipf("the day turned during the test (%s to %s)", start, end)
 			}
@@ -241,7 +251,10 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 1000, algorithm: `+alg+`, burst: 1000, sync: async}
 `)
 				start := time.Now()
-				servers, admitted, denied, failed := hotKey(t, domain, rules, "--store", b.store(t), "--async-nodes", "3", "--sync-interval", "100ms")
+				store := b.store(t)
+				servers, admitted, denied, failed := hotKey(t, domain, rules, func(c *Config) {
+					c.Store.URL, c.Store.AsyncNodes, c.Store.SyncInterval = store, 3, 100*time.Millisecond
+				})
 				refill := 1000 * time.Since(start).Microseconds() / (24 * time.Hour).Microseconds()
 				decided := 0
 				for _, s := range servers {
@@ -278,9 +291,9 @@ func metricValue(t *testing.T, s *testServer, name string) int {
 	return 0
 }
 
-// TestProxy runs `sluice proxy` in front of a real upstream: requests pass
+// TestProxy runs the proxy in front of a real upstream: requests pass
 // until the limit, then get 429 with Retry-After and RateLimit headers, and
-// the upstream sees only the admitted ones. --response-headers takes the
+// the upstream sees only the admitted ones. ResponseHeaders takes the
 // vocabulary of every way in: here no X-RateLimit-*.
 func TestProxy(t *testing.T) {
 	var seen atomic.Int64
@@ -295,26 +308,10 @@ descriptors:
   - key: remote_address
     rate_limit: {unit: hour, requests_per_unit: 3, name: per-ip}
 `)
-	logs := &logBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"proxy", "--upstream", up.URL, "--rules", rules, "--domain", "edge",
-			"--listen", "127.0.0.1:0", "--log-format", "json", "--retry-jitter", "0s", "--response-headers", "ratelimit,retry-after"}, env(), io.Discard, logs)
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("proxy: %v\nlogs:\n%s", err, logs)
-		}
-	}()
-	var addr string
-	eventually(t, "proxy listening", func() bool {
-		if rec := logs.find("proxying"); rec != nil {
-			addr, _ = rec["listen"].(string)
-		}
-		return addr != ""
-	})
+	c := testConfig(rules)
+	c.Proxy = &ProxyConfig{Upstream: up.URL, Domain: "edge", Listen: "127.0.0.1:0"}
+	c.ResponseHeaders = respond.HeaderRateLimit | respond.HeaderRetryAfter
+	addr := startServer(t, c).srv.HTTPAddr()
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
 	for i := 1; i <= 4; i++ {
@@ -354,17 +351,17 @@ descriptors:
 
 // TestServeForwardAuth calls serve's GET /v1/auth as nginx auth_request
 // does, with the example identity: 5 logins a minute per user. Serve takes
-// --response-headers in the vocabulary of every way in, for gRPC and
+// ResponseHeaders in the vocabulary of every way in, for gRPC and
 // forward-auth alike.
 func TestServeForwardAuth(t *testing.T) {
 	if nearMidnight(time.Minute) {
 		t.Skip("too close to a UTC day boundary for the example's daily limits")
 	}
 	for _, tt := range []struct {
-		headers string
+		headers respond.Headers
 		xlimit  bool // X-RateLimit-* sent
-	}{{"all", true}, {"ratelimit,retry-after", false}} {
-		t.Run(tt.headers, func(t *testing.T) {
+	}{{respond.AllHeaders, true}, {respond.HeaderRateLimit | respond.HeaderRetryAfter, false}} {
+		t.Run(tt.headers.String(), func(t *testing.T) {
 			// The example's 5 logins a minute, counted in a sliding log: a
 			// fixed window's turn of the minute between the 5th and 6th
 			// login would admit the 6th.
@@ -372,7 +369,9 @@ func TestServeForwardAuth(t *testing.T) {
 			writeFile(t, rules, testenv.Replace(t, readFile(t, rules),
 				"{name: login, unit: minute, requests_per_unit: 5, throttling: hard}",
 				"{name: login, unit: minute, requests_per_unit: 5, throttling: hard, algorithm: sliding_log}"))
-			s := startServer(t, nil, "--rules", rules, "--identity", "../../examples/nginx/identity.yaml", "--response-headers", tt.headers)
+			c := testConfig(rules)
+			c.Identity, c.ResponseHeaders = "../examples/nginx/identity.yaml", tt.headers
+			s := startServer(t, c)
 			user := fmt.Sprintf("forward-auth-%d", time.Now().UnixNano())
 			for i := 1; i <= 6; i++ {
 				req, err := http.NewRequest(http.MethodGet, s.httpURL+"/v1/auth", nil)
@@ -448,20 +447,22 @@ func TestServeForwardAuth(t *testing.T) {
 					t.Fatalf("/metrics lacks %s", want)
 				}
 			}
-			if rec := s.logs.find("forwarding header ignored: not the forwarded_header"); rec == nil || rec["header"] != "Forwarded" {
+			if rec := s.logs.Find("forwarding header ignored: not the forwarded_header"); rec == nil || rec["header"] != "Forwarded" {
 				t.Fatalf("no warning naming the Forwarded header: %v\nlogs:\n%s", rec, s.logs)
 			}
 		})
 	}
 }
 
-// serveClientOnRedis starts sluice serve on the Redis at addr with one
-// rule, perHour hits an hour for each client in domain, a store timeout of
-// 50ms and fail mode fail.
-func serveClientOnRedis(t *testing.T, addr, domain string, perHour int, fail string) *testServer {
+// serveClientOnRedis starts a server on the Redis at addr with one rule,
+// perHour hits an hour for each client in domain, a store timeout of 50ms
+// and fail mode fail.
+func serveClientOnRedis(t *testing.T, addr, domain string, perHour int, fail decide.Fail) *testServer {
 	rules := copyRules(t, exampleRules)
 	writeFile(t, rules, fmt.Sprintf("domain: %s\ndescriptors:\n  - key: client\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", domain, perHour))
-	return startServer(t, nil, "--rules", rules, "--store", "redis://"+addr, "--store-timeout", "50ms", "--fail", fail)
+	c := testConfig(rules)
+	c.Store.URL, c.StoreTimeout, c.Fail = "redis://"+addr, 50*time.Millisecond, fail
+	return startServer(t, c)
 }
 
 // askClient asks s for one hit of descriptor client=c in domain, within 5s.
@@ -480,7 +481,7 @@ func (s *testServer) askClient(domain string) (rlsv3.RateLimitResponse_Code, err
 func TestServeStartsWithoutRedis(t *testing.T) {
 	r := testenv.StartRedis(t)
 	r.Kill()
-	s := serveClientOnRedis(t, r.Addr, "late", 3, "local")
+	s := serveClientOnRedis(t, r.Addr, "late", 3, decide.FailLocal)
 	if body := s.do(t, "GET", "/readyz", "").body; !strings.Contains(body, `"mode":"local"`) {
 		t.Errorf("/readyz before any decision, Redis down: %s", body)
 	}
@@ -492,7 +493,7 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 		}
 		return code
 	}
-	// --fail local: the in-process store counts, so the fourth is denied;
+	// FailLocal: the in-process store counts, so the fourth is denied;
 	// after five failures in a row the breaker opens, and /readyz says so.
 	for i := range 6 {
 		want := rlsv3.RateLimitResponse_OK
@@ -522,7 +523,7 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 // restarts.
 func TestServeSurvivesRedisDeath(t *testing.T) {
 	r := testenv.StartRedis(t)
-	s := serveClientOnRedis(t, r.Addr, "death", 1000000, "closed")
+	s := serveClientOnRedis(t, r.Addr, "death", 1000000, decide.FailClosed)
 	call := func() (rlsv3.RateLimitResponse_Code, error) { return s.askClient("death") }
 	s.waitStore(t)
 	// A call may exceed the 50ms store timeout on a loaded machine and
@@ -594,7 +595,9 @@ func TestServeSurvivesRedisDeath(t *testing.T) {
 // before it is read (ResourceExhausted). Nothing is counted or stored:
 // the server answers ordinary requests on.
 func TestHugeKeysRefused(t *testing.T) {
-	s := startServer(t, nil, "--rules", copyRules(t, exampleRules), "--identity", "../../examples/nginx/identity.yaml")
+	c := testConfig(copyRules(t, exampleRules))
+	c.Identity = "../examples/nginx/identity.yaml"
+	s := startServer(t, c)
 	huge := strings.Repeat("u", 1<<20)
 	const valueCap = "more than the cap of 4096"
 	for range 3 {

@@ -1,8 +1,7 @@
-package main
+package server
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"io"
 	"net/http"
@@ -18,14 +17,17 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
+// testWriteSecret is the secret of the admin API's write token in tests.
+const testWriteSecret = "ops-secret-0123456789abcdef"
+
 // edgeDoc is the rules of the proxy's default identity (one limit per
 // client IP in domain edge) at n an hour.
 func edgeDoc(n int) string {
 	return "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: " + strconv.Itoa(n) + "}\n"
 }
 
-// TestProxyAdmin: sluice proxy serves the admin API as serve does (its
-// flags, its TLS): a rule changed through it and an override set and
+// TestProxyAdmin: the proxy serves the admin API as serve does (its
+// settings, its TLS): a rule changed through it and an override set and
 // deleted through it are enforced by the proxy.
 func TestProxyAdmin(t *testing.T) {
 	t.Parallel()
@@ -38,31 +40,12 @@ func TestProxyAdmin(t *testing.T) {
 	writeFile(t, filepath.Join(rulesDir, "edge.yaml"), edgeDoc(1))
 	up := httptestServer(t)
 
-	logs := &logBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"proxy", "--upstream", up, "--rules", rulesDir, "--domain", "edge",
-			"--listen", "127.0.0.1:0", "--log-format", "json", "--retry-jitter", "0s",
-			"--admin-tokens", tokens, "--admin-addr", "127.0.0.1:0",
-			"--tls-cert", certPath, "--tls-key", keyPath, "--tls-listeners", "admin"}, env(), io.Discard, logs)
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("proxy: %v\nlogs:\n%s", err, logs)
-		}
-	}()
-	var proxyAddr, adminAddr string
-	eventually(t, "the proxy and its admin API listening", func() bool {
-		if rec := logs.find("proxying"); rec != nil {
-			proxyAddr, _ = rec["listen"].(string)
-		}
-		if rec := logs.find("admin API listening"); rec != nil {
-			adminAddr, _ = rec["admin_addr"].(string)
-		}
-		return proxyAddr != "" && adminAddr != ""
-	})
+	c := testConfig(rulesDir)
+	c.Proxy = &ProxyConfig{Upstream: up, Domain: "edge", Listen: "127.0.0.1:0"}
+	c.Admin = AdminConfig{Tokens: tokens, Addr: "127.0.0.1:0"}
+	c.TLS = TLSConfig{Cert: certPath, Key: keyPath, Listeners: []string{"admin"}}
+	s := startServer(t, c)
+	proxyAddr, adminAddr := s.srv.HTTPAddr(), s.srv.AdminAddr()
 
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
@@ -105,7 +88,7 @@ func TestProxyAdmin(t *testing.T) {
 	if resp, err := client.Get("http://" + adminAddr + "/v1/admin/domains"); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode == 200 {
-			t.Fatal("the admin API answered plain HTTP with --tls-listeners admin")
+			t.Fatal("the admin API answered plain HTTP with TLS on the admin listener")
 		}
 	}
 

@@ -1,6 +1,7 @@
-package main
+package server
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -22,11 +24,19 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// TestStoreTLS runs serve on a Redis that speaks TLS only on the port it
-// is given, with a certificate of a CA made in the test: --store-ca makes
-// decisions come from it; without it the certificate is refused; and a
-// URL whose host the certificate does not name needs
-// --store-skip-hostname-verification.
+// tlsStore returns the Config of a test server with the example rules on
+// the store sc, FailClosed.
+func tlsStore(sc StoreConfig) Config {
+	c := testConfig(exampleRules)
+	c.Store, c.Fail = sc, decide.FailClosed
+	return c
+}
+
+// TestStoreTLS runs a server on a Redis that speaks TLS only on the port
+// it is given, with a certificate of a CA made in the test: StoreConfig.CA
+// makes decisions come from it; without it the certificate is refused;
+// and a URL whose host the certificate does not name needs
+// SkipHostnameVerification.
 func TestStoreTLS(t *testing.T) {
 	t.Parallel()
 	authority := testenv.NewCA(t, "redis CA")
@@ -43,7 +53,7 @@ func TestStoreTLS(t *testing.T) {
 	const body = `{"domain":"api","descriptors":[{"entries":[{"key":"remote_address","value":"192.0.2.9"}]}]}`
 	decidesFromStore := func(t *testing.T, s *testServer) {
 		t.Helper()
-		// --fail closed denies until the store answers: an OK comes from it.
+		// FailClosed denies until the store answers: an OK comes from it.
 		eventually(t, "a decision from the TLS store", func() bool {
 			r := s.do(t, "POST", "/v1/decide", body)
 			return r.code == 200 && strings.Contains(r.body, `"overallCode":"OK"`)
@@ -51,57 +61,58 @@ func TestStoreTLS(t *testing.T) {
 	}
 	t.Run("with the CA", func(t *testing.T) {
 		t.Parallel()
-		s := startServer(t, nil, "--rules", exampleRules, "--fail", "closed", "--near-cache", "0",
-			"--store", "rediss://127.0.0.1:"+port, "--store-ca", p("ca.crt"))
+		c := tlsStore(StoreConfig{URL: "rediss://127.0.0.1:" + port, CA: p("ca.crt"), NearCache: -1})
+		s := startServer(t, c)
 		decidesFromStore(t, s)
 	})
 	t.Run("another host name, not verified", func(t *testing.T) {
 		t.Parallel()
-		s := startServer(t, nil, "--rules", exampleRules, "--fail", "closed", "--near-cache", "0",
-			"--store", "rediss://localhost:"+port, "--store-ca", p("ca.crt"), "--store-skip-hostname-verification")
+		c := tlsStore(StoreConfig{URL: "rediss://localhost:" + port, CA: p("ca.crt"), SkipHostnameVerification: true, NearCache: -1})
+		s := startServer(t, c)
 		decidesFromStore(t, s)
 	})
-	for name, args := range map[string][]string{
-		"without the CA":    {"--store", "rediss://127.0.0.1:" + port},
-		"another host name": {"--store", "rediss://localhost:" + port, "--store-ca", p("ca.crt")},
+	for name, sc := range map[string]StoreConfig{
+		"without the CA":    {URL: "rediss://127.0.0.1:" + port},
+		"another host name": {URL: "rediss://localhost:" + port, CA: p("ca.crt")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := startServer(t, nil, append([]string{"--rules", exampleRules, "--fail", "closed"}, args...)...)
+			s := startServer(t, tlsStore(sc))
 			eventually(t, "the store refused", func() bool {
-				return s.logs.findFunc(notConnected, errContains("certificate")) != nil
+				return s.logs.FindFunc(notConnected, errContains("certificate")) != nil
 			})
 			if r := s.do(t, "POST", "/v1/decide", body); !strings.Contains(r.body, `"overallCode":"OVER_LIMIT"`) {
-				t.Errorf("decision without a trusted store = %d %s, want OVER_LIMIT by --fail closed", r.code, r.body)
+				t.Errorf("decision without a trusted store = %d %s, want OVER_LIMIT by FailClosed", r.code, r.body)
 			}
 		})
 	}
 }
 
-// TestStoreTLSFlags checks the refusals of the store's TLS flags.
-func TestStoreTLSFlags(t *testing.T) {
+// TestStoreTLSRefusals checks the refusals of the store's TLS settings.
+func TestStoreTLSRefusals(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	empty := filepath.Join(dir, "empty.pem")
 	if err := os.WriteFile(empty, []byte("nothing\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for name, f := range map[string]storeTLSFlags{
-		"not rediss":       {ca: empty},
-		"no certificate":   {ca: empty},
-		"missing CA":       {ca: filepath.Join(dir, "nope.pem")},
-		"cert without key": {cert: empty},
+	for name, f := range map[string]StoreConfig{
+		"not rediss":       {CA: empty},
+		"no certificate":   {CA: empty},
+		"missing CA":       {CA: filepath.Join(dir, "nope.pem")},
+		"cert without key": {Cert: empty},
 	} {
 		spec := "rediss://r:6379"
 		if name == "not rediss" {
 			spec = "redis://r:6379"
 		}
-		if _, err := f.config(spec); exitCode(err) != 2 {
-			t.Errorf("%s: config = %v, want a usage error", name, err)
+		var ce *ConfigError
+		if _, err := f.storeTLS(spec); !errors.As(err, &ce) {
+			t.Errorf("%s: storeTLS = %v, want a *ConfigError", name, err)
 		}
 	}
-	if c, err := (storeTLSFlags{}).config("redis://r:6379"); c != nil || err != nil {
-		t.Errorf("no flags: config = %v, %v; want the defaults", c, err)
+	if c, err := (StoreConfig{}).storeTLS("redis://r:6379"); c != nil || err != nil {
+		t.Errorf("no settings: storeTLS = %v, %v; want the defaults", c, err)
 	}
 }
 
@@ -116,7 +127,7 @@ func errContains(sub string) func(map[string]any) bool {
 	}
 }
 
-// TestStoreNotConnectedLogsNewCause: serve logs the store's first failure
+// TestStoreNotConnectedLogsNewCause: a server logs the store's first failure
 // to connect and then every new cause at once, not only once a minute:
 // here a port where nothing listens yet (refused), then a Redis there
 // whose certificate serve does not trust. Before, a first attempt that
@@ -131,13 +142,13 @@ func TestStoreNotConnectedLogsNewCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := strconv.Itoa(testenv.FreePort(t))
-	s := startServer(t, nil, "--rules", exampleRules, "--fail", "closed", "--store", "rediss://127.0.0.1:"+port)
+	s := startServer(t, tlsStore(StoreConfig{URL: "rediss://127.0.0.1:" + port}))
 	eventually(t, "the refused connection logged", func() bool {
-		return s.logs.findFunc(notConnected, errContains("refused")) != nil
+		return s.logs.FindFunc(notConnected, errContains("refused")) != nil
 	})
 	testenv.StartRedis(t, "--tls-port", port, "--tls-cert-file", p("redis.crt"), "--tls-key-file", p("redis.key"),
 		"--tls-ca-cert-file", p("ca.crt"), "--tls-auth-clients", "no")
 	eventually(t, "the untrusted certificate logged", func() bool {
-		return s.logs.findFunc(notConnected, errContains("certificate")) != nil
+		return s.logs.FindFunc(notConnected, errContains("certificate")) != nil
 	})
 }

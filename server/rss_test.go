@@ -1,10 +1,8 @@
-package main
+package server
 
 import (
 	"bufio"
 	"context"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -28,7 +26,7 @@ import (
 // expires during the test. It runs only when SLUICE_RSS_CLIENTS is set, in
 // a process of its own:
 //
-//	SLUICE_RSS_CLIENTS=1000000 SLUICE_RSS_MAX_MEMORY=256MiB go test -run TestRSS -v -timeout 30m ./cmd/sluice/
+//	SLUICE_RSS_CLIENTS=1000000 SLUICE_RSS_MAX_MEMORY=256MiB go test -run TestRSS -v -timeout 30m ./server/
 //
 // It reports the process's resident memory (VmRSS, and its peak VmHWM)
 // before and after, per client held, and against --max-memory, and fails
@@ -39,9 +37,10 @@ func TestRSS(t *testing.T) {
 	if n <= 0 {
 		t.Skip("set SLUICE_RSS_CLIENTS (and SLUICE_RSS_MAX_MEMORY) to measure")
 	}
-	maxMemory := defaultMaxMemory
+	maxMemory := uint64(memory.DefaultMaxBytes)
 	if v := os.Getenv("SLUICE_RSS_MAX_MEMORY"); v != "" {
-		if err := maxMemory.Set(v); err != nil {
+		var err error
+		if maxMemory, err = humanize.ParseBytes(v); err != nil {
 			t.Fatalf("SLUICE_RSS_MAX_MEMORY: %v", err)
 		}
 	}
@@ -50,12 +49,9 @@ func TestRSS(t *testing.T) {
 	if err := os.WriteFile(rulesFile, []byte(rulesYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	co, err := newCore(log, coreFlagsOf(t, "--rules", rulesFile, "--max-memory", strconv.FormatInt(int64(maxMemory), 10)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer co.close()
+	c := testConfig(rulesFile)
+	c.Store.MaxMemory = int64(maxMemory)
+	co := newTestCore(t, c)
 	mem, ok := co.stores.local.(*memory.Store)
 	if !ok {
 		t.Fatalf("the store is a %T", co.stores.local)

@@ -1,8 +1,7 @@
-package main
+package server
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,21 +11,29 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-// TestServeEnvoyRedisUnixSocket runs serve on Envoy's environment with a
-// Redis on a unix socket (REDIS_SOCKET_TYPE=unix, REDIS_URL a path, as
-// Envoy's nutcracker sidecar setups have it): decisions are counted in
-// that Redis, over its socket.
+// onStore returns the Config of a test server with the rules at path on
+// the store at url, FailClosed, and a store timeout of 5s (a store call,
+// not the load, decides).
+func onStore(rules, url string) Config {
+	c := testConfig(rules)
+	c.Store.URL, c.Fail, c.StoreTimeout = url, decide.FailClosed, 5*time.Second
+	return c
+}
+
+// TestServeEnvoyRedisUnixSocket runs a server on a Redis on a unix socket
+// (unix://path, which Envoy's REDIS_SOCKET_TYPE=unix and REDIS_URL a path
+// map to, as its nutcracker sidecar setups have it): decisions are
+// counted in that Redis, over its socket.
 func TestServeEnvoyRedisUnixSocket(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(socketDir(t), "redis.sock")
 	redis := testenv.StartRedis(t, "--unixsocket", sock, "--unixsocketperm", "700")
 	rules := copyRules(t, exampleRules)
-	s := startServer(t, env("REDIS_SOCKET_TYPE=unix", "REDIS_URL="+sock, "DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1",
-		"LOG_LEVEL=info", "USE_STATSD=false"),
-		"--rules", rules, "--fail", "closed", "--store-timeout", "5s") // a store call, not the load, decides
+	s := startServer(t, onStore(rules, "unix://"+sock))
 	eventually(t, "the store connected", func() bool {
 		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
 	})
@@ -42,10 +49,11 @@ func TestServeEnvoyRedisUnixSocket(t *testing.T) {
 	}
 }
 
-// TestServeEnvoyRedisSentinelAuth runs serve on Envoy's environment with
-// a Sentinel-managed Redis whose sentinels require a password of their
-// own (REDIS_SENTINEL_AUTH) and whose master another (REDIS_AUTH):
-// decisions are counted on the master, and neither password is logged.
+// TestServeEnvoyRedisSentinelAuth runs a server on a Sentinel-managed
+// Redis whose sentinels require a password of their own
+// (StoreConfig.SentinelAuth, Envoy's REDIS_SENTINEL_AUTH) and whose master
+// another (the URL's, Envoy's REDIS_AUTH): decisions are counted on the
+// master, and neither password is logged.
 func TestServeEnvoyRedisSentinelAuth(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -59,9 +67,9 @@ func TestServeEnvoyRedisSentinelAuth(t *testing.T) {
 	if got := sentinel.Do("SENTINEL", "SET", "rl", "auth-pass", "masterpw"); got != "+OK" {
 		t.Fatalf("SENTINEL SET auth-pass = %q", got)
 	}
-	s := startServer(t, env("REDIS_TYPE=SENTINEL", "REDIS_URL=rl,"+sentinel.Addr, "REDIS_AUTH=masterpw",
-		"REDIS_SENTINEL_AUTH=sentinelpw", "DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=info", "USE_STATSD=false"),
-		"--rules", copyRules(t, exampleRules), "--fail", "closed", "--store-timeout", "5s") // a store call, not the load, decides
+	c := onStore(copyRules(t, exampleRules), "redis+sentinel://:masterpw@"+sentinel.Addr+"/rl")
+	c.Store.SentinelAuth = "sentinelpw"
+	s := startServer(t, c)
 	eventually(t, "the store connected", func() bool {
 		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
 	})
@@ -77,26 +85,19 @@ func TestServeEnvoyRedisSentinelAuth(t *testing.T) {
 	}
 }
 
-// TestServeEnvoyPerSecondRedis runs serve on Envoy's environment with a
-// per-second Redis (REDIS_PERSECOND): a limit of unit second is counted
+// TestServeEnvoyPerSecondRedis runs a server with a per-second Redis
+// (StoreConfig.PerSecond, Envoy's REDIS_PERSECOND): a limit of unit second is counted
 // only there, one of unit hour only in REDIS_URL's Redis.
 func TestServeEnvoyPerSecondRedis(t *testing.T) {
 	t.Parallel()
 	mainRedis, perSecond := testenv.StartRedis(t), testenv.StartRedis(t)
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "config"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(root, "config", "rules.yaml"), "domain: api\ndescriptors:\n"+
+	rules := writeTemp(t, "rules.yaml", "domain: api\ndescriptors:\n"+
 		"  - key: burst\n    rate_limit: {unit: second, requests_per_unit: 100}\n"+
 		"  - key: daily\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"+
 		"  - key: pulse\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
-	s := startServer(t, env("RUNTIME_ROOT="+root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+mainRedis.Addr,
-		"REDIS_PERSECOND=true", "REDIS_PERSECOND_SOCKET_TYPE=tcp", "REDIS_PERSECOND_URL="+perSecond.Addr,
-		"DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=info", "USE_STATSD=false"), "--fail", "closed", "--store-timeout", "5s") // a store call, not the load, decides
-	if w := s.logs.find("Envoy ratelimit's variables without effect in sluice"); w != nil {
-		t.Errorf("warning about %v, want none", w["variables"])
-	}
+	c := onStore(rules, "redis://"+mainRedis.Addr)
+	c.Store.PerSecond = "redis://" + perSecond.Addr
+	s := startServer(t, c)
 	eventually(t, "both stores connected", func() bool {
 		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
 	})
@@ -152,9 +153,10 @@ func TestServeEnvoyPerSecondRedis(t *testing.T) {
 	}
 }
 
-// TestServeEnvoyPerSecondSentinelAuth runs serve on Envoy's environment
-// with the per-second Redis behind sentinels that require a password of
-// their own (REDIS_PERSECOND_SENTINEL_AUTH): a per-second limit is counted
+// TestServeEnvoyPerSecondSentinelAuth runs a server with the per-second
+// Redis behind sentinels that require a password of their own
+// (StoreConfig.PerSecondSentinelAuth, Envoy's
+// REDIS_PERSECOND_SENTINEL_AUTH): a per-second limit is counted
 // on that master, an hourly one on REDIS_URL's Redis.
 func TestServeEnvoyPerSecondSentinelAuth(t *testing.T) {
 	t.Parallel()
@@ -163,17 +165,12 @@ func TestServeEnvoyPerSecondSentinelAuth(t *testing.T) {
 	}
 	mainRedis, master := testenv.StartRedis(t), testenv.StartRedis(t)
 	sentinel := testenv.StartRedisSentinelAuth(t, master, "ps", "sentinelpw")
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "config"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(root, "config", "rules.yaml"), "domain: api\ndescriptors:\n"+
+	rules := writeTemp(t, "rules.yaml", "domain: api\ndescriptors:\n"+
 		"  - key: burst\n    rate_limit: {unit: second, requests_per_unit: 100}\n"+
 		"  - key: daily\n    rate_limit: {unit: hour, requests_per_unit: 100}\n")
-	s := startServer(t, env("RUNTIME_ROOT="+root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+mainRedis.Addr,
-		"REDIS_PERSECOND=true", "REDIS_PERSECOND_TYPE=SENTINEL", "REDIS_PERSECOND_URL=ps,"+sentinel.Addr,
-		"REDIS_PERSECOND_SENTINEL_AUTH=sentinelpw", "DEBUG_PORT=0", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=info",
-		"USE_STATSD=false"), "--fail", "closed", "--store-timeout", "5s")
+	c := onStore(rules, "redis://"+mainRedis.Addr)
+	c.Store.PerSecond, c.Store.PerSecondSentinelAuth = "redis+sentinel://"+sentinel.Addr+"/ps", "sentinelpw"
+	s := startServer(t, c)
 	eventually(t, "both stores connected", func() bool {
 		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
 	})

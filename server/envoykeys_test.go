@@ -1,9 +1,8 @@
-package main
+package server
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,7 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-// TestServeEnvoyRedisKeys checks serve with --envoy-redis-keys on a real
+// TestServeEnvoyRedisKeys checks a server with StoreConfig.EnvoyKeys on a real
 // Redis: a counter Envoy's ratelimit wrote (its INCRBY and EXPIRE, under
 // CACHE_KEY_PREFIX) is the one sluice counts in over gRPC, and sluice's
 // hits are in Envoy's key.
@@ -30,8 +29,10 @@ func TestServeEnvoyRedisKeys(t *testing.T) {
 	domain := fmt.Sprintf("envoykeys%d", time.Now().UnixNano())
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, "domain: "+domain+"\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 3}\n")
-	s := startServer(t, env("CACHE_KEY_PREFIX", "ignored without Envoy's environment"), "--rules", path, "--store", "redis://"+addr,
-		"--store-timeout", "10s", "--envoy-redis-keys", "--envoy-key-prefix", "pfx_") // only a bound on a hang
+	cfg := testConfig(path)
+	cfg.Store.URL, cfg.StoreTimeout = "redis://"+addr, 10*time.Second // only a bound on a hang
+	cfg.Store.EnvoyKeys, cfg.Store.EnvoyKeyPrefix = true, "pfx_"
+	s := startServer(t, cfg)
 	s.waitStore(t)
 
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
@@ -76,11 +77,9 @@ func TestServeEnvoyRedisKeysMemory(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 3}\n")
-	err := run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--rules", path,
-		"--envoy-redis-keys"}, env(), io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "--envoy-redis-keys") || exitCode(err) != 2 {
-		t.Errorf("run = %v, want a usage error naming --envoy-redis-keys", err)
-	}
+	c := testConfig(path)
+	c.Store.EnvoyKeys = true
+	wantConfigError(t, c, "--envoy-redis-keys")
 }
 
 // TestJSONRequestLimit checks Envoy's /json endpoint with a descriptor's
@@ -90,7 +89,7 @@ func TestJSONRequestLimit(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100}\n  - key: partner\n    rate_limit: {unlimited: true}\n")
-	s := startServer(t, nil, "--rules", path)
+	s := startServer(t, testConfig(path))
 	body := `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"alice"}],"limit":{"requests_per_unit":1,"unit":"MINUTE"}}]}`
 	if r := s.do(t, "POST", "/json", body); r.code != 200 || !strings.Contains(r.body, `"requestsPerUnit":1`) {
 		t.Fatalf("first: %d %s, want 200 with the request's limit of 1", r.code, r.body)

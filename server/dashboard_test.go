@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -47,7 +47,9 @@ func TestServeDashboardRoutes(t *testing.T) {
 	// 5 a minute in a sliding log: a fixed window's turn of the minute
 	// among the 8 requests would admit more than 5.
 	writeFile(t, filepath.Join(dir, "rules.yaml"), strings.Replace(dashboardRules, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: sliding_log}", 1))
-	s := startServer(t, nil, "--rules", dir, "--deny-log-rate", "100")
+	c := testConfig(dir)
+	c.Observe.DenyLogRate = 100
+	s := startServer(t, c)
 	for i := range 8 {
 		code, err := decideUser(s.http, s.httpURL, "mallory")
 		if err != nil {
@@ -81,7 +83,7 @@ func TestServeDashboardRoutes(t *testing.T) {
 		t.Errorf("/v1/keys: %d %s", r.code, r.body)
 	}
 	eventually(t, "a denial logged", func() bool {
-		l := s.logs.find("denied")
+		l := s.logs.Find("denied")
 		return l != nil && l["descriptor"] == "user=mallory" && l["limit"] == "5/1m0s sliding_log"
 	})
 }
@@ -111,7 +113,9 @@ func TestDashboardBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "rules.yaml"), dashboardRules)
-	s := startServer(t, nil, "--rules", dir, "--deny-log-rate", "-1")
+	c := testConfig(dir)
+	c.Observe.DenyLogRate = -1
+	s := startServer(t, c)
 
 	// The load: mallory sends five times as often as each of 50 others.
 	loadCtx, stopLoad := context.WithCancel(context.Background())
@@ -256,17 +260,19 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 }
 
-// TestServeFloodGuard: with --flood-guard a client's first request is not
+// TestServeFloodGuard: with FloodGuard a client's first request is not
 // counted (the stated cost), so a limit of 5 admits 6; without, 5.
 func TestServeFloodGuard(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		args []string
-		want int
-	}{{nil, 5}, {[]string{"--flood-guard"}, 6}} {
+		guard bool
+		want  int
+	}{{false, 5}, {true, 6}} {
 		dir := t.TempDir()
 		writeFile(t, filepath.Join(dir, "rules.yaml"), dashboardRules)
-		s := startServer(t, nil, append([]string{"--rules", dir}, tc.args...)...)
+		c := testConfig(dir)
+		c.Store.FloodGuard = tc.guard
+		s := startServer(t, c)
 		admitted := 0
 		for range 8 {
 			code, err := decideUser(s.http, s.httpURL, "alice")
@@ -278,7 +284,7 @@ func TestServeFloodGuard(t *testing.T) {
 			}
 		}
 		if admitted != tc.want {
-			t.Errorf("%v: admitted %d of 8, want %d", tc.args, admitted, tc.want)
+			t.Errorf("flood guard %v: admitted %d of 8, want %d", tc.guard, admitted, tc.want)
 		}
 	}
 }

@@ -1,9 +1,8 @@
-package main
+package server
 
 import (
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -47,45 +46,22 @@ func staleSocket(t *testing.T, path string) {
 	}
 }
 
-// TestServeGRPCUnixSocket runs serve on Envoy's environment with GRPC_UDS
-// over a stale socket: it replaces the socket, serves the rate limit and
-// health services on it to a real gRPC client, with the socket's
-// permissions 0660 and no TCP gRPC listener, and removes the socket when
-// it stops.
+// TestServeGRPCUnixSocket serves gRPC on a unix socket alone (as Envoy's
+// GRPC_UDS asks) over a stale socket: it replaces the socket, serves the
+// rate limit and health services on it to a real gRPC client, with the
+// socket's permissions 0660 and no TCP gRPC listener, and removes the
+// socket when it stops.
 func TestServeGRPCUnixSocket(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(socketDir(t), "rl.sock")
 	staleSocket(t, sock)
-	root := t.TempDir()
-	rulesDir := filepath.Join(root, "config")
-	if err := os.MkdirAll(rulesDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(rulesDir, "rules.yaml"),
-		"domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")
-	getenv := env("RUNTIME_ROOT="+root, "GRPC_UDS="+sock, "GRPC_PORT=1", "HOST=127.0.0.1", "PORT=0",
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0", "LOG_FORMAT=json", "LOG_LEVEL=info", "USE_STATSD=false")
-	logs := &logBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, getenv, io.Discard, logs) }()
-	var rec map[string]any
-	eventually(t, "serve listens", func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("serve ended before listening: %v\n%s", err, logs)
-		default:
-		}
-		rec = logs.find("listening")
-		return rec != nil
-	})
+	rules := writeTemp(t, "rules.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")
+	c := testConfig(rules)
+	c.GRPC.Addr, c.GRPC.Unix = NoAddr, sock
+	s := startServer(t, c)
+	rec := s.logs.Find("listening")
 	if rec["grpc_unix"] != sock || rec["grpc_addr"] != "" {
 		t.Errorf("listening on grpc_addr %q, grpc_unix %q; want only the socket %s", rec["grpc_addr"], rec["grpc_unix"], sock)
-	}
-	if w := logs.find("Envoy ratelimit's variables without effect in sluice"); w == nil ||
-		len(w["variables"].([]any)) != 1 || w["variables"].([]any)[0] != "GRPC_PORT" {
-		t.Errorf("warning %v, want GRPC_PORT alone without effect (GRPC_UDS replaces it)", w)
 	}
 	fi, err := os.Lstat(sock)
 	if err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o660 {
@@ -112,9 +88,8 @@ func TestServeGRPCUnixSocket(t *testing.T) {
 		}
 	}
 
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("serve: %v\n%s", err, logs)
+	if err := s.stop(); err != nil {
+		t.Fatalf("Run: %v\n%s", err, s.logs)
 	}
 	if _, err := os.Lstat(sock); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the socket is still there after serve stopped: %v", err)
@@ -170,20 +145,5 @@ func TestListenUnixRefuses(t *testing.T) {
 	ln.Close()
 	if _, err := os.Lstat(fresh); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("closing the listener left the socket: %v", err)
-	}
-}
-
-// TestGRPCUnixMode checks that --grpc-unix-mode takes permissions only
-// (TestServeErrors: no gRPC listener at all).
-func TestGRPCUnixMode(t *testing.T) {
-	t.Parallel()
-	for _, args := range [][]string{
-		{"serve", "--rules", exampleRules, "--grpc-unix", "/x.sock", "--grpc-unix-mode", "0800"},
-		{"serve", "--rules", exampleRules, "--grpc-unix", "/x.sock", "--grpc-unix-mode", "1777"},
-	} {
-		err := run(context.Background(), args, env(), io.Discard, io.Discard)
-		if exitCode(err) != 2 {
-			t.Errorf("%q = %v, want a usage error", args, err)
-		}
 	}
 }

@@ -1,16 +1,14 @@
-package main
+package server
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/peterbourgon/ff/v4"
+	"time"
 
 	"github.com/sluicehq/sluice/decide"
 )
@@ -18,7 +16,7 @@ import (
 // TestFloodThroughDecide is issue 18's attack on the decision path as
 // serve builds it: a user limited to 5 an hour keeps sending while 5,000
 // clients it has never seen (random IPv6 /64s) are decided beside it, with
-// --max-entries 1000. The user must be admitted 5 times, not 5 more each
+// MaxEntries 1000. The user must be admitted 5 times, not 5 more each
 // time the store forgets it. (A token bucket refilled at 5 an hour, so
 // that no window boundary falls within the test.)
 func TestFloodThroughDecide(t *testing.T) {
@@ -34,12 +32,9 @@ descriptors:
 	if err := os.WriteFile(rulesFile, []byte(rulesYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	co, err := newCore(log, coreFlagsOf(t, "--rules", rulesFile, "--fail", "closed", "--store-timeout", "1s", "--max-entries", "1000"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer co.close()
+	c := testConfig(rulesFile)
+	c.Fail, c.StoreTimeout, c.Store.MaxEntries = decide.FailClosed, time.Second, 1000
+	co := newTestCore(t, c)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 18))
 	user := &decide.Request{Domain: "api", Descriptors: []decide.Descriptor{
@@ -71,15 +66,23 @@ descriptors:
 	}
 }
 
-// coreFlagsOf returns the core flags that serve would read from args, every
-// other flag at its default.
-func coreFlagsOf(t *testing.T, args ...string) coreFlags {
+// newTestCore returns the core of c, logging nowhere, closed when the
+// test ends.
+func newTestCore(t *testing.T, c Config) *core {
 	t.Helper()
-	fs := ff.NewFlagSet("serve")
-	var c coreFlags
-	c.register(fs)
-	if err := fs.Parse(args); err != nil {
+	c.Logger = slog.New(slog.DiscardHandler)
+	c, err := c.withDefaults()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	co, err := newCore(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := co.close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return co
 }

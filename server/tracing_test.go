@@ -1,9 +1,8 @@
-package main
+package server
 
 import (
 	"context"
 	"encoding/hex"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -69,7 +68,9 @@ func startCollector(t *testing.T) (*collector, string) {
 func TestServeTracing(t *testing.T) {
 	t.Parallel()
 	col, addr := startCollector(t)
-	s := startServer(t, nil, "--rules", exampleRules, "--otlp-endpoint", "http://"+addr, "--trace-service-name", "rls")
+	c := testConfig(exampleRules)
+	c.Tracing.Endpoint, c.Tracing.ServiceName = "http://"+addr, "rls"
+	s := startServer(t, c)
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -108,20 +109,19 @@ func TestServeTracing(t *testing.T) {
 	}
 }
 
-// TestTracingFlags checks the refusals of the tracing flags.
-func TestTracingFlags(t *testing.T) {
+// TestTracingRefusals checks the tracing settings New refuses.
+func TestTracingRefusals(t *testing.T) {
 	t.Parallel()
-	for name, args := range map[string][]string{
-		"endpoint without a scheme": {"--otlp-endpoint", "collector:4317"},
-		"unknown protocol":          {"--otlp-endpoint", "http://c:4317", "--otlp-protocol", "zipkin"},
-		"ratio above 1":             {"--otlp-endpoint", "http://c:4317", "--trace-sample-ratio", "2"},
+	for name, tc := range map[string]TracingConfig{
+		"endpoint without a scheme": {Endpoint: "collector:4317"},
+		"unknown protocol":          {Endpoint: "http://c:4317", Protocol: "zipkin"},
+		"ratio above 1":             {Endpoint: "http://c:4317", SampleRatio: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			args := append([]string{"serve", "--rules", exampleRules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
-			if err := run(context.Background(), args, env(), io.Discard, io.Discard); exitCode(err) != 2 {
-				t.Errorf("exit code %d (%v), want 2", exitCode(err), err)
-			}
+			c := testConfig(exampleRules)
+			c.Tracing = tc
+			wantConfigError(t, c)
 		})
 	}
 }

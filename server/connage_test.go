@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -14,7 +14,9 @@ import (
 // is --grpc-max-connection-age old, so that the client connects anew.
 func TestMaxConnectionAge(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, nil, "--rules", exampleRules, "--grpc-max-connection-age", "100ms", "--grpc-max-connection-age-grace", "1s")
+	c := testConfig(exampleRules)
+	c.GRPC.MaxConnectionAge, c.GRPC.MaxConnectionAgeGrace = 100*time.Millisecond, time.Second
+	s := startServer(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{

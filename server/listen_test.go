@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -55,9 +55,11 @@ func TestServeTLS(t *testing.T) {
 	testenv.ReplaceFile(t, caPath, authority.PEM)
 	client := authority.Issue(t, true, "envoy").Pair(t)
 
-	s := startServer(t, nil, "--rules", exampleRules, "--ops-addr", "127.0.0.1:0",
-		"--tls-cert", certPath, "--tls-key", keyPath, "--tls-client-ca", caPath)
-	rec := s.logs.find("listening")
+	c := testConfig(exampleRules)
+	c.OpsAddrs = []string{"127.0.0.1:0"}
+	c.TLS = TLSConfig{Cert: certPath, Key: keyPath, ClientCA: caPath}
+	s := startServer(t, c)
+	rec := s.logs.Find("listening")
 	if rec["tls"] != true {
 		t.Fatalf("listening without TLS: %v", rec)
 	}
@@ -115,26 +117,24 @@ func TestServeTLS(t *testing.T) {
 	}
 }
 
-// TestTLSFlags checks the refusals of the TLS flags.
-func TestTLSFlags(t *testing.T) {
+// TestTLSRefusals checks the TLS settings New refuses.
+func TestTLSRefusals(t *testing.T) {
 	t.Parallel()
 	authority := testenv.NewCA(t, "test CA")
 	dir := t.TempDir()
 	certPath, keyPath := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	authority.Issue(t, false, "sluice.test").Write(t, certPath, keyPath)
-	for name, args := range map[string][]string{
-		"client CA without a certificate": {"--tls-client-ca", certPath},
-		"certificate without a key":       {"--tls-cert", certPath},
-		"unknown listener":                {"--tls-cert", certPath, "--tls-key", keyPath, "--tls-listeners", "grpc,nosuch"},
-		"the proxy's listener on serve":   {"--tls-cert", certPath, "--tls-key", keyPath, "--tls-listeners", "proxy"},
+	for name, tc := range map[string]TLSConfig{
+		"client CA without a certificate": {ClientCA: certPath},
+		"certificate without a key":       {Cert: certPath},
+		"unknown listener":                {Cert: certPath, Key: keyPath, Listeners: []string{"grpc", "nosuch"}},
+		"the proxy's listener on serve":   {Cert: certPath, Key: keyPath, Listeners: []string{"proxy"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			args := append([]string{"serve", "--rules", exampleRules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
-			err := run(context.Background(), args, env(), io.Discard, io.Discard)
-			if exitCode(err) != 2 {
-				t.Errorf("exit code %d (%v), want 2", exitCode(err), err)
-			}
+			c := testConfig(exampleRules)
+			c.TLS = tc
+			wantConfigError(t, c)
 		})
 	}
 }
@@ -143,16 +143,11 @@ func TestTLSFlags(t *testing.T) {
 // health check and metrics on its ops listener, and not on its own.
 func TestProxyOps(t *testing.T) {
 	t.Parallel()
-	upstream := httptestServer(t)
-	logs := &logBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"proxy", "--rules", exampleRules, "--upstream", upstream,
-			"--listen", "127.0.0.1:0", "--ops-addr", "127.0.0.1:0", "--log-format", "json"}, env(), io.Discard, logs)
-	}()
-	var rec map[string]any
-	eventually(t, "the proxy listens", func() bool { rec = logs.find("proxying"); return rec != nil })
+	cfg := testConfig(exampleRules)
+	cfg.Proxy = &ProxyConfig{Upstream: httptestServer(t), Listen: "127.0.0.1:0"}
+	cfg.OpsAddrs = []string{"127.0.0.1:0"}
+	s := startServer(t, cfg)
+	rec := s.logs.Find("proxying")
 	opsAddr, _ := rec["ops_addr"].(string)
 	listen, _ := rec["listen"].(string)
 	c := &http.Client{Timeout: 10 * time.Second}
@@ -183,10 +178,6 @@ func TestProxyOps(t *testing.T) {
 		t.Errorf("proxied GET /metrics = %d %.80s, want the upstream's answer", code, body)
 	}
 	c.CloseIdleConnections()
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("proxy: %v\n%s", err, logs)
-	}
 }
 
 // httptestServer returns the URL of a service that answers "upstream" and

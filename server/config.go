@@ -1,0 +1,436 @@
+package server
+
+import (
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/observe"
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/sketch"
+	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/tracing"
+	"github.com/sluicehq/sluice/transport/respond"
+)
+
+// Config configures a Server. Start from DefaultConfig, or from the zero
+// Config with Rules.Source set: a zero field means its default, which
+// DefaultConfig spells out with its reason. Where zero is a setting of its
+// own (no jitter, no near cache), a negative value (or NoAddr) says it.
+//
+// Each field is the setting of the flag named in its comment, which is
+// also its key in a config file and, as SLUICE_ and the name upper-cased,
+// its environment variable; New's errors name settings by it.
+type Config struct {
+	Rules RulesConfig
+	Store StoreConfig
+
+	// Fail says how to decide while the store fails (--fail). Default
+	// decide.FailOpen.
+	Fail decide.Fail
+	// StoreTimeout bounds the store calls of one decision (--store-timeout);
+	// negative: no bound. Default 50ms (decide's).
+	StoreTimeout time.Duration
+	// ConcurrencyLease is how long a request of the decision APIs, which
+	// report no end, holds a slot of a concurrency limit
+	// (--concurrency-lease). Default 1s (decide's).
+	ConcurrencyLease time.Duration
+	// Shadow puts every limit in shadow mode: decided and counted, never
+	// enforced, as Envoy's SHADOW_MODE (--shadow).
+	Shadow bool
+
+	// ResponseHeaders are the rate limit headers sent on every way in
+	// (--response-headers). Default respond.AllHeaders.
+	ResponseHeaders respond.Headers
+	// RetryJitter is the most random time added to Retry-After, in whole
+	// seconds (--retry-jitter); negative: none. Default 1s.
+	RetryJitter time.Duration
+	// Identity is an identity file (Envoy rate_limits actions): serve
+	// answers forward-auth on GET /v1/auth with it; the proxy limits by it
+	// instead of per client IP (--identity). Default: none.
+	Identity string
+
+	GRPC GRPCConfig
+	HTTP HTTPConfig
+	// OpsAddrs are listeners serving only /healthz, /readyz, /healthcheck
+	// and /metrics (and the dashboard) (--ops-addr). Default: none.
+	OpsAddrs []string
+	TLS      TLSConfig
+	Admin    AdminConfig
+	// Proxy, when not nil, makes the Server a reverse proxy that limits
+	// requests before forwarding them (sluice proxy) instead of serving
+	// the decision APIs: GRPC, HTTP and Identity's forward-auth are unused.
+	Proxy *ProxyConfig
+
+	Observe ObserveConfig
+	Envoy   EnvoyConfig
+	Tracing TracingConfig
+
+	// ShutdownTimeout is how long a shutdown waits for calls in flight
+	// (--shutdown-timeout); negative: not at all. Default 10s.
+	ShutdownTimeout time.Duration
+	// Logger receives the server's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// RulesConfig says where the rules come from and how they are read.
+type RulesConfig struct {
+	// Source is a rules file, a directory of *.yaml files, or a rules
+	// database: a Redis URL (--rules). Required.
+	Source string
+	// MaxFileBytes is the largest rules file read; a directory may hold 4
+	// times as much (--max-rules-size). Default rules.DefaultMaxFileBytes,
+	// 16 MiB.
+	MaxFileBytes int
+	// EnvoyLayout reads every file below the directory, any extension, as
+	// Envoy's ratelimit reads its runtime (--rules-envoy-layout).
+	EnvoyLayout bool
+	// IgnoreDotFiles skips hidden entries with EnvoyLayout
+	// (--rules-ignore-dot-files).
+	IgnoreDotFiles bool
+	// MergeDomains lets one domain span files (--rules-merge-domains).
+	MergeDomains bool
+	// Snapshot is the file keeping a rules database's last good rules,
+	// from which a node starts while the database is down
+	// (--rules-snapshot). Default: none.
+	Snapshot string
+	// Poll is how often a rules database's (or a directory's overrides')
+	// generation is read in case a change was missed (--rules-poll);
+	// negative: never. Default control.DefaultPoll, 5s.
+	Poll time.Duration
+}
+
+// StoreConfig says where counters live and how the store is layered.
+type StoreConfig struct {
+	// URL is memory, or a Redis URL: redis://, rediss://,
+	// redis+cluster://, redis+sentinel://, unix:// (--store). Default
+	// "memory".
+	URL string
+	// SentinelAuth is the password, or user:password, of the sentinels of
+	// a redis+sentinel:// URL (--store-sentinel-auth). Default: none.
+	SentinelAuth string
+	// PerSecond is a second Redis for the limits whose period is below a
+	// minute, Envoy's REDIS_PERSECOND (--store-per-second). Default: none.
+	PerSecond string
+	// PerSecondSentinelAuth is PerSecond's sentinels' password
+	// (--store-per-second-sentinel-auth).
+	PerSecondSentinelAuth string
+	// ExpiryJitter is the most time a Redis key outlives its reset, at
+	// random (--store-expiry-jitter). Default 0: none.
+	ExpiryJitter time.Duration
+	// CA, Cert and Key are the PEM files of a rediss:// store's TLS: the
+	// CAs that sign its certificate (default: the system's) and a client
+	// certificate (--store-ca, --store-cert, --store-key).
+	CA, Cert, Key string
+	// SkipHostnameVerification accepts a store certificate the CAs signed
+	// whatever name it carries (--store-skip-hostname-verification).
+	SkipHostnameVerification bool
+
+	// MaxMemory is the most memory, in bytes, the memory store's keys
+	// make the server hold (--max-memory). Default memory.DefaultMaxBytes,
+	// 256 MiB.
+	MaxMemory int64
+	// MaxEntries is the most keys the memory store holds (--max-entries).
+	// Default 0: no bound but MaxMemory.
+	MaxEntries int
+	// FloodGuard makes a client seen for the first time take no memory
+	// store entry until it is seen again (--flood-guard).
+	FloodGuard bool
+
+	// NearCache is the bytes of denials a node keeps to answer over-limit
+	// clients without a Redis call until their retry time (--near-cache);
+	// negative: none. Default 8 MiB.
+	NearCache int64
+	// Sync is how limits without their own sync: reach Redis (--sync).
+	// Default sluice.Exact.
+	Sync sluice.Sync
+	// SyncInterval is how often async mode writes hits back
+	// (--sync-interval). Default 100ms.
+	SyncInterval time.Duration
+	// AsyncNodes is how many servers share Redis in async mode
+	// (--async-nodes). Default 1.
+	AsyncNodes int
+	// LeaseLifetime is how long a lease outlives its client's last
+	// request (--lease-lifetime). Default 500ms.
+	LeaseLifetime time.Duration
+	// MaxLease is the most hits one lease carries (--max-lease). Default
+	// 1000.
+	MaxLease int
+
+	// EnvoyKeys counts fixed windows in Redis under Envoy ratelimit's keys
+	// and as it counts, sharing its counters (--envoy-redis-keys).
+	EnvoyKeys bool
+	// EnvoyKeyPrefix is the prefix of Envoy's keys, its CACHE_KEY_PREFIX
+	// (--envoy-key-prefix). Default: none.
+	EnvoyKeyPrefix string
+}
+
+// NoAddr is an address that turns its listener off: GRPCConfig.Addr's,
+// serving gRPC on GRPCConfig.Unix alone.
+const NoAddr = "none"
+
+// GRPCConfig is serve's gRPC listener of Envoy's rate limit API.
+type GRPCConfig struct {
+	// Addr is its address; port 0 picks a free port; NoAddr: none, with
+	// Unix (--grpc-addr). Default "127.0.0.1:8081".
+	Addr string
+	// Unix is a unix domain socket's path on which gRPC is served too; a
+	// stale socket there is replaced (--grpc-unix). Default: none.
+	Unix string
+	// UnixMode is the socket's permissions (--grpc-unix-mode). Default
+	// 0660: the owner and its group may connect.
+	UnixMode fs.FileMode
+	// NoReflection turns gRPC server reflection (for grpcurl and ghz) off
+	// (--grpc-reflection=false).
+	NoReflection bool
+	// MaxConnectionAge closes connections this old, gracefully, so that
+	// clients spread over replicas (--grpc-max-connection-age). Default 0:
+	// never.
+	MaxConnectionAge time.Duration
+	// MaxConnectionAgeGrace is how long calls on such a connection may
+	// take to finish (--grpc-max-connection-age-grace). Default 0: no
+	// bound.
+	MaxConnectionAgeGrace time.Duration
+}
+
+// HTTPConfig is serve's HTTP API listener.
+type HTTPConfig struct {
+	// Addr is its address; port 0 picks a free port (--http-addr).
+	// Default "127.0.0.1:8080".
+	Addr string
+	// Pprof serves Go's profiles under /debug/pprof/ here and on the ops
+	// listeners (--pprof).
+	Pprof bool
+}
+
+// TLSConfig is the TLS of the listeners; without Cert there is none.
+type TLSConfig struct {
+	// Cert and Key are the PEM certificate chain and its key, reloaded
+	// when the files change (--tls-cert, --tls-key).
+	Cert, Key string
+	// ClientCA requires client certificates it signed (--tls-client-ca).
+	ClientCA string
+	// ClientSAN is a name every client certificate must carry
+	// (--tls-client-san).
+	ClientSAN string
+	// Listeners are the listeners that serve TLS: "all", or grpc, http,
+	// ops, admin (serve) or proxy, ops, admin (proxy) (--tls-listeners).
+	// Default ["all"].
+	Listeners []string
+}
+
+// AdminConfig is the admin API (rules, history, overrides).
+type AdminConfig struct {
+	// Addr is its address (--admin-addr). Default "127.0.0.1:8082".
+	Addr string
+	// Tokens is the file of its tokens; none: no admin API
+	// (--admin-tokens).
+	Tokens string
+	// ReadOnly makes it read and dry-run only (--admin-read-only).
+	ReadOnly bool
+}
+
+// ProxyConfig is the reverse proxy of `sluice proxy`.
+type ProxyConfig struct {
+	// Upstream is the URL of the service behind the proxy, http:// or
+	// https:// (--upstream). Required.
+	Upstream string
+	// Listen is the proxy's address; port 0 picks a free port (--listen).
+	// Default "127.0.0.1:8000".
+	Listen string
+	// Domain is the rules domain of the default per-IP identity, unused
+	// with Config.Identity (--domain). Default "api".
+	Domain string
+	// MaxDelay is the longest a request a leaky_bucket admits is held for
+	// its turn (--max-delay). Default 0: never hold.
+	MaxDelay time.Duration
+	// MaxWaiting is the most requests waiting for their turn at once
+	// (--max-waiting). Default 1024.
+	MaxWaiting int
+	// Shed turns adaptive load shedding on (--shed).
+	Shed bool
+}
+
+// ObserveConfig sizes the heavy hitters (GET /v1/top) and the denial log.
+type ObserveConfig struct {
+	// DenyLogRate is the most denials logged a second (--deny-log-rate);
+	// negative: none. Default 10.
+	DenyLogRate float64
+	// TopKeys is the most domain and descriptor key pairs whose heavy
+	// hitters are counted, 1 to observe.MaxMaxKeys (--top-keys). Default 16.
+	TopKeys int
+	// TopWidth is the counters per row of each count-min sketch, 1 to
+	// sketch.MaxWidth (--top-width). Default 1024.
+	TopWidth int
+}
+
+// EnvoyConfig is Envoy ratelimit's metrics, by its names.
+type EnvoyConfig struct {
+	// Metrics counts Envoy ratelimit's per-descriptor metrics under its
+	// names too (--envoy-metrics).
+	Metrics bool
+	// NearLimitRatio is the share of a limit past which Metrics counts
+	// hits as near_limit (--near-limit-ratio). Default 0.8.
+	NearLimitRatio float64
+	// StatsdAddr is a statsd server (UDP) to send those counters to
+	// (--statsd-addr). Default: none.
+	StatsdAddr string
+	// StatsdFlushInterval is how often StatsdAddr gets what the counters
+	// counted since (--statsd-flush-interval). Default 10s, Envoy's.
+	StatsdFlushInterval time.Duration
+}
+
+// TracingConfig is OpenTelemetry tracing, off without Endpoint.
+type TracingConfig struct {
+	// Endpoint is the OTLP collector's URL (--otlp-endpoint). Default:
+	// none, no tracing.
+	Endpoint string
+	// Protocol is grpc or http (--otlp-protocol). Default "grpc".
+	Protocol string
+	// SampleRatio is the share of decisions without a parent span that
+	// are traced (--trace-sample-ratio); negative: none. Default 0.01.
+	SampleRatio float64
+	// ServiceName is the spans' service.name (--trace-service-name).
+	// Default "sluice".
+	ServiceName string
+}
+
+// DefaultConfig returns the configuration of every zero field: what
+// `sluice serve` runs with when no flag is given (Rules.Source aside).
+func DefaultConfig() Config {
+	dc := decide.DefaultConfig()
+	return Config{
+		Rules: RulesConfig{
+			MaxFileBytes: rules.DefaultMaxFileBytes, // 16 MiB: rules files are small; a directory 4 times that
+			Poll:         control.DefaultPoll,       // 5s: a missed change is picked up soon
+		},
+		Store: StoreConfig{
+			URL:           "memory",               // one node, exact, no dependency
+			MaxMemory:     memory.DefaultMaxBytes, // 256 MiB: about 288 bytes a client
+			NearCache:     8 << 20,                // 8 MiB of denials answered without Redis
+			Sync:          sluice.Exact,           // every decision reaches Redis
+			SyncInterval:  100 * time.Millisecond, // async mode's write-back
+			AsyncNodes:    1,                      // async mode assumes it is alone
+			LeaseLifetime: 500 * time.Millisecond, // unused hits go back soon after a client stops
+			MaxLease:      1000,                   // and at most a sixteenth of the limit
+		},
+		Fail:             decide.FailOpen,    // a store outage does not stop traffic
+		StoreTimeout:     dc.StoreTimeout,    // 50ms
+		ConcurrencyLease: dc.Lease,           // 1s
+		ResponseHeaders:  respond.AllHeaders, // the IETF draft's fields, X-RateLimit-* and Retry-After
+		RetryJitter:      time.Second,        // denied clients do not retry in lockstep
+		GRPC: GRPCConfig{
+			Addr:     "127.0.0.1:8081", // loopback: exposing it is a decision
+			UnixMode: 0o660,            // the owner and its group may connect
+		},
+		HTTP:            HTTPConfig{Addr: "127.0.0.1:8080"},
+		TLS:             TLSConfig{Listeners: []string{"all"}},
+		Admin:           AdminConfig{Addr: "127.0.0.1:8082"}, // loopback: writes rules
+		Observe:         ObserveConfig{DenyLogRate: 10, TopKeys: 16, TopWidth: sketch.DefaultConfig().Width},
+		Envoy:           EnvoyConfig{NearLimitRatio: metrics.DefaultNearLimitRatio, StatsdFlushInterval: 10 * time.Second},
+		Tracing:         TracingConfig{Protocol: "grpc", SampleRatio: tracing.DefaultSampleRatio, ServiceName: "sluice"},
+		ShutdownTimeout: 10 * time.Second,
+		Logger:          slog.Default(),
+	}
+}
+
+// DefaultProxyConfig returns the proxy's configuration of every zero
+// field.
+func DefaultProxyConfig() ProxyConfig {
+	return ProxyConfig{
+		Listen:     "127.0.0.1:8000", // loopback
+		Domain:     "api",            // the examples' domain
+		MaxWaiting: 1024,             // requests held at once in queue mode
+	}
+}
+
+// ConfigError is a setting New refuses: a mistake of configuration, not a
+// failure to start (`sluice serve` exits with status 2 for it).
+type ConfigError struct{ msg string }
+
+func (e *ConfigError) Error() string { return e.msg }
+
+// configError returns a *ConfigError.
+func configError(format string, args ...any) error {
+	return &ConfigError{msg: fmt.Sprintf(format, args...)}
+}
+
+// withDefaults returns c with every zero field set to its default, and
+// refuses settings that can never work.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	if c.Rules.Source == "" {
+		return c, configError("--rules (or $SLUICE_RULES) is required")
+	}
+	setDefault(&c.Rules.MaxFileBytes, d.Rules.MaxFileBytes)
+	setDefault(&c.Rules.Poll, d.Rules.Poll)
+	s, ds := &c.Store, d.Store
+	setDefault(&s.URL, ds.URL)
+	setDefault(&s.MaxMemory, ds.MaxMemory)
+	setDefault(&s.NearCache, ds.NearCache)
+	setDefault(&s.Sync, ds.Sync)
+	setDefault(&s.SyncInterval, ds.SyncInterval)
+	setDefault(&s.AsyncNodes, ds.AsyncNodes)
+	setDefault(&s.LeaseLifetime, ds.LeaseLifetime)
+	setDefault(&s.MaxLease, ds.MaxLease)
+	setDefault(&c.StoreTimeout, d.StoreTimeout)
+	setDefault(&c.ConcurrencyLease, d.ConcurrencyLease)
+	setDefault(&c.ResponseHeaders, d.ResponseHeaders)
+	setDefault(&c.RetryJitter, d.RetryJitter)
+	setDefault(&c.GRPC.Addr, d.GRPC.Addr)
+	setDefault(&c.GRPC.UnixMode, d.GRPC.UnixMode)
+	setDefault(&c.HTTP.Addr, d.HTTP.Addr)
+	if len(c.TLS.Listeners) == 0 {
+		c.TLS.Listeners = d.TLS.Listeners
+	}
+	setDefault(&c.Admin.Addr, d.Admin.Addr)
+	setDefault(&c.Observe.DenyLogRate, d.Observe.DenyLogRate)
+	setDefault(&c.Observe.TopKeys, d.Observe.TopKeys)
+	setDefault(&c.Observe.TopWidth, d.Observe.TopWidth)
+	setDefault(&c.Envoy.NearLimitRatio, d.Envoy.NearLimitRatio)
+	setDefault(&c.Envoy.StatsdFlushInterval, d.Envoy.StatsdFlushInterval)
+	setDefault(&c.Tracing.Protocol, d.Tracing.Protocol)
+	setDefault(&c.Tracing.SampleRatio, d.Tracing.SampleRatio)
+	setDefault(&c.Tracing.ServiceName, d.Tracing.ServiceName)
+	setDefault(&c.ShutdownTimeout, d.ShutdownTimeout)
+	setDefault(&c.Logger, d.Logger)
+	if c.Proxy != nil {
+		p, dp := *c.Proxy, DefaultProxyConfig()
+		setDefault(&p.Listen, dp.Listen)
+		setDefault(&p.Domain, dp.Domain)
+		setDefault(&p.MaxWaiting, dp.MaxWaiting)
+		c.Proxy = &p
+	}
+	return c, c.check()
+}
+
+// setDefault sets *v to def when it is zero.
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// check refuses settings that are out of range whatever else is set.
+func (c Config) check() error {
+	s := c.Store
+	if s.LeaseLifetime < 0 || s.MaxLease < 0 || s.SyncInterval < 0 || s.AsyncNodes < 0 {
+		return configError("--lease-lifetime, --max-lease, --sync-interval and --async-nodes must be positive")
+	}
+	if c.ConcurrencyLease < 0 {
+		return configError("--concurrency-lease %v: must be above 0", c.ConcurrencyLease)
+	}
+	if c.Observe.TopKeys < 1 || c.Observe.TopKeys > observe.MaxMaxKeys {
+		return configError("--top-keys %d: want 1 to %d", c.Observe.TopKeys, observe.MaxMaxKeys)
+	}
+	if c.Observe.TopWidth < 1 || c.Observe.TopWidth > sketch.MaxWidth {
+		return configError("--top-width %d: want 1 to %d", c.Observe.TopWidth, sketch.MaxWidth)
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/observe"
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/tracing"
+	"github.com/sluicehq/sluice/ui"
+)
+
+// reloadEvents is how many rules loads the dashboard lists.
+const reloadEvents = 20
+
+// core is what serve and proxy share: the metrics registry, the store, the
+// rules source and the decision service with its observers.
+type core struct {
+	reg      *prometheus.Registry
+	m        *metrics.Metrics
+	rules    rulesSource // the files' watcher or the rules database's retriever
+	rulesDB  control.DB  // what the admin API writes: the rules database, or control/filedb for a rules directory; nil for one file
+	rulesM   *metrics.RulesSource
+	decider  *metrics.Decider
+	svc      *decide.Service  // beneath the observers: GET /v1/keys looks without counting
+	observer *observe.Decider // heavy hitters, denial log
+	events   *ui.Events       // rules loads, for the dashboard
+	stores   *openedStore
+	closers  []func() error // in the order of opening; close calls them last first
+}
+
+// newCore opens the store, loads and watches the rules and makes the
+// decision service, for c with its defaults set. The caller calls close
+// when done; on error, newCore has closed what it opened.
+func newCore(c Config) (_ *core, err error) {
+	co := &core{reg: prometheus.NewRegistry(), events: ui.NewEvents(reloadEvents)}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, co.close())
+		}
+	}()
+	if err := co.openMetrics(c); err != nil {
+		return nil, err
+	}
+	if err := co.openStore(c); err != nil {
+		return nil, err
+	}
+	if co.rulesM, err = metrics.NewRulesSource(co.reg, func() *rules.Set {
+		if co.rules == nil {
+			return nil
+		}
+		return co.rules.Current()
+	}); err != nil {
+		return nil, err
+	}
+	hooks := rulesHooks{m: co.m, rm: co.rulesM, onReload: func(set *rules.Set, err error) { co.events.Add(time.Now(), set, err) }}
+	src, db, closeRules, err := openRules(c.Logger, c, co.stores.check, hooks)
+	if err != nil {
+		return nil, err
+	}
+	co.rules, co.rulesDB = src, db
+	co.closers = append(co.closers, closeRules)
+	c.Logger.Info("rules loaded", "rules", RedactURL(c.Rules.Source), "version", src.Current().Version(), "domains", src.Current().Domains())
+	if err := co.wireDecider(c); err != nil {
+		return nil, err
+	}
+	return co, nil
+}
+
+// openMetrics makes the registry and sluice's metrics, with Envoy's when
+// c asks (before the rules load, which they count), and starts statsd.
+func (co *core) openMetrics(c Config) error {
+	for _, col := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := co.reg.Register(col); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	m, err := metrics.New(co.reg)
+	if err != nil {
+		return err
+	}
+	co.m = m
+	e := c.Envoy
+	if err := checkStatsd(e); err != nil {
+		return err
+	}
+	if e.Metrics {
+		if err := m.EnvoyStats(co.reg, e.NearLimitRatio); err != nil {
+			return configError("--near-limit-ratio: %v", err)
+		}
+	}
+	if e.StatsdAddr != "" {
+		co.closers = append(co.closers, startStatsd(m, e, c.Logger))
+	}
+	return nil
+}
+
+// openStore opens the store c names and registers its near caches'
+// metrics.
+func (co *core) openStore(c Config) error {
+	tc, err := c.Store.storeTLS(c.Store.URL)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(c.Store, storeOptions{log: c.Logger, tls: tc})
+	if err != nil {
+		return err
+	}
+	co.stores = st
+	co.closers = append(co.closers, st.close)
+	nc := st.near
+	if len(nc) == 0 {
+		return nil
+	}
+	hits := func() uint64 { return nc.Stats().NearHits }
+	misses := func() uint64 { return nc.Stats().NearMisses }
+	if err := metrics.NearCache(co.reg, hits, misses); err != nil {
+		return err
+	}
+	leased := func() uint64 { return nc.Stats().LeaseHits }
+	grants := func() uint64 { return nc.Stats().Grants }
+	calls := func() uint64 { return nc.Stats().StoreCalls }
+	if err := metrics.Leases(co.reg, leased, grants, calls); err != nil {
+		return err
+	}
+	return metrics.Async(co.reg, func() uint64 { return nc.Stats().AsyncDecisions })
+}
+
+// wireDecider makes the decision service over the store and the rules,
+// and puts the observers around it, from the inside out: the store's
+// metrics and spans, decide, Envoy's shadow mode, the decision's span,
+// the heavy hitters and denial log, and the decision metrics. It is the
+// one place that knows that order.
+func (co *core) wireDecider(c Config) error {
+	tp, stopTracing, err := newTracerProvider(c.Tracing)
+	if err != nil {
+		return err
+	}
+	var store sluice.Store = co.m.Store(co.stores.store)
+	if tp != nil {
+		co.closers = append(co.closers, stopTracing)
+		store = tracing.NewStore(store, tp)
+	}
+	dc := decide.DefaultConfig()
+	dc.Rules, dc.Store, dc.Local = co.rules.Current, store, co.stores.local
+	dc.StoreTimeout, dc.Fail, dc.Logger = c.StoreTimeout, c.Fail, c.Logger
+	dc.Lease = c.ConcurrencyLease
+	if co.stores.slots != nil {
+		dc.Slots = co.stores.slots
+	}
+	svc, err := decide.New(dc)
+	if err != nil {
+		return fmt.Errorf("decision service: %w", err)
+	}
+	var inner metrics.Service = svc
+	if c.Shadow {
+		inner = shadowAll{inner}
+	}
+	if tp != nil {
+		inner = tracing.NewDecider(inner, tp)
+	}
+	oc := observe.DefaultConfig()
+	oc.MaxKeys, oc.Sketch.Width = c.Observe.TopKeys, c.Observe.TopWidth
+	oc.DenialLogRate, oc.Logger = c.Observe.DenyLogRate, c.Logger
+	if co.observer, err = observe.New(inner, oc); err != nil {
+		return err
+	}
+	co.closers = append(co.closers, co.observer.Close)
+	co.svc, co.decider = svc, co.m.Decider(co.observer)
+	return nil
+}
+
+// mode returns the decision service's mode as /readyz and the dashboard
+// name it.
+func (co *core) mode() string { return co.decider.Mode().String() }
+
+// close stops what newCore started, the last started first: the
+// observers, tracing, the rules source, the store and statsd (which sends
+// its last counts).
+func (co *core) close() error {
+	var err error
+	for i := len(co.closers) - 1; i >= 0; i-- {
+		err = errors.Join(err, co.closers[i]())
+	}
+	co.closers = nil
+	return err
+}
+
+// RedactURL hides the password of a URL (a store's, a rules database's)
+// for logs.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
+}
