@@ -18,6 +18,14 @@ command -v chromium >/dev/null || need+=(chromium)
 # python3's http.server is the application of the README's recipes, which
 # docs/blocks_test.go runs.
 command -v python3 >/dev/null || need+=(python3)
+# deploy/image's tests build the image and run it on the machine's Docker
+# Engine (started before this script; they fail under CI=true without
+# it), the Envoy quickstart with docker-compose, the README's Docker block
+# with curl.
+if command -v docker >/dev/null; then
+  command -v docker-compose >/dev/null || need+=(docker-compose)
+  command -v curl >/dev/null || need+=(curl)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]}"
   # Debian would start the packaged redis-server and nginx, and a package
@@ -72,5 +80,6 @@ fi
 go vet ./...
 go test -race -shuffle=on -timeout 15m "$@" ./...
 # deploy/ is a module of its own, so that the Kubernetes types its tests
-# decode the manifests into stay out of sluice's dependencies.
+# decode the manifests into stay out of sluice's dependencies; its image
+# tests run containers (about 3 minutes on a busy 2-core machine).
 (cd deploy && go vet ./... && go test -shuffle=on "$@" ./...)
