@@ -467,7 +467,7 @@ func (s *Service) collect(b *batch, r *Request, resp *Response, replaces, digest
 					b.elastic = append(b.elastic, elasticRef{ref: ref{desc: i, limit: l}, key: key, group: group, cost: d.Cost})
 					continue
 				}
-				req := sluice.Request{Key: key, Group: group, Limit: l.Enforced(), Cost: d.Cost, Sync: l.Sync}
+				req := sluice.Request{Key: key, Group: group, Limit: l.Enforced(), Cost: d.Cost, Sync: l.Sync, Scope: l.Scope}
 				if rule.EnvoyKeyed(l) {
 					req.Envoy = rule.EnvoyDescriptor(d.Entries)
 				}

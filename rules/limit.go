@@ -76,6 +76,11 @@ type Limit struct {
 	// sluice.DefaultSync for the server's default (--sync). Lease and
 	// async are for every algorithm but sliding_log.
 	Sync sluice.Sync
+	// Scope is sluice's `scope`: RegionScope (the default), a limit each
+	// region enforces alone, or GlobalScope, one limit for all regions
+	// together (store/regions), decided exactly in each region (Sync is
+	// then Exact).
+	Scope sluice.Scope
 	// Replaces lists the names of limits this one replaces (Envoy's
 	// `replaces`). Every name is the Name of a limit of the same domain.
 	Replaces []string
@@ -160,6 +165,7 @@ type limitJSON struct {
 	ElasticPercent  int64      `json:"elastic_percent,omitempty"`
 	Pool            string     `json:"pool,omitempty"`
 	Sync            string     `json:"sync,omitempty"`
+	Scope           string     `json:"scope,omitempty"`
 	Replaces        []string   `json:"replaces,omitempty"`
 	Line            int        `json:"line"`
 }
@@ -171,6 +177,9 @@ func (l *Limit) MarshalJSON() ([]byte, error) {
 	v := limitJSON{
 		ID: l.ID, Name: l.Name, Unlimited: l.Unlimited, Block: l.Block, Throttling: l.Throttling,
 		ExceedPercent: l.ExceedPercent, Sync: l.Sync.String(), Replaces: l.Replaces, Line: l.Line,
+	}
+	if l.Scope != sluice.RegionScope {
+		v.Scope = l.Scope.String()
 	}
 	if l.Throttling == Elastic {
 		v.ExceedPercent, v.ElasticPercent = 0, l.ExceedPercent

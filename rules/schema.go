@@ -75,6 +75,7 @@ type RateLimitSpec struct {
 	Throttling      string        `json:"throttling,omitempty" yaml:"throttling,omitempty"`
 	ExceedPercent   int64         `json:"exceed_percent,omitempty" yaml:"exceed_percent,omitempty"`
 	Sync            string        `json:"sync,omitempty" yaml:"sync,omitempty"`
+	Scope           string        `json:"scope,omitempty" yaml:"scope,omitempty"`
 	ElasticPercent  int64         `json:"elastic_percent,omitempty" yaml:"elastic_percent,omitempty"`
 }
 
@@ -82,6 +83,41 @@ type RateLimitSpec struct {
 // replaces: [{name: ...}]).
 type ReplaceSpec struct {
 	Name string `json:"name" yaml:"name"`
+}
+
+// scope sets l's Scope from ls's `scope:`, refusing scope: global where
+// store/regions cannot keep one limit for all regions: a leaky_bucket
+// (whose Wait orders every region's requests in one queue) or a
+// sliding_log (whose log of hits has no count to share); a sync other than
+// exact (a global limit is decided exactly in its region, so a missing
+// sync is exact); and elastic throttling (whose pool is its region's).
+func (c *checker) scope(ls *RateLimitSpec, l *Limit, path string) {
+	scope, err := sluice.ParseScope(ls.Scope)
+	if err != nil {
+		if !c.bad(ls, "scope") {
+			c.errorf(c.line(ls, "scope"), path, "scope: want region or global, got %q", ls.Scope)
+		}
+		return
+	}
+	l.Scope = scope
+	if scope != sluice.GlobalScope || c.bad(ls, "scope") {
+		return
+	}
+	line := c.line(ls, "scope")
+	switch a := l.Limit.Algorithm; {
+	case a == sluice.LeakyBucket || a == sluice.SlidingLog:
+		c.errorf(line, path, "scope: global is for fixed_window, sliding_window, token_bucket and gcra, not %s", a)
+	case a == sluice.TokenBucket || a == sluice.GCRA:
+		c.errorf(line, path, "scope: global is for fixed_window and sliding_window for now, not %s", a)
+	}
+	switch {
+	case l.Sync == sluice.Lease || l.Sync == sluice.Async:
+		c.errorf(line, path, "scope: global is decided exactly in its region; sync: %s cannot be", l.Sync)
+	case l.Throttling == Elastic:
+		c.errorf(line, path, "scope: global cannot be elastic: the pool is its region's")
+	default:
+		l.Sync = sluice.Exact
+	}
 }
 
 // NewSet builds a Set from Go values with the validation Load applies to
@@ -538,7 +574,7 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 		}{
 			{"unit", ls.Unit != ""}, {"algorithm", ls.Algorithm != ""}, {"burst", ls.Burst != 0},
 			{"unit_multiplier", ls.UnitMultiplier != 0}, {"throttling", ls.Throttling != ""},
-			{"exceed_percent", ls.ExceedPercent != 0}, {"sync", ls.Sync != ""},
+			{"exceed_percent", ls.ExceedPercent != 0}, {"sync", ls.Sync != ""}, {"scope", ls.Scope != ""},
 			{"elastic_percent", ls.ElasticPercent != 0},
 		} {
 			if f.set && !c.bad(ls, f.name) {
@@ -651,6 +687,7 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 		}
 	}
 	l.Sync = sync
+	c.scope(ls, l, path)
 	if c.rp.n > start || c.broken(ls) {
 		return nil
 	}

@@ -30,7 +30,7 @@ var (
 		"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata",
 		"concurrency", "priority"}
 	rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"algorithm", "burst", "unit_multiplier", "throttling", "exceed_percent", "sync", "elastic_percent"}
+		"algorithm", "burst", "unit_multiplier", "throttling", "exceed_percent", "sync", "elastic_percent", "scope"}
 	replacesKeys = []string{"name"}
 )
 
@@ -553,6 +553,7 @@ func (d *decoder) rateLimitInto(n *yaml.Node, what string, ls *RateLimitSpec) {
 	d.str(m, "throttling", &ls.Throttling)
 	d.integer(m, "exceed_percent", &ls.ExceedPercent, "must be between 1 and 1000000")
 	d.str(m, "sync", &ls.Sync)
+	d.str(m, "scope", &ls.Scope)
 	d.integer(m, "elastic_percent", &ls.ElasticPercent, "must be between 1 and 1000000")
 	if _, ok := m.fs["requests_per_unit"]; !ok && !ls.Unlimited {
 		// Envoy reads a missing requests_per_unit as 0, denying every
