@@ -104,11 +104,8 @@ func (c *checker) scope(ls *RateLimitSpec, l *Limit, path string) {
 		return
 	}
 	line := c.line(ls, "scope")
-	switch a := l.Limit.Algorithm; {
-	case a == sluice.LeakyBucket || a == sluice.SlidingLog:
+	if a := l.Limit.Algorithm; a == sluice.LeakyBucket || a == sluice.SlidingLog {
 		c.errorf(line, path, "scope: global is for fixed_window, sliding_window, token_bucket and gcra, not %s", a)
-	case a == sluice.TokenBucket || a == sluice.GCRA:
-		c.errorf(line, path, "scope: global is for fixed_window and sliding_window for now, not %s", a)
 	}
 	switch {
 	case l.Sync == sluice.Lease || l.Sync == sluice.Async:

@@ -52,6 +52,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -272,7 +273,10 @@ func (s *Store) loop() {
 
 // TakeAll implements sluice.Store: the requests of scope global are
 // decided on this region's count against its cap, the others as the
-// wrapped store decides them, all in one call to it.
+// wrapped store decides them, all in one call to it. A token_bucket or
+// gcra request of scope global is decided twice in that call: on the
+// region's own bucket, as it is, and on its count under the cap (see
+// counted).
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	var glob []int
 	for i := range reqs {
@@ -286,23 +290,117 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 	now := s.cfg.Now()
 	out := slices.Clone(reqs)
 	caps := make([]use, len(glob))
+	counters := make([]int, len(glob)) // where each one's count is decided in out
 	for j, i := range glob {
-		caps[j] = s.capFor(reqs[i], now)
-		out[i] = caps[j].request(reqs[i])
+		c, bucket := counted(reqs[i])
+		caps[j] = s.capFor(c, now)
+		if !bucket {
+			out[i], counters[j] = caps[j].request(c), i
+			continue
+		}
+		out[i].Group = c.Group
+		out = append(out, caps[j].request(c))
+		counters[j] = len(out) - 1
 	}
-	if err := s.inner.TakeAll(ctx, out, ds); err != nil {
+	all := ds
+	if len(out) > len(reqs) {
+		all = make([]sluice.Decision, len(out))
+	}
+	if err := s.inner.TakeAll(ctx, out, all); err != nil {
 		return err
 	}
 	for j, i := range glob {
-		ds[i] = s.decision(reqs[i], caps[j], ds[i], now)
+		c, bucket := counted(reqs[i])
+		d := s.decision(c, caps[j], all[counters[j]], now)
+		if bucket {
+			d = both(all[i], d)
+		}
+		ds[i] = d
 	}
 	return nil
 }
 
-// global reports whether l is a limit the layer makes global:
-// fixed_window and sliding_window. Others pass through as scope region.
+// global reports whether l is a limit the layer keeps one of for all
+// regions: fixed_window, sliding_window, token_bucket, gcra. The others
+// (leaky_bucket, sliding_log) pass through as scope region; rules refuse
+// them at scope global.
 func global(l sluice.Limit) bool {
-	return l.Algorithm == sluice.FixedWindow || l.Algorithm == sluice.SlidingWindow
+	switch l.Algorithm {
+	case sluice.FixedWindow, sluice.SlidingWindow, sluice.TokenBucket, sluice.GCRA:
+		return true
+	}
+	return false
+}
+
+// bucketSuffix ends the key of a bucket's count (see counted).
+const bucketSuffix = "\x00regions"
+
+// counted returns the request whose count the layer keeps one limit of
+// for all regions, for r, of scope global; and whether r is a bucket's.
+// For a window limit, r itself. For a token_bucket or gcra of capacity C
+// and rate r per period P, a fixed_window of W = ⌈C × P / r⌉ that admits
+// C, under r's key and bucketSuffix, in r's group (its key when it has
+// none, so that one atomic call decides it and r): every region keeps its
+// own bucket, which shapes its requests as the limit says, and the regions
+// together admit C a window of W (the limit's capacity, and its rate).
+func counted(r sluice.Request) (sluice.Request, bool) {
+	l := r.Limit
+	if !l.Algorithm.HasBurst() {
+		return r, false
+	}
+	c := l.Capacity()
+	p := l.Period.Microseconds()
+	w := p
+	if c > 0 && l.Rate > 0 {
+		w = max(ceilDiv(c, l.Rate)*p, 1)
+		if hi, lo := bits.Mul64(uint64(c), uint64(p)); hi == 0 && lo < 1<<62 {
+			w = max(ceilDiv(int64(lo), l.Rate), 1)
+		}
+	}
+	group := r.Group
+	if group == "" {
+		group = r.Key
+	}
+	return sluice.Request{Key: r.Key + bucketSuffix, Group: group, Cost: r.Cost, Scope: r.Scope, Sync: r.Sync,
+		Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: c, Period: time.Duration(w) * time.Microsecond}}, true
+}
+
+// both returns the decision of a bucket's request from b, its own
+// bucket's, and c, its count's: allowed when both are, with what remains
+// of the smaller, retrying when both would pass.
+func both(b, c sluice.Decision) sluice.Decision {
+	d := b
+	d.Allowed = b.Allowed && c.Allowed
+	d.Remaining = min(b.Remaining, c.Remaining)
+	if !c.Allowed {
+		if b.Allowed {
+			d.RetryAfter = c.RetryAfter
+		} else {
+			d.RetryAfter = max(b.RetryAfter, c.RetryAfter)
+		}
+		d.Wait = 0
+	}
+	return d
+}
+
+// CheckLimit implements sluice.LimitChecker: the wrapped store's veto on
+// l, and, for a token_bucket or gcra, on the count the layer keeps of it
+// at scope global (see counted), which a limit of scope region never uses
+// but the veto cannot tell apart.
+func (s *Store) CheckLimit(l sluice.Limit) error {
+	c, ok := s.inner.(sluice.LimitChecker)
+	if !ok {
+		return nil
+	}
+	if err := c.CheckLimit(l); err != nil {
+		return err
+	}
+	if cr, bucket := counted(sluice.Request{Limit: l}); bucket {
+		if err := c.CheckLimit(cr.Limit); err != nil {
+			return fmt.Errorf("its count across regions, %v: %w", cr.Limit, err)
+		}
+	}
+	return nil
 }
 
 // Sync runs one round now: it beats, reads the home counts of the keys in

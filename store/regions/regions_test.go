@@ -171,3 +171,34 @@ func TestReadsCountNothing(t *testing.T) {
 		t.Fatalf("cap moved with no traffic: %d then %d", before.Cap, after.Cap)
 	}
 }
+
+// TestHammerBuckets: a global token_bucket or gcra of 1,000 a minute,
+// burst 1,000, hammered for two minutes in three regions: each region's
+// own bucket shapes its requests, and the regions together admit within
+// the bound in each window of their count (1,000 per minute: capacity ×
+// period / rate).
+func TestHammerBuckets(t *testing.T) {
+	for _, alg := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			l := sluice.Limit{Algorithm: alg, Rate: 1000, Period: time.Minute, Burst: 1000}
+			w := newWorld(t, 3, 2, nil)
+			b := bound(sluice.Limit{Rate: l.Capacity(), Period: time.Minute}, 3, defaultShare)
+			var total int64
+			for win := range 2 {
+				got := hammer(w, "client", l, time.Minute, 10*time.Millisecond, 100*time.Millisecond, 3)
+				t.Logf("window %d: admitted %v = %d; bound %d", win, got, sum(got), b)
+				if sum(got) > b {
+					t.Errorf("window %d: admitted %d, more than the bound %d", win, sum(got), b)
+				}
+				total += sum(got)
+			}
+			if u, ok := w.nodes[0][0].Usage("client"); !ok || len(u.Regions) != 3 {
+				t.Errorf("usage of a global bucket: %+v, %v", u, ok)
+			}
+			if total < 2*l.Capacity()*9/10 {
+				t.Errorf("admitted %d in two minutes, less than 90%% of the limit's", total)
+			}
+		})
+	}
+}

@@ -81,7 +81,11 @@ func (sm *sim) step() {
 // noteRegions keeps the fewest regions a round of region a counted in the
 // current window: what its caps divided by.
 func (sm *sim) noteRegions(a int, s *Store) {
-	win := windowStart(sm.w.clock.Now().UnixMicro(), sm.l.Period.Microseconds())
+	l := sm.l
+	if c, bucket := counted(sluice.Request{Limit: l}); bucket {
+		l = c.Limit
+	}
+	win := windowStart(sm.w.clock.Now().UnixMicro(), l.Period.Microseconds())
 	rs, ok := sm.minR[win]
 	if !ok {
 		rs = make([]int64, len(sm.w.nodes))
@@ -113,24 +117,28 @@ func (sm *sim) finishAll() {
 // each region's share divided by the fewest regions it counted then (a
 // region seen dead takes no share, so the others' grow).
 func (sm *sim) checkFixed(t *testing.T) (worst float64) {
-	p := sm.l.Period.Microseconds()
+	l := sm.l
+	if c, bucket := counted(sluice.Request{Limit: l}); bucket {
+		l = c.Limit // the count that makes a bucket global
+	}
+	p := l.Period.Microseconds()
 	per := make(map[int64]int64)
 	for _, h := range sm.hits {
 		per[windowStart(h.at.UnixMicro(), p)] += h.cost
 	}
 	for win, got := range per {
-		b := sm.l.Rate - 1
+		b := l.Rate - 1
 		for a := range sm.w.nodes {
 			r := int64(len(sm.w.nodes))
 			if rs, ok := sm.minR[win]; ok {
 				r = min(r, rs[a])
 			}
-			b += share(sm.l.Rate, r, sm.k)
+			b += share(l.Rate, r, sm.k)
 		}
 		if got > b {
 			t.Errorf("window %v admitted %d, more than the bound %d", time.UnixMicro(win).UTC(), got, b)
 		}
-		worst = max(worst, float64(got)/float64(sm.l.Rate))
+		worst = max(worst, float64(got)/float64(l.Rate))
 	}
 	return worst
 }
@@ -154,6 +162,31 @@ func TestSimulationFixedWindow(t *testing.T) {
 			}
 			sm.finishAll()
 			t.Logf("rate %d, k %d: worst window %.3f of the limit", rate, k, sm.checkFixed(t))
+		})
+	}
+}
+
+// TestSimulationBuckets runs TestSimulationFixedWindow's interleavings on
+// token_bucket and gcra limits: no window of their count admits more
+// than the bound.
+func TestSimulationBuckets(t *testing.T) {
+	seeds := 6
+	if testing.Short() {
+		seeds = 2
+	}
+	for seed := range uint64(seeds) {
+		alg := []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA}[seed%2]
+		t.Run(fmt.Sprint(alg, seed), func(t *testing.T) {
+			t.Parallel()
+			rate := int64(20 + seed*41%300)
+			k := []int64{2, 10, 100}[seed%3]
+			l := sluice.Limit{Algorithm: alg, Rate: rate, Period: 5 * time.Second, Burst: rate / 2}
+			sm := newSim(t, seed, l, 3, 2, k)
+			for range 8000 {
+				sm.step()
+			}
+			sm.finishAll()
+			t.Logf("rate %d, k %d: worst window %.3f of the capacity", rate, k, sm.checkFixed(t))
 		})
 	}
 }

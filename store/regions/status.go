@@ -91,7 +91,9 @@ func (s *Store) publish(cut, failed bool, end time.Time) {
 	s.status.Store(st)
 }
 
-// Use is a global key's count in each region, as the node last read it.
+// Use is a global key's count in each region, as the node last read it:
+// for a token_bucket or gcra, its count in the window of the layer's
+// count of it (see the package documentation).
 type Use struct {
 	// Regions holds each region's count, this region's first, then the
 	// peers' in the order of Config.Peers (the last known count of one
@@ -116,6 +118,9 @@ type RegionUse struct {
 // use here).
 func (s *Store) Usage(key string) (Use, bool) {
 	e := s.tab.lookup(key)
+	if e == nil {
+		e = s.tab.lookup(key + bucketSuffix)
+	}
 	if e == nil {
 		return Use{}, false
 	}
