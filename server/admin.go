@@ -28,7 +28,7 @@ func (s *Server) newAdmin(ctx context.Context) error {
 		}
 		return configError("--admin-tokens: the admin API cannot write rules %s", s.cfg.Rules.Source)
 	}
-	ed, err := control.NewEditor(control.EditorConfig{DB: db, Loader: s.cfg.Rules.Loader(), Check: s.co.stores.check, Log: s.log})
+	ed, err := control.NewEditor(control.EditorConfig{DB: db, Loader: s.cfg.Rules.Loader(), Check: s.co.stores.CheckLimit, Log: s.log})
 	if err != nil {
 		return err
 	}

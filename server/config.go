@@ -6,14 +6,13 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/observe"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/sketch"
-	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/stack"
 	"github.com/sluicehq/sluice/tracing"
 	"github.com/sluicehq/sluice/transport/respond"
 )
@@ -28,7 +27,16 @@ import (
 // its environment variable; New's errors name settings by it.
 type Config struct {
 	Rules RulesConfig
-	Store StoreConfig
+	// Store says where counters live and how the store is layered: its
+	// fields, defaults and their reasons are store/stack's (--store,
+	// --store-sentinel-auth, --store-per-second,
+	// --store-per-second-sentinel-auth, --store-expiry-jitter,
+	// --max-memory, --max-entries, --flood-guard, --near-cache, --sync,
+	// --sync-interval, --async-nodes, --lease-lifetime, --max-lease,
+	// --envoy-redis-keys, --envoy-key-prefix). Its TLS and Logger are
+	// set from StoreTLS and Logger.
+	Store    stack.Config
+	StoreTLS StoreTLSConfig
 
 	// Fail says how to decide while the store fails (--fail). Default
 	// decide.FailOpen.
@@ -105,69 +113,15 @@ type RulesConfig struct {
 	Poll time.Duration
 }
 
-// StoreConfig says where counters live and how the store is layered.
-type StoreConfig struct {
-	// URL is memory, or a Redis URL: redis://, rediss://,
-	// redis+cluster://, redis+sentinel://, unix:// (--store). Default
-	// "memory".
-	URL string
-	// SentinelAuth is the password, or user:password, of the sentinels of
-	// a redis+sentinel:// URL (--store-sentinel-auth). Default: none.
-	SentinelAuth string
-	// PerSecond is a second Redis for the limits whose period is below a
-	// minute, Envoy's REDIS_PERSECOND (--store-per-second). Default: none.
-	PerSecond string
-	// PerSecondSentinelAuth is PerSecond's sentinels' password
-	// (--store-per-second-sentinel-auth).
-	PerSecondSentinelAuth string
-	// ExpiryJitter is the most time a Redis key outlives its reset, at
-	// random (--store-expiry-jitter). Default 0: none.
-	ExpiryJitter time.Duration
-	// CA, Cert and Key are the PEM files of a rediss:// store's TLS: the
-	// CAs that sign its certificate (default: the system's) and a client
-	// certificate (--store-ca, --store-cert, --store-key).
+// StoreTLSConfig is the TLS of a rediss:// store (and of a rediss://
+// rules database): the PEM files of the CAs that sign its certificate
+// (--store-ca; default: the system's) and of a client certificate
+// (--store-cert, --store-key).
+type StoreTLSConfig struct {
 	CA, Cert, Key string
 	// SkipHostnameVerification accepts a store certificate the CAs signed
 	// whatever name it carries (--store-skip-hostname-verification).
 	SkipHostnameVerification bool
-
-	// MaxMemory is the most memory, in bytes, the memory store's keys
-	// make the server hold (--max-memory). Default memory.DefaultMaxBytes,
-	// 256 MiB.
-	MaxMemory int64
-	// MaxEntries is the most keys the memory store holds (--max-entries).
-	// Default 0: no bound but MaxMemory.
-	MaxEntries int
-	// FloodGuard makes a client seen for the first time take no memory
-	// store entry until it is seen again (--flood-guard).
-	FloodGuard bool
-
-	// NearCache is the bytes of denials a node keeps to answer over-limit
-	// clients without a Redis call until their retry time (--near-cache);
-	// negative: none. Default 8 MiB.
-	NearCache int64
-	// Sync is how limits without their own sync: reach Redis (--sync).
-	// Default sluice.Exact.
-	Sync sluice.Sync
-	// SyncInterval is how often async mode writes hits back
-	// (--sync-interval). Default 100ms.
-	SyncInterval time.Duration
-	// AsyncNodes is how many servers share Redis in async mode
-	// (--async-nodes). Default 1.
-	AsyncNodes int
-	// LeaseLifetime is how long a lease outlives its client's last
-	// request (--lease-lifetime). Default 500ms.
-	LeaseLifetime time.Duration
-	// MaxLease is the most hits one lease carries (--max-lease). Default
-	// 1000.
-	MaxLease int
-
-	// EnvoyKeys counts fixed windows in Redis under Envoy ratelimit's keys
-	// and as it counts, sharing its counters (--envoy-redis-keys).
-	EnvoyKeys bool
-	// EnvoyKeyPrefix is the prefix of Envoy's keys, its CACHE_KEY_PREFIX
-	// (--envoy-key-prefix). Default: none.
-	EnvoyKeyPrefix string
 }
 
 // NoAddr is an address that turns its listener off: GRPCConfig.Addr's,
@@ -309,21 +263,12 @@ func DefaultConfig() Config {
 			MaxFileBytes: rules.DefaultMaxFileBytes, // 16 MiB: rules files are small; a directory 4 times that
 			Poll:         control.DefaultPoll,       // 5s: a missed change is picked up soon
 		},
-		Store: StoreConfig{
-			URL:           "memory",               // one node, exact, no dependency
-			MaxMemory:     memory.DefaultMaxBytes, // 256 MiB: about 288 bytes a client
-			NearCache:     8 << 20,                // 8 MiB of denials answered without Redis
-			Sync:          sluice.Exact,           // every decision reaches Redis
-			SyncInterval:  100 * time.Millisecond, // async mode's write-back
-			AsyncNodes:    1,                      // async mode assumes it is alone
-			LeaseLifetime: 500 * time.Millisecond, // unused hits go back soon after a client stops
-			MaxLease:      1000,                   // and at most a sixteenth of the limit
-		},
-		Fail:             decide.FailOpen,    // a store outage does not stop traffic
-		StoreTimeout:     dc.StoreTimeout,    // 50ms
-		ConcurrencyLease: dc.Lease,           // 1s
-		ResponseHeaders:  respond.AllHeaders, // the IETF draft's fields, X-RateLimit-* and Retry-After
-		RetryJitter:      time.Second,        // denied clients do not retry in lockstep
+		Store:            stack.DefaultConfig(), // memory: one node, exact, 256 MiB; on Redis an 8 MiB near cache, exact sync
+		Fail:             decide.FailOpen,       // a store outage does not stop traffic
+		StoreTimeout:     dc.StoreTimeout,       // 50ms
+		ConcurrencyLease: dc.Lease,              // 1s
+		ResponseHeaders:  respond.AllHeaders,    // the IETF draft's fields, X-RateLimit-* and Retry-After
+		RetryJitter:      time.Second,           // denied clients do not retry in lockstep
 		GRPC: GRPCConfig{
 			Addr:     "127.0.0.1:8081", // loopback: exposing it is a decision
 			UnixMode: 0o660,            // the owner and its group may connect
@@ -369,15 +314,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	setDefault(&c.Rules.MaxFileBytes, d.Rules.MaxFileBytes)
 	setDefault(&c.Rules.Poll, d.Rules.Poll)
-	s, ds := &c.Store, d.Store
-	setDefault(&s.URL, ds.URL)
-	setDefault(&s.MaxMemory, ds.MaxMemory)
-	setDefault(&s.NearCache, ds.NearCache)
-	setDefault(&s.Sync, ds.Sync)
-	setDefault(&s.SyncInterval, ds.SyncInterval)
-	setDefault(&s.AsyncNodes, ds.AsyncNodes)
-	setDefault(&s.LeaseLifetime, ds.LeaseLifetime)
-	setDefault(&s.MaxLease, ds.MaxLease)
+	setDefault(&c.Store.URL, d.Store.URL) // for the logs; store/stack sets the Store's other defaults
 	setDefault(&c.StoreTimeout, d.StoreTimeout)
 	setDefault(&c.ConcurrencyLease, d.ConcurrencyLease)
 	setDefault(&c.ResponseHeaders, d.ResponseHeaders)
@@ -419,10 +356,6 @@ func setDefault[T comparable](v *T, def T) {
 
 // check refuses settings that are out of range whatever else is set.
 func (c Config) check() error {
-	s := c.Store
-	if s.LeaseLifetime < 0 || s.MaxLease < 0 || s.SyncInterval < 0 || s.AsyncNodes < 0 {
-		return configError("--lease-lifetime, --max-lease, --sync-interval and --async-nodes must be positive")
-	}
 	if c.ConcurrencyLease < 0 {
 		return configError("--concurrency-lease %v: must be above 0", c.ConcurrencyLease)
 	}

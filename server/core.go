@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +14,8 @@ import (
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/observe"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/stack"
 	"github.com/sluicehq/sluice/tracing"
 	"github.com/sluicehq/sluice/ui"
 )
@@ -34,8 +35,8 @@ type core struct {
 	svc      *decide.Service  // beneath the observers: GET /v1/keys looks without counting
 	observer *observe.Decider // heavy hitters, denial log
 	events   *ui.Events       // rules loads, for the dashboard
-	stores   *openedStore
-	closers  []func() error // in the order of opening; close calls them last first
+	stores   *stack.Stack     // the store, composed
+	closers  []func() error   // in the order of opening; close calls them last first
 }
 
 // newCore opens the store, loads and watches the rules and makes the
@@ -63,13 +64,13 @@ func newCore(c Config) (_ *core, err error) {
 		return nil, err
 	}
 	hooks := rulesHooks{m: co.m, rm: co.rulesM, onReload: func(set *rules.Set, err error) { co.events.Add(time.Now(), set, err) }}
-	src, db, closeRules, err := openRules(c.Logger, c, co.stores.check, hooks)
+	src, db, closeRules, err := openRules(c.Logger, c, co.stores.CheckLimit, hooks)
 	if err != nil {
 		return nil, err
 	}
 	co.rules, co.rulesDB = src, db
 	co.closers = append(co.closers, closeRules)
-	c.Logger.Info("rules loaded", "rules", RedactURL(c.Rules.Source), "version", src.Current().Version(), "domains", src.Current().Domains())
+	c.Logger.Info("rules loaded", "rules", redis.Redact(c.Rules.Source), "version", src.Current().Version(), "domains", src.Current().Domains())
 	if err := co.wireDecider(c); err != nil {
 		return nil, err
 	}
@@ -107,35 +108,15 @@ func (co *core) openMetrics(c Config) error {
 	return nil
 }
 
-// openStore opens the store c names and registers its near caches'
-// metrics.
+// openStore opens the store c names.
 func (co *core) openStore(c Config) error {
-	tc, err := c.Store.storeTLS(c.Store.URL)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(c.Store, storeOptions{log: c.Logger, tls: tc})
+	st, err := openStore(c, c.Logger, co.reg)
 	if err != nil {
 		return err
 	}
 	co.stores = st
-	co.closers = append(co.closers, st.close)
-	nc := st.near
-	if len(nc) == 0 {
-		return nil
-	}
-	hits := func() uint64 { return nc.Stats().NearHits }
-	misses := func() uint64 { return nc.Stats().NearMisses }
-	if err := metrics.NearCache(co.reg, hits, misses); err != nil {
-		return err
-	}
-	leased := func() uint64 { return nc.Stats().LeaseHits }
-	grants := func() uint64 { return nc.Stats().Grants }
-	calls := func() uint64 { return nc.Stats().StoreCalls }
-	if err := metrics.Leases(co.reg, leased, grants, calls); err != nil {
-		return err
-	}
-	return metrics.Async(co.reg, func() uint64 { return nc.Stats().AsyncDecisions })
+	co.closers = append(co.closers, func() error { return closeStore(st) })
+	return nil
 }
 
 // wireDecider makes the decision service over the store and the rules,
@@ -148,17 +129,17 @@ func (co *core) wireDecider(c Config) error {
 	if err != nil {
 		return err
 	}
-	var store sluice.Store = co.m.Store(co.stores.store)
+	var store sluice.Store = co.m.Store(co.stores)
 	if tp != nil {
 		co.closers = append(co.closers, stopTracing)
 		store = tracing.NewStore(store, tp)
 	}
 	dc := decide.DefaultConfig()
-	dc.Rules, dc.Store, dc.Local = co.rules.Current, store, co.stores.local
+	dc.Rules, dc.Store, dc.Local = co.rules.Current, store, co.stores.Local()
 	dc.StoreTimeout, dc.Fail, dc.Logger = c.StoreTimeout, c.Fail, c.Logger
 	dc.Lease = c.ConcurrencyLease
-	if co.stores.slots != nil {
-		dc.Slots = co.stores.slots
+	if sl := co.stores.Slots(); sl != nil { // Redis's, counted across servers; else decide's own
+		dc.Slots = sl
 	}
 	svc, err := decide.New(dc)
 	if err != nil {
@@ -196,14 +177,4 @@ func (co *core) close() error {
 	}
 	co.closers = nil
 	return err
-}
-
-// RedactURL hides the password of a URL (a store's, a rules database's)
-// for logs.
-func RedactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	return u.Redacted()
 }

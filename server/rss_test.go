@@ -52,9 +52,9 @@ func TestRSS(t *testing.T) {
 	c := testConfig(rulesFile)
 	c.Store.MaxMemory = int64(maxMemory)
 	co := newTestCore(t, c)
-	mem, ok := co.stores.local.(*memory.Store)
+	mem, ok := co.stores.Local().(*memory.Store)
 	if !ok {
-		t.Fatalf("the store is a %T", co.stores.local)
+		t.Fatalf("the store is a %T", co.stores.Local())
 	}
 	runtime.GC()
 	rss0, _ := procStatus(t, "VmRSS")

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/control/redisdb"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/store/redis"
 )
 
 // Loader returns the rules loader c asks for (what `sluice check` reads with too): a cap of MaxFileBytes on a
@@ -59,10 +60,10 @@ func openRules(log *slog.Logger, c Config, check func(sluice.Limit) error, h rul
 		h.rm.Reload(set, source, gen, err)
 		h.onReload(set, err)
 		if err != nil {
-			log.Error("rules reload failed; the rules in force stay", "rules", RedactURL(rc.Source), "source", source, "err", err)
+			log.Error("rules reload failed; the rules in force stay", "rules", redis.Redact(rc.Source), "source", source, "err", err)
 			return
 		}
-		log.Info("rules reloaded", "rules", RedactURL(rc.Source), "source", source, "version", set.Version(), "generation", gen,
+		log.Info("rules reloaded", "rules", redis.Redact(rc.Source), "source", source, "version", set.Version(), "generation", gen,
 			"domains", set.Domains(), "overrides", set.NumOverrides())
 	}
 	if !isRulesDB(rc.Source) {
@@ -71,7 +72,7 @@ func openRules(log *slog.Logger, c Config, check func(sluice.Limit) error, h rul
 	var tc *tls.Config
 	if strings.HasPrefix(strings.ToLower(rc.Source), "rediss") { // the store's TLS settings serve a rules database in TLS too
 		var err error
-		if tc, err = c.Store.storeTLS(rc.Source); err != nil {
+		if tc, err = c.StoreTLS.config(rc.Source); err != nil {
 			return nil, nil, nil, err
 		}
 	}

@@ -9,10 +9,10 @@ import (
 	"strings"
 )
 
-// storeTLS returns the tls.Config of the store spec names, or nil for the
+// config returns the tls.Config of the store spec names, or nil for the
 // defaults (the system's roots and the URL's host name). Settings for a
 // store that is not rediss:// are refused.
-func (c StoreConfig) storeTLS(spec string) (*tls.Config, error) {
+func (c StoreTLSConfig) config(spec string) (*tls.Config, error) {
 	if c.CA == "" && c.Cert == "" && c.Key == "" && !c.SkipHostnameVerification {
 		return nil, nil
 	}

@@ -25,15 +25,16 @@ func freePort(t *testing.T) int {
 }
 
 // tlsStore returns the Config of a test server with the example rules on
-// the store sc, FailClosed.
-func tlsStore(sc StoreConfig) Config {
+// the store at url with the TLS of tc, FailClosed; nearCache is
+// stack.Config.NearCache.
+func tlsStore(url string, tc StoreTLSConfig, nearCache int64) Config {
 	c := testConfig(exampleRules)
-	c.Store, c.Fail = sc, decide.FailClosed
+	c.Store.URL, c.Store.NearCache, c.StoreTLS, c.Fail = url, nearCache, tc, decide.FailClosed
 	return c
 }
 
 // TestStoreTLS runs a server on a Redis that speaks TLS only on the port
-// it is given, with a certificate of a CA made in the test: StoreConfig.CA
+// it is given, with a certificate of a CA made in the test: StoreTLS.CA
 // makes decisions come from it; without it the certificate is refused;
 // and a URL whose host the certificate does not name needs
 // SkipHostnameVerification.
@@ -61,23 +62,26 @@ func TestStoreTLS(t *testing.T) {
 	}
 	t.Run("with the CA", func(t *testing.T) {
 		t.Parallel()
-		c := tlsStore(StoreConfig{URL: "rediss://127.0.0.1:" + port, CA: p("ca.crt"), NearCache: -1})
+		c := tlsStore("rediss://127.0.0.1:"+port, StoreTLSConfig{CA: p("ca.crt")}, -1)
 		s := startServer(t, c)
 		decidesFromStore(t, s)
 	})
 	t.Run("another host name, not verified", func(t *testing.T) {
 		t.Parallel()
-		c := tlsStore(StoreConfig{URL: "rediss://localhost:" + port, CA: p("ca.crt"), SkipHostnameVerification: true, NearCache: -1})
+		c := tlsStore("rediss://localhost:"+port, StoreTLSConfig{CA: p("ca.crt"), SkipHostnameVerification: true}, -1)
 		s := startServer(t, c)
 		decidesFromStore(t, s)
 	})
-	for name, sc := range map[string]StoreConfig{
-		"without the CA":    {URL: "rediss://127.0.0.1:" + port},
-		"another host name": {URL: "rediss://localhost:" + port, CA: p("ca.crt")},
+	for name, tc := range map[string]struct {
+		url string
+		tls StoreTLSConfig
+	}{
+		"without the CA":    {url: "rediss://127.0.0.1:" + port},
+		"another host name": {url: "rediss://localhost:" + port, tls: StoreTLSConfig{CA: p("ca.crt")}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := startServer(t, tlsStore(sc))
+			s := startServer(t, tlsStore(tc.url, tc.tls, 0))
 			eventually(t, "the store refused", func() bool {
 				return s.logs.FindFunc(notConnected, errContains("certificate")) != nil
 			})
@@ -96,7 +100,7 @@ func TestStoreTLSRefusals(t *testing.T) {
 	if err := os.WriteFile(empty, []byte("nothing\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for name, f := range map[string]StoreConfig{
+	for name, f := range map[string]StoreTLSConfig{
 		"not rediss":       {CA: empty},
 		"no certificate":   {CA: empty},
 		"missing CA":       {CA: filepath.Join(dir, "nope.pem")},
@@ -107,12 +111,12 @@ func TestStoreTLSRefusals(t *testing.T) {
 			spec = "redis://r:6379"
 		}
 		var ce *ConfigError
-		if _, err := f.storeTLS(spec); !errors.As(err, &ce) {
-			t.Errorf("%s: storeTLS = %v, want a *ConfigError", name, err)
+		if _, err := f.config(spec); !errors.As(err, &ce) {
+			t.Errorf("%s: config = %v, want a *ConfigError", name, err)
 		}
 	}
-	if c, err := (StoreConfig{}).storeTLS("redis://r:6379"); c != nil || err != nil {
-		t.Errorf("no settings: storeTLS = %v, %v; want the defaults", c, err)
+	if c, err := (StoreTLSConfig{}).config("redis://r:6379"); c != nil || err != nil {
+		t.Errorf("no settings: config = %v, %v; want the defaults", c, err)
 	}
 }
 
@@ -142,7 +146,7 @@ func TestStoreNotConnectedLogsNewCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := strconv.Itoa(testenv.FreePort(t))
-	s := startServer(t, tlsStore(StoreConfig{URL: "rediss://127.0.0.1:" + port}))
+	s := startServer(t, tlsStore("rediss://127.0.0.1:"+port, StoreTLSConfig{}, 0))
 	eventually(t, "the refused connection logged", func() bool {
 		return s.logs.FindFunc(notConnected, errContains("refused")) != nil
 	})

@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/peterbourgon/ff/v4"
-
-	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/redis"
 )
 
 // Envoy ratelimit's environment, read by `sluice serve` so that a
@@ -548,7 +547,7 @@ func (e *envoyEnv) redactedSettings() []string {
 		v := s.value
 		switch s.flag {
 		case "store", "store-per-second":
-			v = server.RedactURL(v)
+			v = redis.Redact(v)
 		case "store-sentinel-auth", "store-per-second-sentinel-auth":
 			v = "xxxxx"
 		}
