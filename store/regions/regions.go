@@ -280,7 +280,7 @@ func (s *Store) loop() {
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	var glob []int
 	for i := range reqs {
-		if reqs[i].Scope == sluice.GlobalScope && global(reqs[i].Limit) {
+		if isGlobal(reqs[i]) {
 			glob = append(glob, i)
 		}
 	}

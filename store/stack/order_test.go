@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/regions"
 	"github.com/sluicehq/sluice/store/route"
 )
 
@@ -70,6 +71,23 @@ type fakeLayer struct{ rec }
 func (*fakeLayer) Stats() Stats                  { return Stats{StoreCalls: 1} }
 func (f *fakeLayer) Close(context.Context) error { return f.rec.Close() }
 
+// fakeRegions is the regions layer's fake.
+type fakeRegions struct{ rec }
+
+func (*fakeRegions) Status() regions.Status           { return regions.Status{} }
+func (*fakeRegions) Usage(string) (regions.Use, bool) { return regions.Use{}, false }
+
+// nameOf returns the name of a fake store or layer.
+func nameOf(s sluice.Store) string {
+	switch v := s.(type) {
+	case *fakeRedis:
+		return v.name
+	case *fakeRegions:
+		return v.name
+	}
+	return "?"
+}
+
 // recRoute is store/route noting its name.
 type recRoute struct {
 	*route.Store
@@ -97,8 +115,11 @@ func fakeParts(j *journal, notReady ...string) parts {
 		floodguard: func(next sluice.Store, _ floodguard.Config) (sluice.Store, error) {
 			return &rec{name: "floodguard", next: next, j: j}, nil
 		},
-		localFirst: func(next backend, _ localfirst.Config) (layer, error) {
-			return &fakeLayer{open("localfirst over "+next.(*fakeRedis).name, next)}, nil
+		regions: func(home backend, _ []peerBackend, _ regions.Config, _ string) (regionLayer, error) {
+			return &fakeRegions{open("regions over "+home.(*fakeRedis).name, home)}, nil
+		},
+		localFirst: func(next sluice.Store, _ localfirst.Config) (layer, error) {
+			return &fakeLayer{open("localfirst over "+nameOf(next), next)}, nil
 		},
 		envoyKeys: func(next sluice.Store, _ backend, _ envoykeys.Config) sluice.Store {
 			return &rec{name: "envoykeys", next: next, j: j}
@@ -137,6 +158,9 @@ func TestOrder(t *testing.T) {
 			cat([]string{"route"}, lf("ps")), cat([]string{"route"}, lf("main")), []string{"memory"}},
 		{"redis, per second, Envoy's keys", Config{URL: "redis://main", PerSecond: "redis://ps", EnvoyKeys: true},
 			cat([]string{"route", "envoykeys"}, lf("ps")), cat([]string{"route", "envoykeys"}, lf("main")), []string{"memory"}},
+		{"redis, regions between local-first and redis", regionsConfig, inRegions, inRegions, []string{"memory"}},
+		{"redis, regions, Envoy's keys", withEnvoyKeys(regionsConfig),
+			cat([]string{"envoykeys"}, inRegions), cat([]string{"envoykeys"}, inRegions), []string{"memory"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -159,6 +183,44 @@ func TestOrder(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// regionsConfig is a Redis store in region eu, whose peer is us.
+var regionsConfig = Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"us", "redis://us"}}}
+
+// inRegions are the layers a request passes in regionsConfig's stack.
+var inRegions = []string{"localfirst over regions over redis main", "regions over redis main", "redis main"}
+
+func withEnvoyKeys(c Config) Config {
+	c.EnvoyKeys = true
+	return c
+}
+
+// TestRegionsOpenClose: with regions, the peers' Redis are opened beside
+// the home's, no request reaches them, and Close stops the regions layer
+// before closing them.
+func TestRegionsOpenClose(t *testing.T) {
+	t.Parallel()
+	j := &journal{}
+	s, err := build(regionsConfig, fakeParts(j))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Regions() == nil {
+		t.Error("no regions layer to ask for its status")
+	}
+	if want := []string{"memory", "redis main", "redis us", "regions over redis main", "localfirst over regions over redis main"}; !slices.Equal(j.opened, want) {
+		t.Errorf("opened %q, want %q", j.opened, want)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"localfirst over regions over redis main", "regions over redis main", "redis us", "redis main", "memory"}; !slices.Equal(j.closed, want) {
+		t.Errorf("closed %q, want %q", j.closed, want)
+	}
+	if m, _ := build(Config{URL: "redis://main"}, fakeParts(&journal{})); m.Regions() != nil {
+		t.Error("a regions layer without a Region")
 	}
 }
 
@@ -225,6 +287,13 @@ func TestConfigErrors(t *testing.T) {
 		{"per second sentinel auth without a sentinel", Config{URL: "redis://main", PerSecond: "redis://ps", PerSecondSentinelAuth: "x"}, "PerSecondSentinelAuth"},
 		{"per second not a Redis", Config{URL: "redis://main", PerSecond: "memory"}, "PerSecond"},
 		{"negative jitter", Config{URL: "redis://main", ExpiryJitter: -time.Second}, "ExpiryJitter"},
+		{"peers without a region", Config{URL: "redis://main", Peers: []Peer{{"us", "redis://us"}}}, "Peers"},
+		{"regions in memory", Config{Region: "eu"}, "Region"},
+		{"regions with per second", Config{URL: "redis://main", PerSecond: "redis://ps", Region: "eu"}, "Region"},
+		{"a peer twice", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"us", "redis://a"}, {"us", "redis://b"}}}, "Peers"},
+		{"this region a peer", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"eu", "redis://a"}}}, "Peers"},
+		{"a peer without a name", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"", "redis://a"}}}, "Peers"},
+		{"a peer not a Redis", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"us", "memory"}}}, "Peers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

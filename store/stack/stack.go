@@ -20,6 +20,10 @@
 //	              from a near cache, a lease or an async share
 //	  local-first store/localfirst: the near cache of denials, then lease or async
 //	              by Request.Sync (Config.Sync for the default)
+//	  regions     store/regions, only with Config.Region (not with PerSecond): a
+//	              request of scope global is one limit for all regions, decided on
+//	              this region's Redis under a cap its rounds set from every
+//	              region's counts (each Config.Peers Redis, read in the background)
 //	  redis       store/redis, connecting in the background
 //
 //	memory (Config.URL "memory"):
@@ -29,8 +33,7 @@
 //	Local, beside either: a memory store, never guarded: the memory store
 //	itself, or one of its own beside Redis.
 //
-// The layers between local-first and redis (regions) go in here too, and
-// nowhere else.
+// No other code composes them.
 package stack
 
 import (
@@ -51,6 +54,7 @@ import (
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/memory"
 	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/regions"
 	"github.com/sluicehq/sluice/store/route"
 )
 
@@ -119,11 +123,28 @@ type Config struct {
 	// "".
 	EnvoyKeyPrefix string
 
+	// Region names this server's region (store/regions): a limit of scope
+	// global is then one limit for all the regions of Peers and this one,
+	// each deciding on its own Redis. Not with PerSecond. Default "": no
+	// regions, every limit is its region's.
+	Region string
+	// Peers are the other regions, each by name and the URL of a Redis
+	// through which its counts are read: the region's own Redis, across the
+	// WAN, or a read replica of it (see docs/regions.md). Every region must
+	// list every other. Default none.
+	Peers []Peer
+
 	// Logger warns while a Redis does not answer. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock of the stores and layers. Default nil: time.Now,
 	// and Redis's own TIME for the Redis stores' decisions.
 	Now func() time.Time
+}
+
+// Peer is another region, as Config.Peers lists it.
+type Peer struct {
+	Name string
+	URL  string
 }
 
 // DefaultConfig returns the default configuration: what every zero field
@@ -143,6 +164,7 @@ func DefaultConfig() Config {
 		// TLS: nil, the system's roots; ExpiryJitter: 0, none
 		// MaxEntries: 0, no bound but MaxMemory; FloodGuard: off
 		// EnvoyKeys: off; EnvoyKeyPrefix: "", Envoy's default
+		// Region: "", no regions; Peers: none
 		// Now: nil, time.Now and Redis's TIME
 	}
 }
@@ -182,7 +204,34 @@ func (c Config) withDefaults() (Config, error) {
 	case c.SyncInterval < 0 || c.AsyncNodes < 0 || c.LeaseLifetime < 0 || c.MaxLease < 0:
 		return c, configError("SyncInterval", "SyncInterval, AsyncNodes, LeaseLifetime and MaxLease must not be negative")
 	}
-	return c, nil
+	return c, c.checkRegions()
+}
+
+// checkRegions refuses Region and Peers that can never work.
+func (c Config) checkRegions() error {
+	if c.Region == "" {
+		if len(c.Peers) > 0 {
+			return configError("Peers", "peer regions without a Region")
+		}
+		return nil
+	}
+	if k, err := kind("URL", c.URL); err != nil || k != kindRedis {
+		return configError("Region", "regions meet in Redis; the store is %s", redis.Redact(c.URL))
+	}
+	if c.PerSecond != "" {
+		return configError("Region", "not with PerSecond, whose Redis has no peers")
+	}
+	seen := map[string]bool{c.Region: true}
+	for _, p := range c.Peers {
+		if p.Name == "" || seen[p.Name] {
+			return configError("Peers", "region %q: each region once, with a name, this one (%s) not among them", p.Name, c.Region)
+		}
+		seen[p.Name] = true
+		if k, err := kind("Peers", p.URL); err != nil || k != kindRedis {
+			return configError("Peers", "region %s: %q: want a Redis URL", p.Name, redis.Redact(p.URL))
+		}
+	}
+	return nil
 }
 
 // setDefault sets *v to def when it is zero.
@@ -238,6 +287,7 @@ type Stats = localfirst.Stats
 // layer's. Its methods NonBlocking, Ready and CheckLimit say what the
 // composed store can do, found when New composed it.
 type Stack struct {
+	regions     Regions
 	top         sluice.Store
 	local       sluice.Store
 	slots       *redis.Slots
@@ -312,6 +362,16 @@ func (s *Stack) Stats() Stats {
 	}
 	return sum
 }
+
+// Regions is what the regions layer says of itself (store/regions's
+// Store): its last round's findings and a global key's counts by region.
+type Regions interface {
+	Status() regions.Status
+	Usage(key string) (regions.Use, bool)
+}
+
+// Regions returns the regions layer, or nil without Config.Region.
+func (s *Stack) Regions() Regions { return s.regions }
 
 // HasLocalFirst reports whether the store has local-first layers (a Redis
 // store), whose counters Stats returns.
@@ -474,12 +534,18 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 	}
 	s.closers = append(s.closers, closeStore(b))
 	s.ready = append(s.ready, b.Ready)
+	var next sluice.Store = b
+	if cfg.Region != "" {
+		if next, err = s.regionsOver(cfg, p, b, rcfg); err != nil {
+			return nil, nil, err
+		}
+	}
 	lc := localfirst.Config{
 		NearCacheBytes: cfg.NearCache, Sync: cfg.Sync, RequestSync: true,
 		LeaseLifetime: cfg.LeaseLifetime, MaxLease: cfg.MaxLease,
 		SyncInterval: cfg.SyncInterval, AsyncNodes: cfg.AsyncNodes, Now: cfg.Now,
 	}
-	lf, err := p.localFirst(b, lc)
+	lf, err := p.localFirst(next, lc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -489,6 +555,30 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 		return lf, b, nil
 	}
 	return p.envoyKeys(lf, b, envoykeys.Config{Prefix: cfg.EnvoyKeyPrefix, ExpiryJitter: cfg.ExpiryJitter, Now: cfg.Now}), b, nil
+}
+
+// regionsOver opens the peers' Redis with rcfg, the home's configuration,
+// and puts the regions layer over home: it reads every region's counts and
+// board under the same key prefix.
+func (s *Stack) regionsOver(cfg Config, p parts, home backend, rcfg redis.Config) (sluice.Store, error) {
+	var peers []peerBackend
+	for _, pr := range cfg.Peers {
+		pc := rcfg
+		pc.ConnectFailed = connectFailed(cfg.Logger, pr.URL)
+		b, err := p.redis(pr.URL, pc)
+		if err != nil {
+			return nil, fmt.Errorf("store Peers %s: %w", pr.Name, err)
+		}
+		s.closers = append(s.closers, closeStore(b))
+		peers = append(peers, peerBackend{pr.Name, b})
+	}
+	reg, err := p.regions(home, peers, regions.Config{Region: cfg.Region, Now: cfg.Now}, rcfg.KeyPrefix)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, closeStore(reg))
+	s.regions = reg
+	return reg, nil
 }
 
 // connectFailed returns a redis.Config.ConnectFailed that warns of the
@@ -528,6 +618,19 @@ type layer interface {
 	Close(context.Context) error
 }
 
+// regionLayer is the regions layer over a Redis store.
+type regionLayer interface {
+	sluice.Store
+	Regions
+	Close() error
+}
+
+// peerBackend is another region's Redis, by the region's name.
+type peerBackend struct {
+	name string
+	b    backend
+}
+
 // router sends a request to one of two stores by its limit's period.
 type router interface {
 	sluice.Store
@@ -540,7 +643,8 @@ type parts struct {
 	memory     func(memory.Config) (closer, error)
 	redis      func(rawURL string, cfg redis.Config) (backend, error)
 	floodguard func(next sluice.Store, cfg floodguard.Config) (sluice.Store, error)
-	localFirst func(next backend, cfg localfirst.Config) (layer, error)
+	regions    func(home backend, peers []peerBackend, cfg regions.Config, prefix string) (regionLayer, error)
+	localFirst func(next sluice.Store, cfg localfirst.Config) (layer, error)
 	envoyKeys  func(next sluice.Store, b backend, cfg envoykeys.Config) sluice.Store
 	route      func(short, long sluice.Store) (router, error)
 }
@@ -559,10 +663,35 @@ func realParts() parts {
 		floodguard: func(next sluice.Store, cfg floodguard.Config) (sluice.Store, error) {
 			return floodguard.New(next, cfg)
 		},
-		localFirst: func(next backend, cfg localfirst.Config) (layer, error) { return localfirst.New(next, cfg) },
+		regions:    openRegions,
+		localFirst: func(next sluice.Store, cfg localfirst.Config) (layer, error) { return localfirst.New(next, cfg) },
 		envoyKeys: func(next sluice.Store, b backend, cfg envoykeys.Config) sluice.Store {
 			return envoykeys.New(next, b.Client, cfg)
 		},
 		route: func(short, long sluice.Store) (router, error) { return route.New(short, long, route.Config{}) },
 	}
+}
+
+// openRegions puts store/regions over home, reading each Redis's counts
+// and board through a RedisSite under prefix.
+func openRegions(home backend, peers []peerBackend, cfg regions.Config, prefix string) (regionLayer, error) {
+	site := func(name string, b backend) (regions.Site, error) {
+		c, ok := b.(regions.Counter)
+		if !ok {
+			return nil, fmt.Errorf("regions: the store of region %s cannot read counts", name)
+		}
+		return regions.NewRedisSite(c, b.Client(), name, prefix, 0), nil
+	}
+	var err error
+	if cfg.Home, err = site(cfg.Region, home); err != nil {
+		return nil, err
+	}
+	for _, p := range peers {
+		ps, err := site(p.name, p.b)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Peers = append(cfg.Peers, regions.Peer{Name: p.name, Site: ps})
+	}
+	return regions.New(home, cfg)
 }
