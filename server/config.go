@@ -265,22 +265,35 @@ func DefaultConfig() Config {
 		},
 		Store:            stack.DefaultConfig(), // memory: one node, exact, 256 MiB; on Redis an 8 MiB near cache, exact sync
 		Fail:             decide.FailOpen,       // a store outage does not stop traffic
-		StoreTimeout:     dc.StoreTimeout,       // 50ms
-		ConcurrencyLease: dc.Lease,              // 1s
+		StoreTimeout:     dc.StoreTimeout,       // 50ms: a slow store costs a decision little
+		ConcurrencyLease: dc.Lease,              // 1s: the decision APIs never say when a request ends
 		ResponseHeaders:  respond.AllHeaders,    // the IETF draft's fields, X-RateLimit-* and Retry-After
 		RetryJitter:      time.Second,           // denied clients do not retry in lockstep
 		GRPC: GRPCConfig{
 			Addr:     "127.0.0.1:8081", // loopback: exposing it is a decision
 			UnixMode: 0o660,            // the owner and its group may connect
+			// MaxConnectionAge 0: connections live as long as their clients
 		},
-		HTTP:            HTTPConfig{Addr: "127.0.0.1:8080"},
-		TLS:             TLSConfig{Listeners: []string{"all"}},
-		Admin:           AdminConfig{Addr: "127.0.0.1:8082"}, // loopback: writes rules
-		Observe:         ObserveConfig{DenyLogRate: 10, TopKeys: 16, TopWidth: sketch.DefaultConfig().Width},
-		Envoy:           EnvoyConfig{NearLimitRatio: metrics.DefaultNearLimitRatio, StatsdFlushInterval: 10 * time.Second},
-		Tracing:         TracingConfig{Protocol: "grpc", SampleRatio: tracing.DefaultSampleRatio, ServiceName: "sluice"},
-		ShutdownTimeout: 10 * time.Second,
+		HTTP:  HTTPConfig{Addr: "127.0.0.1:8080"},    // loopback, as gRPC
+		TLS:   TLSConfig{Listeners: []string{"all"}}, // a certificate, once given, serves every listener
+		Admin: AdminConfig{Addr: "127.0.0.1:8082"},   // loopback: it writes rules; off without Tokens
+		Observe: ObserveConfig{
+			DenyLogRate: 10,                           // lines a second: enough to see who, not a flood
+			TopKeys:     16,                           // a few domains' rules; 6.5 MiB at most
+			TopWidth:    sketch.DefaultConfig().Width, // 1024: counts at most 0.27% of a window's total too high
+		},
+		Envoy: EnvoyConfig{
+			NearLimitRatio:      metrics.DefaultNearLimitRatio, // 0.8, Envoy's NEAR_LIMIT_RATIO
+			StatsdFlushInterval: 10 * time.Second,              // Envoy's STATS_FLUSH_INTERVAL
+		},
+		Tracing: TracingConfig{ // off without an Endpoint
+			Protocol:    "grpc",                     // OTLP/gRPC, the collectors' first
+			SampleRatio: tracing.DefaultSampleRatio, // 1%: spans cost; Envoy's sampled parents are always traced
+			ServiceName: "sluice",
+		},
+		ShutdownTimeout: 10 * time.Second, // calls in flight finish; within Kubernetes' 30s grace
 		Logger:          slog.Default(),
+		// Identity, OpsAddrs, Proxy, Shadow: none.
 	}
 }
 

@@ -17,24 +17,16 @@ import (
 	"github.com/sluicehq/sluice/transport/admin"
 )
 
+// adminRun runs a command with an admin API client.
+type adminRun func(ctx context.Context, ac *adminClient, args []string) error
+
 // overrideCommand is `sluice override`: per-descriptor limits at run time
 // through the admin API.
 func overrideCommand(stdout io.Writer) *ff.Command {
 	var c clientFlags
 	fs := ff.NewFlagSet("override")
 	c.register(fs)
-	var (
-		limit, algorithm, ttl string
-		burst                 int
-		dry                   bool
-	)
-	setFS := ff.NewFlagSet("set").SetParent(fs)
-	setFS.StringVar(&limit, 0, "limit", "", "the limit: REQUESTS/UNIT such as 500/second or 0/hour (blocked); unit second, minute, hour or day")
-	setFS.StringVar(&algorithm, 0, "algorithm", "", "the limit's algorithm (the rule's default: fixed_window)")
-	setFS.IntVar(&burst, 0, "burst", 0, "the bucket's capacity for token_bucket and gcra")
-	setFS.StringVar(&ttl, 0, "for", "", "how long the override lasts, such as 1h (none: until deleted)")
-	setFS.BoolVar(&dry, 0, "dry-run", "check the override and change nothing")
-	client := func(run func(ctx context.Context, ac *adminClient, args []string) error) func(context.Context, []string) error {
+	client := func(run adminRun) func(context.Context, []string) error {
 		return func(ctx context.Context, args []string) error {
 			ac, err := c.client()
 			if err != nil {
@@ -52,36 +44,7 @@ func overrideCommand(stdout io.Writer) *ff.Command {
 			"a time only; its counter keeps its count where algorithm and period stay.",
 		Flags: fs,
 		Subcommands: []*ff.Command{
-			{Name: "set", Usage: "sluice override set --limit N/UNIT [--for 1h] DOMAIN KEY=VALUE...", ShortHelp: "set an override", Flags: setFS,
-				Exec: client(func(ctx context.Context, ac *adminClient, args []string) error {
-					if len(args) < 2 {
-						return usageError("override set: want DOMAIN KEY=VALUE...")
-					}
-					entries, err := parseEntries(args[1:])
-					if err != nil {
-						return err
-					}
-					ls, err := parseLimit(limit)
-					if err != nil {
-						return err
-					}
-					ls.Algorithm, ls.Burst = algorithm, int64(burst)
-					req := admin.OverrideRequest{Override: rules.Override{Domain: args[0], Entries: entries, Limits: []rules.RateLimitSpec{ls}}, TTL: ttl}
-					body, err := json.Marshal(req)
-					if err != nil {
-						return err
-					}
-					q := ""
-					if dry {
-						q = "?dry_run=true"
-					}
-					var rec control.OverrideRecord
-					if _, err := ac.doJSON(ctx, &rec, "PUT", "/v1/admin/overrides"+q, body); err != nil {
-						return err
-					}
-					printOverride(stdout, rec)
-					return nil
-				})},
+			overrideSetCommand(fs, client, stdout),
 			{Name: "list", Usage: "sluice override list [DOMAIN]", ShortHelp: "list the overrides", Flags: ff.NewFlagSet("list").SetParent(fs),
 				Exec: client(func(ctx context.Context, ac *adminClient, args []string) error {
 					var out struct {
@@ -114,6 +77,52 @@ func overrideCommand(stdout io.Writer) *ff.Command {
 				})},
 		},
 	}
+}
+
+// overrideSetCommand is `sluice override set`, whose flags' parent is
+// parent; client gives its Exec an admin client.
+func overrideSetCommand(parent *ff.FlagSet, client func(adminRun) func(context.Context, []string) error, stdout io.Writer) *ff.Command {
+	var (
+		limit, algorithm, ttl string
+		burst                 int
+		dry                   bool
+	)
+	fs := ff.NewFlagSet("set").SetParent(parent)
+	fs.StringVar(&limit, 0, "limit", "", "the limit: REQUESTS/UNIT such as 500/second or 0/hour (blocked); unit second, minute, hour or day")
+	fs.StringVar(&algorithm, 0, "algorithm", "", "the limit's algorithm (the rule's default: fixed_window)")
+	fs.IntVar(&burst, 0, "burst", 0, "the bucket's capacity for token_bucket and gcra")
+	fs.StringVar(&ttl, 0, "for", "", "how long the override lasts, such as 1h (none: until deleted)")
+	fs.BoolVar(&dry, 0, "dry-run", "check the override and change nothing")
+	return &ff.Command{Name: "set", Usage: "sluice override set --limit N/UNIT [--for 1h] DOMAIN KEY=VALUE...", ShortHelp: "set an override", Flags: fs,
+		Exec: client(func(ctx context.Context, ac *adminClient, args []string) error {
+			if len(args) < 2 {
+				return usageError("override set: want DOMAIN KEY=VALUE...")
+			}
+			entries, err := parseEntries(args[1:])
+			if err != nil {
+				return err
+			}
+			ls, err := parseLimit(limit)
+			if err != nil {
+				return err
+			}
+			ls.Algorithm, ls.Burst = algorithm, int64(burst)
+			req := admin.OverrideRequest{Override: rules.Override{Domain: args[0], Entries: entries, Limits: []rules.RateLimitSpec{ls}}, TTL: ttl}
+			body, err := json.Marshal(req)
+			if err != nil {
+				return err
+			}
+			q := ""
+			if dry {
+				q = "?dry_run=true"
+			}
+			var rec control.OverrideRecord
+			if _, err := ac.doJSON(ctx, &rec, "PUT", "/v1/admin/overrides"+q, body); err != nil {
+				return err
+			}
+			printOverride(stdout, rec)
+			return nil
+		})}
 }
 
 // printOverride prints one override on a line.

@@ -1,0 +1,54 @@
+package loadgen_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/loadgen"
+	"github.com/sluicehq/sluice/server"
+)
+
+// TestRun loads a real server over gRPC and over HTTP: every call is
+// answered, some over the limit (one user, 2 a minute).
+func TestRun(t *testing.T) {
+	c := server.DefaultConfig()
+	c.Rules.Source = t.TempDir() + "/rules.yaml"
+	if err := writeRules(c.Rules.Source); err != nil {
+		t.Fatal(err)
+	}
+	c.GRPC.Addr, c.HTTP.Addr, c.Logger = "127.0.0.1:0", "127.0.0.1:0", slog.New(slog.DiscardHandler)
+	srv, err := server.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for name, lc := range map[string]loadgen.Config{
+		"gRPC": {GRPCAddr: srv.GRPCAddr()},
+		"HTTP": {HTTPURL: "http://" + srv.HTTPAddr()},
+	} {
+		lc.Users, lc.Concurrency, lc.Duration = 1, 2, 100*time.Millisecond
+		r, err := loadgen.Run(context.Background(), lc)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if r.Failed != 0 || r.Over == 0 || len(r.Latencies) != r.OK+r.Over || r.Percentile(1) < r.Percentile(0) {
+			t.Errorf("%s: %+v (first error %v), want no failure and some calls over the limit", name, r, r.FirstErr)
+		}
+	}
+}
+
+// writeRules writes a rules file of 2 a minute per user at path.
+func writeRules(path string) error {
+	return os.WriteFile(path, []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"), 0o600)
+}
