@@ -45,6 +45,11 @@ type LimitState struct {
 	// its excess (past the limit, up to its ceiling) and from the domain's
 	// pool (the rules' capacity); zero otherwise.
 	Excess, Pool sluice.Decision
+	// Key is the store key of the limit's counter as Decide takes it, by
+	// which a store that keeps more of it tells it (store/regions: a
+	// global limit's count in each region); empty for a limit without
+	// one, or an elastic limit's.
+	Key string
 }
 
 // DeniesNext reports whether a request of cost 1 would be over the limit
@@ -150,7 +155,7 @@ func (s *Service) Inspect(ctx context.Context, r *Request) (*Inspection, error) 
 	}
 	for k, ref := range b.refs {
 		if ls := at(ref.desc, ref.limit); ls != nil {
-			ls.Decision = nominal(ref.limit, ds[k])
+			ls.Decision, ls.Key = nominal(ref.limit, ds[k]), reqs[k].Key
 		}
 	}
 	for k, e := range b.elastic {

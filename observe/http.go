@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/httpjson"
 	"github.com/sluicehq/sluice/rules"
@@ -143,6 +144,23 @@ type limitJSON struct {
 	ResetAfter string       `json:"reset_after"`
 	DeniesNext bool         `json:"denies_next"`
 	Elastic    *elasticJSON `json:"elastic,omitempty"`
+	// Regions is a limit of scope global's count in each region, this
+	// server's first, as its last round read them.
+	Regions []RegionCount `json:"regions,omitempty"`
+}
+
+// RegionCounter is an optional ability of a KeysHandler's Inspector: a
+// global limit's count in each region, by the store key of its counter
+// (decide.LimitState.Key), as a store that keeps one limit across regions
+// read them (store/regions); false when it has none for the key.
+type RegionCounter interface {
+	RegionCounts(key string) ([]RegionCount, bool)
+}
+
+// RegionCount is a region's count of a global limit.
+type RegionCount struct {
+	Region string `json:"region"`
+	Count  int64  `json:"count"`
 }
 
 // elasticJSON is an elastic limit's excess (past the limit, up to its
@@ -168,8 +186,11 @@ type Inspector interface {
 // descriptor, as a request with those entries would have it decided: the
 // rule matched, and each of its limits with what remains of it and when it
 // resets; at the top, the limit a decision would name. Values with a slash
-// are escaped (%2F). A store that cannot answer gets 503.
+// are escaped (%2F). A store that cannot answer gets 503. When svc is a
+// RegionCounter too, a limit of scope global shows its count in each
+// region.
 func KeysHandler(svc Inspector) http.Handler {
+	rc, _ := svc.(RegionCounter)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/keys/")
 		if !ok {
@@ -206,14 +227,15 @@ func KeysHandler(svc Inspector) http.Handler {
 		}
 		out := keyJSON{Domain: req.Domain, UnknownDomain: ins.UnknownDomain}
 		for i := range ins.Descriptors {
-			out.Descriptors = append(out.Descriptors, descriptorJSON(req.Descriptors[i].Entries, &ins.Descriptors[i]))
+			out.Descriptors = append(out.Descriptors, descriptorJSON(req.Descriptors[i].Entries, &ins.Descriptors[i], rc))
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
 }
 
-// descriptorJSON renders one descriptor's state.
-func descriptorJSON(entries []decide.Entry, ds *decide.DescriptorState) statusJSON {
+// descriptorJSON renders one descriptor's state; rc, if not nil, gives
+// its global limits' counts by region.
+func descriptorJSON(entries []decide.Entry, ds *decide.DescriptorState, rc RegionCounter) statusJSON {
 	s := statusJSON{Entries: entries, Code: decide.OK.String(), ResetAfter: time.Duration(0).String()}
 	if ds.Rule == nil {
 		return s
@@ -235,6 +257,9 @@ func descriptorJSON(entries []decide.Entry, ds *decide.DescriptorState) statusJS
 			lj.Elastic = &elasticJSON{Excess: l.Excess().String(), ExcessRemaining: ls.Excess.Remaining,
 				ExcessResetAfter: ls.Excess.ResetAfter.String(), Pool: l.Pool.Limit.String(),
 				PoolRemaining: ls.Pool.Remaining, PoolResetAfter: ls.Pool.ResetAfter.String()}
+		}
+		if rc != nil && l.Scope == sluice.GlobalScope && ls.Key != "" {
+			lj.Regions, _ = rc.RegionCounts(ls.Key)
 		}
 		s.DeniesNext = s.DeniesNext || lj.DeniesNext
 		s.Limits = append(s.Limits, lj)

@@ -26,7 +26,7 @@ func (co *core) mountDashboard(hs ...handlerMux) error {
 	if err != nil {
 		return err
 	}
-	keys := observe.KeysHandler(co.svc)
+	keys := observe.KeysHandler(inspector(co.svc, co.stores))
 	var errs []error
 	for _, h := range hs {
 		errs = append(errs, h.Handle("/ui", d), h.Handle("/ui/", d),

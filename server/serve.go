@@ -67,6 +67,7 @@ func newServeFront(s *Server, rw *respond.Writer) (*serveFront, error) {
 		Rules:        co.rules.Current,
 		Mode:         co.mode,
 		Gatherer:     co.reg,
+		Regions:      readyRegions(co.stores),
 		MaxBodyBytes: httpapi.DefaultConfig().MaxBodyBytes,
 	})
 	if err != nil {

@@ -121,7 +121,7 @@ func New(cfg Config) (_ *Server, err error) {
 
 // newOps returns the ops handler: health, readiness and metrics.
 func (s *Server) newOps(cfg httpapi.OpsConfig) error {
-	cfg.Rules, cfg.Mode, cfg.Gatherer = s.co.rules.Current, s.co.mode, s.co.reg
+	cfg.Rules, cfg.Mode, cfg.Gatherer, cfg.Regions = s.co.rules.Current, s.co.mode, s.co.reg, readyRegions(s.co.stores)
 	ops, err := httpapi.NewOps(cfg)
 	s.ops = ops
 	return err

@@ -33,7 +33,7 @@ func LimitCheck(rawURL string) (func(sluice.Limit) error, error) {
 var storeFlags = map[string]string{
 	"URL": "--store", "SentinelAuth": "--store-sentinel-auth", "PerSecond": "--store-per-second",
 	"PerSecondSentinelAuth": "--store-per-second-sentinel-auth", "ExpiryJitter": "--store-expiry-jitter",
-	"EnvoyKeys": "--envoy-redis-keys",
+	"EnvoyKeys": "--envoy-redis-keys", "Region": "--region", "Peers": "--peer-region",
 }
 
 // storeError returns err, a *stack.ConfigError as a *ConfigError (naming
@@ -63,7 +63,7 @@ func openStore(c Config, log *slog.Logger, reg prometheus.Registerer) (*stack.St
 	if err != nil {
 		return nil, storeError(err)
 	}
-	if err := stackMetrics(st, reg); err != nil {
+	if err := errors.Join(stackMetrics(st, reg), regionsMetrics(st, reg)); err != nil {
 		return nil, errors.Join(err, closeStore(st))
 	}
 	return st, nil

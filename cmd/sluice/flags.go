@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/stack"
 	"github.com/sluicehq/sluice/transport/respond"
 )
 
@@ -93,6 +95,8 @@ var settingsTable = []setting{
 	{"store", forBoth, "max-lease", "most hits one lease carries (and at most a sixteenth of its limit)", func(s *settings) flag.Value { return positive(&s.cfg.Store.MaxLease) }},
 	{"store", forBoth, "envoy-redis-keys", "count fixed windows in Redis under Envoy ratelimit's keys and as it counts (INCRBY, EXPIRE), sharing its counters (a Redis --store only)", func(s *settings) flag.Value { return boolean(&s.cfg.Store.EnvoyKeys) }},
 	{"store", forBoth, "envoy-key-prefix", "with --envoy-redis-keys, the prefix of Envoy's keys (Envoy's CACHE_KEY_PREFIX)", func(s *settings) flag.Value { return str(&s.cfg.Store.EnvoyKeyPrefix) }},
+	{"store", forBoth, "region", "this server's region: with --peer-region, a limit of scope: global is one limit for every region, each deciding on its own Redis (docs/regions.md); empty: every limit is its region's", func(s *settings) flag.Value { return str(&s.cfg.Store.Region) }},
+	{"store", forBoth, "peer-region", "another region, as NAME=URL: a Redis through which its counts are read (its own, or a read replica of it in this region); once for each region, every region listing every other", func(s *settings) flag.Value { return peerRegions(&s.cfg.Store.Peers) }},
 
 	{"decisions", forBoth, "fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)", func(s *settings) flag.Value { return parsed(&s.cfg.Fail, decide.ParseFail) }},
 	{"decisions", forBoth, "store-timeout", "longest wait for the store per decision before --fail decides (negative: no bound)", func(s *settings) flag.Value { return duration(&s.cfg.StoreTimeout) }},
@@ -295,6 +299,65 @@ func parsed[T fmt.Stringer](p *T, parse func(string) (T, error)) flag.Value {
 func list(p *[]string) flag.Value {
 	return &value[[]string]{p: p, ph: "STRING", show: func(l []string) string { return strings.Join(l, ",") },
 		parse: func(s string) ([]string, error) { return strings.Split(s, ","), nil }}
+}
+
+// peerRegions is --peer-region: each NAME=URL it is given adds a region,
+// and a list of them (a config file's, SLUICE_PEER_REGION), comma-separated,
+// adds each; a comma followed by no NAME=scheme:// is part of the URL before
+// it (redis+cluster://h1:p1,h2:p2). Given back the list it held before its
+// last value, it goes back to it: a config file's value is checked so
+// against a flag's, which it does not replace (setChecked).
+func peerRegions(p *[]stack.Peer) flag.Value {
+	show := func(ps []stack.Peer) string {
+		s := make([]string, len(ps))
+		for i, pr := range ps {
+			s[i] = pr.Name + "=" + pr.URL
+		}
+		return strings.Join(s, ",")
+	}
+	var prev []stack.Peer
+	return &value[[]stack.Peer]{p: p, ph: "NAME=URL", show: show, parse: func(s string) ([]stack.Peer, error) {
+		if len(*p) > 0 && s == show(prev) {
+			return prev, nil
+		}
+		add, err := parsePeers(s)
+		if err != nil {
+			return nil, err
+		}
+		prev = *p
+		return append(slices.Clone(*p), add...), nil
+	}}
+}
+
+// parsePeers reads NAME=URL items, comma-separated (see peerRegions).
+func parsePeers(s string) ([]stack.Peer, error) {
+	var out []stack.Peer
+	for _, part := range strings.Split(s, ",") {
+		name, rest, ok := strings.Cut(part, "=")
+		if ok && validRegion(name) && strings.Contains(rest, "://") {
+			out = append(out, stack.Peer{Name: name, URL: rest})
+			continue
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("%q: want NAME=URL, such as us-east=redis://redis.us-east:6379", part)
+		}
+		out[len(out)-1].URL += "," + part
+	}
+	return out, nil
+}
+
+// validRegion reports whether name can name a region: letters, digits,
+// '.', '_' and '-'.
+func validRegion(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // noAddr is an address flag whose empty value is server.NoAddr.

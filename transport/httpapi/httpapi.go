@@ -60,6 +60,8 @@ type Config struct {
 	Mode func() string
 	// Gatherer is the registry /metrics serves; nil leaves /metrics out.
 	Gatherer prometheus.Gatherer
+	// Regions is OpsConfig.Regions, for /readyz. Nil leaves it out.
+	Regions func() any
 	// MaxBodyBytes bounds request bodies; larger ones get 413. Zero means
 	// the default.
 	MaxBodyBytes int64
@@ -105,7 +107,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultConfig().BodyTimeout
 	}
-	ops, err := NewOps(OpsConfig{Rules: cfg.Rules, Mode: cfg.Mode, Gatherer: cfg.Gatherer})
+	ops, err := NewOps(OpsConfig{Rules: cfg.Rules, Mode: cfg.Mode, Gatherer: cfg.Gatherer, Regions: cfg.Regions})
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,11 @@ type OpsConfig struct {
 	// shows under "shed"; nil leaves it out. A saturated upstream does
 	// not make the process unready: shedding is its answer to that.
 	Shed func() shed.Stats
+	// Regions returns what /readyz shows under "regions": the regions
+	// layer's state (store/regions), its peers, those it could not read
+	// named; nil leaves it out. A peer unreachable does not make the
+	// process unready: it decides without it.
+	Regions func() any
 }
 
 // Ops serves the operational endpoints of a sluice process: the HTTP API
@@ -114,6 +119,9 @@ func (o *Ops) ready() (int, map[string]any) {
 		code, body["status"], body["reason"] = http.StatusServiceUnavailable, "not ready", "rules not loaded"
 	default:
 		body["rules"] = set.Version()
+	}
+	if o.cfg.Regions != nil {
+		body["regions"] = o.cfg.Regions()
 	}
 	if o.cfg.Shed != nil {
 		st := o.cfg.Shed()

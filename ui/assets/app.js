@@ -171,7 +171,8 @@ async function lookup(ev) {
         return tr;
       }
       const note = l.replaced ? " (replaced)" : l.elastic ?
-        ` elastic: ${l.elastic.excess_remaining} of excess, ${l.elastic.pool_remaining} of pool ${l.elastic.pool}` : "";
+        ` elastic: ${l.elastic.excess_remaining} of excess, ${l.elastic.pool_remaining} of pool ${l.elastic.pool}` :
+        l.regions ? " global, used by region: " + l.regions.map(r => `${r.region} ${r.count}`).join(", ") : "";
       cell(tr, l.limit + (l.throttling ? " " + l.throttling : "") + note);
       cell(tr, l.unlimited || l.replaced ? "" : l.remaining, "n");
       cell(tr, l.unlimited || l.replaced ? "" : l.reset_after);

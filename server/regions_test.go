@@ -1,0 +1,66 @@
+package server
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/store/stack"
+)
+
+// TestRegions runs two servers, in regions eu and us, each on its own
+// Redis and listing the other: a limit of scope global admits its limit
+// once across both; /v1/keys shows its use by region; /metrics has the
+// peers' lag, errors and last reading; /readyz shows the regions and,
+// once one peer's Redis is gone, names it while staying ready.
+func TestRegions(t *testing.T) {
+	t.Parallel()
+	rules := writeTemp(t, "rules.yaml", `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 6, scope: global}
+`)
+	eu, us := testenv.StartRedis(t), testenv.StartRedis(t)
+	start := func(region, home, peer, peerAddr string) *testServer {
+		c := testConfig(rules)
+		c.Store.URL, c.Store.Region = "redis://"+home, region
+		c.Store.Peers = []stack.Peer{{Name: peer, URL: "redis://" + peerAddr}}
+		s := startServer(t, c)
+		s.waitStore(t)
+		return s
+	}
+	servers := []*testServer{start("eu", eu.Addr, "us", us.Addr), start("us", us.Addr, "eu", eu.Addr)}
+	for _, s := range servers {
+		eventually(t, "the peer read live", func() bool {
+			return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"state":"live"`)
+		})
+	}
+	decide := `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}`
+	admitted := 0
+	for range 20 {
+		for _, s := range servers {
+			if strings.Contains(s.do(t, "POST", "/v1/decide", decide).body, `"overallCode":"OK"`) {
+				admitted++
+			}
+		}
+	}
+	if admitted > 6-1+2*1 {
+		t.Errorf("the regions admitted %d together, more than the bound %d", admitted, 6-1+2)
+	}
+	eventually(t, "/v1/keys to show the use by region", func() bool {
+		b := servers[0].do(t, "GET", "/v1/keys/api/user/u1", "").body
+		return strings.Contains(b, `"regions":[{"region":"eu","count":`) && strings.Contains(b, `{"region":"us","count":`)
+	})
+	m := servers[0].do(t, "GET", "/metrics", "").body
+	for _, name := range []string{`sluice_region_peer_lag_seconds{peer="us"}`, `sluice_region_peer_errors_total{peer="us"}`,
+		`sluice_region_peer_last_sync_timestamp_seconds{peer="us"}`, `sluice_region_peer_state{peer="us",state="live"} 1`, "sluice_regions 2"} {
+		if !strings.Contains(m, name) {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	us.Kill()
+	eventually(t, "/readyz to name the peer it cannot read", func() bool {
+		r := servers[0].do(t, "GET", "/readyz", "")
+		return r.code == 200 && strings.Contains(r.body, `"unreachable":["us"]`) && strings.Contains(r.body, `"cut":true`)
+	})
+}
