@@ -34,15 +34,22 @@ type envoyStats struct {
 	mu      sync.RWMutex
 	series  map[string]*envoySeries // by Envoy stat name
 	retired []*envoySeries          // dropped from series since the last FlushEnvoy, at most maxCached
-	flushed bool                    // FlushEnvoy was called: retired series are kept for it
-	loads   [2]atomic.Uint64        // config_load_success, config_load_error
-	sent    [2]uint64               // loads as last flushed (FlushEnvoy's)
+	// The series of the names with request values that Metrics keeps
+	// (hold, release), how many such names each label set has, and the
+	// label sets of names without values, whose series are never deleted.
+	valued  map[*envoySeries]bool
+	held    map[[3]string]int
+	fixed   map[[3]string]bool
+	flushed bool             // FlushEnvoy was called: retired series are kept for it
+	loads   [2]atomic.Uint64 // config_load_success, config_load_error
+	sent    [2]uint64        // loads as last flushed (FlushEnvoy's)
 }
 
 // envoySeries are the counters of one stat name.
 type envoySeries struct {
 	total, within, near, over, shadow prometheus.Counter
 
+	labels [3]string // domain, key1, key2
 	// name is Envoy's stat name, sanitized; n counts the hits of each of
 	// envoyCounters, all of them, and sent them as last flushed
 	// (FlushEnvoy's): statsd gets the differences.
@@ -91,6 +98,9 @@ func (m *Metrics) EnvoyStats(reg prometheus.Registerer, nearLimitRatio float64) 
 			Help: "Rules loads and reloads that failed (Envoy ratelimit's name).",
 		}),
 		series: make(map[string]*envoySeries),
+		valued: map[*envoySeries]bool{},
+		held:   map[[3]string]int{},
+		fixed:  map[[3]string]bool{},
 	}
 	for _, c := range []prometheus.Collector{e.total, e.within, e.near, e.over, e.shadow, e.loadSuccess, e.loadFailed} {
 		if err := reg.Register(c); err != nil {
@@ -98,6 +108,7 @@ func (m *Metrics) EnvoyStats(reg prometheus.Registerer, nearLimitRatio float64) 
 		}
 	}
 	m.envoy.Store(e)
+	m.detailed.setBudget(m.detailed.budget(), decisionSeriesBytes+envoySeriesBytes)
 	return nil
 }
 
@@ -119,7 +130,14 @@ func (e *envoyStats) observe(key []byte, st *decide.Status, hits int64) {
 	if st.Limit == nil || hits <= 0 {
 		return
 	}
-	s := e.get(key)
+	e.count(e.get(key), st, hits)
+}
+
+// count counts hits of a descriptor whose series are s and verdict st.
+func (e *envoyStats) count(s *envoySeries, st *decide.Status, hits int64) {
+	if st.Limit == nil || hits <= 0 {
+		return
+	}
 	h := float64(hits)
 	s.total.Add(h)
 	s.n[0].Add(uint64(hits))
@@ -156,8 +174,11 @@ func (m *Metrics) FlushEnvoy(send func(name string, delta uint64)) {
 	}
 	e.mu.Lock()
 	e.flushed = true
-	all := make([]*envoySeries, 0, len(e.series)+len(e.retired))
+	all := make([]*envoySeries, 0, len(e.series)+len(e.valued)+len(e.retired))
 	for _, s := range e.series {
+		all = append(all, s)
+	}
+	for s := range e.valued {
 		all = append(all, s)
 	}
 	all = append(all, e.retired...)
@@ -210,17 +231,11 @@ func envoyCounts(limit, remaining, hits int64, overLimit bool, ratio float64) (w
 	return hits, near, 0
 }
 
-// get returns the counters of the stat name key, creating them on first
-// use; past maxCached names the cache starts over (the counters stay).
-func (e *envoyStats) get(key []byte) *envoySeries {
-	e.mu.RLock()
-	s := e.series[string(key)]
-	e.mu.RUnlock()
-	if s != nil {
-		return s
-	}
+// newSeries returns the counters of the stat name key.
+func (e *envoyStats) newSeries(key []byte) *envoySeries {
 	domain, key1, key2 := envoyLabels(key)
-	s = &envoySeries{
+	return &envoySeries{
+		labels: [3]string{domain, key1, key2},
 		name:   envoySanitize(key),
 		total:  e.total.WithLabelValues(domain, key1, key2),
 		within: e.within.WithLabelValues(domain, key1, key2),
@@ -228,7 +243,53 @@ func (e *envoyStats) get(key []byte) *envoySeries {
 		over:   e.over.WithLabelValues(domain, key1, key2),
 		shadow: e.shadow.WithLabelValues(domain, key1, key2),
 	}
+}
+
+// hold returns the counters of the stat name key, which holds request
+// values, until release.
+func (e *envoyStats) hold(key []byte) *envoySeries {
+	s := e.newSeries(key)
 	e.mu.Lock()
+	e.valued[s] = true
+	e.held[s.labels]++
+	e.mu.Unlock()
+	return s
+}
+
+// release lets s go: its labels' series are deleted when no other name
+// holds them and no name without values has them; what it counted since
+// the last flush is flushed next.
+func (e *envoyStats) release(s *envoySeries) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.valued, s)
+	if e.flushed && len(e.retired) < maxCached {
+		e.retired = append(e.retired, s)
+	}
+	if e.held[s.labels]--; e.held[s.labels] > 0 {
+		return
+	}
+	delete(e.held, s.labels)
+	if !e.fixed[s.labels] {
+		for _, v := range []*prometheus.CounterVec{e.total, e.within, e.near, e.over, e.shadow} {
+			v.DeleteLabelValues(s.labels[:]...)
+		}
+	}
+}
+
+// get returns the counters of the stat name key, which holds no request
+// values, creating them on first use; past maxCached names the cache
+// starts over (the counters stay).
+func (e *envoyStats) get(key []byte) *envoySeries {
+	e.mu.RLock()
+	s := e.series[string(key)]
+	e.mu.RUnlock()
+	if s != nil {
+		return s
+	}
+	s = e.newSeries(key)
+	e.mu.Lock()
+	e.fixed[s.labels] = true
 	if len(e.series) >= maxCached {
 		// What they counted since the last flush is flushed next (up
 		// to maxCached series; past that, lost to statsd).

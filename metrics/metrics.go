@@ -43,9 +43,10 @@ type Metrics struct {
 	mode          *modeCollector
 	envoy         atomic.Pointer[envoyStats] // nil unless EnvoyStats was called
 
-	mu     sync.RWMutex
-	series map[string]*[3]prometheus.Counter // by metric key: ok, over_limit, shadow_over_limit
-	bufs   sync.Pool                         // *[]byte
+	mu       sync.RWMutex
+	series   map[string]*[3]prometheus.Counter // by metric key without request values: ok, over_limit, shadow_over_limit
+	bufs     sync.Pool                         // *[]byte
+	detailed *detailed                         // the series of metric keys with request values
 }
 
 // New returns Metrics whose collectors are registered on reg.
@@ -88,6 +89,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		series: make(map[string]*[3]prometheus.Counter),
 	}
 	m.bufs.New = func() any { b := make([]byte, 0, 128); return &b }
+	m.detailed = newDetailed(m)
 	for _, c := range []prometheus.Collector{
 		m.decisions, m.unknownDomain, m.invalid, m.failDecisions,
 		m.storeDuration, m.storeErrors, m.reloads, m.reloadOK, m.mode,
@@ -105,6 +107,22 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
 	return m, nil
+}
+
+// SetDetailedBytes bounds the series named by request values
+// (detailed_metric, value_to_metric: one per value a client sends) to
+// about n bytes (zero means DefaultDetailedBytes): the values seen most
+// keep theirs, the others are counted under their rule's name without
+// values (as if neither were set). Call it before decisions are made.
+func (m *Metrics) SetDetailedBytes(n int64) {
+	if n <= 0 {
+		n = DefaultDetailedBytes
+	}
+	per := int64(decisionSeriesBytes)
+	if m.envoy.Load() != nil {
+		per += envoySeriesBytes
+	}
+	m.detailed.setBudget(n, per)
 }
 
 // Reload records a load or reload of the rules that failed with err, or
@@ -146,11 +164,26 @@ func (m *Metrics) observe(r *decide.Request, resp *decide.Response) {
 			break
 		}
 		b := (*bp)[:0]
-		if st.Rule == nil {
+		entries := r.Descriptors[i].Entries
+		switch {
+		case st.Rule == nil:
 			b = append(b, 0) // no rule: one series per domain
 			b = append(b, r.Domain...)
-		} else {
-			b = st.Rule.AppendMetricKey(b, r.Descriptors[i].Entries)
+		case st.Rule.MetricValues():
+			// Named by the request's values: kept within the budget, or
+			// counted under the rule's name.
+			b = st.Rule.AppendMetricKey(b, entries)
+			if k := m.detailed.keep(r.Domain, b); k != nil {
+				*bp = b
+				k.c[res].Inc()
+				if envoy != nil && k.envoy != nil {
+					envoy.count(k.envoy, st, r.Descriptors[i].Cost)
+				}
+				continue
+			}
+			b = st.Rule.AppendMetricName(b[:0], entries)
+		default:
+			b = st.Rule.AppendMetricKey(b, entries)
 		}
 		*bp = b
 		m.counters(b, r.Domain, st.Rule != nil)[res].Inc()
@@ -161,8 +194,9 @@ func (m *Metrics) observe(r *decide.Request, resp *decide.Response) {
 	m.bufs.Put(bp)
 }
 
-// counters returns the counters of the descriptor whose metric key is key
-// (or, without a rule, of the domain), creating them on first use.
+// counters returns the counters of the descriptor whose metric key
+// without request values is key (or, without a rule, of the domain),
+// creating them on first use.
 func (m *Metrics) counters(key []byte, domain string, matched bool) *[3]prometheus.Counter {
 	m.mu.RLock()
 	c := m.series[string(key)]
@@ -173,6 +207,7 @@ func (m *Metrics) counters(key []byte, domain string, matched bool) *[3]promethe
 	desc := ""
 	if matched {
 		desc = string(key)
+		m.detailed.pin(desc)
 	}
 	c = &[3]prometheus.Counter{
 		m.decisions.WithLabelValues(domain, desc, ResultOK),

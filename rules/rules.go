@@ -129,13 +129,44 @@ func (r *Rule) AppendKey(dst []byte, l *Limit, entries []Entry) []byte {
 // names the request's value at that level. It allocates nothing when dst has
 // room.
 func (r *Rule) AppendMetricKey(dst []byte, entries []Entry) []byte {
+	return r.appendMetric(dst, entries, true)
+}
+
+// MetricValues reports whether AppendMetricKey names a request's values
+// under r: detailed_metric on r, or value_to_metric on a level of its path.
+// Such names are as many as the values clients send.
+func (r *Rule) MetricValues() bool {
+	if r.DetailedMetric {
+		return true
+	}
+	for _, p := range r.path {
+		if p.ValueToMetric {
+			return true
+		}
+	}
+	return false
+}
+
+// AppendMetricName appends to dst the name AppendMetricKey gives a
+// descriptor without the request's values, whatever detailed_metric and
+// value_to_metric say: each level as written in the rules file.
+func (r *Rule) AppendMetricName(dst []byte, entries []Entry) []byte {
+	return r.appendMetric(dst, entries, false)
+}
+
+// appendMetric is AppendMetricKey, with the request's values where the
+// rules ask for them only when values is set.
+func (r *Rule) appendMetric(dst []byte, entries []Entry, values bool) []byte {
 	dst = append(dst, r.Domain...)
 	for i := range entries {
 		dst = append(dst, '.')
 		dst = append(dst, entries[i].Key...)
 		v := entries[i].Value
-		if !r.DetailedMetric && i < len(r.path) && !r.path[i].ValueToMetric {
-			v = r.path[i].Value
+		if !values || !r.DetailedMetric && i < len(r.path) && !r.path[i].ValueToMetric {
+			v = ""
+			if i < len(r.path) {
+				v = r.path[i].Value
+			}
 		}
 		if v != "" {
 			dst = append(dst, '_')

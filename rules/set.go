@@ -279,7 +279,10 @@ func (g glob) match(s string) bool {
 
 // Warnings returns what in s loads but may not be meant, as Errors placed
 // like mistakes: each limit with requests_per_unit 0, which denies every
-// request (Envoy's way to block a client). Nil when there is none.
+// request (Envoy's way to block a client), and each detailed_metric or
+// value_to_metric that names metrics by values clients choose (a level
+// with any value, or a wildcard): one series per value, of which sluice
+// keeps the values seen most within a budget. Nil when there is none.
 func (s *Set) Warnings() Errors {
 	if s == nil {
 		return nil
@@ -294,6 +297,11 @@ func (s *Set) Warnings() Errors {
 						Msg: fmt.Sprintf("requests_per_unit: 0 denies every request of %s", r.Path)})
 				}
 			}
+			if w := clientNamed(r); w != "" {
+				ws = append(ws, &Error{File: r.File, Line: r.Line, Path: r.errPath,
+					Msg: fmt.Sprintf("%s: metrics named by each value of %s a client sends: one series per value; "+
+						"the values seen most keep theirs (within the metrics' share of --max-memory), the others count under %s", w, r.Key, r.Path)})
+			}
 			walk(r.Descriptors)
 		}
 	}
@@ -302,4 +310,22 @@ func (s *Set) Warnings() Errors {
 	}
 	ws.sort()
 	return ws
+}
+
+// clientNamed returns "detailed_metric" or "value_to_metric" when r's
+// metric names take values a client chooses (from a level whose value is
+// any, or a wildcard), else "".
+func clientNamed(r *Rule) string {
+	anyValue := func(x *Rule) bool { return x.Value == "" || x.Wildcard() }
+	if r.DetailedMetric {
+		for _, p := range r.path {
+			if anyValue(p) {
+				return "detailed_metric"
+			}
+		}
+	}
+	if r.ValueToMetric && anyValue(r) {
+		return "value_to_metric"
+	}
+	return ""
 }

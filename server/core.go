@@ -102,6 +102,9 @@ func (co *core) openMetrics(c Config) error {
 			return configError("--near-limit-ratio: %v", err)
 		}
 	}
+	// The series named by request values take their part of --max-memory
+	// (newMemory leaves it to them).
+	m.SetDetailedBytes(metrics.DetailedShare(maxMemory(c)))
 	if e.StatsdAddr != "" {
 		co.closers = append(co.closers, startStatsd(m, e, c.Logger))
 	}

@@ -54,6 +54,10 @@ func storeError(err error) error {
 // layers' work on reg.
 func openStore(c Config, log *slog.Logger, reg prometheus.Registerer) (*stack.Stack, error) {
 	sc := c.Store
+	// The metric series named by request values take their part of
+	// --max-memory (openMetrics gives it them).
+	mm := maxMemory(c)
+	sc.MaxMemory = mm - metrics.DetailedShare(mm)
 	tc, err := c.StoreTLS.config(sc.URL)
 	if err != nil {
 		return nil, err
@@ -67,6 +71,14 @@ func openStore(c Config, log *slog.Logger, reg prometheus.Registerer) (*stack.St
 		return nil, errors.Join(err, closeStore(st))
 	}
 	return st, nil
+}
+
+// maxMemory is c's --max-memory, its default when unset.
+func maxMemory(c Config) int64 {
+	if c.Store.MaxMemory > 0 {
+		return c.Store.MaxMemory
+	}
+	return stack.DefaultConfig().MaxMemory
 }
 
 // stackMetrics registers on reg the counters of st's near caches, leases

@@ -56,6 +56,11 @@ rate_limits:
 			t.Fatal(err)
 		}
 	}
+	detailed := filepath.Join(dir, "detailed.yaml")
+	if err := os.WriteFile(detailed, []byte("domain: api\ndescriptors:\n  - key: remote_address\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n"+
+		"  - key: plan\n    value: gold\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 5}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	const exampleIdentity = "../../examples/nginx/identity.yaml"
 	tests := []struct {
 		name    string
@@ -72,6 +77,8 @@ rate_limits:
 		{name: "missing file", args: []string{"check", filepath.Join(dir, "nope.yaml")}, code: 1},
 		{name: "Envoy's runtime layout", args: []string{"check", "--rules-envoy-layout", "--rules-merge-domains", envoyDir}, stdout: "ok: 1 domain(s): api",
 			stderrs: []string{"warning: " + filepath.Join(envoyDir, "sub", "b.v1") + ":4: requests_per_unit: 0 denies every request of api.ip"}},
+		{name: "detailed_metric on a key whose values clients choose", args: []string{"check", detailed}, stdout: "ok: 1 domain(s): api",
+			stderrs: []string{"warning: " + detailed + ":3: detailed_metric: metrics named by each value of remote_address a client sends: one series per value; the values seen most keep theirs"}},
 		{name: "Envoy's layout, domains not merged", args: []string{"check", "--rules-envoy-layout", envoyDir}, code: 1, stderrs: []string{filepath.Join(envoyDir, "sub", "b.v1") + `:1: duplicate domain "api"`}},
 		{name: "Envoy's layout not asked for", args: []string{"check", envoyDir}, code: 1, stderrs: []string{envoyDir + ": no rules"}},
 		{name: "file above --max-rules-size", args: []string{"check", "--max-rules-size", "100", exampleRules}, code: 1, stderrs: []string{exampleRules + ": too large: "}},
