@@ -46,8 +46,9 @@ var ErrLimit = errors.New("limit not supported by the store")
 // range of its Lua arithmetic). It does no I/O and is safe for concurrent
 // use. Rules are checked with it before they are put in force, so that a
 // limit the store refuses is a configuration error, not an error on every
-// decision. A store without it applies every valid limit; decorators of a
-// store pass it on.
+// decision. A store without it applies every valid limit. Layers over a
+// store do not pass it on: store/stack finds it once, where it composes
+// them.
 type LimitChecker interface {
 	CheckLimit(Limit) error
 }

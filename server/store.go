@@ -28,25 +28,28 @@ func LimitCheck(rawURL string) (func(sluice.Limit) error, error) {
 	return check, storeError(err)
 }
 
-// storeFlags are the flags of stack.Config's fields whose refusals are
-// about them alone: they are reported by the flag's name.
+// storeFlags are the flags of stack.Config's fields, by which a refusal
+// names them.
 var storeFlags = map[string]string{
 	"URL": "--store", "SentinelAuth": "--store-sentinel-auth", "PerSecond": "--store-per-second",
 	"PerSecondSentinelAuth": "--store-per-second-sentinel-auth", "ExpiryJitter": "--store-expiry-jitter",
 	"EnvoyKeys": "--envoy-redis-keys", "Region": "--region", "Peers": "--peer-region",
+	"LeaseLifetime": "--lease-lifetime", "MaxLease": "--max-lease", "SyncInterval": "--sync-interval", "AsyncNodes": "--async-nodes",
 }
 
-// storeError returns err, a *stack.ConfigError as a *ConfigError (naming
-// the field's flag where it has one).
+// storeError returns err, a *stack.ConfigError as a *ConfigError naming
+// each field by its flag (Config.Store's field where it has none).
 func storeError(err error) error {
 	var se *stack.ConfigError
 	if !errors.As(err, &se) {
 		return err
 	}
-	if flag, ok := storeFlags[se.Field]; ok {
-		return configError("%s: %s", flag, se.Msg)
-	}
-	return configError("%v", err)
+	return configError("%s", se.Text(func(field string) string {
+		if flag, ok := storeFlags[field]; ok {
+			return flag
+		}
+		return "Store." + field
+	}))
 }
 
 // openStore opens the store c.Store names, composed by store/stack, with

@@ -70,10 +70,7 @@ type Store struct {
 	jitter int64 // Config.ExpiryJitter in whole seconds
 }
 
-var (
-	_ sluice.Store        = (*Store)(nil)
-	_ sluice.LimitChecker = (*Store)(nil)
-)
+var _ sluice.Store = (*Store)(nil)
 
 // New returns a Store over next whose Envoy keys are counted with the
 // client that client returns: store/redis's Store.Client, which is nil
@@ -251,21 +248,4 @@ func decision(capacity, cost, after int64, left time.Duration) sluice.Decision {
 		d.RetryAfter = left
 	}
 	return d
-}
-
-// CheckLimit passes on the decorated store's veto, if it has one.
-func (s *Store) CheckLimit(l sluice.Limit) error {
-	if lc, ok := s.next.(sluice.LimitChecker); ok {
-		return lc.CheckLimit(l)
-	}
-	return nil
-}
-
-// Ready reports whether the decorated store is ready (true when it does
-// not say) and the Redis client is there.
-func (s *Store) Ready() bool {
-	if r, ok := s.next.(interface{ Ready() bool }); ok && !r.Ready() {
-		return false
-	}
-	return s.client() != nil
 }

@@ -274,17 +274,3 @@ func dup(reqs []sluice.Request, i int) bool {
 	}
 	return false
 }
-
-// NonBlocking passes on the wrapped store's decide.NonBlocking.
-func (s *Store) NonBlocking() bool {
-	nb, ok := s.next.(interface{ NonBlocking() bool })
-	return ok && nb.NonBlocking()
-}
-
-// CheckLimit passes on the wrapped store's sluice.LimitChecker.
-func (s *Store) CheckLimit(l sluice.Limit) error {
-	if c, ok := s.next.(sluice.LimitChecker); ok {
-		return c.CheckLimit(l)
-	}
-	return nil
-}

@@ -168,9 +168,6 @@ func TestConfig(t *testing.T) {
 	if b := g.Bytes(); b != 4<<20 {
 		t.Errorf("default filters %d bytes, want 4 MiB", b)
 	}
-	if !g.NonBlocking() {
-		t.Error("NonBlocking not passed on")
-	}
 }
 
 // randomIPv6 returns n distinct-enough random IPv6 addresses' strings,

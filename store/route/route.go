@@ -42,10 +42,7 @@ type Store struct {
 	below       time.Duration
 }
 
-var (
-	_ sluice.Store        = (*Store)(nil)
-	_ sluice.LimitChecker = (*Store)(nil)
-)
+var _ sluice.Store = (*Store)(nil)
 
 // New returns a Store over short and long.
 func New(short, long sluice.Store, cfg Config) (*Store, error) {
@@ -63,13 +60,6 @@ func New(short, long sluice.Store, cfg Config) (*Store, error) {
 
 // Short reports whether l's states are kept in the short store.
 func (s *Store) Short(l sluice.Limit) bool { return l.Period < s.below }
-
-func (s *Store) pick(l sluice.Limit) sluice.Store {
-	if s.Short(l) {
-		return s.short
-	}
-	return s.long
-}
 
 // TakeAll decides reqs in their stores (see the package's documentation
 // for a batch that spans both). It implements sluice.Store.
@@ -137,34 +127,4 @@ const denialKey = "\x00route: a request no limit admits"
 func denial(group string) sluice.Request {
 	return sluice.Request{Key: denialKey, Group: group, Cost: 2,
 		Limit: sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: time.Second}}
-}
-
-// CheckLimit refuses a limit that the store it goes to refuses
-// (sluice.LimitChecker).
-func (s *Store) CheckLimit(l sluice.Limit) error {
-	if c, ok := s.pick(l).(sluice.LimitChecker); ok {
-		return c.CheckLimit(l)
-	}
-	return nil
-}
-
-// Ready reports whether both stores can decide (decide.Ready); a store
-// without Ready always can.
-func (s *Store) Ready() bool {
-	for _, st := range []sluice.Store{s.short, s.long} {
-		if r, ok := st.(interface{ Ready() bool }); ok && !r.Ready() {
-			return false
-		}
-	}
-	return true
-}
-
-// NonBlocking reports whether neither store blocks (decide.NonBlocking).
-func (s *Store) NonBlocking() bool {
-	for _, st := range []sluice.Store{s.short, s.long} {
-		if nb, ok := st.(interface{ NonBlocking() bool }); !ok || !nb.NonBlocking() {
-			return false
-		}
-	}
-	return true
 }

@@ -153,7 +153,4 @@ func TestNew(t *testing.T) {
 	if s.Short(second) || !s.Short(gcra) {
 		t.Errorf("Below 1s: a 1s limit short %v, a 10ms one %v; want false, true", s.Short(second), s.Short(gcra))
 	}
-	if !s.Ready() || !s.NonBlocking() {
-		t.Errorf("over memory stores: Ready %v, NonBlocking %v; want both", s.Ready(), s.NonBlocking())
-	}
 }

@@ -272,28 +272,40 @@ func TestCapabilities(t *testing.T) {
 // *ConfigError naming its field, and that nothing is left open.
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
+	flag := func(field string) string { return "--" + strings.ToLower(field) }
 	for _, tc := range []struct {
 		name  string
 		cfg   Config
 		field string
+		text  string // with flag's names
 	}{
-		{"unknown store", Config{URL: "etcd://x"}, "URL"},
-		{"Envoy's keys in memory", Config{EnvoyKeys: true}, "EnvoyKeys"},
-		{"sentinel auth in memory", Config{SentinelAuth: "x"}, "SentinelAuth"},
-		{"per second in memory", Config{PerSecond: "redis://ps"}, "PerSecond"},
-		{"per second sentinel auth in memory", Config{PerSecondSentinelAuth: "x"}, "PerSecondSentinelAuth"},
-		{"sentinel auth without a sentinel", Config{URL: "redis://:pw@main", SentinelAuth: "x"}, "SentinelAuth"},
-		{"per second sentinel auth without per second", Config{URL: "redis://main", PerSecondSentinelAuth: "x"}, "PerSecondSentinelAuth"},
-		{"per second sentinel auth without a sentinel", Config{URL: "redis://main", PerSecond: "redis://ps", PerSecondSentinelAuth: "x"}, "PerSecondSentinelAuth"},
-		{"per second not a Redis", Config{URL: "redis://main", PerSecond: "memory"}, "PerSecond"},
-		{"negative jitter", Config{URL: "redis://main", ExpiryJitter: -time.Second}, "ExpiryJitter"},
-		{"peers without a region", Config{URL: "redis://main", Peers: []Peer{{"us", "redis://us"}}}, "Peers"},
-		{"regions in memory", Config{Region: "eu"}, "Region"},
-		{"regions with per second", Config{URL: "redis://main", PerSecond: "redis://ps", Region: "eu"}, "Region"},
-		{"a peer twice", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"us", "redis://a"}, {"us", "redis://b"}}}, "Peers"},
-		{"this region a peer", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"eu", "redis://a"}}}, "Peers"},
-		{"a peer without a name", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"", "redis://a"}}}, "Peers"},
-		{"a peer not a Redis", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"us", "memory"}}}, "Peers"},
+		{"unknown store", Config{URL: "etcd://x"}, "URL", `--url "etcd://x": unknown store (want memory or a redis:// URL)`},
+		{"Envoy's keys in memory", Config{EnvoyKeys: true}, "EnvoyKeys", "--envoykeys: Envoy's counters are in Redis; --url is memory"},
+		{"sentinel auth in memory", Config{SentinelAuth: "x"}, "SentinelAuth", "--sentinelauth: --url is memory, not a redis+sentinel:// URL"},
+		{"per second in memory", Config{PerSecond: "redis://ps"}, "PerSecond", "--persecond: --url is memory, which keeps every limit"},
+		{"per second sentinel auth in memory", Config{PerSecondSentinelAuth: "x"}, "PerSecondSentinelAuth",
+			"--persecondsentinelauth: --url is memory, with no --persecond"},
+		{"sentinel auth without a sentinel", Config{URL: "redis://:pw@main", SentinelAuth: "x"}, "SentinelAuth",
+			"--sentinelauth: --url redis://:xxxxx@main names no sentinel (want redis+sentinel://)"},
+		{"per second sentinel auth without per second", Config{URL: "redis://main", PerSecondSentinelAuth: "x"}, "PerSecondSentinelAuth",
+			"--persecondsentinelauth: there is no --persecond"},
+		{"per second sentinel auth without a sentinel", Config{URL: "redis://main", PerSecond: "redis://ps", PerSecondSentinelAuth: "x"}, "PerSecondSentinelAuth",
+			"--persecondsentinelauth: --persecond redis://ps names no sentinel (want redis+sentinel://)"},
+		{"per second not a Redis", Config{URL: "redis://main", PerSecond: "memory"}, "PerSecond", `--persecond "memory": want a Redis URL`},
+		{"negative jitter", Config{URL: "redis://main", ExpiryJitter: -time.Second}, "ExpiryJitter", "--expiryjitter -1s: want 0 or more"},
+		{"negative lease", Config{URL: "redis://main", LeaseLifetime: -1}, "LeaseLifetime",
+			"--leaselifetime, --maxlease, --syncinterval and --asyncnodes must be positive"},
+		{"peers without a region", Config{URL: "redis://main", Peers: []Peer{{"us", "redis://us"}}}, "Peers", "--peers: peer regions without a --region"},
+		{"regions in memory", Config{Region: "eu"}, "Region", "--region: regions meet in Redis; --url is memory"},
+		{"regions with per second", Config{URL: "redis://main", PerSecond: "redis://ps", Region: "eu"}, "Region",
+			"--region: not with --persecond, whose Redis has no peers"},
+		{"a peer twice", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"us", "redis://a"}, {"us", "redis://b"}}}, "Peers",
+			`--peers: region "us": each region once, with a name, this one (eu) not among them`},
+		{"this region a peer", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"eu", "redis://a"}}}, "Peers",
+			`--peers: region "eu": each region once, with a name, this one (eu) not among them`},
+		{"a peer without a name", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"", "redis://a"}}}, "Peers",
+			`--peers: region "": each region once, with a name, this one (eu) not among them`},
+		{"a peer not a Redis", Config{URL: "redis://main", Region: "eu", Peers: []Peer{{"us", "memory"}}}, "Peers", `--peers: region us: "memory": want a Redis URL`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -302,6 +314,9 @@ func TestConfigErrors(t *testing.T) {
 			var ce *ConfigError
 			if !errors.As(err, &ce) || ce.Field != tc.field {
 				t.Fatalf("error %v, want a ConfigError of %s", err, tc.field)
+			}
+			if got := ce.Text(flag); got != tc.text {
+				t.Errorf("Text: %q, want %q", got, tc.text)
 			}
 			if strings.Contains(err.Error(), ":pw@") {
 				t.Errorf("error %q shows a password", err)

@@ -170,17 +170,44 @@ func DefaultConfig() Config {
 }
 
 // ConfigError is a Config that New refuses. Field is the name of the field
-// at fault, as Config spells it.
+// at fault, as Config spells it; the message may name others. Error names
+// them as Config spells them, after "store "; Text as the caller calls
+// them (its flags, say).
 type ConfigError struct {
 	Field string
-	Msg   string
+	text  string // the message: {Name} names field Name, args fill its verbs
+	args  []any
 }
 
-func (e *ConfigError) Error() string { return "store " + e.Field + ": " + e.Msg }
+// Error returns the message, naming the fields as Config spells them.
+func (e *ConfigError) Error() string {
+	return "store " + e.Text(func(field string) string { return field })
+}
 
-// configError returns a *ConfigError of field.
-func configError(field, format string, args ...any) error {
-	return &ConfigError{Field: field, Msg: fmt.Sprintf(format, args...)}
+// Text returns the message with name(f) for each field f it names.
+func (e *ConfigError) Text(name func(field string) string) string {
+	var b strings.Builder
+	rest := e.text
+	for {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(rest[i+1:], '}')
+		if j < 0 {
+			break
+		}
+		b.WriteString(rest[:i])
+		b.WriteString(strings.ReplaceAll(name(rest[i+1:i+1+j]), "%", "%%"))
+		rest = rest[i+2+j:]
+	}
+	b.WriteString(rest)
+	return fmt.Sprintf(b.String(), e.args...)
+}
+
+// configError returns a *ConfigError of field: text begins with {field}.
+func configError(field, text string, args ...any) error {
+	return &ConfigError{Field: field, text: "{" + field + "}" + text, args: args}
 }
 
 // withDefaults returns c with every zero field set to its default, and
@@ -200,9 +227,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.ExpiryJitter < 0:
-		return c, configError("ExpiryJitter", "%v: want 0 or more", c.ExpiryJitter)
+		return c, configError("ExpiryJitter", " %v: want 0 or more", c.ExpiryJitter)
 	case c.SyncInterval < 0 || c.AsyncNodes < 0 || c.LeaseLifetime < 0 || c.MaxLease < 0:
-		return c, configError("SyncInterval", "SyncInterval, AsyncNodes, LeaseLifetime and MaxLease must not be negative")
+		return c, configError("LeaseLifetime", ", {MaxLease}, {SyncInterval} and {AsyncNodes} must be positive")
 	}
 	return c, c.checkRegions()
 }
@@ -211,24 +238,24 @@ func (c Config) withDefaults() (Config, error) {
 func (c Config) checkRegions() error {
 	if c.Region == "" {
 		if len(c.Peers) > 0 {
-			return configError("Peers", "peer regions without a Region")
+			return configError("Peers", ": peer regions without a {Region}")
 		}
 		return nil
 	}
 	if k, err := kind("URL", c.URL); err != nil || k != kindRedis {
-		return configError("Region", "regions meet in Redis; the store is %s", redis.Redact(c.URL))
+		return configError("Region", ": regions meet in Redis; {URL} is %s", redis.Redact(c.URL))
 	}
 	if c.PerSecond != "" {
-		return configError("Region", "not with PerSecond, whose Redis has no peers")
+		return configError("Region", ": not with {PerSecond}, whose Redis has no peers")
 	}
 	seen := map[string]bool{c.Region: true}
 	for _, p := range c.Peers {
 		if p.Name == "" || seen[p.Name] {
-			return configError("Peers", "region %q: each region once, with a name, this one (%s) not among them", p.Name, c.Region)
+			return configError("Peers", ": region %q: each region once, with a name, this one (%s) not among them", p.Name, c.Region)
 		}
 		seen[p.Name] = true
 		if k, err := kind("Peers", p.URL); err != nil || k != kindRedis {
-			return configError("Peers", "region %s: %q: want a Redis URL", p.Name, redis.Redact(p.URL))
+			return configError("Peers", ": region %s: %q: want a Redis URL", p.Name, redis.Redact(p.URL))
 		}
 	}
 	return nil
@@ -255,7 +282,7 @@ func kind(field, rawURL string) (string, error) {
 	if i := strings.Index(rawURL, "://"); i >= 0 {
 		scheme = rawURL[:i]
 		if _, err := url.Parse(rawURL); err != nil {
-			return "", configError(field, "%q: %v", rawURL, err)
+			return "", configError(field, " %q: %v", rawURL, err)
 		}
 	}
 	switch strings.ToLower(scheme) {
@@ -264,7 +291,7 @@ func kind(field, rawURL string) (string, error) {
 	case "redis", "rediss", "redis+sentinel", "redis+cluster", "rediss+cluster", "unix":
 		return kindRedis, nil
 	}
-	return "", configError(field, "%q: unknown store (want memory or a redis:// URL)", rawURL)
+	return "", configError(field, " %q: unknown store (want memory or a redis:// URL)", rawURL)
 }
 
 // LimitCheck returns the veto on limits of the store rawURL names, without
@@ -424,13 +451,13 @@ func (s *Stack) memory(cfg Config, p parts) error {
 		set  bool
 		why  string
 	}{
-		{"EnvoyKeys", cfg.EnvoyKeys, "Envoy's counters are in Redis; the store is memory"},
-		{"SentinelAuth", cfg.SentinelAuth != "", "the store is memory, not a redis+sentinel:// URL"},
-		{"PerSecond", cfg.PerSecond != "", "the store is memory, which keeps every limit"},
-		{"PerSecondSentinelAuth", cfg.PerSecondSentinelAuth != "", "the store is memory, with no PerSecond"},
+		{"EnvoyKeys", cfg.EnvoyKeys, ": Envoy's counters are in Redis; {URL} is memory"},
+		{"SentinelAuth", cfg.SentinelAuth != "", ": {URL} is memory, not a redis+sentinel:// URL"},
+		{"PerSecond", cfg.PerSecond != "", ": {URL} is memory, which keeps every limit"},
+		{"PerSecondSentinelAuth", cfg.PerSecondSentinelAuth != "", ": {URL} is memory, with no {PerSecond}"},
 	} {
 		if f.set {
-			return configError(f.name, "%s", f.why)
+			return configError(f.name, f.why)
 		}
 	}
 	mem, err := p.memory(memory.Config{MaxBytes: cfg.MaxMemory, MaxEntries: cfg.MaxEntries, Now: cfg.Now})
@@ -454,11 +481,11 @@ func (s *Stack) memory(cfg Config, p parts) error {
 // when cfg has one; Local is a memory store of its own.
 func (s *Stack) redis(cfg Config, p parts) error {
 	if cfg.PerSecond == "" && cfg.PerSecondSentinelAuth != "" {
-		return configError("PerSecondSentinelAuth", "there is no PerSecond")
+		return configError("PerSecondSentinelAuth", ": there is no {PerSecond}")
 	}
 	if cfg.PerSecond != "" {
 		if k, err := kind("PerSecond", cfg.PerSecond); err != nil || k != kindRedis {
-			return configError("PerSecond", "%q: want a Redis URL", redis.Redact(cfg.PerSecond))
+			return configError("PerSecond", " %q: want a Redis URL", redis.Redact(cfg.PerSecond))
 		}
 	}
 	mem, err := p.memory(memory.Config{MaxBytes: cfg.MaxMemory, MaxEntries: cfg.MaxEntries, Now: cfg.Now})
@@ -519,7 +546,7 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 	rcfg.TLS, rcfg.ExpiryJitter, rcfg.Now = cfg.TLS, cfg.ExpiryJitter, cfg.Now
 	if r.auth != "" {
 		if !strings.HasPrefix(strings.ToLower(r.url), "redis+sentinel://") {
-			return nil, nil, configError(r.authField, "%s %s names no sentinel (want redis+sentinel://)", r.field, redis.Redact(r.url))
+			return nil, nil, configError(r.authField, ": {"+r.field+"} %s names no sentinel (want redis+sentinel://)", redis.Redact(r.url))
 		}
 		user, pass, ok := strings.Cut(r.auth, ":") // Envoy's REDIS_SENTINEL_AUTH form
 		if !ok {
@@ -530,7 +557,8 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 	rcfg.ConnectFailed = connectFailed(cfg.Logger, r.url)
 	b, err := p.redis(r.url, rcfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("store %s: %w", r.field, err)
+		// The URL or the Config: New makes no connection before this.
+		return nil, nil, configError(r.field, ": %v", err)
 	}
 	s.closers = append(s.closers, closeStore(b))
 	s.ready = append(s.ready, b.Ready)
@@ -567,7 +595,7 @@ func (s *Stack) regionsOver(cfg Config, p parts, home backend, rcfg redis.Config
 		pc.ConnectFailed = connectFailed(cfg.Logger, pr.URL)
 		b, err := p.redis(pr.URL, pc)
 		if err != nil {
-			return nil, fmt.Errorf("store Peers %s: %w", pr.Name, err)
+			return nil, configError("Peers", ": region %s: %v", pr.Name, err)
 		}
 		s.closers = append(s.closers, closeStore(b))
 		peers = append(peers, peerBackend{pr.Name, b})
