@@ -15,9 +15,9 @@ import (
 	"github.com/sluicehq/sluice/store/floodguard"
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/persecond"
 	"github.com/sluicehq/sluice/store/redis"
 	"github.com/sluicehq/sluice/store/regions"
-	"github.com/sluicehq/sluice/store/route"
 )
 
 // journal is what the recording fakes of a test did, in order.
@@ -88,14 +88,14 @@ func nameOf(s sluice.Store) string {
 	return "?"
 }
 
-// recRoute is store/route noting its name.
-type recRoute struct {
-	*route.Store
+// recPerSecond is store/persecond noting its name.
+type recPerSecond struct {
+	*persecond.Store
 	j *journal
 }
 
-func (r recRoute) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
-	r.j.calls = append(r.j.calls, "route")
+func (r recPerSecond) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	r.j.calls = append(r.j.calls, "persecond")
 	return r.Store.TakeAll(ctx, reqs, ds)
 }
 
@@ -124,9 +124,9 @@ func fakeParts(j *journal, notReady ...string) parts {
 		envoyKeys: func(next sluice.Store, _ backend, _ envoykeys.Config) sluice.Store {
 			return &rec{name: "envoykeys", next: next, j: j}
 		},
-		route: func(short, long sluice.Store) (router, error) {
-			rt, err := route.New(short, long, route.Config{})
-			return recRoute{rt, j}, err
+		perSecond: func(short, long sluice.Store) (router, error) {
+			rt, err := persecond.New(short, long, persecond.Config{})
+			return recPerSecond{rt, j}, err
 		},
 	}
 }
@@ -134,7 +134,7 @@ func fakeParts(j *journal, notReady ...string) parts {
 // TestOrder pins the order of the layers: the layers a request of a
 // second's limit and one of an hour's pass, outermost first, and those of
 // the fail-local store. envoykeys is outside the near cache and leases
-// (local-first), route outside both, floodguard only over memory, and the
+// (local-first), persecond outside both, floodguard only over memory, and the
 // fail-local store never guarded.
 func TestOrder(t *testing.T) {
 	t.Parallel()
@@ -155,9 +155,9 @@ func TestOrder(t *testing.T) {
 		{"redis, Envoy's keys", Config{URL: "redis://main", EnvoyKeys: true},
 			cat([]string{"envoykeys"}, lf("main")), cat([]string{"envoykeys"}, lf("main")), []string{"memory"}},
 		{"redis, per second", Config{URL: "redis://main", PerSecond: "redis://ps"},
-			cat([]string{"route"}, lf("ps")), cat([]string{"route"}, lf("main")), []string{"memory"}},
+			cat([]string{"persecond"}, lf("ps")), cat([]string{"persecond"}, lf("main")), []string{"memory"}},
 		{"redis, per second, Envoy's keys", Config{URL: "redis://main", PerSecond: "redis://ps", EnvoyKeys: true},
-			cat([]string{"route", "envoykeys"}, lf("ps")), cat([]string{"route", "envoykeys"}, lf("main")), []string{"memory"}},
+			cat([]string{"persecond", "envoykeys"}, lf("ps")), cat([]string{"persecond", "envoykeys"}, lf("main")), []string{"memory"}},
 		{"redis, regions between local-first and redis", regionsConfig, inRegions, inRegions, []string{"memory"}},
 		{"redis, regions, Envoy's keys", withEnvoyKeys(regionsConfig),
 			cat([]string{"envoykeys"}, inRegions), cat([]string{"envoykeys"}, inRegions), []string{"memory"}},

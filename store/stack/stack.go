@@ -11,10 +11,10 @@
 //
 //	Redis (Config.URL a Redis URL):
 //
-//	  route ──── a period below a minute ──> envoykeys > local-first > redis   (Config.PerSecond)
-//	    └─────── the others ───────────────> envoykeys > local-first > redis   (Config.URL)
+//	  persecond ─┬─ a period below a minute ─> envoykeys > local-first > redis             (Config.PerSecond)
+//	             └─ the others ──────────────> envoykeys > local-first > [regions] > redis (Config.URL)
 //
-//	  route       store/route, only with Config.PerSecond
+//	  persecond   store/persecond, only with Config.PerSecond
 //	  envoykeys   store/envoykeys, only with Config.EnvoyKeys: a request with an
 //	              Envoy descriptor is counted as Envoy's ratelimit counts it, never
 //	              from a near cache, a lease or an async share
@@ -53,9 +53,9 @@ import (
 	"github.com/sluicehq/sluice/store/floodguard"
 	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/persecond"
 	"github.com/sluicehq/sluice/store/redis"
 	"github.com/sluicehq/sluice/store/regions"
-	"github.com/sluicehq/sluice/store/route"
 )
 
 // Config says where the counters live and how the store is layered. Start
@@ -72,7 +72,7 @@ type Config struct {
 	// "": none.
 	SentinelAuth string
 	// PerSecond is the URL of a second Redis for the limits whose period
-	// is below a minute, as Envoy's REDIS_PERSECOND: store/route sends
+	// is below a minute, as Envoy's REDIS_PERSECOND: store/persecond sends
 	// them there, over a near cache, leases and Envoy's keys of its own.
 	// Default "": every limit in URL's store.
 	PerSecond string
@@ -477,7 +477,7 @@ func (s *Stack) memory(cfg Config, p parts) error {
 	return nil
 }
 
-// redis composes the Redis store, and the per-second one under a route
+// redis composes the Redis store, and the per-second one under persecond
 // when cfg has one; Local is a memory store of its own.
 func (s *Stack) redis(cfg Config, p parts) error {
 	if cfg.PerSecond == "" && cfg.PerSecondSentinelAuth != "" {
@@ -506,7 +506,7 @@ func (s *Stack) redis(cfg Config, p parts) error {
 	if err != nil {
 		return err
 	}
-	rt, err := p.route(short, main)
+	rt, err := p.perSecond(short, main)
 	if err != nil {
 		return err
 	}
@@ -674,7 +674,7 @@ type parts struct {
 	regions    func(home backend, peers []peerBackend, cfg regions.Config, prefix string) (regionLayer, error)
 	localFirst func(next sluice.Store, cfg localfirst.Config) (layer, error)
 	envoyKeys  func(next sluice.Store, b backend, cfg envoykeys.Config) sluice.Store
-	route      func(short, long sluice.Store) (router, error)
+	perSecond  func(short, long sluice.Store) (router, error)
 }
 
 // realParts returns sluice's stores and layers.
@@ -696,7 +696,9 @@ func realParts() parts {
 		envoyKeys: func(next sluice.Store, b backend, cfg envoykeys.Config) sluice.Store {
 			return envoykeys.New(next, b.Client, cfg)
 		},
-		route: func(short, long sluice.Store) (router, error) { return route.New(short, long, route.Config{}) },
+		perSecond: func(short, long sluice.Store) (router, error) {
+			return persecond.New(short, long, persecond.Config{})
+		},
 	}
 }
 

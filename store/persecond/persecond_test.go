@@ -1,4 +1,4 @@
-package route
+package persecond
 
 import (
 	"context"

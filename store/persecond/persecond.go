@@ -1,7 +1,7 @@
-// Package route keeps the states of short limits in one store and those
-// of the others in another, as Envoy ratelimit's REDIS_PERSECOND keeps its
-// per-second counters in a Redis of their own: a limit whose period is
-// below Config.Below is the short store's.
+// Package persecond sends the limits of short periods to a store of their
+// own, as Envoy ratelimit's REDIS_PERSECOND keeps its per-second counters
+// in a Redis of their own: a limit whose period is below Config.Below (a
+// minute) is the short store's, every other the long store's.
 //
 // A TakeAll whose requests are all one store's is that store's TakeAll,
 // atomic as it is. A TakeAll that spans both stores cannot be one atomic
@@ -12,7 +12,7 @@
 // requests are decided in a TakeAll that is sure to be denied, as a whole
 // and consuming nothing (see denial), so that every decision is still
 // what its store would have decided, as TakeAll promises.
-package route
+package persecond
 
 import (
 	"context"
@@ -47,13 +47,13 @@ var _ sluice.Store = (*Store)(nil)
 // New returns a Store over short and long.
 func New(short, long sluice.Store, cfg Config) (*Store, error) {
 	if short == nil || long == nil {
-		return nil, errors.New("route: a store is nil")
+		return nil, errors.New("persecond: a store is nil")
 	}
 	if cfg.Below == 0 {
 		cfg.Below = DefaultBelow
 	}
 	if cfg.Below < 0 {
-		return nil, fmt.Errorf("route: Below %v is negative", cfg.Below)
+		return nil, fmt.Errorf("persecond: Below %v is negative", cfg.Below)
 	}
 	return &Store{short: short, long: long, below: cfg.Below}, nil
 }
@@ -65,7 +65,7 @@ func (s *Store) Short(l sluice.Limit) bool { return l.Period < s.below }
 // for a batch that spans both). It implements sluice.Store.
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	if len(ds) < len(reqs) {
-		return fmt.Errorf("route take all: %d decisions for %d requests", len(ds), len(reqs))
+		return fmt.Errorf("persecond take all: %d decisions for %d requests", len(ds), len(reqs))
 	}
 	n := 0
 	for _, r := range reqs {
