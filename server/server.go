@@ -135,7 +135,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	defer func() { err = errors.Join(err, s.Close()) }()
 	s.opsSrv.start(s.ops, s.tls.config("ops", httpProtos...), s.log)
 	s.startAdmin()
-	errc := make(chan error, 4)
+	errc := make(chan error, 4) // a front runs at most three servers: two gRPC listeners and HTTP
 	running := s.front.start(errc)
 	s.front.listening()
 
