@@ -21,7 +21,8 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// Caps on what a simulation may ask for.
+// Caps on what a simulation may ask for: DefaultCaps' (sluice simulate's),
+// and those of every Caps.
 const (
 	MaxEvents   = 1_000_000      // requests in a traffic pattern
 	MaxDuration = 24 * time.Hour // how long a pattern lasts
@@ -30,6 +31,44 @@ const (
 	MaxSpecLen  = 4096           // bytes of a traffic spec
 	MaxRate     = 100_000        // requests a second of a phase
 )
+
+// Caps bound a simulation's cost: its CPU time grows with Events ×
+// Limits, its memory with Events, Keys and Duration × Limits (the
+// per-second series) and a sliding_log's hits. A zero field means
+// DefaultCaps'; none may exceed it.
+type Caps struct {
+	Events   int           // requests in a pattern
+	Duration time.Duration // how long a pattern lasts
+	Keys     int           // distinct clients
+	Limits   int           // limits simulated side by side
+}
+
+// DefaultCaps are the caps of sluice simulate, whose user pays for it: a
+// million requests, a day, 10,000 clients, 32 limits.
+var DefaultCaps = Caps{Events: MaxEvents, Duration: MaxDuration, Keys: MaxKeys, Limits: MaxTargets}
+
+// WebCaps are the caps of the dashboard's simulator, which anyone who
+// reaches it may call: 50,000 requests, an hour, 1,000 clients, 8 limits.
+// A call of the most they allow costs about 0.1 s of CPU and 9 MB
+// allocated (TestWebCapsCost in package ui measures it).
+var WebCaps = Caps{Events: 50_000, Duration: time.Hour, Keys: 1000, Limits: 8}
+
+// withDefaults returns c with each zero field DefaultCaps', and each above
+// it lowered to it.
+func (c Caps) withDefaults() Caps {
+	d := DefaultCaps
+	pick := func(v, def int) int {
+		if v <= 0 || v > def {
+			return def
+		}
+		return v
+	}
+	c.Events, c.Keys, c.Limits = pick(c.Events, d.Events), pick(c.Keys, d.Keys), pick(c.Limits, d.Limits)
+	if c.Duration <= 0 || c.Duration > d.Duration {
+		c.Duration = d.Duration
+	}
+	return c
+}
 
 // Start is the simulated clock's first instant: the start of a day, so
 // that windows of a second, a minute or an hour begin with the pattern, as
@@ -61,8 +100,14 @@ var ErrSpec = errors.New("traffic")
 //	idle DURATION             nothing for DURATION
 //	clients N                 the phases after it spread their requests over N clients in turn (default 1)
 //
-// such as "steady 1/s 50s; burst 100; idle 1s; burst 100".
-func ParseTraffic(spec string) (Pattern, error) {
+// such as "steady 1/s 50s; burst 100; idle 1s; burst 100", within
+// DefaultCaps.
+func ParseTraffic(spec string) (Pattern, error) { return DefaultCaps.ParseTraffic(spec) }
+
+// ParseTraffic reads a traffic pattern as the package's ParseTraffic
+// does, within c.
+func (c Caps) ParseTraffic(spec string) (Pattern, error) {
+	c = c.withDefaults()
 	if len(spec) > MaxSpecLen {
 		return Pattern{}, fmt.Errorf("%w: spec longer than %d bytes", ErrSpec, MaxSpecLen)
 	}
@@ -71,12 +116,17 @@ func ParseTraffic(spec string) (Pattern, error) {
 		at      time.Duration
 		clients = 1
 		next    int
+		names   []string // the clients' keys, made once each
 	)
 	emit := func(t time.Duration) error {
-		if len(evs) >= MaxEvents {
-			return fmt.Errorf("%w: more than %d requests", ErrSpec, MaxEvents)
+		if len(evs) >= c.Events {
+			return fmt.Errorf("%w: more than %d requests", ErrSpec, c.Events)
 		}
-		evs = append(evs, Event{At: t, Key: "client-" + strconv.Itoa(next%clients+1)})
+		i := next % clients
+		for len(names) <= i {
+			names = append(names, "client-"+strconv.Itoa(len(names)+1))
+		}
+		evs = append(evs, Event{At: t, Key: names[i]})
 		next++
 		return nil
 	}
@@ -107,8 +157,8 @@ func ParseTraffic(spec string) (Pattern, error) {
 			if err = cmp.Or(err1, err, err2); err != nil {
 				return Pattern{}, bad("%v", err)
 			}
-			if at+d > MaxDuration {
-				return Pattern{}, bad("the pattern lasts more than %v", MaxDuration)
+			if at+d > c.Duration {
+				return Pattern{}, bad("the pattern lasts more than %v", c.Duration)
 			}
 			// The phase's first request comes at its start, the k+1-th
 			// when the rate's integral reaches k: found in steps of a
@@ -128,12 +178,12 @@ func ParseTraffic(spec string) (Pattern, error) {
 			at += d
 		case "burst", "clients":
 			n, err := strconv.Atoi(f[1])
-			if err != nil || n < 1 || n > MaxEvents {
-				return Pattern{}, bad("want a count from 1 to %d", MaxEvents)
+			if err != nil || n < 1 || n > c.Events {
+				return Pattern{}, bad("want a count from 1 to %d", c.Events)
 			}
 			if f[0] == "clients" {
-				if n > MaxKeys {
-					return Pattern{}, bad("at most %d clients", MaxKeys)
+				if n > c.Keys {
+					return Pattern{}, bad("at most %d clients", c.Keys)
 				}
 				clients = n
 				continue
@@ -148,8 +198,8 @@ func ParseTraffic(spec string) (Pattern, error) {
 			if err != nil {
 				return Pattern{}, bad("%v", err)
 			}
-			if at += d; at > MaxDuration {
-				return Pattern{}, bad("the pattern lasts more than %v", MaxDuration)
+			if at += d; at > c.Duration {
+				return Pattern{}, bad("the pattern lasts more than %v", c.Duration)
 			}
 		}
 	}
@@ -228,8 +278,15 @@ type Target struct {
 // Targets returns a Target for each limit of set (every domain, in file
 // order; unlimited and blocking limits left out) as the rules enforce it
 // (soft throttling included) and, for each of algorithms, the same rate
-// and period under that algorithm, so that they can be compared.
+// and period under that algorithm, so that they can be compared; at most
+// DefaultCaps.Limits.
 func Targets(set *rules.Set, algorithms ...sluice.Algorithm) ([]Target, error) {
+	return DefaultCaps.Targets(set, algorithms...)
+}
+
+// Targets is the package's Targets, at most c.Limits of them.
+func (c Caps) Targets(set *rules.Set, algorithms ...sluice.Algorithm) ([]Target, error) {
+	c = c.withDefaults()
 	var ts []Target
 	var walk func(rs []*rules.Rule)
 	walk = func(rs []*rules.Rule) {
@@ -237,6 +294,9 @@ func Targets(set *rules.Set, algorithms ...sluice.Algorithm) ([]Target, error) {
 			for _, l := range r.Limits {
 				if l.Unlimited || l.Block {
 					continue
+				}
+				if len(ts) > c.Limits {
+					return // refused below: no more names made
 				}
 				el := l.Enforced()
 				ts = append(ts, Target{Name: fmt.Sprintf("%s %s", r.Path, el), Limit: el})
@@ -263,8 +323,8 @@ func Targets(set *rules.Set, algorithms ...sluice.Algorithm) ([]Target, error) {
 	if len(ts) == 0 {
 		return nil, errors.New("the rules have no limit to simulate")
 	}
-	if len(ts) > MaxTargets {
-		return nil, fmt.Errorf("the rules and algorithms make %d limits to simulate; at most %d", len(ts), MaxTargets)
+	if len(ts) > c.Limits {
+		return nil, fmt.Errorf("the rules and algorithms make more than %d limits to simulate", c.Limits)
 	}
 	return ts, nil
 }

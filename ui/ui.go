@@ -12,6 +12,12 @@
 //	GET  /ui/static/...       the embedded scripts and styles
 //	GET  /ui/api/stats        what the dashboard plots, as JSON
 //	POST /ui/api/simulate     a simulation: {"rules": YAML, "traffic": SPEC, "algorithms": [...]}
+//
+// A simulation is capped (Config.Simulate, simulate.WebCaps: about 0.1 s
+// of CPU and 9 MB a call at most) and one runs at a time (429 for
+// another meanwhile). With Config.Authenticate every route asks for a
+// token, as HTTP Basic's password (a browser prompts for it) or a bearer
+// token; Guard puts other handlers behind the same.
 package ui
 
 import (
@@ -58,15 +64,24 @@ type Config struct {
 	Observer *observe.Decider
 	// Events are the recent rules loads; nil shows none.
 	Events *Events
+	// Simulate caps what one simulation may ask for; zero fields mean
+	// simulate.WebCaps'.
+	Simulate simulate.Caps
+	// Authenticate, if not nil, reports whether secret is a token that
+	// may see the dashboard; every route then needs one (401 otherwise).
+	// Nil: no authentication (the listener is the operator's guard).
+	Authenticate func(secret string) bool
 }
 
-// MaxSimulateBody is the largest POST /ui/api/simulate body.
-const MaxSimulateBody = 256 << 10
+// MaxSimulateBody is the largest POST /ui/api/simulate body: 64 KiB (the
+// rules in it cost about 50 bytes of parsing a byte).
+const MaxSimulateBody = 64 << 10
 
 // Handler serves the dashboard. It is safe for concurrent use.
 type Handler struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg  Config
+	mux  *http.ServeMux
+	busy chan struct{} // holds a simulation running
 }
 
 // New returns the dashboard's handler, to be mounted at /ui/.
@@ -74,7 +89,19 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Rules == nil || cfg.Gatherer == nil {
 		return nil, errors.New("ui: Rules and Gatherer are required")
 	}
-	h := &Handler{cfg: cfg, mux: http.NewServeMux()}
+	w := simulate.WebCaps
+	pick := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	pick(&cfg.Simulate.Events, w.Events)
+	pick(&cfg.Simulate.Keys, w.Keys)
+	pick(&cfg.Simulate.Limits, w.Limits)
+	if cfg.Simulate.Duration <= 0 {
+		cfg.Simulate.Duration = w.Duration
+	}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), busy: make(chan struct{}, 1)}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, fmt.Errorf("ui assets: %w", err)
@@ -84,7 +111,7 @@ func New(cfg Config) (*Handler, error) {
 	h.mux.HandleFunc("GET /ui/simulate", page(static, "simulate.html"))
 	h.mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	h.mux.HandleFunc("GET /ui/api/stats", h.stats)
-	h.mux.HandleFunc("POST /ui/api/simulate", simulateHandler)
+	h.mux.HandleFunc("POST /ui/api/simulate", h.simulate)
 	return h, nil
 }
 
@@ -93,7 +120,44 @@ func New(cfg Config) (*Handler, error) {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if !h.allowed(w, r) {
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// Guard returns next behind the dashboard's authentication (none without
+// Config.Authenticate): for the routes served beside it (GET /v1/top,
+// GET /v1/keys/...), which show what it shows.
+func (h *Handler) Guard(next http.Handler) http.Handler {
+	if h.cfg.Authenticate == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.allowed(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// allowed reports whether r carries a token Authenticate accepts, as
+// Basic's password or a Bearer token, and answers 401 if not.
+func (h *Handler) allowed(w http.ResponseWriter, r *http.Request) bool {
+	if h.cfg.Authenticate == nil {
+		return true
+	}
+	secret := ""
+	if _, pw, ok := r.BasicAuth(); ok {
+		secret = pw
+	} else if scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		secret = strings.TrimSpace(tok)
+	}
+	if secret != "" && h.cfg.Authenticate(secret) {
+		return true
+	}
+	w.Header().Set("WWW-Authenticate", `Basic realm="sluice dashboard", charset="UTF-8"`)
+	httpjson.Error(w, http.StatusUnauthorized, "a token is required: an admin token as the password (any user name), or Authorization: Bearer TOKEN")
+	return false
 }
 
 func page(static fs.FS, name string) http.HandlerFunc {
@@ -242,7 +306,17 @@ type simulateRequest struct {
 	Algorithms []string `json:"algorithms"`
 }
 
-func simulateHandler(w http.ResponseWriter, r *http.Request) {
+// simulate runs one simulation at a time: another asked for meanwhile is
+// answered 429.
+func (h *Handler) simulate(w http.ResponseWriter, r *http.Request) {
+	select {
+	case h.busy <- struct{}{}:
+		defer func() { <-h.busy }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		httpjson.Error(w, http.StatusTooManyRequests, "a simulation is running: one at a time; try again in a second")
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxSimulateBody))
 	if err != nil {
 		httpjson.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body: %v (at most %d bytes)", err, MaxSimulateBody))
@@ -255,7 +329,7 @@ func simulateHandler(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusBadRequest, "body: "+err.Error())
 		return
 	}
-	res, err := Simulate(req.Rules, req.Traffic, req.Algorithms)
+	res, err := simulateWith(h.cfg.Simulate, req.Rules, req.Traffic, req.Algorithms)
 	if err != nil {
 		httpjson.Error(w, http.StatusBadRequest, err.Error())
 		return
@@ -265,21 +339,31 @@ func simulateHandler(w http.ResponseWriter, r *http.Request) {
 
 // Simulate parses rulesYAML (a rules file), the traffic spec (see
 // simulate.ParseTraffic) and the names of algorithms to compare, and runs
-// the simulation: what `sluice simulate` and POST /ui/api/simulate do.
+// the simulation within simulate.DefaultCaps: what POST /ui/api/simulate
+// does within its own caps.
 func Simulate(rulesYAML, traffic string, algorithms []string) (simulate.Result, error) {
+	return simulateWith(simulate.DefaultCaps, rulesYAML, traffic, algorithms)
+}
+
+func simulateWith(c simulate.Caps, rulesYAML, traffic string, algorithms []string) (simulate.Result, error) {
 	set, err := rules.Parse("rules.yaml", []byte(rulesYAML))
 	if err != nil {
 		return simulate.Result{}, fmt.Errorf("rules: %w", err)
 	}
-	p, err := simulate.ParseTraffic(traffic)
+	p, err := c.ParseTraffic(traffic)
 	if err != nil {
 		return simulate.Result{}, err
 	}
-	return Run(set, p, algorithms)
+	return runWith(c, set, p, algorithms)
 }
 
-// Run simulates p against set's limits and the algorithms named.
+// Run simulates p against set's limits and the algorithms named, within
+// simulate.DefaultCaps: what `sluice simulate` does.
 func Run(set *rules.Set, p simulate.Pattern, algorithms []string) (simulate.Result, error) {
+	return runWith(simulate.DefaultCaps, set, p, algorithms)
+}
+
+func runWith(c simulate.Caps, set *rules.Set, p simulate.Pattern, algorithms []string) (simulate.Result, error) {
 	if len(algorithms) > 8 {
 		return simulate.Result{}, errors.New("at most 8 algorithms")
 	}
@@ -291,7 +375,7 @@ func Run(set *rules.Set, p simulate.Pattern, algorithms []string) (simulate.Resu
 		}
 		algs = append(algs, alg)
 	}
-	ts, err := simulate.Targets(set, algs...)
+	ts, err := c.Targets(set, algs...)
 	if err != nil {
 		return simulate.Result{}, err
 	}
