@@ -84,7 +84,14 @@ func (s *Service) acquire(ctx context.Context, r *Request, resp *Response, b *ba
 			resp.done = s
 			continue
 		}
-		retry := max(g.RetryAfter, time.Second) // a slot may free at any moment; ask for a second
+		// A slot may free at any moment: ask for a second, or, where the
+		// leases are the decision APIs' (r.Hold false), until the first
+		// ends. A held slot frees when its response ends, not at its
+		// lease's end (HoldLease, minutes), so a held request asks for 1s.
+		retry := max(g.RetryAfter, time.Second)
+		if r.Hold {
+			retry = time.Second
+		}
 		if st.Shadow {
 			st.ShadowOverLimit = true
 			continue

@@ -221,3 +221,40 @@ func slotService(t testing.TB, rulesYAML string, held *countedSlots) *decide.Ser
 	}
 	return s
 }
+
+// TestConcurrencyRetryAfter checks the 429 of a concurrency denial: its
+// Retry-After is 1 (a slot frees when any response ends), as serve's JSON
+// API says, not the 10 minutes a held slot's lease may last (issue 24.4).
+func TestConcurrencyRetryAfter(t *testing.T) {
+	up := newCountingUpstream()
+	backend := httptest.NewServer(up)
+	defer backend.Close()
+	held := &countedSlots{}
+	p := newProxy(t, backend.URL, proxy.Config{Decider: slotService(t, `
+domain: api
+descriptors:
+  - key: all
+    concurrency: 1
+`, held)})
+	front := httptest.NewServer(p)
+	defer front.Close()
+	defer up.open() // before the servers close, which wait for it
+
+	go func() {
+		if resp, err := front.Client().Get(front.URL + "/slow"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	testenv.WaitFor(t, "one request at the upstream", func() bool { return up.in.Load() == 1 })
+	resp, err := front.Client().Get(front.URL + "/second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second request: %d, want 429", resp.StatusCode)
+	}
+	if got := resp.Header.Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After %q, want 1", got)
+	}
+}
