@@ -23,6 +23,28 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 5}
 `
 
+// pathRule limits path /login to 1 request a minute.
+const pathRule = `  - key: path
+    value: /login
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+// decidePath asks s's HTTP API for a decision on path and returns its
+// overall code.
+func decidePath(c *http.Client, url, path string) (string, error) {
+	body := fmt.Sprintf(`{"domain":"api","descriptors":[{"entries":[{"key":"path","value":%q}]}]}`, path)
+	resp, err := c.Post(url+"/v1/decide", "application/json", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var v struct{ OverallCode string }
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return "", err
+	}
+	return v.OverallCode, nil
+}
+
 // decideUser asks s's HTTP API for a decision on user and returns its
 // overall code.
 func decideUser(c *http.Client, url, user string) (string, error) {
@@ -112,12 +134,13 @@ func chromiumPath(t *testing.T) string {
 func TestDashboardBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "rules.yaml"), dashboardRules)
+	writeFile(t, filepath.Join(dir, "rules.yaml"), dashboardRules+pathRule)
 	c := testConfig(dir)
 	c.Observe.DenyLogRate = -1
 	s := startServer(t, c)
 
-	// The load: mallory sends five times as often as each of 50 others.
+	// The load: mallory sends five times as often as each of 50 others,
+	// and path /login (a value with a slash) half as often as mallory.
 	loadCtx, stopLoad := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { stopLoad(); wg.Wait() }()
@@ -132,6 +155,12 @@ func TestDashboardBrowser(t *testing.T) {
 			if _, err := decideUser(s.http, s.httpURL, user); err != nil && loadCtx.Err() == nil {
 				t.Errorf("load: %v", err)
 				return
+			}
+			if i%12 == 0 { // denied half as often as mallory, more than any other user
+				if _, err := decidePath(s.http, s.httpURL, "/login"); err != nil && loadCtx.Err() == nil {
+					t.Errorf("load: %v", err)
+					return
+				}
 			}
 			if i%20 == 0 {
 				select { // about 200 decisions a second at most
@@ -219,7 +248,7 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	first := total()
 	poll("the totals to move", fmt.Sprintf(`[...document.querySelectorAll("#rates tbody tr")].map(r => r.cells[3].textContent).join(",") != %q`, first))
-	poll("mallory listed first", `(document.querySelector("#top tbody tr.top-row td.client") || {}).textContent === "mallory"`)
+	poll("mallory listed first", `(document.querySelector("#top tbody tr.top-row td.client") || {}).textContent === "user=mallory"`)
 	poll("a chart drawn", `document.querySelectorAll("#rate-chart canvas").length > 0`)
 	if os.Getenv("SLUICE_SCREENSHOT_DIR") != "" {
 		// For docs/observability.md's picture, a chart of 20 polls.
@@ -234,13 +263,42 @@ func TestDashboardBrowser(t *testing.T) {
 	if mode := eval(`document.getElementById("store-mode").textContent`); mode != "store" {
 		t.Errorf("mode %q, want store", mode)
 	}
-	run("look mallory up", chromedp.Steps(
-		chromedp.SendKeys("#lookup-path", "api/user/mallory"),
-		chromedp.Click("#lookup button")))
-	poll("mallory's state", `(document.querySelector("#lookup-result tbody") || {}).textContent.includes("denied")`)
-	if got := eval(`document.querySelector("#lookup-result tbody").textContent`); !strings.Contains(got, "user=mallory") || !strings.Contains(got, "api.user") {
-		t.Errorf("lookup %q, want mallory under api.user", got)
+	// The most limited clients, ranked by denials across keys, each with
+	// its rule and limit; "why?" looks one up.
+	poll("the top client's rule", `(document.querySelector("#top tbody tr.top-row td.rule") || {}).textContent === "api.user"`)
+	if got := eval(`document.querySelector("#top tbody tr.top-row td.limit").textContent`); got != "5/1m0s" {
+		t.Errorf("top client's limit %q, want 5/1m0s", got)
 	}
+	poll("/login listed second", `(document.querySelectorAll("#top tbody tr.top-row td.client")[1] || {}).textContent === "path=/login"`)
+	if got := eval(`JSON.stringify([...document.querySelectorAll("#top tbody tr")].map(r => parseInt(r.cells[2].textContent)))`); !descending(got) {
+		t.Errorf("denied column %s, want it ranked from most to least", got)
+	}
+	run("why? of /login", chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll("#top tbody tr")].find(r => r.cells[1].textContent === "path=/login").querySelector("button.why").click()`))
+	lookedUp := func(what, entries, rule string) {
+		t.Helper()
+		poll(what, fmt.Sprintf(`(document.querySelector("#lookup-result tbody") || {}).textContent.includes(%q)`, entries))
+		if got := eval(`document.querySelector("#lookup-result tbody").textContent`); !strings.Contains(got, rule) || !strings.Contains(got, "denied") {
+			t.Errorf("%s: lookup %q, want %s denied under %s", what, got, entries, rule)
+		}
+	}
+	lookedUp("/login looked up from the top", "path=/login", "api.path_/login")
+
+	// Typed: a value as sent, a slash and all.
+	typed := func(what, key, value string) {
+		t.Helper()
+		eval(`document.querySelector("#lookup-result tbody").textContent = ""; document.getElementById("lookup-domain").value = ""; ` +
+			`document.getElementById("lookup-entries").textContent = ""; addPair(); ""`)
+		run(what, chromedp.Steps(
+			chromedp.SendKeys("#lookup-domain", "api"),
+			chromedp.SendKeys("#lookup .lookup-key", key),
+			chromedp.SendKeys("#lookup .lookup-value", value),
+			chromedp.Click(`#lookup button[type=submit]`)))
+	}
+	typed("look mallory up", "user", "mallory")
+	lookedUp("mallory's state", "user=mallory", "api.user")
+	typed("look /login up", "path", "/login")
+	lookedUp("/login's state", "path=/login", "api.path_/login")
+	eval(`window.scrollTo(0, 0); ""`)
 	shot("dashboard.png")
 
 	run("open /ui/simulate", chromedp.Navigate(s.httpURL+"/ui/simulate"))
@@ -258,6 +316,21 @@ func TestDashboardBrowser(t *testing.T) {
 	if len(problems) > 0 {
 		t.Errorf("console: %s", strings.Join(problems, "\n"))
 	}
+}
+
+// descending reports whether the JSON list of numbers got is not empty
+// and ranked from most to least.
+func descending(got string) bool {
+	var ns []int
+	if err := json.Unmarshal([]byte(got), &ns); err != nil || len(ns) == 0 {
+		return false
+	}
+	for i := 1; i < len(ns); i++ {
+		if ns[i] > ns[i-1] {
+			return false
+		}
+	}
+	return true
 }
 
 // TestServeFloodGuard: with FloodGuard a client's first request is not

@@ -126,39 +126,133 @@ function update(s) {
   }));
 }
 
-async function updateTop(keys) {
-  const rows = [];
-  let bound = 0;
-  for (const k of keys.slice(0, 8)) {
-    const q = new URLSearchParams({domain: k.domain, key: k.key, by: "denied", window: "1m", n: "5"});
-    const r = await fetch("../v1/top?" + q);
-    if (!r.ok) continue;
-    const top = await r.json();
-    bound = Math.max(bound, top.error_bound);
-    for (const c of top.clients) {
-      const tr = document.createElement("tr");
-      tr.className = "top-row";
-      cell(tr, k.domain); cell(tr, k.key); cell(tr, c.value + (c.truncated ? "…" : ""), "client");
-      cell(tr, c.count, "n"); cell(tr, "±" + top.error_bound, "n muted");
-      rows.push(tr);
-    }
-  }
-  fill(el("top").tBodies[0], rows);
-  el("top-note").textContent = rows.length ? "Counts from a count-min sketch: never below the true count, at most the bound above it (98% confidence)." : "No client over a limit in the last minute.";
+// TOP is how many clients "most limited clients" lists, ranked by their
+// denials across every domain and key counted.
+const TOP = 10;
+// ruleOf caches, per rules version, the rule and limit that the lookup
+// names for a client: "version\0domain\0key\0value" -> {rule, limit}.
+const ruleOf = new Map();
+let rulesVersion = "";
+
+// keysURL is GET /v1/keys's URL for a domain and its key/value pairs:
+// each part escaped once (a "/" in a value as %2F).
+function keysURL(domain, pairs) {
+  return "../v1/keys/" + [domain, ...pairs.flat()].map(encodeURIComponent).join("/");
 }
 
-// lookup shows one client's state from GET /v1/keys (a take of cost 0).
+// describe names the rule and the limit GET /v1/keys reports for one
+// client, or the rules below it with limits when its own rule has none
+// (a nested descriptor: the client is limited with more keys).
+async function describe(domain, key, value, rules) {
+  const id = [rulesVersion, domain, key, value].join("\0");
+  if (ruleOf.has(id)) return ruleOf.get(id);
+  let out = {rule: "", limit: ""};
+  const r = await fetch(keysURL(domain, [[key, value]]));
+  if (r.ok) {
+    const d = (await r.json()).descriptors[0];
+    if (d && d.rule) {
+      out.rule = d.rule;
+      out.limit = d.limit || "";
+      if (!d.limit) {
+        const below = rules.filter(x => x.path.startsWith(d.rule + ".") && x.limits).map(x => x.path);
+        out.limit = below.length ? "in rules below: " + below.slice(0, 3).join(", ") : "none";
+      }
+    }
+  }
+  if (ruleOf.size > 1000) ruleOf.clear();
+  ruleOf.set(id, out);
+  return out;
+}
+
+// flatRules lists every descriptor of the rules in force with its path
+// and whether it has limits.
+function flatRules(s) {
+  const out = [];
+  const walk = ds => {
+    for (const d of ds || []) {
+      out.push({path: d.path, limits: (d.limits || []).length > 0 || d.concurrency > 0});
+      walk(d.descriptors);
+    }
+  };
+  for (const d of (s.rules && s.rules.domains) || []) walk(d.descriptors);
+  return out;
+}
+
+// updateTop lists the clients denied most in the last minute, across
+// every domain and key counted, each with the rule and limit that a
+// lookup of it names and a button that looks it up.
+async function updateTop(s) {
+  rulesVersion = s.rules ? s.rules.version : "";
+  const hits = [];
+  await Promise.all(s.keys.map(async k => {
+    const q = new URLSearchParams({domain: k.domain, key: k.key, by: "denied", window: "1m", n: String(TOP)});
+    const r = await fetch("../v1/top?" + q);
+    if (!r.ok) return;
+    const top = await r.json();
+    for (const c of top.clients) {
+      if (c.count > 0) hits.push({domain: k.domain, key: k.key, value: c.value, truncated: c.truncated, count: c.count, bound: top.error_bound});
+    }
+  }));
+  hits.sort((a, b) => b.count - a.count || a.domain.localeCompare(b.domain) || a.key.localeCompare(b.key) || a.value.localeCompare(b.value));
+  const rules = flatRules(s);
+  const rows = await Promise.all(hits.slice(0, TOP).map(async h => {
+    const tr = document.createElement("tr");
+    tr.className = "top-row";
+    cell(tr, h.domain);
+    cell(tr, h.key + "=" + h.value + (h.truncated ? "…" : ""), "client");
+    cell(tr, h.count + (h.bound ? " ±" + h.bound : ""), "n");
+    const d = h.truncated ? {rule: "", limit: ""} : await describe(h.domain, h.key, h.value, rules);
+    cell(tr, d.rule, "rule"); cell(tr, d.limit, "limit");
+    const b = document.createElement("button");
+    b.type = "button"; b.className = "why"; b.textContent = "why?";
+    b.disabled = h.truncated;
+    b.addEventListener("click", () => lookupOf(h.domain, [[h.key, h.value]]));
+    tr.insertCell().append(b);
+    return tr;
+  }));
+  fill(el("top").tBodies[0], rows);
+  el("top-note").textContent = rows.length ? "Counts from a count-min sketch: never below the true count, at most the bound above it (98% confidence). \"why?\" looks the client up below." : "No client over a limit in the last minute.";
+}
+
+// addPair adds a key and a value field to the lookup form.
+function addPair(key, value) {
+  const k = document.createElement("input"), v = document.createElement("input");
+  k.type = v.type = "text";
+  k.className = "lookup-key"; v.className = "lookup-value";
+  k.placeholder = "key (user)"; v.placeholder = "value, as sent (alice, /login)";
+  k.setAttribute("aria-label", "key"); v.setAttribute("aria-label", "value");
+  k.value = key || ""; v.value = value || "";
+  el("lookup-entries").append(k, v);
+}
+
+// lookupOf fills the lookup form with domain and pairs and looks it up.
+function lookupOf(domain, pairs) {
+  el("lookup-domain").value = domain;
+  el("lookup-entries").textContent = "";
+  for (const [k, v] of pairs) addPair(k, v);
+  el("lookup").requestSubmit();
+  el("lookup").scrollIntoView();
+}
+
+// lookup shows one client's state from GET /v1/keys (a take of cost 0):
+// the domain and each key/value pair as typed, a value taken literally.
 async function lookup(ev) {
   ev.preventDefault();
-  const parts = el("lookup-path").value.split("/").filter(p => p !== "").map(encodeURIComponent);
-  const r = await fetch("../v1/keys/" + parts.join("/"));
+  const keys = [...document.querySelectorAll("#lookup .lookup-key")].map(i => i.value.trim());
+  const values = [...document.querySelectorAll("#lookup .lookup-value")].map(i => i.value);
+  const pairs = keys.map((k, i) => [k, values[i]]).filter(([k]) => k !== "");
+  if (!el("lookup-domain").value.trim() || pairs.length === 0) {
+    el("lookup-note").textContent = "Give a domain and at least one key.";
+    return;
+  }
+  const r = await fetch(keysURL(el("lookup-domain").value.trim(), pairs));
   const body = await r.json();
   if (!r.ok) {
     el("lookup-note").textContent = body.error;
     fill(el("lookup-result").tBodies[0], []);
     return;
   }
-  el("lookup-note").textContent = "";
+  el("lookup-note").textContent = body.unknown_domain ? "No rules for this domain: its requests pass unlimited." : "";
   // One row per limit of each descriptor's rule, each with its own state.
   fill(el("lookup-result").tBodies[0], body.descriptors.flatMap(d => {
     const limits = d.limits && d.limits.length ? d.limits : [null];
@@ -181,6 +275,8 @@ async function lookup(ev) {
     });
   }));
 }
+addPair();
+el("lookup-more").addEventListener("click", () => addPair());
 el("lookup").addEventListener("submit", lookup);
 
 async function poll() {
@@ -189,7 +285,7 @@ async function poll() {
     if (!r.ok) throw new Error(r.status);
     const s = await r.json();
     update(s);
-    await updateTop(s.keys);
+    await updateTop(s);
     el("status").textContent = "live " + new Date().toLocaleTimeString();
   } catch (e) {
     el("status").textContent = "error: " + e.message;
