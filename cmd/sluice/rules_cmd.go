@@ -66,7 +66,7 @@ func rulesCommand(stdout io.Writer) *ff.Command {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(stdout, "# %s %s by %s\n%s", args[0], h.Get("ETag"), h.Get("X-Sluice-Author"), b)
+					fmt.Fprintf(stdout, "%s%s", getHeader(args[0], h.Get("ETag"), h.Get("X-Sluice-Author")), stripGetHeader(b))
 					return nil
 				}),
 			push,
@@ -122,7 +122,27 @@ func rulesPush(ctx context.Context, ac *adminClient, path, ifMatch string, dry b
 	return pushDoc(ctx, ac, docs[0], ifMatch, dry, w)
 }
 
+// getHeader is the comment `sluice rules get` prints above a domain's
+// document: its name, version and author (when known).
+func getHeader(domain, etag, author string) string {
+	if author == "" {
+		return fmt.Sprintf("# %s %s\n", domain, etag)
+	}
+	return fmt.Sprintf("# %s %s by %s\n", domain, etag, author)
+}
+
+// getHeaders matches the comments getHeader writes at the top of a
+// document (several where an older sluice stored them).
+var getHeaders = regexp.MustCompile(`\A(?:# [^\n]* "v\d+"(?: by [^\n]*)?\r?\n)+`)
+
+// stripGetHeader returns doc without the comments `sluice rules get` put
+// at its top, so that what it printed, pushed back, is what it read.
+func stripGetHeader(doc []byte) []byte {
+	return doc[len(getHeaders.Find(doc)):]
+}
+
 func pushDoc(ctx context.Context, ac *adminClient, d domainDoc, ifMatch string, dry bool, w io.Writer) error {
+	d.text = stripGetHeader(d.text)
 	q := ""
 	if dry {
 		q = "?dry_run=true"

@@ -360,3 +360,48 @@ func TestAdminOverFiles(t *testing.T) {
 		t.Fatalf("the file after a read-only push: %q", b)
 	}
 }
+
+// TestRulesGetPushRoundTrip: what `sluice rules get` prints, pushed back
+// unchanged, changes nothing, and its header comment is not stored: a
+// round trip does not add a comment each time (issue 24.4).
+func TestRulesGetPushRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "api.yaml"), "# the API's limits\n"+tenantDoc(100))
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	writeFile(t, tokens, "ops write "+testWriteSecret+"\n")
+	c := server.DefaultConfig()
+	c.Rules.Source, c.Admin = dir, server.AdminConfig{Tokens: tokens, Addr: "127.0.0.1:0"}
+	s := startConfig(t, c)
+	f := &fleet{nodes: []*testServer{s}, admins: []string{"http://" + s.adminAddr}}
+	file := filepath.Join(t.TempDir(), "api.yaml")
+	get := func() string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), []string{"rules", "get", "--admin-url", f.admins[0], "api"},
+			env("SLUICE_ADMIN_TOKEN="+testWriteSecret), &out, &errOut); err != nil {
+			t.Fatalf("rules get: %v\n%s", err, errOut.String())
+		}
+		return out.String()
+	}
+	first := get()
+	for round := range 2 {
+		writeFile(t, file, get())
+		if out, err := f.cli(t, 0, testWriteSecret, "rules", "push", file); err != nil || !strings.Contains(out, "api: unchanged") {
+			t.Fatalf("round %d: push of what get printed: %v\n%s", round, err, out)
+		}
+	}
+	if got := get(); got != first {
+		t.Errorf("get after two round trips:\n%s\nwant what it printed first:\n%s", got, first)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "api.yaml")); err != nil || string(b) != "# the API's limits\n"+tenantDoc(100) {
+		t.Errorf("the rules file: %q, %v; want it as written", b, err)
+	}
+	// An edit of what get printed is pushed without get's header.
+	writeFile(t, file, strings.Replace(get(), "100", "200", 1))
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "push", file); err != nil || !strings.Contains(out, "api: is now version") {
+		t.Fatalf("push of an edit: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "api.yaml")); err != nil || string(b) != "# the API's limits\n"+tenantDoc(200) {
+		t.Errorf("the rules file after an edit: %q, %v", b, err)
+	}
+}
