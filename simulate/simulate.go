@@ -269,10 +269,12 @@ func ParseLog(r io.Reader) (Pattern, error) {
 	return Pattern{Events: evs, Length: evs[len(evs)-1].At}, nil
 }
 
-// Target is a limit to simulate, and its name in the report.
+// Target is a limit to simulate, and its name in the report. Group is the
+// index of the rules' limit it plays (its own or under another algorithm).
 type Target struct {
 	Name  string
 	Limit sluice.Limit
+	Group int
 }
 
 // Targets returns a Target for each limit of set (every domain, in file
@@ -288,6 +290,7 @@ func Targets(set *rules.Set, algorithms ...sluice.Algorithm) ([]Target, error) {
 func (c Caps) Targets(set *rules.Set, algorithms ...sluice.Algorithm) ([]Target, error) {
 	c = c.withDefaults()
 	var ts []Target
+	group := -1
 	var walk func(rs []*rules.Rule)
 	walk = func(rs []*rules.Rule) {
 		for _, r := range rs {
@@ -299,7 +302,8 @@ func (c Caps) Targets(set *rules.Set, algorithms ...sluice.Algorithm) ([]Target,
 					return // refused below: no more names made
 				}
 				el := l.Enforced()
-				ts = append(ts, Target{Name: fmt.Sprintf("%s %s", r.Path, el), Limit: el})
+				group++
+				ts = append(ts, Target{Name: fmt.Sprintf("%s %s", r.Path, el), Limit: el, Group: group})
 				for _, a := range algorithms {
 					if a == el.Algorithm {
 						continue
@@ -310,7 +314,7 @@ func (c Caps) Targets(set *rules.Set, algorithms ...sluice.Algorithm) ([]Target,
 						al.Burst = 0
 					}
 					if al.Validate() == nil {
-						ts = append(ts, Target{Name: fmt.Sprintf("%s %s", r.Path, al), Limit: al})
+						ts = append(ts, Target{Name: fmt.Sprintf("%s %s", r.Path, al), Limit: al, Group: group})
 					}
 				}
 			}
@@ -342,14 +346,40 @@ type Series struct {
 	// fixed window.
 	MaxAdmitted       int64 `json:"max_admitted"`
 	MaxAdmittedWindow int64 `json:"max_admitted_window"`
+	// Group is the Target's Group. Reached says the traffic reached the
+	// limit of a Series of the group: a client's request was denied, or
+	// left it nothing (Decision.Remaining 0). A report charts the groups
+	// reached and lists the others.
+	Group   int  `json:"group"`
+	Reached bool `json:"reached"`
 }
 
 // Result is a simulation's outcome: one Series per Target, each of
-// Seconds seconds.
+// Seconds seconds. Step is the seconds a report's column adds up
+// (StepFor), so that a long pattern makes at most MaxColumns columns.
 type Result struct {
 	Seconds  int      `json:"seconds"`
+	Step     int      `json:"step"`
 	Requests int      `json:"requests"`
 	Series   []Series `json:"series"`
+}
+
+// MaxColumns is the most columns a report's chart draws.
+const MaxColumns = 120
+
+// steps are the seconds a column may add up, from the least.
+var steps = []int{1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200}
+
+// StepFor returns the seconds each column of a chart of seconds seconds
+// adds up: the least of 1, 2, 5, 10, 15, 30 s, 1, 2, 5, 10, 15, 30 min,
+// 1 and 2 h that makes at most MaxColumns columns.
+func StepFor(seconds int) int {
+	for _, st := range steps {
+		if (seconds+st-1)/st <= MaxColumns {
+			return st
+		}
+	}
+	return (seconds + MaxColumns - 1) / MaxColumns
 }
 
 // Run plays p against each target, every client with its own state, and
@@ -361,9 +391,10 @@ func Run(p Pattern, targets []Target) Result {
 	if n := len(events); n > 0 {
 		secs = max(secs, int(events[n-1].At/time.Second)+1)
 	}
-	res := Result{Seconds: secs, Requests: len(events)}
+	res := Result{Seconds: secs, Step: StepFor(secs), Requests: len(events)}
+	reached := map[int]bool{}
 	for _, t := range targets {
-		s := Series{Name: t.Name, Limit: t.Limit.String(), Admitted: make([]int64, secs), Denied: make([]int64, secs)}
+		s := Series{Name: t.Name, Limit: t.Limit.String(), Group: t.Group, Admitted: make([]int64, secs), Denied: make([]int64, secs)}
 		states := map[string]*sluice.State{}
 		for _, e := range events {
 			st := states[e.Key]
@@ -372,10 +403,14 @@ func Run(p Pattern, targets []Target) Result {
 				states[e.Key] = st
 			}
 			sec := int(e.At / time.Second)
-			if t.Limit.Take(st, Start.Add(e.At), 1).Allowed {
+			d := t.Limit.Take(st, Start.Add(e.At), 1)
+			if d.Allowed {
 				s.Admitted[sec]++
 			} else {
 				s.Denied[sec]++
+			}
+			if !d.Allowed || d.Remaining == 0 {
+				reached[t.Group] = true
 			}
 		}
 		w := max(1, int(t.Limit.Period/time.Second))
@@ -390,5 +425,21 @@ func Run(p Pattern, targets []Target) Result {
 		}
 		res.Series = append(res.Series, s)
 	}
+	for i := range res.Series {
+		res.Series[i].Reached = reached[res.Series[i].Group]
+	}
 	return res
+}
+
+// ReachedSeries returns the Series of r the traffic reached (Reached), and
+// the others.
+func (r Result) ReachedSeries() (reached, others []Series) {
+	for _, s := range r.Series {
+		if s.Reached {
+			reached = append(reached, s)
+		} else {
+			others = append(others, s)
+		}
+	}
+	return reached, others
 }

@@ -1,6 +1,8 @@
 package simulate_test
 
 import (
+	"bytes"
+	"encoding/xml"
 	"errors"
 	"strings"
 	"testing"
@@ -144,4 +146,95 @@ func FuzzParseLog(f *testing.F) {
 			t.Fatal("no events and no error")
 		}
 	})
+}
+
+// TestReached: the example rules under ten clients at 1 a second each for
+// a minute: the limits that traffic reaches (1 message a second, 5 logins
+// a minute, ...) are charted, with their comparisons; those it never
+// comes near (100 a second per address, 10,000 a day per key) are not, and the SVG report lists them instead of a panel each (issue 24.4:
+// the report of the shipped rules was a chart per limit, mostly empty).
+func TestReached(t *testing.T) {
+	t.Parallel()
+	set, err := rules.Load("../examples/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := simulate.Targets(set, sluice.SlidingWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := simulate.ParseTraffic("clients 10; steady 10/s 60s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := simulate.Run(p, ts)
+	var reached, others []string
+	for _, s := range res.Series {
+		if s.Reached {
+			reached = append(reached, s.Name)
+		} else {
+			others = append(others, s.Name)
+		}
+	}
+	wantOthers := []string{
+		"api.remote_address 100/1s", "api.remote_address 100/1s sliding_window",
+		"api.user 30/1s token_bucket burst=100", "api.user 30/1s sliding_window",
+		"api.user.api_messages.send 100/5m0s sliding_window",
+		"api.user.path_/search 110/1m0s", "api.user.path_/search 110/1m0s sliding_window",
+		"api.user.path_/export 150/24h0m0s", "api.user.path_/export 150/24h0m0s sliding_window",
+		"api.api_key 10000/24h0m0s", "api.api_key 10000/24h0m0s sliding_window",
+		"api.api_key.plan_pro* 1000/1m0s", "api.api_key.plan_pro* 1000/1m0s sliding_window",
+	}
+	if strings.Join(others, "|") != strings.Join(wantOthers, "|") {
+		t.Errorf("not reached:\n%s\nwant:\n%s\n(reached: %s)", strings.Join(others, "\n"), strings.Join(wantOthers, "\n"), strings.Join(reached, ", "))
+	}
+	if len(reached) != len(res.Series)-len(wantOthers) || len(reached) == 0 {
+		t.Errorf("reached %d of %d: %s", len(reached), len(res.Series), reached)
+	}
+
+	var buf bytes.Buffer
+	if err := simulate.WriteSVG(&buf, "ten users", res); err != nil {
+		t.Fatal(err)
+	}
+	var doc svgDoc
+	if err := xml.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Groups) != len(reached) {
+		t.Errorf("%d panels, want one for each of the %d limits reached", len(doc.Groups), len(reached))
+	}
+	if !strings.Contains(buf.String(), "api.api_key 10000/24h0m0s (most in a period 600)") {
+		t.Errorf("the SVG does not list the limits not reached:\n%.2000s", buf.String())
+	}
+
+	// A traffic that reaches nothing charts nothing and says so.
+	set, err = rules.Parse("r.yaml", []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts, err = simulate.Targets(set, sluice.SlidingWindow); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = simulate.ParseTraffic("steady 1/s 10m"); err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if err := simulate.WriteSVG(&buf, "slow", simulate.Run(p, ts)); err != nil {
+		t.Fatal(err)
+	}
+	doc = svgDoc{}
+	if err := xml.Unmarshal(buf.Bytes(), &doc); err != nil || len(doc.Groups) != 0 || !strings.Contains(buf.String(), "The traffic reached no limit") {
+		t.Errorf("a traffic that reaches nothing: %d panels, %v:\n%.500s", len(doc.Groups), err, buf.String())
+	}
+}
+
+func TestStepFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ seconds, step int }{
+		{1, 1}, {61, 1}, {120, 1}, {121, 2}, {600, 5}, {3600, 30}, {86400, 900}, {7 * 86400, 7200}, {30 * 86400, 21600},
+	} {
+		if got := simulate.StepFor(tc.seconds); got != tc.step || (tc.seconds+got-1)/got > simulate.MaxColumns {
+			t.Errorf("StepFor(%d) = %d, want %d", tc.seconds, got, tc.step)
+		}
+	}
 }

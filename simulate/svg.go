@@ -11,31 +11,33 @@ import (
 
 // The SVG report's layout, in pixels, and its colours (the HTML report's).
 const (
-	svgWidth      = 960
-	svgLeft       = 64 // room for the y axis's labels
-	svgRight      = 16
-	svgTop        = 52 // the report's title and legend
-	svgPanel      = 120
-	svgPanelGap   = 56 // a panel's heading above it, its x labels below
-	svgMaxColumns = 900
+	svgWidth    = 960
+	svgLeft     = 64 // room for the y axis's labels
+	svgRight    = 16
+	svgTop      = 52 // the report's title and legend
+	svgPanel    = 120
+	svgPanelGap = 56 // a panel's heading above it, its x labels below
 
 	admittedColour = "#2a9d3f"
 	deniedColour   = "#d1495b"
 )
 
 // SVGColumns returns how the SVG report of a Result of seconds seconds
-// groups them: bucket seconds to a column, columns in all, at most 900.
+// groups them, as every report does: StepFor's bucket of seconds to a
+// column, columns in all, at most MaxColumns.
 func SVGColumns(seconds int) (bucket, columns int) {
 	seconds = max(seconds, 1)
-	bucket = (seconds + svgMaxColumns - 1) / svgMaxColumns
+	bucket = StepFor(seconds)
 	return bucket, (seconds + bucket - 1) / bucket
 }
 
-// WriteSVG writes r as a static SVG image: one panel per Series, each a
-// column per second (or per SVGColumns' bucket of seconds, for a long
-// pattern) of the requests admitted (green, from the axis up) with those
-// denied (red) stacked on them, all panels on one scale so that they
-// compare; title (the traffic, say) heads it. Each panel is a
+// WriteSVG writes r as a static SVG image: one panel per Series the
+// traffic reached (Series.Reached; a line under the title lists the
+// others), each a column per second (or per SVGColumns' bucket of
+// seconds, for a pattern longer than 2 minutes) of the requests admitted (green, from the
+// axis up) with those denied (red) stacked on them, all panels on one
+// scale, the traffic's, so that they compare; title (the traffic, say)
+// heads it. Each panel is a
 // <g class="series"> whose data-limit, data-admitted and data-denied
 // attributes hold its limit and totals, and whose paths of class admitted
 // and denied draw the columns from the baseline up with V and H commands
@@ -51,13 +53,18 @@ func WriteSVG(w io.Writer, title string, r Result) error {
 		}
 		return n
 	}
+	reached, others := r.ReachedSeries()
 	var top int64 = 1
 	for _, s := range r.Series {
 		for c := range cols {
 			top = max(top, sum(s.Admitted, c)+sum(s.Denied, c))
 		}
 	}
-	height := svgTop + len(r.Series)*(svgPanel+svgPanelGap) + 8
+	top0 := svgTop
+	if len(others) > 0 {
+		top0 += 20
+	}
+	height := top0 + len(reached)*(svgPanel+svgPanelGap) + 8
 	unit := "a second"
 	if bucket > 1 {
 		unit = "per " + strconv.Itoa(bucket) + " s"
@@ -78,12 +85,23 @@ func WriteSVG(w io.Writer, title string, r Result) error {
 	p(`<text x="%d" y="20" font-size="14">%s</text>`+"\n", svgLeft, esc(fmt.Sprintf("sluice simulate: %s (%d requests over %d s)", title, r.Requests, r.Seconds)))
 	p(`<text x="%d" y="40"><tspan fill="%s">■ admitted</tspan> <tspan fill="%s">■ denied</tspan> (requests %s)</text>`+"\n",
 		svgLeft, admittedColour, deniedColour, unit)
-	for i, s := range r.Series {
+	if len(others) > 0 {
+		what := "Not reached (every request admitted; not charted): "
+		if len(reached) == 0 {
+			what = "The traffic reached no limit: "
+		}
+		names := make([]string, len(others))
+		for i, s := range others {
+			names[i] = fmt.Sprintf("%s (most in a period %d)", s.Name, s.MaxAdmittedWindow)
+		}
+		p(`<text class="others" x="%d" y="%d" fill="#555">%s</text>`+"\n", svgLeft, svgTop+4, esc(what+strings.Join(names, "; ")))
+	}
+	for i, s := range reached {
 		var adm, den int64
 		for k := range s.Admitted {
 			adm, den = adm+s.Admitted[k], den+s.Denied[k]
 		}
-		y0 := svgTop + i*(svgPanel+svgPanelGap) + 24 // the panel's top
+		y0 := top0 + i*(svgPanel+svgPanelGap) + 24 // the panel's top
 		base := float64(y0 + svgPanel)
 		scale := float64(svgPanel) / float64(top)
 		p(`<g class="series" data-limit="%s" data-admitted="%d" data-denied="%d">`+"\n", esc(s.Limit), adm, den)

@@ -394,7 +394,7 @@ h2{font-size:1em;margin:.2em 0}
 .note{color:#555;font-size:.9em}</style>
 <script>{{.JS}}</script></head><body>
 <h1>sluice simulate</h1>
-<p class="note">Traffic: <code>{{.Traffic}}</code> ({{.Result.Requests}} requests over {{.Result.Seconds}} s), each limit with sluice's own algorithm on a simulated clock. Admitted and denied per second.</p>
+<p class="note">Traffic: <code>{{.Traffic}}</code> ({{.Result.Requests}} requests over {{.Result.Seconds}} s), each limit with sluice's own algorithm on a simulated clock: admitted and denied stacked, on the traffic's scale, for each limit the traffic reached.</p>
 <div class="grid" id="charts"></div>
 <script>
 const res = {{.Result}};
@@ -404,8 +404,9 @@ renderSimulation(document.getElementById("charts"), res);
 `))
 
 // WriteReport writes the self-contained HTML report of res (for
-// `sluice simulate`): one chart per limit, admitted and denied per
-// second, uPlot inline.
+// `sluice simulate`): a chart for each limit the traffic reached, admitted
+// and denied stacked on the traffic's scale, and the others listed; uPlot
+// inline.
 func WriteReport(w io.Writer, traffic string, res simulate.Result) error {
 	js, err1 := assets.ReadFile("assets/uplot/uPlot.iife.min.js")
 	css, err2 := assets.ReadFile("assets/uplot/uPlot.min.css")

@@ -38,9 +38,11 @@ func simulateCommand(stdout io.Writer) *ff.Command {
 		LongHelp: "Plays the traffic against every limit of the rules (and, with --compare, the same rate\n" +
 			"and period under other algorithms), each client with its own state, with sluice's own\n" +
 			"algorithms on a simulated clock that starts at midnight. Prints what each admitted and\n" +
-			"denied, and writes an HTML report (uPlot inline, no network needed) or, with --format svg,\n" +
-			"a static SVG image, that plots admitted and denied per second side by side. The\n" +
-			"dashboard's /ui/simulate does the same.",
+			"denied and whether the traffic reached it (a request denied, or one that left nothing),\n" +
+			"and writes an HTML report (uPlot inline, no network needed) or, with --format svg, a\n" +
+			"static SVG image: a chart of each limit reached, admitted and denied stacked, on the\n" +
+			"traffic's scale, a column a second (or more for a pattern over two minutes); the limits\n" +
+			"not reached are listed. The dashboard's /ui/simulate does the same.",
 		Flags: fs,
 		Exec: func(_ context.Context, args []string) error {
 			if len(args) > 0 {
@@ -88,13 +90,13 @@ func runSimulate(rc server.RulesConfig, traffic, compare, out, format string, st
 		return usageError("simulate: %v", err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "limit\tadmitted\tdenied\tmost in a second\tmost in a period\t\n")
+	fmt.Fprintf(tw, "limit\tadmitted\tdenied\tmost in a second\tmost in a period\treached\t\n")
 	for _, s := range res.Series {
 		var a, d int64
 		for i := range s.Admitted {
 			a, d = a+s.Admitted[i], d+s.Denied[i]
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\n", s.Name, a, d, s.MaxAdmitted, s.MaxAdmittedWindow)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t\n", s.Name, a, d, s.MaxAdmitted, s.MaxAdmittedWindow, map[bool]string{true: "yes", false: "no"}[s.Reached])
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -118,6 +120,8 @@ func runSimulate(rc server.RulesConfig, traffic, compare, out, format string, st
 		os.Remove(tmp.Name())
 		return fmt.Errorf("report %s: %w", out, err)
 	}
-	fmt.Fprintf(stdout, "report: %s (%d requests over %d s)\n", out, res.Requests, res.Seconds)
+	reached, _ := res.ReachedSeries()
+	fmt.Fprintf(stdout, "report: %s (%d requests over %d s; a chart for each of the %d limits reached, of %d)\n",
+		out, res.Requests, res.Seconds, len(reached), len(res.Series))
 	return nil
 }

@@ -29,7 +29,7 @@ func TestSimulateCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`api.user 100/1m0s\s+200\s+0\s+100\s+200`, `api.user 100/1m0s sliding_window\s+100\s+100\s+100\s+100`, `report: .*report.html \(200 requests over 61 s\)`} {
+	for _, want := range []string{`api.user 100/1m0s\s+200\s+0\s+100\s+200`, `api.user 100/1m0s sliding_window\s+100\s+100\s+100\s+100`, `report: .*report.html \(200 requests over 61 s; a chart for each of the 2 limits reached, of 2\)`} {
 		if !regexp.MustCompile(want).MatchString(stdout.String()) {
 			t.Errorf("output lacks %q:\n%s", want, stdout.String())
 		}
@@ -40,6 +40,17 @@ func TestSimulateCommand(t *testing.T) {
 	}
 	if !strings.Contains(string(html), "uPlot") || strings.Contains(string(html), "<script src") || !strings.Contains(string(html), `"max_admitted_window":200`) {
 		t.Errorf("report is not self-contained or lacks the data (%d bytes)", len(html))
+	}
+
+	// The example rules: a chart for each limit the traffic reached, not
+	// one for each of their 19 (issue 24.4).
+	stdout.Reset()
+	if err := run(context.Background(), []string{"simulate", "--rules", "../../examples/rules.yaml", "--traffic", "clients 10; steady 10/s 60s",
+		"--compare", "sliding_window", "--out", out}, env(), &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if want := `api.api_key 10000/24h0m0s\s+600\s+0\s+10\s+600\s+no\n(.|\n)*a chart for each of the 6 limits reached, of 19\)`; !regexp.MustCompile(want).MatchString(stdout.String()) {
+		t.Errorf("the example rules: output lacks %q:\n%s", want, stdout.String())
 	}
 
 	stdout.Reset()
