@@ -88,7 +88,8 @@ func overrideSetCommand(parent *ff.FlagSet, client func(adminRun) func(context.C
 		dry                   bool
 	)
 	fs := ff.NewFlagSet("set").SetParent(parent)
-	fs.StringVar(&limit, 0, "limit", "", "the limit: REQUESTS/UNIT such as 500/second or 0/hour (blocked); unit second, minute, hour or day")
+	fs.StringVar(&limit, 0, "limit", "", "the limit: REQUESTS/UNIT such as 500/second or 0/hour (blocked); UNIT second, minute, hour, day, "+
+		"week, month (30 days) or year (365 days), or s, m, h, d")
 	fs.StringVar(&algorithm, 0, "algorithm", "", "the limit's algorithm (the rule's default: fixed_window)")
 	fs.IntVar(&burst, 0, "burst", 0, "the bucket's capacity for token_bucket and gcra")
 	fs.StringVar(&ttl, 0, "for", "", "how long the override lasts, such as 1h (none: until deleted)")

@@ -1,8 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/rules"
 )
 
 func TestParseLimit(t *testing.T) {
@@ -62,4 +70,37 @@ func FuzzParseLimit(f *testing.F) {
 			t.Fatalf("%q: %+v reads back as %+v, %v", s, ls, again, err)
 		}
 	})
+}
+
+// TestLimitHelpUnits: --limit's help names every unit a rules file takes,
+// and the short ones parseLimit reads (its help named four of seven).
+func TestLimitHelpUnits(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"override", "set", "--help"}, env(), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	// The flag's lines: from --limit to the next flag.
+	help, in := "", false
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "--") {
+			in = strings.HasPrefix(strings.TrimSpace(line), "--limit ")
+		}
+		if in {
+			help += line + "\n"
+		}
+	}
+	for _, unit := range []string{"millisecond", "second", "minute", "hour", "day", "week", "fortnight", "month", "quarter", "year", "s", "m", "h", "d"} {
+		ls, err := parseLimit("5/" + unit)
+		if err != nil {
+			continue
+		}
+		doc := fmt.Sprintf("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: %s, requests_per_unit: 5}\n", ls.Unit)
+		if _, err := rules.Parse("r.yaml", []byte(doc)); err != nil {
+			continue
+		}
+		if !regexp.MustCompile(`\b` + unit + `\b`).MatchString(help) {
+			t.Errorf("--limit takes 5/%s, but its help does not name %s: %q", unit, unit, help)
+		}
+	}
 }

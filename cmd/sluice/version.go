@@ -14,9 +14,10 @@ func versionCommand(stdout io.Writer) *ff.Command {
 		Name:      "version",
 		Usage:     "sluice version",
 		ShortHelp: "print the version",
-		LongHelp: "Prints the module version sluice was built from (v1.2.3 for `go install ...@v1.2.3`,\n" +
-			"(devel) for a build in a checkout), the commit and its time when the build recorded them,\n" +
-			"and the Go version.",
+		LongHelp: "Prints the module version sluice was built from: v1.2.3 for `go install ...@v1.2.3`, a\n" +
+			"pseudo-version (v0.0.0-TIME-COMMIT) for `go build` in a git checkout, (devel) for `go run`\n" +
+			"or a build with -buildvcs=false; then the commit and its time, +dirty with uncommitted\n" +
+			"changes, when the build recorded them, and the Go version.",
 		Flags: ff.NewFlagSet("version"),
 		Exec: func(context.Context, []string) error {
 			bi, _ := debug.ReadBuildInfo()

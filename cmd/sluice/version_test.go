@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"io"
+	"os"
 	"runtime/debug"
+	"strings"
 	"testing"
 )
 
@@ -58,5 +63,29 @@ func TestVersionString(t *testing.T) {
 				t.Errorf("versionString = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestVersionHelp: the help says what a build in a checkout prints, as
+// docs/deploy.md does: a pseudo-version with its commit (it said
+// "(devel) for a build in a checkout", which is go run's).
+func TestVersionHelp(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"version", "--help"}, env(), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	h := strings.Join(strings.Fields(out.String()), " ")
+	for _, want := range []string{"pseudo-version (v0.0.0-TIME-COMMIT) for `go build` in a git checkout", "(devel) for `go run`", "-buildvcs=false", "+dirty"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("version --help lacks %q:\n%s", want, out.String())
+		}
+	}
+	doc, err := os.ReadFile("../../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := strings.Join(strings.Fields(string(doc)), " "); !strings.Contains(d, "a pseudo-version with the commit and its time for `go build` in a checkout") {
+		t.Errorf("docs/deploy.md no longer says what a build in a checkout prints: keep it and version --help agreeing")
 	}
 }
