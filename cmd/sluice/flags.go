@@ -34,7 +34,7 @@ const (
 	forBoth  = forServe | forProxy
 )
 
-// setting is one flag: the help group it is listed under, the commands
+// setting is one flag: the help group it is listed under (flagGroups), the commands
 // that have it, its name and usage, and the field of settings it sets.
 type setting struct {
 	group string
@@ -67,9 +67,9 @@ var settingsTable = []setting{
 
 	{"rules", forBoth, "rules", "rules file or directory of *.yaml files, or a rules database: redis://host:port/db (required)", func(s *settings) flag.Value { return str(&s.cfg.Rules.Source) }},
 	{"rules", forBoth | forRules, "max-rules-size", "largest rules file read, in bytes (16 MiB); a directory may hold 4 times as much", func(s *settings) flag.Value { return integer(&s.cfg.Rules.MaxFileBytes) }},
-	{"rules", forBoth | forRules, "rules-envoy-layout", "read every file below the rules directory, any extension, subdirectories too, as Envoy's ratelimit reads its runtime directory", func(s *settings) flag.Value { return boolean(&s.cfg.Rules.EnvoyLayout) }},
-	{"rules", forBoth | forRules, "rules-ignore-dot-files", "with --rules-envoy-layout, skip hidden files and directories (Envoy's RUNTIME_IGNOREDOTFILES; needed for a ConfigMap mount)", func(s *settings) flag.Value { return boolean(&s.cfg.Rules.IgnoreDotFiles) }},
-	{"rules", forBoth | forRules, "rules-merge-domains", "let one domain span several files or documents (Envoy's MERGE_DOMAIN_CONFIG)", func(s *settings) flag.Value { return boolean(&s.cfg.Rules.MergeDomains) }},
+	{"envoy", forBoth | forRules, "rules-envoy-layout", "read every file below the rules directory, any extension, subdirectories too, as Envoy's ratelimit reads its runtime directory", func(s *settings) flag.Value { return boolean(&s.cfg.Rules.EnvoyLayout) }},
+	{"envoy", forBoth | forRules, "rules-ignore-dot-files", "with --rules-envoy-layout, skip hidden files and directories (Envoy's RUNTIME_IGNOREDOTFILES; needed for a ConfigMap mount)", func(s *settings) flag.Value { return boolean(&s.cfg.Rules.IgnoreDotFiles) }},
+	{"envoy", forBoth | forRules, "rules-merge-domains", "let one domain span several files or documents (Envoy's MERGE_DOMAIN_CONFIG)", func(s *settings) flag.Value { return boolean(&s.cfg.Rules.MergeDomains) }},
 	{"rules", forBoth, "rules-snapshot", "with --rules redis://...: file keeping the last good rules, from which a node starts while the database is down", func(s *settings) flag.Value { return str(&s.cfg.Rules.Snapshot) }},
 	{"rules", forBoth, "rules-poll", "with --rules redis://..., or a rules directory's overrides: how often the generation is read in case a change was missed (negative: never)", func(s *settings) flag.Value { return duration(&s.cfg.Rules.Poll) }},
 
@@ -85,16 +85,16 @@ var settingsTable = []setting{
 	{"store", forBoth, "max-memory", "most memory the memory store's keys and the metric series named by request values (a 64th) make the server hold, such as 256MiB or 1GiB (about 288 bytes a client)", func(s *settings) flag.Value { return byteSize(&s.cfg.Store.MaxMemory) }},
 	{"store", forBoth, "max-entries", "most keys the memory store holds besides --max-memory; 0: no limit but --max-memory", func(s *settings) flag.Value { return integer(&s.cfg.Store.MaxEntries) }},
 	{"store", forBoth, "flood-guard", "memory store: a client seen for the first time takes no entry until it is seen again (two Bloom filters, 4 MiB), so a flood of one-shot clients cannot push real ones out; costs at most one uncounted request per client a minute", func(s *settings) flag.Value { return boolean(&s.cfg.Store.FloodGuard) }},
-	{"store", forBoth, "near-cache", "bytes of denials a node keeps to answer over-limit clients without a Redis call until their retry time, exactly (8 MiB); 0 turns it off", func(s *settings) flag.Value { return zeroOff(&s.cfg.Store.NearCache) }},
-	{"store", forBoth, "sync", "how limits without their own sync: reach Redis: exact (every decision), lease (every algorithm but sliding_log: a server admits from leases of a hot key's quota, never over the limit) or async (every algorithm but sliding_log: no Redis call per decision, hits written back every --sync-interval; over a window's limit by at most limit/50, over a bucket's by burst/50 plus an interval's refill)", func(s *settings) flag.Value {
+	{"sync", forBoth, "near-cache", "bytes of denials a node keeps to answer over-limit clients without a Redis call until their retry time, exactly (8 MiB); 0 turns it off", func(s *settings) flag.Value { return zeroOff(&s.cfg.Store.NearCache) }},
+	{"sync", forBoth, "sync", "how limits without their own sync: reach Redis: exact (every decision), lease (every algorithm but sliding_log: a server admits from leases of a hot key's quota, never over the limit) or async (every algorithm but sliding_log: no Redis call per decision, hits written back every --sync-interval; over a window's limit by at most limit/50, over a bucket's by burst/50 plus an interval's refill)", func(s *settings) flag.Value {
 		return parsed(&s.cfg.Store.Sync, sluice.ParseSync)
 	}},
-	{"store", forBoth, "sync-interval", "how often async mode writes hits back to Redis", func(s *settings) flag.Value { return positive(&s.cfg.Store.SyncInterval) }},
-	{"store", forBoth, "async-nodes", "how many servers share Redis in async mode: each admits between syncs 1/(50 × this) of what is left (and of a bucket's refill, 1/this)", func(s *settings) flag.Value { return positive(&s.cfg.Store.AsyncNodes) }},
-	{"store", forBoth, "lease-lifetime", "how long a lease outlives its client's last request before its unused hits go back to Redis", func(s *settings) flag.Value { return positive(&s.cfg.Store.LeaseLifetime) }},
-	{"store", forBoth, "max-lease", "most hits one lease carries (and at most a sixteenth of its limit)", func(s *settings) flag.Value { return positive(&s.cfg.Store.MaxLease) }},
-	{"store", forBoth, "envoy-redis-keys", "count fixed windows in Redis under Envoy ratelimit's keys and as it counts (INCRBY, EXPIRE), sharing its counters (a Redis --store only)", func(s *settings) flag.Value { return boolean(&s.cfg.Store.EnvoyKeys) }},
-	{"store", forBoth, "envoy-key-prefix", "with --envoy-redis-keys, the prefix of Envoy's keys (Envoy's CACHE_KEY_PREFIX)", func(s *settings) flag.Value { return str(&s.cfg.Store.EnvoyKeyPrefix) }},
+	{"sync", forBoth, "sync-interval", "how often async mode writes hits back to Redis", func(s *settings) flag.Value { return positive(&s.cfg.Store.SyncInterval) }},
+	{"sync", forBoth, "async-nodes", "how many servers share Redis in async mode: each admits between syncs 1/(50 × this) of what is left (and of a bucket's refill, 1/this)", func(s *settings) flag.Value { return positive(&s.cfg.Store.AsyncNodes) }},
+	{"sync", forBoth, "lease-lifetime", "how long a lease outlives its client's last request before its unused hits go back to Redis", func(s *settings) flag.Value { return positive(&s.cfg.Store.LeaseLifetime) }},
+	{"sync", forBoth, "max-lease", "most hits one lease carries (and at most a sixteenth of its limit)", func(s *settings) flag.Value { return positive(&s.cfg.Store.MaxLease) }},
+	{"envoy", forBoth, "envoy-redis-keys", "count fixed windows in Redis under Envoy ratelimit's keys and as it counts (INCRBY, EXPIRE), sharing its counters (a Redis --store only)", func(s *settings) flag.Value { return boolean(&s.cfg.Store.EnvoyKeys) }},
+	{"envoy", forBoth, "envoy-key-prefix", "with --envoy-redis-keys, the prefix of Envoy's keys (Envoy's CACHE_KEY_PREFIX)", func(s *settings) flag.Value { return str(&s.cfg.Store.EnvoyKeyPrefix) }},
 	{"store", forBoth, "region", "this server's region: with --peer-region, a limit of scope: global is one limit for every region, each deciding on its own Redis (docs/regions.md); empty: every limit is its region's", func(s *settings) flag.Value { return str(&s.cfg.Store.Region) }},
 	{"store", forBoth, "peer-region", "another region, as NAME=URL: a Redis through which its counts are read (its own, or a read replica of it in this region); once for each region, every region listing every other", func(s *settings) flag.Value { return peerRegions(&s.cfg.Store.Peers) }},
 
@@ -116,10 +116,10 @@ var settingsTable = []setting{
 	{"observability", forBoth, "deny-log-rate", "most denials logged a second, each with domain, descriptor, limit and retry time (10); the next line logged counts those left out; negative logs none", func(s *settings) flag.Value { return zeroOff(&s.cfg.Observe.DenyLogRate) }},
 	{"observability", forBoth, "top-keys", "most domain and descriptor key pairs whose heavy hitters GET /v1/top counts (16: 6.5 MiB at most with --top-width 1024)", func(s *settings) flag.Value { return positive(&s.cfg.Observe.TopKeys) }},
 	{"observability", forBoth, "top-width", "counters per row of each count-min sketch: /v1/top's counts are at most e/width of a window's total too high, with 98% confidence (1024: 0.27%)", func(s *settings) flag.Value { return positive(&s.cfg.Observe.TopWidth) }},
-	{"observability", forBoth, "envoy-metrics", "also count Envoy ratelimit's per-descriptor metrics under its names (ratelimit_service_rate_limit_total_hits...)", func(s *settings) flag.Value { return boolean(&s.cfg.Envoy.Metrics) }},
-	{"observability", forBoth, "near-limit-ratio", "share of a limit past which --envoy-metrics counts hits as near_limit", func(s *settings) flag.Value { return float(&s.cfg.Envoy.NearLimitRatio) }},
-	{"observability", forBoth, "statsd-addr", "host:port of a statsd server (UDP) to send Envoy ratelimit's counters to, by Envoy's names (with --envoy-metrics); none by default", func(s *settings) flag.Value { return str(&s.cfg.Envoy.StatsdAddr) }},
-	{"observability", forBoth, "statsd-flush-interval", "how often --statsd-addr gets what the counters counted since", func(s *settings) flag.Value { return positive(&s.cfg.Envoy.StatsdFlushInterval) }},
+	{"envoy", forBoth, "envoy-metrics", "also count Envoy ratelimit's per-descriptor metrics under its names (ratelimit_service_rate_limit_total_hits...)", func(s *settings) flag.Value { return boolean(&s.cfg.Envoy.Metrics) }},
+	{"envoy", forBoth, "near-limit-ratio", "share of a limit past which --envoy-metrics counts hits as near_limit", func(s *settings) flag.Value { return float(&s.cfg.Envoy.NearLimitRatio) }},
+	{"envoy", forBoth, "statsd-addr", "host:port of a statsd server (UDP) to send Envoy ratelimit's counters to, by Envoy's names (with --envoy-metrics); none by default", func(s *settings) flag.Value { return str(&s.cfg.Envoy.StatsdAddr) }},
+	{"envoy", forBoth, "statsd-flush-interval", "how often --statsd-addr gets what the counters counted since", func(s *settings) flag.Value { return positive(&s.cfg.Envoy.StatsdFlushInterval) }},
 	{"observability", forBoth, "otlp-endpoint", "OTLP collector URL (http://collector:4317): trace decisions and store calls; none: no tracing, at no cost", func(s *settings) flag.Value { return str(&s.cfg.Tracing.Endpoint) }},
 	{"observability", forBoth, "otlp-protocol", "grpc or http (OTLP/HTTP)", func(s *settings) flag.Value { return str(&s.cfg.Tracing.Protocol) }},
 	{"observability", forBoth, "trace-sample-ratio", "share of decisions without a parent span that are traced (under a sampled parent, all are)", func(s *settings) flag.Value { return zeroOff(&s.cfg.Tracing.SampleRatio) }},

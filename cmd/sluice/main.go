@@ -1,7 +1,8 @@
 // Command sluice is the sluice rate limiter: `sluice serve` answers Envoy's
 // gRPC rate limit API and an HTTP JSON API from a rules file, `sluice check`
 // validates rules files, `sluice bench` loads a running server, and
-// `sluice version` prints the version.
+// `sluice version` prints the version; `sluice help COMMAND` says how to
+// use each, with examples and its flags by group.
 package main
 
 import (

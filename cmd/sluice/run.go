@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/peterbourgon/ff/v4"
-	"github.com/peterbourgon/ff/v4/ffhelp"
 )
 
 // envPrefix prefixes the environment variable of every flag: --grpc-addr
@@ -39,9 +38,45 @@ func usageError(format string, args ...any) error {
 // subcommand until it is done or ctx is cancelled (serve shuts down
 // gracefully then). Output goes to stdout, logs and errors to stderr.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	root := &ff.Command{
+	root := newRoot(getenv, stdout, stderr)
+	if err := root.Parse(args); err != nil {
+		sel := root.GetSelected()
+		if sel == nil {
+			sel = root
+		}
+		if errors.Is(err, ff.ErrHelp) {
+			fmt.Fprintln(stdout, commandHelp(root, sel))
+			return nil
+		}
+		return parseError(root, sel, args, err)
+	}
+	sel := root.GetSelected()
+	if sel.Exec == nil {
+		// A command of commands (rules, override): the next word was none.
+		if rest := sel.Flags.GetArgs(); len(rest) > 0 {
+			return unknownCommand(root, sel, rest[0])
+		}
+		return usageError("%swant a command: run `%s --help` for them", below(root, sel), strings.Join(commandPath(root, sel), " "))
+	}
+	envoy, err := configure(sel.Name, sel.Flags, getenv)
+	if err != nil {
+		return err
+	}
+	if envoy != nil {
+		if err := logEnvoy(stderr, sel.Flags, envoy); err != nil {
+			return err
+		}
+	}
+	return root.Run(ctx)
+}
+
+// newRoot returns sluice's tree of commands, whose output goes to stdout
+// and stderr and which read the environment through getenv.
+func newRoot(getenv func(string) string, stdout, stderr io.Writer) *ff.Command {
+	var root *ff.Command
+	root = &ff.Command{
 		Name:      "sluice",
-		Usage:     "sluice <SUBCOMMAND> [FLAGS]",
+		Usage:     "sluice COMMAND [FLAGS]\nsluice help COMMAND",
 		ShortHelp: "a distributed rate limiter",
 		LongHelp: "Every flag can also be set through the environment: --grpc-addr as SLUICE_GRPC_ADDR,\n" +
 			"and, for serve and proxy, in the YAML file --config names (grpc-addr: \":8081\").\n" +
@@ -57,36 +92,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			versionCommand(stdout),
 			rulesCommand(stdout),
 			overrideCommand(stdout),
+			helpCommand(func() *ff.Command { return root }, stdout),
 		},
 	}
 	addConfigFlag(root.Subcommands)
-	root.Exec = func(context.Context, []string) error {
-		fmt.Fprintln(stderr, ffhelp.Command(root))
-		return usageError("no subcommand given")
-	}
-	if err := root.Parse(args); err != nil {
-		sel := root.GetSelected()
-		if sel == nil {
-			sel = root
+	root.Exec = func(_ context.Context, args []string) error {
+		if len(args) > 0 {
+			return unknownCommand(root, root, args[0])
 		}
-		if errors.Is(err, ff.ErrHelp) {
-			fmt.Fprintln(stdout, ffhelp.Command(sel))
-			return nil
-		}
-		fmt.Fprintln(stderr, ffhelp.Command(sel))
-		return usageError("%v", err)
+		fmt.Fprintf(stderr, "sluice: no command given\n\n%s\n", commandHelp(root, root))
+		return &exitError{code: 2}
 	}
-	sel := root.GetSelected()
-	envoy, err := configure(sel.Name, sel.Flags, getenv)
-	if err != nil {
-		return err
-	}
-	if envoy != nil {
-		if err := logEnvoy(stderr, sel.Flags, envoy); err != nil {
-			return err
-		}
-	}
-	return root.Run(ctx)
+	return root
 }
 
 // envKey returns the environment variable of the flag called name:
