@@ -17,9 +17,9 @@ func (s *Server) newAdmin(ctx context.Context) error {
 	if a.Tokens == "" {
 		return nil
 	}
-	toks, err := admin.WatchTokens(a.Tokens, func(err error) { s.log.Error("admin tokens file", "err", err) })
+	toks, err := s.adminTokens()
 	if err != nil {
-		return configError("--admin-tokens: %v", err)
+		return err
 	}
 	db := s.co.rulesDB
 	if db == nil { // says why the admin API cannot write these rules files
@@ -39,6 +39,20 @@ func (s *Server) newAdmin(ctx context.Context) error {
 		return fmt.Errorf("admin API: %w", err)
 	}
 	return nil
+}
+
+// adminTokens returns the admin tokens file, read once for the admin API
+// and the dashboard.
+func (s *Server) adminTokens() (*admin.TokensFile, error) {
+	if s.tokens != nil {
+		return s.tokens, nil
+	}
+	toks, err := admin.WatchTokens(s.cfg.Admin.Tokens, func(err error) { s.log.Error("admin tokens file", "err", err) })
+	if err != nil {
+		return nil, configError("--admin-tokens: %v", err)
+	}
+	s.tokens = toks
+	return toks, nil
 }
 
 // startAdmin serves the admin API, if any, over TLS when the "admin"

@@ -70,6 +70,7 @@ type Config struct {
 	OpsAddrs []string
 	TLS      TLSConfig
 	Admin    AdminConfig
+	UI       UIConfig
 	// Proxy, when not nil, makes the Server a reverse proxy that limits
 	// requests before forwarding them (sluice proxy) instead of serving
 	// the decision APIs: GRPC, HTTP and Identity's forward-auth are unused.
@@ -173,8 +174,8 @@ type TLSConfig struct {
 	// (--tls-client-san).
 	ClientSAN string
 	// Listeners are the listeners that serve TLS: "all", or grpc, http,
-	// ops, admin (serve) or proxy, ops, admin (proxy) (--tls-listeners).
-	// Default ["all"].
+	// ops, admin, ui (serve) or proxy, ops, admin, ui (proxy)
+	// (--tls-listeners). Default ["all"].
 	Listeners []string
 }
 
@@ -187,6 +188,20 @@ type AdminConfig struct {
 	Tokens string
 	// ReadOnly makes it read and dry-run only (--admin-read-only).
 	ReadOnly bool
+}
+
+// UIConfig says where the dashboard is served (/ui, its simulator, and
+// GET /v1/top and /v1/keys/..., which show clients' keys) and who may see
+// it.
+type UIConfig struct {
+	// Addr is the dashboard's own listener, where alone it is then served;
+	// NoAddr: no dashboard (--ui-addr). Default "": beside the HTTP API
+	// (serve) and on the ops listeners, whoever reaches them.
+	Addr string
+	// Auth asks for a token of the admin tokens file (--admin-tokens, any
+	// role) on every dashboard route: HTTP Basic's password, which a
+	// browser prompts for, or a bearer token (--ui-auth).
+	Auth bool
 }
 
 // ProxyConfig is the reverse proxy of `sluice proxy`.
@@ -377,6 +392,9 @@ func (c Config) check() error {
 	}
 	if c.Observe.TopWidth < 1 || c.Observe.TopWidth > sketch.MaxWidth {
 		return configError("--top-width %d: want 1 to %d", c.Observe.TopWidth, sketch.MaxWidth)
+	}
+	if c.UI.Auth && c.Admin.Tokens == "" {
+		return configError("--ui-auth: the dashboard asks for the admin tokens; set --admin-tokens")
 	}
 	return nil
 }

@@ -77,7 +77,7 @@ func newProxyFront(s *Server, rw *respond.Writer) (*proxyFront, error) {
 	if err := s.newOps(httpapi.OpsConfig{Shed: shedStats}); err != nil {
 		return nil, errors.Join(err, f.p.Close())
 	}
-	if err := co.mountDashboard(s.ops); err != nil {
+	if err := s.mountDashboard(s.ops); err != nil {
 		return nil, errors.Join(err, f.p.Close())
 	}
 	if f.ln, err = listenTCP(context.Background(), pc.Listen); err != nil {

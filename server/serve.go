@@ -76,7 +76,7 @@ func newServeFront(s *Server, rw *respond.Writer) (*serveFront, error) {
 	if err := s.newOps(httpapi.OpsConfig{}); err != nil {
 		return nil, err
 	}
-	if err := co.mountDashboard(f.api, s.ops); err != nil {
+	if err := s.mountDashboard(f.api, s.ops); err != nil {
 		return nil, err
 	}
 	if c.Identity != "" {

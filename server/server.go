@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/transport/admin"
 	"github.com/sluicehq/sluice/transport/httpapi"
 	"github.com/sluicehq/sluice/transport/respond"
 )
@@ -41,9 +42,12 @@ type Server struct {
 	tls      tlsSetup
 	ops      *httpapi.Ops
 	opsSrv   *sideServers
-	admin    http.Handler // the admin API, or nil
-	adminSrv *sideServers // its listener, or nil
-	front    front        // serve's decision APIs, or the proxy
+	admin    http.Handler      // the admin API, or nil
+	adminSrv *sideServers      // its listener, or nil
+	tokens   *admin.TokensFile // the admin tokens file, or nil: adminTokens
+	ui       http.Handler      // the dashboard's mux on a listener of its own, or nil
+	uiSrv    *sideServers      // that listener, or nil
+	front    front             // serve's decision APIs, or the proxy
 	closed   bool
 }
 
@@ -81,9 +85,9 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 	}
 	rw := respond.New(respond.Config{Headers: cfg.ResponseHeaders, RetryJitter: cfg.RetryJitter})
-	names := []string{"grpc", "http", "ops", "admin"}
+	names := []string{"grpc", "http", "ops", "admin", "ui"}
 	if cfg.Proxy != nil {
-		names = []string{"proxy", "ops", "admin"}
+		names = []string{"proxy", "ops", "admin", "ui"}
 	}
 	if s.tls, err = newTLS(cfg.TLS, names, s.log); err != nil {
 		return nil, err
@@ -135,6 +139,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	defer func() { err = errors.Join(err, s.Close()) }()
 	s.opsSrv.start(s.ops, s.tls.config("ops", httpProtos...), s.log)
 	s.startAdmin()
+	s.startUI()
 	errc := make(chan error, 4) // a front runs at most three servers: two gRPC listeners and HTTP
 	running := s.front.start(errc)
 	s.front.listening()
@@ -157,6 +162,11 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	if err := s.opsSrv.shutdown(sctx); err != nil && serveErr == nil {
 		serveErr = fmt.Errorf("serve ops: %w", err)
 	}
+	if s.uiSrv != nil {
+		if err := s.uiSrv.shutdown(sctx); err != nil && serveErr == nil {
+			serveErr = fmt.Errorf("serve the dashboard: %w", err)
+		}
+	}
 	s.log.Info("stopped")
 	return serveErr
 }
@@ -172,6 +182,10 @@ func (s *Server) Close() error {
 	if s.adminSrv != nil {
 		err = s.adminSrv.shutdown(context.Background())
 		s.adminSrv.close()
+	}
+	if s.uiSrv != nil {
+		err = errors.Join(err, s.uiSrv.shutdown(context.Background()))
+		s.uiSrv.close()
 	}
 	s.opsSrv.close()
 	if s.front != nil {
@@ -190,6 +204,15 @@ func (s *Server) AdminAddr() string {
 		return ""
 	}
 	return strings.Join(s.adminSrv.addrs, ",")
+}
+
+// UIAddr returns the address of the dashboard's own listener, or ""
+// without one.
+func (s *Server) UIAddr() string {
+	if s.uiSrv == nil {
+		return ""
+	}
+	return strings.Join(s.uiSrv.addrs, ",")
 }
 
 // Mode returns where decisions come from now, as /readyz reports it.

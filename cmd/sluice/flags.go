@@ -129,11 +129,13 @@ var settingsTable = []setting{
 	{"tls", forBoth, "tls-key", "PEM private key of --tls-cert", func(s *settings) flag.Value { return str(&s.cfg.TLS.Key) }},
 	{"tls", forBoth, "tls-client-ca", "PEM CA bundle: require client certificates it signed (mutual TLS)", func(s *settings) flag.Value { return str(&s.cfg.TLS.ClientCA) }},
 	{"tls", forBoth, "tls-client-san", "a name (DNS, URI, IP or email) every client certificate must carry", func(s *settings) flag.Value { return str(&s.cfg.TLS.ClientSAN) }},
-	{"tls", forBoth, "tls-listeners", "listeners that serve TLS: all, or a list of grpc, http, ops, admin (serve) or proxy, ops, admin (proxy)", func(s *settings) flag.Value { return list(&s.cfg.TLS.Listeners) }},
+	{"tls", forBoth, "tls-listeners", "listeners that serve TLS: all, or a list of grpc, http, ops, admin, ui (serve) or proxy, ops, admin, ui (proxy)", func(s *settings) flag.Value { return list(&s.cfg.TLS.Listeners) }},
 
 	{"admin", forBoth, "admin-addr", "address of the admin API (rules, history, overrides), served when --admin-tokens is set; loopback by default", func(s *settings) flag.Value { return str(&s.cfg.Admin.Addr) }},
 	{"admin", forBoth, "admin-tokens", "file of admin API tokens, one a line: NAME read|write SECRET (# comments); none: no admin API", func(s *settings) flag.Value { return str(&s.cfg.Admin.Tokens) }},
 	{"admin", forBoth, "admin-read-only", "the admin API reads and dry-runs only (a GitOps setup)", func(s *settings) flag.Value { return boolean(&s.cfg.Admin.ReadOnly) }},
+	{"listeners", forBoth, "ui-addr", "the dashboard's own listener (/ui, its simulator, /v1/top, /v1/keys), where alone it is then served; none: no dashboard; default: beside the HTTP API and on the ops listeners", func(s *settings) flag.Value { return str(&s.cfg.UI.Addr) }},
+	{"admin", forBoth, "ui-auth", "the dashboard asks for a token of --admin-tokens (any role): a browser's password prompt, or Authorization: Bearer", func(s *settings) flag.Value { return boolean(&s.cfg.UI.Auth) }},
 }
 
 // newSettings returns the settings of the command cmd (forServe or
