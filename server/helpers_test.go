@@ -195,7 +195,7 @@ func readFile(t *testing.T, path string) string {
 
 // writeFile replaces path's contents the way editors do: write a new file
 // and rename it over the old one.
-func writeFile(t *testing.T, path, content string) {
+func writeFile(t testing.TB, path, content string) {
 	t.Helper()
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
