@@ -113,7 +113,7 @@ func applyConfig(fs ff.Flags, name string, data []byte) error {
 		if errors.Is(err, io.EOF) {
 			return nil // an empty file sets nothing
 		}
-		line, msg := yamlerr.Split(err)
+		line, msg := yamlerr.Locate(data, err)
 		errorf(line, "%s", msg)
 		return errs
 	}

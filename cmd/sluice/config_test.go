@@ -108,6 +108,10 @@ func TestConfigErrors(t *testing.T) {
 		{name: "two documents", file: "fail: open\n---\nfail: closed\n", wants: []string{`2: more than one YAML document`}},
 		{name: "syntax error", file: "fail: [open\n", wants: []string{`1: invalid YAML: `}},
 		{name: "several mistakes", file: "nope: 1\nfail: open\nstore-timeout: x\n", wants: []string{`1: nope: unknown setting`, `3: store-timeout: `}},
+		{name: "every value refused at its line, used or not", file: "fail: sometimes\nlog-level: loud\nlog-format: xml\notlp-protocol: pigeon\ntls-listeners: [grpc, nope]\n",
+			wants: []string{`1: fail: unknown fail mode "sometimes"`, `2: log-level: unknown log level "loud"`, `3: log-format: unknown log format "xml"`,
+				`4: otlp-protocol: unknown OTLP protocol "pigeon"`, `5: tls-listeners: unknown listener "nope"`}},
+		{name: "indentation mistake at its line", file: "response-headers:\n  - ratelimit\n  - retry-after\n fail: open\n", wants: []string{`4: invalid YAML: did not find expected key`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

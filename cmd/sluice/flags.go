@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,8 +112,8 @@ var settingsTable = []setting{
 	{"decisions", forProxy, "max-waiting", "most requests waiting for their turn at once", func(s *settings) flag.Value { return integer(&s.cfg.Proxy.MaxWaiting) }},
 	{"decisions", forProxy, "shed", "adaptive load shedding: an adaptive limit on requests in flight to the upstream, which sheds by the rules' priority (503) when it is saturated; critical and default requests wait up to --max-delay (1s when 0) for a slot", func(s *settings) flag.Value { return boolean(&s.cfg.Proxy.Shed) }},
 
-	{"observability", forBoth, "log-level", "debug, info, warn or error", func(s *settings) flag.Value { return str(&s.logLevel) }},
-	{"observability", forBoth, "log-format", "text or json", func(s *settings) flag.Value { return str(&s.logFormat) }},
+	{"observability", forBoth, "log-level", "debug, info, warn or error", func(s *settings) flag.Value { return slogLevel(&s.logLevel) }},
+	{"observability", forBoth, "log-format", "text or json", func(s *settings) flag.Value { return oneOf(&s.logFormat, "log format", "text", "json") }},
 	{"observability", forBoth, "deny-log-rate", "most denials logged a second, each with domain, descriptor, limit and retry time (10); the next line logged counts those left out; negative logs none", func(s *settings) flag.Value { return zeroOff(&s.cfg.Observe.DenyLogRate) }},
 	{"observability", forBoth, "top-keys", "most domain and descriptor key pairs whose heavy hitters GET /v1/top counts (16: 6.5 MiB at most with --top-width 1024)", func(s *settings) flag.Value { return positive(&s.cfg.Observe.TopKeys) }},
 	{"observability", forBoth, "top-width", "counters per row of each count-min sketch: /v1/top's counts are at most e/width of a window's total too high, with 98% confidence (1024: 0.27%)", func(s *settings) flag.Value { return positive(&s.cfg.Observe.TopWidth) }},
@@ -121,7 +122,9 @@ var settingsTable = []setting{
 	{"envoy", forBoth, "statsd-addr", "host:port of a statsd server (UDP) to send Envoy ratelimit's counters to, by Envoy's names (with --envoy-metrics); none by default", func(s *settings) flag.Value { return str(&s.cfg.Envoy.StatsdAddr) }},
 	{"envoy", forBoth, "statsd-flush-interval", "how often --statsd-addr gets what the counters counted since", func(s *settings) flag.Value { return positive(&s.cfg.Envoy.StatsdFlushInterval) }},
 	{"observability", forBoth, "otlp-endpoint", "OTLP collector URL (http://collector:4317): trace decisions and store calls; none: no tracing, at no cost", func(s *settings) flag.Value { return str(&s.cfg.Tracing.Endpoint) }},
-	{"observability", forBoth, "otlp-protocol", "grpc or http (OTLP/HTTP)", func(s *settings) flag.Value { return str(&s.cfg.Tracing.Protocol) }},
+	{"observability", forBoth, "otlp-protocol", "grpc or http (OTLP/HTTP)", func(s *settings) flag.Value {
+		return oneOf(&s.cfg.Tracing.Protocol, "OTLP protocol", "grpc", "http", "http/protobuf")
+	}},
 	{"observability", forBoth, "trace-sample-ratio", "share of decisions without a parent span that are traced (under a sampled parent, all are)", func(s *settings) flag.Value { return zeroOff(&s.cfg.Tracing.SampleRatio) }},
 	{"observability", forBoth, "trace-service-name", "service.name of the spans", func(s *settings) flag.Value { return str(&s.cfg.Tracing.ServiceName) }},
 
@@ -129,7 +132,9 @@ var settingsTable = []setting{
 	{"tls", forBoth, "tls-key", "PEM private key of --tls-cert", func(s *settings) flag.Value { return str(&s.cfg.TLS.Key) }},
 	{"tls", forBoth, "tls-client-ca", "PEM CA bundle: require client certificates it signed (mutual TLS)", func(s *settings) flag.Value { return str(&s.cfg.TLS.ClientCA) }},
 	{"tls", forBoth, "tls-client-san", "a name (DNS, URI, IP or email) every client certificate must carry", func(s *settings) flag.Value { return str(&s.cfg.TLS.ClientSAN) }},
-	{"tls", forBoth, "tls-listeners", "listeners that serve TLS: all, or a list of grpc, http, ops, admin, ui (serve) or proxy, ops, admin, ui (proxy)", func(s *settings) flag.Value { return list(&s.cfg.TLS.Listeners) }},
+	{"tls", forBoth, "tls-listeners", "listeners that serve TLS: all, or a list of grpc, http, ops, admin, ui (serve) or proxy, ops, admin, ui (proxy)", func(s *settings) flag.Value {
+		return listOf(&s.cfg.TLS.Listeners, "listener", "all", "grpc", "http", "ops", "admin", "ui", "proxy")
+	}},
 
 	{"admin", forBoth, "admin-addr", "address of the admin API (rules, history, overrides), served when --admin-tokens is set; loopback by default", func(s *settings) flag.Value { return str(&s.cfg.Admin.Addr) }},
 	{"admin", forBoth, "admin-tokens", "file of admin API tokens, one a line: NAME read|write SECRET (# comments); none: no admin API", func(s *settings) flag.Value { return str(&s.cfg.Admin.Tokens) }},
@@ -295,6 +300,51 @@ func positive[T number](p *T) flag.Value {
 // String method.
 func parsed[T fmt.Stringer](p *T, parse func(string) (T, error)) flag.Value {
 	return &value[T]{p: p, parse: parse, show: func(v T) string { return v.String() }, ph: "STRING"}
+}
+
+// oneOf is a string flag whose value is one of names, in any case, or
+// empty (the default); what is a name of. A mistake is refused where it is
+// set, so that a config file reports it at its line even when nothing
+// uses the value.
+func oneOf(p *string, what string, names ...string) flag.Value {
+	return &value[string]{p: p, show: func(s string) string { return s },
+		parse: func(s string) (string, error) {
+			if s == "" || slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(s, n) }) {
+				return s, nil
+			}
+			return "", unknown(what, s, names)
+		}}
+}
+
+// listOf is a comma-separated flag of names (each checked as oneOf checks).
+func listOf(p *[]string, what string, names ...string) flag.Value {
+	return &value[[]string]{p: p, ph: "STRING", show: func(l []string) string { return strings.Join(l, ",") },
+		parse: func(s string) ([]string, error) {
+			l := strings.Split(s, ",")
+			for _, x := range l {
+				if !slices.Contains(names, strings.TrimSpace(x)) {
+					return nil, unknown(what, x, names)
+				}
+			}
+			return l, nil
+		}}
+}
+
+// unknown is the mistake of a value that is none of names.
+func unknown(what, s string, names []string) error {
+	return fmt.Errorf("unknown %s %q (want %s or %s)", what, s, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
+}
+
+// slogLevel is --log-level: a level slog reads (debug, info, warn, error).
+func slogLevel(p *string) flag.Value {
+	return &value[string]{p: p, show: func(s string) string { return s },
+		parse: func(s string) (string, error) {
+			var lv slog.Level
+			if err := lv.UnmarshalText([]byte(s)); err != nil {
+				return "", unknown("log level", s, []string{"debug", "info", "warn", "error"})
+			}
+			return s, nil
+		}}
 }
 
 // list is a comma-separated flag of a list of strings.

@@ -135,6 +135,10 @@ func TestSettingsRefused(t *testing.T) {
 		{"--fail", "sideways"},
 		{"--sync", "later"},
 		{"--response-headers", "x-foo"},
+		{"--log-level", "loud"},
+		{"--log-format", "xml"},
+		{"--otlp-protocol", "pigeon"},
+		{"--tls-listeners", "grpc,nope"},
 	} {
 		all := append([]string{"serve", "--rules", exampleRules, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, args...)
 		err := run(context.Background(), all, env(), io.Discard, io.Discard)
