@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -95,6 +96,16 @@ type envoyRow struct {
 	value func(r *envoyReader) (string, bool) // false: leave the flag alone
 }
 
+// envoyWhen are asked, by flag, as a value of Envoy's is about to be set
+// (nothing set the flag before): false leaves the flag alone, an error
+// stops sluice.
+var envoyWhen = map[string]func(fs ff.Flags, value string) (bool, error){
+	"store":               socketThere,
+	"store-per-second":    socketThere,
+	"envoy-redis-keys":    redisStore,
+	"store-expiry-jitter": redisStore,
+}
+
 // envoyTable is how Envoy ratelimit's variables map onto serve's flags.
 var envoyTable = []envoyGroup{
 	{rows: []envoyRow{ // listeners, with Envoy's defaults: all interfaces
@@ -133,19 +144,30 @@ var envoyTable = []envoyGroup{
 	}},
 	{rows: []envoyRow{ // the store
 		{"", nil, refuseUnless("BACKEND_TYPE", "redis", "sluice keeps counters in Redis (or in memory), not memcache")},
-		{"store", vars("REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_TLS"), storeOf("REDIS_", "")},
+		// Envoy's default Redis is a nutcracker's socket: used when it is
+		// there, else a startup error says so, never a quiet memory store
+		// (envoyWhen).
+		{"store", vars("REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_TLS"), storeOf("REDIS_", envoyRedisSocket)},
+		// Envoy's keys and counting, so that Envoy's and sluice's pods on
+		// one Redis share every count (--envoy-redis-keys=false opts out;
+		// not with a memory store: envoyWhen).
+		{"envoy-redis-keys", vars("REDIS_URL"), constant("true")},
 		{"envoy-key-prefix", vars("CACHE_KEY_PREFIX"), plain("CACHE_KEY_PREFIX", "")},
 		{"near-cache", vars("LOCAL_CACHE_SIZE_IN_BYTES"), plain("LOCAL_CACHE_SIZE_IN_BYTES", "")},
 		{"", nil, func(r *envoyReader) (string, bool) {
-			if !r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true) {
-				r.ignored = append(r.ignored, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") // sluice never counts what it denies
+			// Envoy's default (false) counts every hit, a denied one's too,
+			// as sluice does with Envoy's keys; true, which keeps a key
+			// below its limit from counting while another is over, is not
+			// followed.
+			if r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false) {
+				r.ignored = append(r.ignored, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 			}
 			return "", false
 		}},
 	}},
 	{when: isTrue("REDIS_PERSECOND", false), unused: perSecondVars, rows: []envoyRow{
 		// Envoy's default is a nutcracker's socket, as for REDIS_URL.
-		{"store-per-second", append(vars("REDIS_PERSECOND"), perSecondVars[:5]...), storeOf("REDIS_PERSECOND_", "/var/run/nutcracker/ratelimitpersecond.sock")},
+		{"store-per-second", append(vars("REDIS_PERSECOND"), perSecondVars[:5]...), storeOf("REDIS_PERSECOND_", envoyPerSecondSocket)},
 	}},
 	// A sentinel's password without a sentinel is ignored, as in Envoy.
 	{when: sentinel("REDIS_PERSECOND_"), unused: vars("REDIS_PERSECOND_SENTINEL_AUTH"), rows: []envoyRow{
@@ -161,7 +183,7 @@ var envoyTable = []envoyGroup{
 			{"store-key", vars("REDIS_TLS_CLIENT_KEY"), plain("REDIS_TLS_CLIENT_KEY", "")},
 			{"store-skip-hostname-verification", vars("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"), ifTrue("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")},
 		}},
-	{when: isSet("REDIS_URL"), unused: vars("EXPIRATION_JITTER_MAX_SECONDS"), rows: []envoyRow{ // not with the memory store
+	{rows: []envoyRow{ // not with a memory store (envoyWhen)
 		{"store-expiry-jitter", vars("EXPIRATION_JITTER_MAX_SECONDS"), expiryJitter},
 	}},
 	{rows: []envoyRow{ // decisions, headers and metrics
@@ -207,6 +229,7 @@ type envoySetting struct {
 type envoyEnv struct {
 	settings []envoySetting
 	ignored  []string // variables set without effect, sorted
+	prefix   bool     // CACHE_KEY_PREFIX is set
 }
 
 // envoyReader reads Envoy's variables, collecting the first mistake and
@@ -283,9 +306,43 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
+	e.prefix = r.get("CACHE_KEY_PREFIX", "") != ""
 	slices.Sort(r.ignored)
 	e.ignored = slices.Compact(r.ignored)
 	return e, nil
+}
+
+// Envoy ratelimit's REDIS_URL and REDIS_PERSECOND_URL when they are
+// unset: the unix sockets of a nutcracker (twemproxy) beside it.
+const (
+	envoyRedisSocket     = "/var/run/nutcracker/ratelimit.sock"
+	envoyPerSecondSocket = "/var/run/nutcracker/ratelimitpersecond.sock"
+)
+
+// socketThere refuses a unix socket store that is not there: Envoy's
+// default socket (REDIS_URL unset), say, where a Deployment runs no
+// nutcracker.
+func socketThere(_ ff.Flags, value string) (bool, error) {
+	u, err := url.Parse(value)
+	if err != nil || u.Scheme != "unix" {
+		return true, nil
+	}
+	if _, err := os.Stat(u.Path); err == nil {
+		return true, nil
+	}
+	name := map[string]string{envoyRedisSocket: "REDIS_URL", envoyPerSecondSocket: "REDIS_PERSECOND_URL"}[u.Path]
+	if name != "" {
+		return false, usageError("Envoy ratelimit's %s is unset, and nothing is at Envoy's default, the socket %s: "+
+			"set %s (host:port, or a socket's path), or SLUICE_STORE=memory to count in this process alone", name, u.Path, name)
+	}
+	return false, usageError("Envoy ratelimit's Redis socket %s: nothing is there", u.Path)
+}
+
+// redisStore reports whether the store is a Redis: Envoy's keys are
+// counted there, not in a memory store a flag or SLUICE_STORE chose.
+func redisStore(fs ff.Flags, _ string) (bool, error) {
+	f, ok := fs.GetFlag("store")
+	return ok && !strings.EqualFold(f.GetValue(), "memory"), nil
 }
 
 // vars is a list of variable names.
@@ -454,6 +511,9 @@ func otlpEndpoint(r *envoyReader) (string, bool) {
 func envoyStore(r *envoyReader, prefix, defURL string) (string, error) {
 	raw := r.get(prefix+"URL", defURL)
 	socket := r.get(prefix+"SOCKET_TYPE", "")
+	if r.get(prefix+"URL", "") == "" {
+		socket = "unix" // Envoy's default, a socket's path, whatever the socket type says
+	}
 	typ := strings.ToLower(r.get(prefix+"TYPE", "SINGLE"))
 	auth := r.get(prefix+"AUTH", "")
 	tlsOn := r.boolean(prefix+"TLS", false)
@@ -518,13 +578,29 @@ func envoyStore(r *envoyReader, prefix, defURL string) (string, error) {
 
 // apply sets each flag of fs that nothing set yet from e, checking the
 // values even where a flag or SLUICE_ variable wins. A flag the command
-// lacks makes its variables ignored.
+// lacks makes its variables ignored, and so does CACHE_KEY_PREFIX without
+// Envoy's keys.
 func (e *envoyEnv) apply(fs ff.Flags) error {
+	defer func() {
+		if f, ok := fs.GetFlag("envoy-redis-keys"); e.prefix && (!ok || f.GetValue() != "true") {
+			e.ignored = append(e.ignored, "CACHE_KEY_PREFIX") // sluice's own keys have their own names
+		}
+		slices.Sort(e.ignored)
+		e.ignored = slices.Compact(e.ignored)
+	}()
 	for _, s := range e.settings {
 		f, ok := fs.GetFlag(s.flag)
 		if !ok {
 			e.ignored = append(e.ignored, s.from...)
 			continue
+		}
+		if when := envoyWhen[s.flag]; when != nil && !f.IsSet() {
+			if ok, err := when(fs, s.value); err != nil || !ok {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 		}
 		if err := setChecked(f, s.value); err != nil {
 			from := "Envoy ratelimit's environment"
@@ -534,8 +610,6 @@ func (e *envoyEnv) apply(fs ff.Flags) error {
 			return usageError("%s: --%s %q: %v", from, s.flag, s.value, err)
 		}
 	}
-	slices.Sort(e.ignored)
-	e.ignored = slices.Compact(e.ignored)
 	return nil
 }
 

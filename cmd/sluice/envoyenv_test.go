@@ -7,9 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -37,6 +40,9 @@ func TestEnvoySettings(t *testing.T) {
 		"grpc-max-connection-age-grace": "1h",
 		"statsd-addr":                   "localhost:8125", // USE_STATSD is on by default
 		"statsd-flush-interval":         "10s",
+		"store":                         "unix:///var/run/nutcracker/ratelimit.sock", // Envoy's REDIS_URL
+		"envoy-redis-keys":              "true",
+		"store-expiry-jitter":           "5m0s",
 	}
 	statsdOff := map[string]string{"statsd-addr": "", "statsd-flush-interval": ""} // "": unset
 	tests := []struct {
@@ -119,7 +125,12 @@ func TestEnvoySettings(t *testing.T) {
 				"NEAR_LIMIT_RATIO=0.9", "LOCAL_CACHE_SIZE_IN_BYTES=1048576", "MERGE_DOMAIN_CONFIG=true", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false"},
 			want: map[string]string{"shadow": "true", "response-headers": "all", "near-limit-ratio": "0.9", "near-cache": "1048576",
 				"rules-merge-domains": "true"},
-			ignored: []string{"LIMIT_LIMIT_HEADER", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"},
+			ignored: []string{"LIMIT_LIMIT_HEADER"}, // STOP_...=false is Envoy's default, and sluice's with Envoy's keys
+		},
+		{
+			name: "keys kept from counting while another is over",
+			env:  []string{"REDIS_URL=r:1", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"},
+			want: map[string]string{"store": "redis://r:1"}, ignored: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"},
 		},
 		{
 			name: "gRPC TLS",
@@ -200,9 +211,9 @@ func TestEnvoySettings(t *testing.T) {
 			want: map[string]string{"store": "redis://r:1", "store-expiry-jitter": "0s"},
 		},
 		{
-			name: "expiry jitter without Redis",
+			name: "expiry jitter on Envoy's default Redis",
 			env:  []string{"RUNTIME_ROOT=/r", "EXPIRATION_JITTER_MAX_SECONDS=10"},
-			want: map[string]string{"rules": "/r/config"}, ignored: []string{"EXPIRATION_JITTER_MAX_SECONDS"},
+			want: map[string]string{"rules": "/r/config", "store-expiry-jitter": "10s"},
 		},
 		{
 			name: "the key prefix, for --envoy-redis-keys",
@@ -273,11 +284,6 @@ func TestEnvoySettings(t *testing.T) {
 			}
 			for k, v := range tt.want {
 				want[k] = v
-			}
-			if _, redis := want["store"]; redis {
-				if _, ok := want["store-expiry-jitter"]; !ok {
-					want["store-expiry-jitter"] = "5m0s" // Envoy's default with a Redis
-				}
 			}
 			got := map[string]string{}
 			fs := serveFlags(t)
@@ -362,7 +368,8 @@ func TestServeEnvoyEnvironment(t *testing.T) {
 	}
 	getenv := env("RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
-		"LOG_LEVEL=info", "LOG_FORMAT=json", "USE_STATSD=false", "STATSD_HOST=statsd-exporter", "EXTRA_TAGS=a:b")
+		"LOG_LEVEL=info", "LOG_FORMAT=json", "USE_STATSD=false", "STATSD_HOST=statsd-exporter", "EXTRA_TAGS=a:b",
+		"SLUICE_STORE=memory") // no Redis: Envoy's keys are not counted
 	logs := &testenv.Logs{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -418,6 +425,140 @@ func TestServeEnvoyEnvironment(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(b), `ratelimit_service_rate_limit_total_hits{domain="api",key1="user",key2="path_/login"} 1`) {
 		t.Errorf("/metrics lacks Envoy's total_hits of the login rule:\n%s", b)
+	}
+}
+
+// TestEnvoyStoreDefaults: in Envoy's environment the store is Envoy's
+// Redis, its default socket included, with Envoy's keys; a memory store
+// a flag or SLUICE_STORE chose counts no Envoy keys, and then
+// CACHE_KEY_PREFIX is named as without effect (issue 24.5).
+func TestEnvoyStoreDefaults(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     []string
+		want    map[string]string
+		ignored []string
+		err     string
+	}{
+		{name: "no REDIS_URL, no socket at Envoy's default", env: []string{"RUNTIME_ROOT=/r"},
+			err: "REDIS_URL is unset, and nothing is at Envoy's default, the socket /var/run/nutcracker/ratelimit.sock"},
+		{name: "a socket that is not there", env: []string{"REDIS_URL=" + sock}, err: "Redis socket " + sock + ": nothing is there"},
+		{name: "no REDIS_URL over TCP", env: []string{"REDIS_SOCKET_TYPE=tcp"}, err: "REDIS_URL is unset, and nothing is at Envoy's default"},
+		{name: "no per-second URL", env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=true"},
+			err: "REDIS_PERSECOND_URL is unset, and nothing is at Envoy's default, the socket /var/run/nutcracker/ratelimitpersecond.sock"},
+		{name: "a memory store instead", env: []string{"RUNTIME_ROOT=/r", "SLUICE_STORE=memory", "CACHE_KEY_PREFIX=x_"},
+			want: map[string]string{"store": "memory", "envoy-redis-keys": "false", "store-expiry-jitter": "0s"}, ignored: []string{"CACHE_KEY_PREFIX"}},
+		{name: "Envoy's Redis and keys", env: []string{"REDIS_URL=r:6379", "CACHE_KEY_PREFIX=x_"},
+			want: map[string]string{"store": "redis://r:6379", "envoy-redis-keys": "true", "envoy-key-prefix": "x_", "store-expiry-jitter": "5m0s"}},
+		{name: "Envoy's keys opted out", args: []string{"--envoy-redis-keys=false"}, env: []string{"REDIS_URL=r:6379", "CACHE_KEY_PREFIX=x_"},
+			want: map[string]string{"store": "redis://r:6379", "envoy-redis-keys": "false"}, ignored: []string{"CACHE_KEY_PREFIX"}},
+		{name: "opted out by SLUICE_", env: []string{"REDIS_URL=r:6379", "SLUICE_ENVOY_REDIS_KEYS=false"},
+			want: map[string]string{"envoy-redis-keys": "false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fs := serveFlags(t, tc.args...)
+			e, err := configure("serve", fs, env(tc.env...))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || exitCode(err) != 2 {
+					t.Fatalf("configure = %v, want a usage error saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range tc.want {
+				if got := flagValue(t, fs, name); got != want {
+					t.Errorf("--%s = %q, want %q", name, got, want)
+				}
+			}
+			if !slices.Equal(e.ignored, tc.ignored) {
+				t.Errorf("ignored %q, want %q", e.ignored, tc.ignored)
+			}
+		})
+	}
+}
+
+// TestServeEnvoyKeysByDefault runs serve on Envoy ratelimit's variables
+// and a real Redis: it counts in Envoy's key, as an Envoy pod beside it
+// does, so the two share one count (14 of 14 calls passed a 10-a-minute
+// limit split over an Envoy and a sluice pod when sluice used its own
+// keys); SLUICE_ENVOY_REDIS_KEYS=false makes it count in its own.
+func TestServeEnvoyKeysByDefault(t *testing.T) {
+	t.Parallel()
+	addr := testenv.RedisAddr(t)
+	if time.Now().Add(time.Minute).YearDay() != time.Now().YearDay() {
+		t.Skip("the day's window may turn under the test")
+	}
+	root := t.TempDir()
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	domain := "envoydefault" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	writeFile(t, filepath.Join(cfgDir, "config.yaml"), "domain: "+domain+"\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 10}\n")
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := domain + "_user_alice_" + strconv.FormatInt(time.Now().Unix()/86400*86400, 10)
+	count := func() string {
+		v, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+		if rueidis.IsRedisNil(err) {
+			return "none"
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// An Envoy pod counted 4 of alice's calls.
+	if err := c.Do(ctx, c.B().Set().Key(key).Value("4").Ex(time.Hour).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, more, want string
+		remaining     string
+	}{
+		{"Envoy's keys", "", "5", `"limitRemaining":5`},
+		{"sluice's own", "SLUICE_ENVOY_REDIS_KEYS=false", "5", `"limitRemaining":9`},
+	} {
+		getenv := env("RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+addr,
+			"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+			"LOG_FORMAT=json", "LOG_LEVEL=info", "USE_STATSD=false", tc.more)
+		logs := &testenv.Logs{}
+		sctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- run(sctx, []string{"serve"}, getenv, io.Discard, logs) }()
+		var rec map[string]any
+		eventually(t, tc.name+": serve listens", func() bool { rec = logs.Find("listening"); return rec != nil })
+		httpAddr, _ := rec["http_addr"].(string)
+		var body string
+		eventually(t, tc.name+": a decision from Redis", func() bool {
+			resp, err := http.Post("http://"+httpAddr+"/json", "application/json",
+				strings.NewReader(`{"domain":"`+domain+`","descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}`))
+			if err != nil {
+				return false
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			return resp.StatusCode == 200 && strings.Contains(body, `"overallCode":"OK"`) && !strings.Contains(body, "FAIL")
+		})
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("%s: serve: %v\n%s", tc.name, err, logs)
+		}
+		if got := count(); got != tc.want || !strings.Contains(body, tc.remaining) {
+			t.Errorf("%s: Envoy's key %s counts %s, want %s; answer %s (want %s)", tc.name, key, got, tc.want, body, tc.remaining)
+		}
 	}
 }
 

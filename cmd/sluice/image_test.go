@@ -154,7 +154,7 @@ func TestStaticBinary(t *testing.T) {
 		}
 		env := append(slices.Clone(d.env), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 			"REDIS_SOCKET_TYPE=tcp", "USE_STATSD=false", "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0",
-			"LOG_LEVEL=info", "LOG_FORMAT=json")
+			"LOG_LEVEL=info", "LOG_FORMAT=json", "SLUICE_STORE=memory") // no Redis here: not Envoy's default socket
 		runImage(t, root, []string{"/bin/ratelimit"}, env, uid, gid, false)
 	})
 }
