@@ -153,6 +153,13 @@ type Config struct {
 	// own clocks.
 	Now func() time.Time
 
+	// EnvoyKeys says the Store counts the requests that carry an Envoy
+	// descriptor (sluice.Request.Envoy) as Envoy's ratelimit counts them
+	// (store/envoykeys): their hits stay counted when another limit denies
+	// the request, so their Remaining is reported as counted, not with the
+	// hits given back. Default false.
+	EnvoyKeys bool
+
 	// Shadow puts every limit in shadow mode, as Envoy's SHADOW_MODE does:
 	// decided and counted, never enforced. A descriptor over its limit is
 	// answered OK with Status.ShadowOverLimit, and so is the request.

@@ -60,6 +60,7 @@ type Service struct {
 	fallbackMode Mode
 	fallbacks    fallbacks
 	shadow       bool        // Config.Shadow
+	envoyKeys    bool        // Config.EnvoyKeys
 	observers    []Observer  // Config.Observers
 	starters     []Starter   // those of them that are Starters
 	ready        func() bool // the store's Ready, or nil
@@ -95,6 +96,7 @@ func New(cfg Config) (*Service, error) {
 		fallbackMode: cfg.Fail.fallback(),
 		caps:         caps{descriptors: cfg.MaxDescriptors, entries: cfg.MaxEntries, value: cfg.MaxValueBytes, digest: cfg.DigestAbove},
 		shadow:       cfg.Shadow,
+		envoyKeys:    cfg.EnvoyKeys,
 		br: breaker{
 			failures: int64(max(cfg.BreakerFailures, 0)),
 			window:   cfg.BreakerWindow.Microseconds(),
@@ -609,7 +611,8 @@ func timedOut(tctx context.Context, err error) bool {
 // others as it would have decided them, with their hits taken: their
 // Remaining gets the cost back, so that it tells what is really left (for
 // an allowed decision Remaining is exactly what was left less the cost, in
-// every algorithm).
+// every algorithm). A request counted Envoy's way (Config.EnvoyKeys) kept
+// its hits: its Remaining stays as counted.
 func (s *Service) settle(resp *Response, b *batch, lo, hi int) {
 	denied := false
 	for k := lo; k < hi; k++ {
@@ -624,7 +627,7 @@ func (s *Service) settle(resp *Response, b *batch, lo, hi int) {
 		for ; k < end; k++ {
 			l := b.refs[k].limit
 			d := b.ds[k]
-			if denied && d.Allowed {
+			if denied && d.Allowed && !(s.envoyKeys && b.reqs[k].Envoy.Domain != "") {
 				d.Remaining = min(d.Remaining+b.reqs[k].Cost, d.Limit)
 			}
 			d = nominal(l, d)

@@ -140,7 +140,7 @@ func (co *core) wireDecider(c Config) error {
 	dc := decide.DefaultConfig()
 	dc.Rules, dc.Store, dc.Local = co.rules.Current, store, co.stores.Local()
 	dc.StoreTimeout, dc.Fail, dc.Logger = c.StoreTimeout, c.Fail, c.Logger
-	dc.Lease = c.ConcurrencyLease
+	dc.Lease, dc.EnvoyKeys = c.ConcurrencyLease, c.Store.EnvoyKeys
 	if sl := co.stores.Slots(); sl != nil { // Redis's, counted across servers; else decide's own
 		dc.Slots = sl
 	}

@@ -102,3 +102,56 @@ func TestJSONRequestLimit(t *testing.T) {
 		t.Errorf("unlimited and empty: %d %s, want 200 with limitRemaining 4294967295", r.code, r.body)
 	}
 }
+
+// TestServeEnvoyKeysRemainingInDenied: with Envoy's keys, a descriptor that
+// passes inside a request another descriptor denies is counted in Redis,
+// as Envoy's ratelimit counts it, and its limit_remaining says what Redis
+// counted (it said one more: the hit given back, as sluice's own keys give
+// it back) (issue 24.5).
+func TestServeEnvoyKeysRemainingInDenied(t *testing.T) {
+	t.Parallel()
+	if nearMidnight(time.Minute) {
+		t.Skip("a day window may reset under the test")
+	}
+	addr := testenv.RedisAddr(t)
+	domain := fmt.Sprintf("envoyremaining%d", time.Now().UnixNano())
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, "domain: "+domain+"\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100}\n"+
+		"  - key: path\n    rate_limit: {unit: day, requests_per_unit: 1}\n")
+	cfg := testConfig(path)
+	cfg.Store.URL, cfg.StoreTimeout = "redis://"+addr, 10*time.Second
+	cfg.Store.EnvoyKeys = true
+	s := startServer(t, cfg)
+	s.waitStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ask := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", "alice"), descriptor("path", "/login")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if resp := ask(); resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 99 {
+		t.Fatalf("first: %v, user's remaining %d, want OK, 99", resp.OverallCode, resp.Statuses[0].LimitRemaining)
+	}
+	resp := ask() // path's 1 a day denies; user's hit is counted, as Envoy's
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("second: %v, want OVER_LIMIT", resp.OverallCode)
+	}
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	key := domain + "_user_alice_" + strconv.FormatInt(time.Now().Unix()/86400*86400, 10)
+	n, err := c.Do(ctx, c.B().Get().Key(key).Build()).AsInt64()
+	if err != nil || n != 2 {
+		t.Fatalf("Envoy's key of user holds %d (%v), want 2", n, err)
+	}
+	if got := resp.Statuses[0].LimitRemaining; got != 98 {
+		t.Errorf("user's limit_remaining in the denied request: %d, want 98, what Redis counted", got)
+	}
+}
