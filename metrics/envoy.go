@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -197,6 +199,46 @@ func (m *Metrics) FlushEnvoy(send func(name string, delta uint64)) {
 			send("ratelimit.service."+name, n-e.sent[i])
 			e.sent[i] = n
 		}
+	}
+}
+
+// EnvoyTotals calls visit with each of Envoy ratelimit's counters that
+// counted since the server started, by Envoy's statsd name (as
+// FlushEnvoy), and its total, sorted by name: what Envoy's debug port
+// shows at /stats. The counters of series dropped for the memory bound
+// are left out. It does nothing unless EnvoyStats was called, and leaves
+// FlushEnvoy's counts alone.
+func (m *Metrics) EnvoyTotals(visit func(name string, total uint64)) {
+	e := m.envoy.Load()
+	if e == nil {
+		return
+	}
+	type total struct {
+		name string
+		n    uint64
+	}
+	var all []total
+	e.mu.Lock()
+	add := func(s *envoySeries) {
+		for i := range s.n {
+			if n := s.n[i].Load(); n > 0 {
+				all = append(all, total{"ratelimit.service.rate_limit." + s.name + "." + envoyCounters[i], n})
+			}
+		}
+	}
+	for _, s := range e.series {
+		add(s)
+	}
+	for s := range e.valued {
+		add(s)
+	}
+	e.mu.Unlock()
+	for i, name := range [...]string{"config_load_success", "config_load_error"} {
+		all = append(all, total{"ratelimit.service." + name, e.loads[i].Load()})
+	}
+	slices.SortFunc(all, func(a, b total) int { return strings.Compare(a.name, b.name) })
+	for _, t := range all {
+		visit(t.name, t.n)
 	}
 }
 

@@ -79,6 +79,9 @@ func newServeFront(s *Server, rw *respond.Writer) (*serveFront, error) {
 	if err := s.mountDashboard(f.api, s.ops); err != nil {
 		return nil, err
 	}
+	if err := mountEnvoyDebug(s.ops, co.rules.Current, co.m, c.Envoy.Metrics); err != nil { // Envoy's debug port
+		return nil, err
+	}
 	if c.Identity != "" {
 		// Forward-auth for nginx auth_request and Traefik ForwardAuth.
 		fa, err := newForwardAuth(c.Identity, rw, co.decider, s.log, co.reg)

@@ -350,8 +350,8 @@ func TestEnvoySettingsApply(t *testing.T) {
 // TestServeEnvoyEnvironment runs serve on nothing but an Envoy ratelimit
 // environment, with its rules directory layout: it listens where Envoy's
 // variables say, answers Envoy's /healthcheck and a decision, sends no
-// rate limit headers (as Envoy by default), and warns once about what it
-// ignores.
+// rate limit headers (as Envoy by default), warns once about what it
+// ignores, and serves Envoy's /rlconfig and /stats on the debug port.
 func TestServeEnvoyEnvironment(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -425,6 +425,27 @@ func TestServeEnvoyEnvironment(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(b), `ratelimit_service_rate_limit_total_hits{domain="api",key1="user",key2="path_/login"} 1`) {
 		t.Errorf("/metrics lacks Envoy's total_hits of the login rule:\n%s", b)
+	}
+	// Envoy's debug port: the rules in force and the stats, as Envoy's.
+	for path, wants := range map[string][]string{
+		"/rlconfig": {"api.user.path_/login: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false\n",
+			"api.user.path_/export: unit=DAY requests_per_unit=150, shadow_mode: true, quota_mode: false\n",
+			"api.user.path_/healthz: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n",
+			"api.user: unit=SECOND requests_per_unit=30, shadow_mode: false, quota_mode: false, algorithm: token_bucket, burst: 100\n"},
+		"/stats": {"ratelimit.service.rate_limit.api.user.path_/login.total_hits: 1\n",
+			"ratelimit.service.rate_limit.api.user.path_/login.within_limit: 1\n", "ratelimit.service.config_load_success: 1\n"},
+	} {
+		resp, err := c.Get("http://" + opsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range wants {
+			if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+				t.Errorf("GET %s on the debug port: %d, lacks %q:\n%s", path, resp.StatusCode, want, b)
+			}
+		}
 	}
 }
 
@@ -525,7 +546,7 @@ func TestServeEnvoyKeysByDefault(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, more, want string
-		remaining     string
+		remaining        string
 	}{
 		{"Envoy's keys", "", "5", `"limitRemaining":5`},
 		{"sluice's own", "SLUICE_ENVOY_REDIS_KEYS=false", "5", `"limitRemaining":9`},

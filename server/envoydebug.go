@@ -1,0 +1,87 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// mountEnvoyDebug serves on h what Envoy ratelimit's debug port serves
+// beside its profiles: GET /rlconfig, the rules in force as Envoy's prints
+// them (rlconfig), and, when m counts Envoy's counters (--envoy-metrics),
+// GET /stats, each of them by its statsd name with its total, a "name:
+// value" line each, as Envoy's prints its stats.
+func mountEnvoyDebug(h handlerMux, set func() *rules.Set, m *metrics.Metrics, stats bool) error {
+	if err := h.Handle("GET /rlconfig", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		rlconfig(w, set())
+	})); err != nil || !stats {
+		return err
+	}
+	return h.Handle("GET /stats", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		var b strings.Builder
+		m.EnvoyTotals(func(name string, total uint64) { fmt.Fprintf(&b, "%s: %d\n", name, total) })
+		io.WriteString(w, b.String()) //nolint:errcheck // the client went away
+	}))
+}
+
+// envoyUnits are Envoy's names of the rules' units (its protobuf's).
+var envoyUnits = map[string]string{"second": "SECOND", "minute": "MINUTE", "hour": "HOUR", "day": "DAY",
+	"week": "WEEK", "month": "MONTH", "year": "YEAR"}
+
+// rlconfig writes set as Envoy's ratelimit writes its configuration at
+// /rlconfig: a line for each limit, domain by domain (sorted) and
+// descriptor by descriptor in file order, "FULL_KEY: unit=UNIT
+// requests_per_unit=N, shadow_mode: BOOL, quota_mode: BOOL", an unlimited
+// one with unit UNKNOWN and 0, as Envoy's; sluice's own settings of a
+// limit (several limits of a descriptor are a line each) follow, so that
+// a limit Envoy's format states reads as Envoy's would.
+func rlconfig(w io.Writer, set *rules.Set) {
+	if set == nil {
+		return
+	}
+	var b strings.Builder
+	var walk func(rs []*rules.Rule)
+	walk = func(rs []*rules.Rule) {
+		for _, r := range rs {
+			for _, l := range r.Limits {
+				unit, n := "UNKNOWN", int64(0)
+				if !l.Unlimited {
+					unit, n = envoyUnits[l.Unit], l.Limit.Rate
+					if l.Block {
+						n = 0
+					}
+				}
+				fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t", r.Path, unit, n, r.ShadowMode, r.QuotaMode)
+				if l.UnitMultiplier > 1 {
+					fmt.Fprintf(&b, ", unit_multiplier: %d", l.UnitMultiplier)
+				}
+				if !l.Unlimited && l.Limit.Algorithm != sluice.FixedWindow {
+					fmt.Fprintf(&b, ", algorithm: %s", l.Limit.Algorithm)
+					if l.Limit.Burst > 0 {
+						fmt.Fprintf(&b, ", burst: %d", l.Limit.Burst)
+					}
+				}
+				if l.Throttling != rules.Hard {
+					fmt.Fprintf(&b, ", throttling: %s", l.Throttling)
+				}
+				b.WriteByte('\n')
+			}
+			if r.Concurrency > 0 {
+				fmt.Fprintf(&b, "%s: concurrency=%d\n", r.Path, r.Concurrency)
+			}
+			walk(r.Descriptors)
+		}
+	}
+	for _, d := range set.Domains() {
+		walk(set.Rules(d))
+	}
+	io.WriteString(w, b.String()) //nolint:errcheck // the client went away
+}
