@@ -43,6 +43,8 @@ func TestNewErrors(t *testing.T) {
 		{"a negative expiry jitter", func(c *Config) { c.Store.URL, c.Store.ExpiryJitter = "redis://127.0.0.1:1", -1 }, "--store-expiry-jitter"},
 		{"a proxy without an upstream", func(c *Config) { c.Proxy = &ProxyConfig{} }, "--upstream"},
 		{"a proxy to no HTTP URL", func(c *Config) { c.Proxy = &ProxyConfig{Upstream: "ftp://x"} }, "want an http:// or https:// URL"},
+		{"an identity file forward-auth cannot use", func(c *Config) { c.Identity = "testdata/no-forward-auth.yaml" },
+			"--identity testdata/no-forward-auth.yaml: forwardauth: the identity file names no forward_auth_headers"},
 		{"Envoy's near-limit ratio above 1", func(c *Config) { c.Envoy = EnvoyConfig{Metrics: true, NearLimitRatio: 2} }, "--near-limit-ratio"},
 	}
 	for _, tt := range tests {

@@ -141,6 +141,7 @@ func (co *core) wireDecider(c Config) error {
 	dc.Rules, dc.Store, dc.Local = co.rules.Current, store, co.stores.Local()
 	dc.StoreTimeout, dc.Fail, dc.Logger = c.StoreTimeout, c.Fail, c.Logger
 	dc.Lease, dc.EnvoyKeys = c.ConcurrencyLease, c.Store.EnvoyKeys
+	dc.Observers = append(dc.Observers, observe.NewUnknownDomains(c.Logger))
 	if sl := co.stores.Slots(); sl != nil { // Redis's, counted across servers; else decide's own
 		dc.Slots = sl
 	}

@@ -61,5 +61,9 @@ func newForwardAuth(identityPath string, rw *respond.Writer, d respond.Decider, 
 	if err != nil {
 		return nil, err
 	}
-	return forwardauth.New(forwardauth.Config{Identity: id, Decider: d, Respond: rw, Logger: log})
+	h, err := forwardauth.New(forwardauth.Config{Identity: id, Decider: d, Respond: rw, Logger: log})
+	if err != nil {
+		return nil, configError("--identity %s: %v", identityPath, err)
+	}
+	return h, nil
 }

@@ -265,6 +265,24 @@ func TestHTTPAPI(t *testing.T) {
 // TestHotReload edits the rules under a running server: a good edit takes
 // effect, a broken one is logged and counted while the old rules keep
 // answering, and no call fails meanwhile.
+// TestUnknownDomainLogged: a request for a domain no rules define, which
+// passes unlimited, is logged at WARN with the domain, once per domain.
+func TestUnknownDomainLogged(t *testing.T) {
+	s := startServer(t, testConfig(exampleRules))
+	for _, d := range []string{"apl", "apl", "api"} {
+		r := s.do(t, "POST", "/v1/decide", `{"domain":"`+d+`","descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}`)
+		if r.code != 200 {
+			t.Fatalf("%s: %d %s", d, r.code, r.body)
+		}
+	}
+	const msg = "unknown domain: no rules define it, so its requests pass unlimited (logged once)"
+	n := strings.Count(s.logs.String(), msg)
+	rec := s.logs.Find(msg)
+	if n != 1 || rec == nil || rec["domain"] != "apl" || rec["level"] != "WARN" {
+		t.Errorf("%d lines %q, first %v; want one at WARN for domain apl", n, msg, rec)
+	}
+}
+
 func TestHotReload(t *testing.T) {
 	if nearMidnight(time.Minute) {
 		t.Skip("the daily window resets within a minute")
