@@ -19,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -46,6 +47,8 @@ func newObject(apiVersion, kind string) any {
 		return &policyv1.PodDisruptionBudget{}
 	case "autoscaling/v2 HorizontalPodAutoscaler":
 		return &autoscalingv2.HorizontalPodAutoscaler{}
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}
 	case "kustomize.config.k8s.io/v1beta1 Kustomization":
 		return &kusttypes.Kustomization{}
 	}
@@ -273,6 +276,9 @@ func TestKustomizeBuild(t *testing.T) {
 		t.Errorf("SLUICE_RULES is %q, which is not where ConfigMap sluice-rules is mounted", rulesPath)
 	}
 
+	checkMemory(t, &c)
+	checkNetworkPolicy(t, sluice)
+
 	// The rules in the ConfigMap are checked by sluice's own tests
 	// (cmd/sluice TestDeployRules): this module does not depend on sluice's,
 	// so that its go.mod need not follow sluice's dependencies.
@@ -353,4 +359,72 @@ func hasPort(spec *corev1.PodSpec, name string) bool {
 		}
 	}
 	return false
+}
+
+// checkMemory checks that what sluice may hold in process (SLUICE_MAX_MEMORY,
+// whose default 256MiB would be the whole of a 256Mi limit) leaves at least
+// half of the container's memory limit to the Go runtime and connections.
+func checkMemory(t *testing.T, c *corev1.Container) {
+	t.Helper()
+	budget := int64(-1)
+	for _, e := range c.Env {
+		if e.Name != "SLUICE_MAX_MEMORY" {
+			continue
+		}
+		units := map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+		for suffix, unit := range units {
+			if n, ok := strings.CutSuffix(e.Value, suffix); ok {
+				var v int64
+				if _, err := fmt.Sscan(n, &v); err == nil {
+					budget = v * unit
+				}
+			}
+		}
+		if budget < 0 {
+			t.Fatalf("SLUICE_MAX_MEMORY %q: want a number of KiB, MiB or GiB", e.Value)
+		}
+	}
+	if budget < 0 {
+		t.Fatal("sluice's container sets no SLUICE_MAX_MEMORY: the default (256MiB) is not sized to its memory limit")
+	}
+	if limit := c.Resources.Limits.Memory().Value(); 2*budget > limit {
+		t.Errorf("SLUICE_MAX_MEMORY is %d bytes, more than half the container's memory limit (%d bytes)", budget, limit)
+	}
+}
+
+// checkNetworkPolicy checks the example NetworkPolicy (kept out of the
+// kustomization: who may call sluice depends on the cluster) against the
+// built Deployment: it selects sluice's pods and admits named ports the
+// container has.
+func checkNetworkPolicy(t *testing.T, sluice *appsv1.Deployment) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("sluice", "networkpolicy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeStrict("sluice/networkpolicy.yaml", data)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("networkpolicy.yaml: want one NetworkPolicy, got %d objects (%v)", len(objs), err)
+	}
+	np, ok := objs[0].(*networkingv1.NetworkPolicy)
+	if !ok {
+		t.Fatalf("networkpolicy.yaml holds a %T", objs[0])
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil || !sel.Matches(labels.Set(sluice.Spec.Template.Labels)) {
+		t.Errorf("NetworkPolicy %s does not select sluice's pods %v (%v)", np.Name, sluice.Spec.Template.Labels, err)
+	}
+	if len(np.Spec.Ingress) == 0 {
+		t.Errorf("NetworkPolicy %s admits nothing", np.Name)
+	}
+	for _, in := range np.Spec.Ingress {
+		if len(in.From) == 0 {
+			t.Errorf("NetworkPolicy %s: an ingress rule admits every peer", np.Name)
+		}
+		for _, p := range in.Ports {
+			if p.Port == nil || p.Port.StrVal == "" || !hasPort(&sluice.Spec.Template.Spec, p.Port.StrVal) {
+				t.Errorf("NetworkPolicy %s: port %v is not a named port of sluice's container", np.Name, p.Port)
+			}
+		}
+	}
 }
