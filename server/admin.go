@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/sluicehq/sluice/control"
@@ -35,8 +34,8 @@ func (s *Server) newAdmin(ctx context.Context) error {
 	if s.admin, err = admin.New(admin.Config{Backend: ed, Tokens: toks, ReadOnly: a.ReadOnly, Log: s.log, Registerer: s.co.reg}); err != nil {
 		return err
 	}
-	if s.adminSrv, err = listenSide(ctx, []string{a.Addr}); err != nil {
-		return fmt.Errorf("admin API: %w", err)
+	if s.adminSrv, err = listenSide(ctx, "admin API", []string{a.Addr}); err != nil {
+		return err
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -48,8 +47,8 @@ func (s *Server) mountDashboard(hs ...handlerMux) error {
 	if c.Addr != "" {
 		mux := &uiMux{http.NewServeMux()}
 		hs = []handlerMux{mux}
-		if s.uiSrv, err = listenSide(context.Background(), []string{c.Addr}); err != nil {
-			return fmt.Errorf("dashboard: %w", err)
+		if s.uiSrv, err = listenSide(context.Background(), "dashboard", []string{c.Addr}); err != nil {
+			return err
 		}
 		s.ui = mux
 	}

@@ -94,9 +94,10 @@ type sideServers struct {
 	addrs   []string // the addresses bound
 }
 
-// listenSide listens on every address of addrs (empty ones skipped); with
+// listenSide listens on every address of addrs (empty ones skipped), named
+// in its errors as name ("ops", "admin API", "dashboard"); with
 // none it listens on nothing. The caller calls start, or close.
-func listenSide(ctx context.Context, addrs []string) (*sideServers, error) {
+func listenSide(ctx context.Context, name string, addrs []string) (*sideServers, error) {
 	s := &sideServers{}
 	for _, a := range addrs {
 		if a = strings.TrimSpace(a); a == "" {
@@ -105,7 +106,7 @@ func listenSide(ctx context.Context, addrs []string) (*sideServers, error) {
 		ln, err := listenTCP(ctx, a)
 		if err != nil {
 			s.close()
-			return nil, fmt.Errorf("listen ops %s: %w", a, err)
+			return nil, fmt.Errorf("listen %s %s: %w", name, a, err)
 		}
 		s.lns = append(s.lns, ln)
 		s.addrs = append(s.addrs, ln.Addr().String())

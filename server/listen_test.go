@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -189,4 +190,29 @@ func httptestServer(t *testing.T) string {
 	}))
 	t.Cleanup(up.Close)
 	return up.URL
+}
+
+// TestSideListenerErrors checks that a side listener that cannot listen is
+// named in New's error by what it is (it said "listen ops" for each).
+func TestSideListenerErrors(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for name, set := range map[string]func(*Config){
+		"listen ops ":       func(c *Config) { c.OpsAddrs = []string{busy.Addr().String()} },
+		"listen dashboard ": func(c *Config) { c.UI.Addr = busy.Addr().String() },
+	} {
+		c := testConfig(exampleRules)
+		set(&c)
+		srv, _, err := newServer(c)
+		if err == nil {
+			srv.Close()
+			t.Fatalf("%s: New listened on a busy address", name)
+		}
+		if !strings.Contains(err.Error(), name+busy.Addr().String()) {
+			t.Errorf("New: %v; want it to say %q", err, name+busy.Addr().String())
+		}
+	}
 }
