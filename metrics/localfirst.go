@@ -68,3 +68,18 @@ func Async(reg prometheus.Registerer, decisions func() uint64) error {
 	}
 	return nil
 }
+
+// AsyncServers registers on reg the gauge sluice_async_servers: N, the
+// servers async mode shares its limits among (store/localfirst's
+// Stats.AsyncServers: those that heartbeat in the store, at least
+// --async-nodes; 1 on one node), read at each scrape.
+func AsyncServers(reg prometheus.Registerer, servers func() int64) error {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_async_servers",
+		Help: "Servers async mode shares its limits among: those that heartbeat in the store, at least --async-nodes.",
+	}, func() float64 { return float64(servers()) })
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("register async servers metric: %w", err)
+	}
+	return nil
+}

@@ -68,3 +68,18 @@ sluice_async_decisions_total 12
 		t.Fatal(err)
 	}
 }
+
+func TestAsyncServers(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if err := metrics.AsyncServers(reg, func() int64 { return 4 }); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP sluice_async_servers Servers async mode shares its limits among: those that heartbeat in the store, at least --async-nodes.
+# TYPE sluice_async_servers gauge
+sluice_async_servers 4
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -34,7 +34,9 @@ type Config struct {
 	// --max-memory, --max-entries, --flood-guard, --near-cache, --sync,
 	// --sync-interval, --async-nodes, --lease-lifetime, --max-lease,
 	// --envoy-redis-keys, --envoy-key-prefix). Its TLS and Logger are
-	// set from StoreTLS and Logger.
+	// set from StoreTLS and Logger. Async mode counts the servers that
+	// share Redis by their heartbeats there; --async-nodes is only the
+	// fewest it counts.
 	Store    stack.Config
 	StoreTLS StoreTLSConfig
 

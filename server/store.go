@@ -85,8 +85,12 @@ func maxMemory(c Config) int64 {
 }
 
 // stackMetrics registers on reg the counters of st's near caches, leases
-// and async decisions, if it has local-first layers.
+// and async decisions, if it has local-first layers, and the servers
+// async mode counts (1 without).
 func stackMetrics(st *stack.Stack, reg prometheus.Registerer) error {
+	if err := metrics.AsyncServers(reg, func() int64 { return st.Stats().AsyncServers }); err != nil {
+		return err
+	}
 	if !st.HasLocalFirst() {
 		return nil
 	}

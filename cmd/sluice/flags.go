@@ -91,7 +91,7 @@ var settingsTable = []setting{
 		return parsed(&s.cfg.Store.Sync, sluice.ParseSync)
 	}},
 	{"sync", forBoth, "sync-interval", "how often async mode writes hits back to Redis", func(s *settings) flag.Value { return positive(&s.cfg.Store.SyncInterval) }},
-	{"sync", forBoth, "async-nodes", "how many servers share Redis in async mode: each admits between syncs 1/(50 × this) of what is left (and of a bucket's refill, 1/this)", func(s *settings) flag.Value { return positive(&s.cfg.Store.AsyncNodes) }},
+	{"sync", forBoth, "async-nodes", "the fewest servers async mode shares among: the servers count themselves in Redis, at least this many (a floor for servers that join)", func(s *settings) flag.Value { return positive(&s.cfg.Store.AsyncNodes) }},
 	{"sync", forBoth, "lease-lifetime", "how long a lease outlives its client's last request before its unused hits go back to Redis", func(s *settings) flag.Value { return positive(&s.cfg.Store.LeaseLifetime) }},
 	{"sync", forBoth, "max-lease", "most hits one lease carries (and at most a sixteenth of its limit)", func(s *settings) flag.Value { return positive(&s.cfg.Store.MaxLease) }},
 	{"envoy", forBoth, "envoy-redis-keys", "count fixed windows in Redis under Envoy ratelimit's keys and as it counts (INCRBY, EXPIRE), sharing its counters (a Redis --store only; on in Envoy's environment with a Redis store: =false opts out)", func(s *settings) flag.Value { return boolean(&s.cfg.Store.EnvoyKeys) }},

@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -28,6 +29,40 @@ type Syncer interface {
 	SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error)
 }
 
+// Heartbeater is an optional interface of a store that counts the servers
+// sharing it in async mode. store/redis implements it.
+type Heartbeater interface {
+	// Heartbeat records that the server id shares the store until ttl
+	// from now on the store's clock, forgets the servers whose heartbeat
+	// ended, and returns how many are left, id included. A ttl of 0
+	// removes id.
+	Heartbeat(ctx context.Context, id string, ttl time.Duration) (int64, error)
+}
+
+// heartbeatIntervals is how many sync intervals a server stays counted
+// after its last heartbeat: generous, since a server counted after it
+// stopped only makes the others' shares smaller, while one dropped from
+// the count while it still admits (paused past its heartbeat) makes them
+// larger.
+const heartbeatIntervals = 10
+
+// maxHeartbeat caps a heartbeat's lifetime (store/redis's cap).
+const maxHeartbeat = 24 * time.Hour
+
+// heartbeat renews the node's heartbeat in the store and takes the count
+// of servers it returns as N. With no Heartbeater it does nothing.
+func (s *Store) heartbeat(ctx context.Context) error {
+	if s.beater == nil {
+		return nil
+	}
+	n, err := s.beater.Heartbeat(ctx, s.id, min(heartbeatIntervals*s.syncEvery, maxHeartbeat))
+	if err != nil {
+		return fmt.Errorf("localfirst heartbeat: %w", err)
+	}
+	s.async.live.Store(max(n, 1))
+	return nil
+}
+
 // asyncOverhead is what an async entry costs besides its key's bytes,
 // rounded up.
 const asyncOverhead = 224
@@ -37,8 +72,9 @@ const asyncOverhead = 224
 type asyncTable struct {
 	seed     maphash.Seed
 	budget   int64 // bytes per shard
-	share    int64 // Config.AsyncShare × Config.AsyncNodes
-	nodes    int64 // Config.AsyncNodes
+	k        int64 // Config.AsyncShare
+	floor    int64 // Config.AsyncNodes: the fewest servers counted
+	live     atomic.Int64
 	interval int64 // Config.SyncInterval, µs
 	shards   [leaseShards]asyncShard
 
@@ -78,14 +114,22 @@ type asyncEntry struct {
 	used      int64
 }
 
-func newAsyncTable(bytes, nodes, k int64, interval time.Duration) *asyncTable {
-	a := &asyncTable{seed: maphash.MakeSeed(), budget: max(bytes/leaseShards, 1), share: nodes * k,
-		nodes: nodes, interval: interval.Microseconds()}
+func newAsyncTable(bytes, floor, k int64, interval time.Duration) *asyncTable {
+	a := &asyncTable{seed: maphash.MakeSeed(), budget: max(bytes/leaseShards, 1), k: k,
+		floor: floor, interval: interval.Microseconds()}
 	for i := range a.shards {
 		a.shards[i].m = make(map[string]*asyncEntry)
 	}
 	return a
 }
+
+// nodes returns N, the servers async mode shares among: the most of the
+// servers the store last counted (Heartbeater; none counted: 1) and
+// Config.AsyncNodes.
+func (a *asyncTable) nodes() int64 { return max(a.live.Load(), a.floor) }
+
+// share returns N × k, the parts async mode divides what is left into.
+func (a *asyncTable) share() int64 { return a.nodes() * a.k }
 
 // storeNow returns the store's clock at local time now, as the last sync
 // measured it, in µs.
@@ -139,7 +183,7 @@ func (a *asyncTable) allowance(l sluice.Limit, counted int64) int64 {
 	if left <= 0 {
 		return 0
 	}
-	return max(left/a.share, 1)
+	return max(left/a.share(), 1)
 }
 
 // fits reports whether async mode computes l's arithmetic exactly: for a
@@ -186,7 +230,7 @@ func (a *asyncTable) grant(e *asyncEntry, b sluice.Bucket, at int64) int64 {
 	free := b.Full - e.level
 	var g int64
 	if free > 0 {
-		g = free / a.share
+		g = free / a.share()
 	}
 	if elapsed := at - e.at; elapsed > 0 {
 		refilled := a.refill(b) // Drain × SyncInterval
@@ -194,7 +238,7 @@ func (a *asyncTable) grant(e *asyncEntry, b sluice.Bucket, at int64) int64 {
 			refilled = b.Drain * elapsed
 		}
 		if refilled += min(free, 0); refilled > 0 {
-			g += refilled / a.nodes
+			g += refilled / a.nodes()
 		}
 	}
 	if free >= b.Hit {
@@ -212,7 +256,7 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 	}
 	a := s.async
 	l, cost := r.Limit, r.Cost
-	if l.Rate < a.share { // too small a limit to share out: exact
+	if l.Rate < a.share() { // too small a limit to share out: exact
 		return s.exact(ctx, r, now)
 	}
 	p := l.Period.Microseconds()
@@ -304,8 +348,8 @@ func (s *Store) takeBucket(ctx context.Context, r sluice.Request, now time.Time)
 		d = l.TakeMicros(&st, at, 0)
 		d.Allowed = false
 		d.RetryAfter = s.syncEvery
-		if need := e.used + cost*b.Hit - g; need > 0 && need <= a.refill(b)/a.nodes {
-			d.RetryAfter = min(d.RetryAfter, time.Duration((need*a.nodes+b.Drain-1)/b.Drain)*time.Microsecond)
+		if need := e.used + cost*b.Hit - g; need > 0 && need <= a.refill(b)/a.nodes() {
+			d.RetryAfter = min(d.RetryAfter, time.Duration((need*a.nodes()+b.Drain-1)/b.Drain)*time.Microsecond)
 		}
 		d.RetryAfter = max(d.RetryAfter, time.Microsecond)
 	}
@@ -322,6 +366,12 @@ func (s *Store) takeBucket(ctx context.Context, r sluice.Request, now time.Time)
 // store's count, never from a fresh share of the whole limit.
 func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time, sh *asyncShard) (sluice.Decision, error) {
 	a := s.async
+	if a.live.Load() == 0 {
+		// Counted among the servers before the node admits by itself: the
+		// others count it at their next sync. A failure leaves N at
+		// Config.AsyncNodes, and the next key's first request tries again.
+		_ = s.heartbeat(ctx)
+	}
 	s.calls.Add(1)
 	d, st, at, ok, err := s.stater.TakeState(ctx, r)
 	if err != nil {
@@ -400,7 +450,8 @@ func (a *asyncTable) evict(sh *asyncShard, now time.Time, every time.Duration, s
 // SyncAsync writes back every key's hits admitted in async mode since the
 // last sync, in one pipelined call, and sets the next allowance of those
 // keys and of keys whose allowance ran out from the counts the store
-// returns. The Store calls it every
+// returns, after renewing the node's heartbeat, whose count of servers
+// the new shares divide by. The Store calls it every
 // Config.SyncInterval by itself; tests call it to sync at an instant of
 // their clock. While a key's sync is in flight, the node admits nothing
 // more on a window key; on a bucket key it goes on admitting from the
@@ -451,8 +502,10 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 		}
 		sh.mu.Unlock()
 	}
+	// The count before the shares given below, which are of it.
+	beatErr := s.heartbeat(ctx)
 	if len(items) == 0 {
-		return nil
+		return beatErr
 	}
 	reqs, windows := make([]sluice.Request, len(items)), make([]int64, len(items))
 	for i, it := range items {
@@ -509,9 +562,9 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 	}
 	if err != nil {
 		s.returnErrors.Add(1)
-		return errors.Join(errors.New("localfirst: async sync failed"), err)
+		return errors.Join(errors.New("localfirst: async sync failed"), err, beatErr)
 	}
-	return nil
+	return beatErr
 }
 
 // syncLoop calls SyncAsync every interval until stop is closed.

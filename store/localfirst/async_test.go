@@ -504,3 +504,75 @@ func TestAsyncWindowIdleKeepsShare(t *testing.T) {
 		t.Fatalf("%d store calls for a key the node forgot, want 1 (the store decides it)", got-calls)
 	}
 }
+
+// TestAsyncServersJoin runs async mode with --async-nodes 2 typed while 4
+// servers run: 2 hammer a hot key, 2 more join mid-window, and all 4
+// hammer until none admits any more. The servers count themselves
+// (heartbeats in Redis), so the hits admitted stay within the bound
+// stated for 4 servers; on the limits below 4 × k that bound is the rate
+// itself, where servers that believed the flag shared out by 2 and passed
+// it. Closing a server takes it out of the count.
+func TestAsyncServersJoin(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	url := "redis://" + testenv.RedisAddr(t) + "/0"
+	for _, l := range []sluice.Limit{
+		{Algorithm: sluice.FixedWindow, Rate: 150, Period: time.Minute},
+		{Algorithm: sluice.FixedWindow, Rate: 151, Period: time.Minute},
+		{Algorithm: sluice.SlidingWindow, Rate: 153, Period: time.Minute},
+		{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Minute},
+	} {
+		t.Run(l.String(), func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+			prefix := fmt.Sprintf("localfirsttest:%x:", rand.Uint64())
+			cfg := Config{Sync: Async, AsyncNodes: 2, SyncInterval: interval}
+			nodes := openNodes(t, url, prefix, clk.Now, 2, cfg)
+			var admitted int64
+			round := func() (n int64) {
+				for range 5 {
+					for _, s := range nodes {
+						d, err := sluice.Take(context.Background(), s, "{hot}", l, 1)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if d.Allowed {
+							n++
+						}
+					}
+				}
+				for _, s := range nodes {
+					if err := s.SyncAsync(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				clk.Advance(interval)
+				admitted += n
+				return n
+			}
+			for admitted < l.Rate/3 {
+				round()
+			}
+			nodes = append(nodes, openNodes(t, url, prefix, clk.Now, 2, cfg)...)
+			for round() > 0 {
+			}
+			round() // one more: nothing left to admit
+			bound := l.Rate + asyncOver(l, 4, defaultAsyncShare, interval)
+			t.Logf("%v: %d admitted by 2 servers, then 4 (bound for 4 servers %d)", l, admitted, bound)
+			if admitted > bound {
+				t.Fatalf("%v: admitted %d, more than the %d stated for 4 servers", l, admitted, bound)
+			}
+			if admitted < l.Rate {
+				t.Fatalf("%v: admitted %d, fewer than the rate: the test does not test the bound", l, admitted)
+			}
+			if got := nodes[0].Stats().AsyncServers; got != 4 {
+				t.Fatalf("the first server counts %d servers, want 4", got)
+			}
+			if err := nodes[3].Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			round()
+			if got := nodes[0].Stats().AsyncServers; got != 3 {
+				t.Fatalf("with one server closed, the first counts %d servers, want 3", got)
+			}
+		})
+	}
+}

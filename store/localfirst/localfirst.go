@@ -63,8 +63,15 @@
 // two quiet intervals, either sooner when the table is full), which the store decides and
 // whose state it starts from. Each node admits by itself and writes its
 // hits back every Config.SyncInterval (I) in one pipelined call, reading
-// what the store holds; N = Config.AsyncNodes and k = Config.AsyncShare
-// (default 50).
+// what the store holds; k = Config.AsyncShare (default 50) and N the
+// servers sharing the store: each renews a heartbeat in it at every sync
+// (Heartbeater) and is counted until heartbeatIntervals intervals after
+// its last; a node counts itself before it first admits by itself; N is
+// the count its last heartbeat read, at least Config.AsyncNodes. The
+// bounds below hold while every server counts all those running: within
+// one interval of a server joining, those that have not synced since
+// hold shares of a smaller count, and the excess is at most the sum of
+// each server's share (S below) for the N it holds.
 //
 // On fixed_window and sliding_window, a node's next allowance is
 // max(⌊(rate − counted) / (N × k)⌋, 1) while anything is left, and
@@ -139,6 +146,7 @@ package localfirst
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -190,14 +198,14 @@ type Config struct {
 	// reads the counts (default 100ms); a bucket's grant holds at most
 	// its refill over one SyncInterval.
 	SyncInterval time.Duration
-	// AsyncNodes is how many nodes share the store in async mode (default
-	// 1). Each node admits between syncs at most
-	// (rate − counted) / (AsyncNodes × AsyncShare) of a window limit, so
-	// that with AsyncNodes nodes the limit is overshot by at most
-	// rate / AsyncShare; of a bucket limit, at most what was free over
-	// AsyncNodes × AsyncShare and 1/AsyncNodes of its refill, so that
-	// it is overshot by at most capacity / AsyncShare plus one
-	// SyncInterval's refill (see the package documentation).
+	// AsyncNodes is the fewest servers async mode shares among (default
+	// 1): N is the servers that heartbeat in the store (Heartbeater), at
+	// least this. Each node admits between syncs at most
+	// (rate − counted) / (N × AsyncShare) of a window limit, and of a
+	// bucket limit at most what was free over N × AsyncShare and 1/N of
+	// its refill (see the package documentation). A floor for the
+	// interval after servers join, before the others have counted them,
+	// and for a store that cannot count (one without Heartbeater).
 	AsyncNodes int64
 	// AsyncShare is k in that bound (default 50: at most 2% over).
 	// Larger k overshoots less and fills the limit (a bucket's burst)
@@ -224,7 +232,8 @@ const (
 	defaultLeaseBytes = 8 << 20
 	// defaultSyncInterval is SyncInterval's default.
 	defaultSyncInterval = 100 * time.Millisecond
-	// defaultAsyncNodes is AsyncNodes's default: one node.
+	// defaultAsyncNodes is AsyncNodes's default: no floor beyond the
+	// servers counted.
 	defaultAsyncNodes = 1
 	// defaultAsyncShare is AsyncShare's default: overshoot at most 2%.
 	defaultAsyncShare = 50
@@ -243,7 +252,9 @@ type Store struct {
 	near        *nearCache // nil when off
 	leases      *leases    // nil unless lease mode
 	async       *asyncTable
-	syncer      Syncer // next's when async mode may be used, or nil
+	syncer      Syncer      // next's when async mode may be used, or nil
+	beater      Heartbeater // next's when async mode may be used, or nil
+	id          string      // this node's ID among the servers that heartbeat
 
 	syncEvery time.Duration
 	asyncHits atomic.Uint64
@@ -325,6 +336,9 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	if sy, ok := next.(Syncer); ok && (cfg.Sync == Async || cfg.RequestSync) {
 		s.syncer = sy
 		s.async = newAsyncTable(cfg.LeaseBytes, cfg.AsyncNodes, cfg.AsyncShare, cfg.SyncInterval)
+		if hb, ok := next.(Heartbeater); ok {
+			s.beater, s.id = hb, rand.Text()
+		}
 		s.asyncDone = make(chan struct{})
 		go s.syncLoop(s.stop, s.asyncDone)
 	}
@@ -367,6 +381,10 @@ func (s *Store) Close(ctx context.Context) error {
 		if s.asyncDone != nil {
 			<-s.asyncDone
 			err = errors.Join(err, s.SyncAsync(ctx))
+			if s.beater != nil && s.async.live.Load() > 0 { // no longer counted: its hits are written
+				_, berr := s.beater.Heartbeat(ctx, s.id, 0)
+				err = errors.Join(err, berr)
+			}
 		}
 	})
 	return err
@@ -393,6 +411,10 @@ type Stats struct {
 	// StoreCalls counts the calls made to the decorated store: decisions,
 	// grants and returns.
 	StoreCalls uint64
+	// AsyncServers is N, the servers async mode shares its limits among
+	// now: the most of those the store counts (Heartbeater) and
+	// Config.AsyncNodes; 1 when async mode is off.
+	AsyncServers int64
 }
 
 // Stats returns the store's counters.
@@ -401,7 +423,10 @@ func (s *Store) Stats() Stats {
 		NearHits: s.hits.Load(), NearMisses: s.misses.Load(),
 		LeaseHits: s.leaseHits.Load(), AsyncDecisions: s.asyncHits.Load(), Grants: s.grants.Load(),
 		Returned: s.returned.Load(), ReturnErrors: s.returnErrors.Load(),
-		StoreCalls: s.calls.Load(),
+		StoreCalls: s.calls.Load(), AsyncServers: 1,
+	}
+	if s.async != nil {
+		st.AsyncServers = s.async.nodes()
 	}
 	if s.near != nil {
 		st.NearEntries, st.NearBytes = s.near.size()

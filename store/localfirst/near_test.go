@@ -303,7 +303,7 @@ func TestNearCacheOff(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if st := s.Stats(); st != (Stats{StoreCalls: 5}) {
+			if st := s.Stats(); st != (Stats{StoreCalls: 5, AsyncServers: 1}) {
 				t.Fatalf("stats %+v, want 5 store calls and nothing else", st)
 			}
 		})

@@ -107,7 +107,8 @@ type Config struct {
 	// SyncInterval is how often async mode writes hits back. Default
 	// 100ms.
 	SyncInterval time.Duration
-	// AsyncNodes is how many servers share Redis in async mode. Default 1.
+	// AsyncNodes is the fewest servers async mode shares among: it counts
+	// the servers that heartbeat in Redis, at least this many. Default 1.
 	AsyncNodes int64
 	// LeaseLifetime is how long a lease outlives its key's last request.
 	// Default 500ms.
@@ -156,7 +157,7 @@ func DefaultConfig() Config {
 		NearCache:     8 << 20,                // 8 MiB of denials answered without Redis
 		Sync:          sluice.Exact,           // every decision reaches Redis
 		SyncInterval:  100 * time.Millisecond, // async mode's write-back
-		AsyncNodes:    1,                      // async mode assumes it is alone
+		AsyncNodes:    1,                      // the servers count themselves (heartbeats in Redis)
 		LeaseLifetime: 500 * time.Millisecond, // unused hits go back soon after a client stops
 		MaxLease:      1000,                   // and at most a sixteenth of the limit
 		Logger:        slog.Default(),
@@ -371,7 +372,8 @@ func (s *Stack) Ready() bool {
 	return true
 }
 
-// Stats returns the local-first layers' counters, summed.
+// Stats returns the local-first layers' counters, summed, and the most
+// servers one of them counts (AsyncServers; 1 without local-first layers).
 func (s *Stack) Stats() Stats {
 	var sum Stats
 	for _, f := range s.stats {
@@ -386,7 +388,9 @@ func (s *Stack) Stats() Stats {
 		sum.Returned += st.Returned
 		sum.ReturnErrors += st.ReturnErrors
 		sum.StoreCalls += st.StoreCalls
+		sum.AsyncServers = max(sum.AsyncServers, st.AsyncServers)
 	}
+	sum.AsyncServers = max(sum.AsyncServers, 1) // one node: no layer counts more
 	return sum
 }
 
