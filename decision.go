@@ -56,10 +56,10 @@ type LimitChecker interface {
 // State is the state of one key under one limit. The zero value is a key
 // never seen. A State is not safe for concurrent use; stores guard it.
 type State struct {
-	t   int64 // µs since the Unix epoch: window start, last update, or TAT
-	n   int64 // count in the window, bucket level in hit·µs, or latest admission (gcra)
-	p   int64 // count in the previous window (sliding_window)
-	log *hitLog
+	t   int64   // µs since the Unix epoch: window start, last update, or TAT
+	n   int64   // count in the window, bucket level in hit·µs, or latest admission (gcra)
+	p   int64   // count in the previous window (sliding_window: the oldest sub-window)
+	log *hitLog // sliding_log's hits; sliding_window's sub-windows between p's and n's
 }
 
 // StateOf returns the State of fields t, n and p, for a store that keeps
@@ -98,14 +98,14 @@ func (l Limit) Take(s *State, now time.Time, cost int64) Decision {
 // TakeMicros is Take with now in microseconds since the Unix epoch.
 func (l Limit) TakeMicros(s *State, now int64, cost int64) Decision {
 	p := int64(l.Period / time.Microsecond)
-	if cost < 0 || l.Rate <= 0 || p <= 0 || l.Burst < 0 {
+	if cost < 0 || l.Rate <= 0 || p <= 0 || l.Burst < 0 || !l.cuts(p) {
 		return Decision{Limit: l.Capacity(), RetryAfter: Never}
 	}
 	switch l.Algorithm {
 	case FixedWindow:
 		return fixedWindow(l.Rate, p, s, now, cost)
 	case SlidingWindow:
-		return slidingWindow(l.Rate, p, s, now, cost)
+		return slidingWindow(l.Rate, p, l.SubWindows(), s, now, cost)
 	case SlidingLog:
 		return slidingLog(l.Rate, p, s, now, cost)
 	case TokenBucket:

@@ -88,10 +88,11 @@ func floorDiv(a, b int64) int64 {
 //     bucket limits above): after anything else, later hits may be due in
 //     those slots.
 //
-// It gives nothing back for a sliding_log, an invalid limit or hits <= 0.
+// It gives nothing back for a sliding_log, a sliding_window of more than
+// one sub-window (Precision), an invalid limit or hits <= 0.
 func (l Limit) ReturnLease(s *State, grant State, hits, now int64) int64 {
 	p := int64(l.Period / time.Microsecond)
-	if hits <= 0 || l.Validate() != nil {
+	if hits <= 0 || l.Validate() != nil || l.SubWindows() > 1 {
 		return 0
 	}
 	hits = min(hits, l.Capacity()) // no lease is larger

@@ -99,6 +99,45 @@ type Limit struct {
 	Rate      int64         // hits per Period, at least 1
 	Period    time.Duration // whole microseconds, at least 1µs
 	Burst     int64         // capacity of the bucket algorithms; 0 means Rate
+	// Precision is, for sliding_window, how many sub-windows the period is
+	// cut into (1 to MaxPrecision, a divisor of the period in µs): the
+	// estimate weighs only the oldest sub-window's count, so the more
+	// sub-windows, the nearer the exact count, at 16 bytes of state each
+	// (docs/rules.md states the bound). 0 means DefaultPrecision. The
+	// other algorithms have none and reject one.
+	Precision int64
+}
+
+// DefaultPrecision is a sliding_window's Precision when none is given: 1,
+// the two-window counter (previous window weighted + current), whose state
+// is three numbers and which every version of sluice has stored; the
+// figures that chose it are in docs/algorithms.md.
+const DefaultPrecision = 1
+
+// MaxPrecision caps Limit.Precision: 60 sub-windows, a second's each on a
+// minute, already within 1/60 of the rate of the exact count, while the
+// state grows by 16 bytes a sub-window.
+const MaxPrecision = 60
+
+// SubWindows returns how many sub-windows a sliding_window limit cuts its
+// period into: Precision, or DefaultPrecision when it is 0. It is 1 for
+// the other algorithms.
+func (l Limit) SubWindows() int64 {
+	switch {
+	case l.Algorithm != SlidingWindow:
+		return 1
+	case l.Precision == 0:
+		return DefaultPrecision
+	}
+	return l.Precision
+}
+
+// cuts reports whether l's precision is valid for its period of p µs.
+func (l Limit) cuts(p int64) bool {
+	if l.Precision == 0 {
+		return true
+	}
+	return l.Algorithm == SlidingWindow && l.Precision > 0 && l.Precision <= MaxPrecision && p%l.Precision == 0
 }
 
 // maxProduct bounds the products of counts and periods in microseconds that
@@ -133,8 +172,15 @@ func (l Limit) Validate() error {
 		return &FieldError{"Burst", fmt.Sprintf("must be at least 1, got %d", l.Burst)}
 	case l.Burst != 0 && !l.Algorithm.HasBurst():
 		return &FieldError{"Burst", fmt.Sprintf("%s has no burst; use token_bucket, leaky_bucket or gcra", l.Algorithm)}
+	case l.Precision != 0 && l.Algorithm != SlidingWindow:
+		return &FieldError{"Precision", fmt.Sprintf("%s has no sub-windows; precision is for sliding_window", l.Algorithm)}
+	case l.Precision < 0 || l.Precision > MaxPrecision:
+		return &FieldError{"Precision", fmt.Sprintf("must be between 1 and %d, got %d", MaxPrecision, l.Precision)}
 	}
 	p := l.Period.Microseconds()
+	if !l.cuts(p) {
+		return &FieldError{"Precision", fmt.Sprintf("%d sub-windows do not cut %v into whole microseconds%s", l.Precision, l.Period, divisorsNear(p, l.Precision))}
+	}
 	if l.Rate > maxProduct/p || l.Capacity() > maxProduct/p {
 		return &FieldError{"Rate", fmt.Sprintf("%d per %v is too large to compute exactly", max(l.Rate, l.Capacity()), l.Period)}
 	}
@@ -142,6 +188,31 @@ func (l Limit) Validate() error {
 		return &FieldError{"Rate", fmt.Sprintf("gcra emits at most one hit per microsecond; %d per %v is faster", l.Rate, l.Period)}
 	}
 	return nil
+}
+
+// divisorsNear suggests the precisions next to want that cut a period of p
+// µs into whole microseconds, as ": use 4 or 6".
+func divisorsNear(p, want int64) string {
+	var lo, hi int64
+	for d := want - 1; d >= 1 && lo == 0; d-- {
+		if p%d == 0 {
+			lo = d
+		}
+	}
+	for d := want + 1; d <= MaxPrecision && hi == 0; d++ {
+		if p%d == 0 {
+			hi = d
+		}
+	}
+	switch {
+	case lo > 1 && hi > 0:
+		return fmt.Sprintf(": use %d or %d", lo, hi)
+	case hi > 0:
+		return fmt.Sprintf(": use %d", hi)
+	case lo > 0:
+		return fmt.Sprintf(": use %d", lo)
+	}
+	return ""
 }
 
 // Capacity returns how many hits the limit admits at once: the burst of
@@ -155,7 +226,7 @@ func (l Limit) Capacity() int64 {
 }
 
 // String formats l in the syntax ParseLimit reads, such as
-// "30/1s token_bucket burst=100".
+// "30/1s token_bucket burst=100" or "100/1m0s sliding_window precision=10".
 func (l Limit) String() string {
 	var b strings.Builder
 	b.WriteString(strconv.FormatInt(l.Rate, 10))
@@ -168,6 +239,10 @@ func (l Limit) String() string {
 	if l.Burst != 0 {
 		b.WriteString(" burst=")
 		b.WriteString(strconv.FormatInt(l.Burst, 10))
+	}
+	if l.Precision != 0 {
+		b.WriteString(" precision=")
+		b.WriteString(strconv.FormatInt(l.Precision, 10))
 	}
 	return b.String()
 }
@@ -184,8 +259,9 @@ var unitPeriods = map[string]time.Duration{
 // ErrSyntax is wrapped by the errors of ParseLimit for text it cannot read.
 var ErrSyntax = errors.New("limit syntax")
 
-// ParseLimit reads a limit written as "RATE/PERIOD [ALGORITHM] [burst=N]",
-// such as "100/s", "100/5m sliding_window" or "30/1s token_bucket burst=100".
+// ParseLimit reads a limit written as "RATE/PERIOD [ALGORITHM] [burst=N]
+// [precision=N]", such as "100/s", "100/5m sliding_window precision=10" or
+// "30/1s token_bucket burst=100".
 // PERIOD is a unit (us, ms, s, m, h, d, w, or second, minute, hour, day,
 // week), optionally preceded by a count ("5m", "10s"), or a Go duration
 // ("1m30s"). The result is validated.
@@ -213,6 +289,15 @@ func ParseLimit(s string) (Limit, error) {
 			}
 			if l.Burst == 0 {
 				return Limit{}, &FieldError{"Burst", "must be at least 1, got 0"}
+			}
+			continue
+		}
+		if v, ok := strings.CutPrefix(f, "precision="); ok {
+			if l.Precision, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return Limit{}, fmt.Errorf("%w: precision %q is not a whole number", ErrSyntax, v)
+			}
+			if l.Precision == 0 {
+				return Limit{}, &FieldError{"Precision", fmt.Sprintf("must be between 1 and %d, got 0", MaxPrecision)}
 			}
 			continue
 		}

@@ -102,6 +102,13 @@ func TestParseLimit(t *testing.T) {
 		{in: "0/s", err: "at least 1"},
 		{in: "10/s burst=5", err: "no burst"},
 		{in: "1/99999999999999999d", err: "too long"},
+		{in: "100/m sliding_window precision=10", want: sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 100, Period: time.Minute, Precision: 10}},
+		{in: "100/s sliding_window precision=0", err: "between 1 and 60"},
+		{in: "100/h sliding_window precision=61", err: "between 1 and 60"},
+		{in: "100/s sliding_window precision=x", err: "not a whole number"},
+		{in: "100/s precision=2", err: "precision is for sliding_window"},
+		{in: "100/s sliding_window precision=3", err: "use 2 or 4"},
+		{in: "100/7us sliding_window precision=2", err: "use 7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -138,7 +145,7 @@ func TestAlgorithmText(t *testing.T) {
 }
 
 func FuzzParseLimit(f *testing.F) {
-	for _, s := range []string{"100/s", "30/1s token_bucket burst=100", "5/5m sliding_window", "1/1us gcra", "9/-1s", "/", "1/1e9h"} {
+	for _, s := range []string{"100/s", "30/1s token_bucket burst=100", "5/5m sliding_window", "5/5m sliding_window precision=6", "1/1us gcra", "9/-1s", "/", "1/1e9h"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -58,19 +58,22 @@ func (m *fixedModel) clone() model {
 }
 
 type slidingModel struct {
-	rate, p int64
-	h       history
+	rate, g, subs int64 // g: a sub-window, the period over subs
+	h             history
 }
 
-// allows is the estimate prev × (p − e)/p + cur + cost <= rate, in exact
-// integers multiplied through by p.
+// allows is the estimate oldest × (g − e)/g + the hits of the subs
+// sub-windows since + cost <= rate, in exact integers multiplied through by
+// g, where oldest is the hits of the sub-window that began subs × g before
+// the current one.
 func (m *slidingModel) allows(t, c int64) bool {
-	ws := floorTo(t, m.p)
-	prev := big.NewInt(m.h.sum(ws-m.p, ws))
-	cur := m.h.sum(ws, ws+m.p)
-	lhs := new(big.Int).Mul(prev, big.NewInt(m.p-(t-ws)))
-	lhs.Add(lhs, new(big.Int).Mul(big.NewInt(cur+c), big.NewInt(m.p)))
-	rhs := new(big.Int).Mul(big.NewInt(m.rate), big.NewInt(m.p))
+	ws := floorTo(t, m.g)
+	oldest := ws - m.subs*m.g
+	prev := big.NewInt(m.h.sum(oldest, oldest+m.g))
+	cur := m.h.sum(oldest+m.g, ws+m.g)
+	lhs := new(big.Int).Mul(prev, big.NewInt(m.g-(t-ws)))
+	lhs.Add(lhs, new(big.Int).Mul(big.NewInt(cur+c), big.NewInt(m.g)))
+	rhs := new(big.Int).Mul(big.NewInt(m.rate), big.NewInt(m.g))
 	return lhs.Cmp(rhs) <= 0
 }
 func (m *slidingModel) admit(t, c int64) { m.h = append(m.h, admitted{t, c}) }
@@ -137,7 +140,7 @@ func newModel(l sluice.Limit) model {
 	case sluice.FixedWindow:
 		return &fixedModel{rate: l.Rate, p: p}
 	case sluice.SlidingWindow:
-		return &slidingModel{rate: l.Rate, p: p}
+		return &slidingModel{rate: l.Rate, g: p / l.SubWindows(), subs: l.SubWindows()}
 	case sluice.SlidingLog:
 		return &logModel{rate: l.Rate, p: p}
 	case sluice.TokenBucket, sluice.LeakyBucket:
@@ -223,6 +226,11 @@ func TestAlgorithmsMatchReferenceModels(t *testing.T) {
 		{Algorithm: sluice.SlidingWindow, Rate: 10, Period: time.Second},
 		{Algorithm: sluice.SlidingWindow, Rate: 100, Period: time.Minute},
 		{Algorithm: sluice.SlidingWindow, Rate: 3, Period: 7 * time.Millisecond},
+		{Algorithm: sluice.SlidingWindow, Rate: 10, Period: time.Second, Precision: 2},
+		{Algorithm: sluice.SlidingWindow, Rate: 100, Period: time.Minute, Precision: 10},
+		{Algorithm: sluice.SlidingWindow, Rate: 7, Period: 7 * time.Millisecond, Precision: 7},
+		{Algorithm: sluice.SlidingWindow, Rate: 30, Period: time.Second, Precision: 50},
+		{Algorithm: sluice.SlidingWindow, Rate: 60, Period: time.Minute, Precision: 60},
 		{Algorithm: sluice.SlidingLog, Rate: 10, Period: time.Second},
 		{Algorithm: sluice.SlidingLog, Rate: 5, Period: 13 * time.Millisecond},
 		{Algorithm: sluice.TokenBucket, Rate: 10, Period: time.Second},
