@@ -456,7 +456,11 @@ func (a *asyncTable) evict(sh *asyncShard, now time.Time, every time.Duration, s
 // their clock. While a key's sync is in flight, the node admits nothing
 // more on a window key; on a bucket key it goes on admitting from the
 // grant it holds, and what it admits meanwhile counts against the next.
-func (s *Store) SyncAsync(ctx context.Context) error {
+func (s *Store) SyncAsync(ctx context.Context) error { return s.syncAsync(ctx, true) }
+
+// syncAsync is SyncAsync, renewing the heartbeat if beat (not when the
+// Store closes).
+func (s *Store) syncAsync(ctx context.Context, beat bool) error {
 	a := s.async
 	if a == nil {
 		return nil
@@ -503,7 +507,10 @@ func (s *Store) SyncAsync(ctx context.Context) error {
 		sh.mu.Unlock()
 	}
 	// The count before the shares given below, which are of it.
-	beatErr := s.heartbeat(ctx)
+	var beatErr error
+	if beat {
+		beatErr = s.heartbeat(ctx)
+	}
 	if len(items) == 0 {
 		return beatErr
 	}

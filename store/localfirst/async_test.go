@@ -59,7 +59,7 @@ func openAsyncNodes(t testing.TB, url, prefix string, now func() time.Time, n in
 // Intervals scenario checks the buckets' bound over every interval of a
 // random run with syncs at random.
 func TestAsyncContract(t *testing.T) {
-	for name, url := range backendURLs() {
+	for name, url := range contractURLs() {
 		t.Run(name, func(t *testing.T) {
 			u := url(t)
 			storetest.RunContract(t, func(t *testing.T, now func() time.Time, n int) []sluice.Store {
@@ -514,7 +514,12 @@ func TestAsyncWindowIdleKeepsShare(t *testing.T) {
 // it. Closing a server takes it out of the count.
 func TestAsyncServersJoin(t *testing.T) {
 	const interval = 100 * time.Millisecond
-	url := "redis://" + testenv.RedisAddr(t) + "/0"
+	for name, url := range contractURLs() {
+		t.Run(name, func(t *testing.T) { testAsyncServersJoin(t, url(t), interval) })
+	}
+}
+
+func testAsyncServersJoin(t *testing.T, url string, interval time.Duration) {
 	for _, l := range []sluice.Limit{
 		{Algorithm: sluice.FixedWindow, Rate: 150, Period: time.Minute},
 		{Algorithm: sluice.FixedWindow, Rate: 151, Period: time.Minute},

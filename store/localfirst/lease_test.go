@@ -43,7 +43,7 @@ func openLeaseNodes(t *testing.T, url, prefix string, now func() time.Time, n in
 // over Redis and Redis Cluster, 1 and 3 nodes, with the bound lease mode
 // states: at most the limit, at least the limit minus the nodes' leases.
 func TestLeaseContract(t *testing.T) {
-	for name, url := range backendURLs() {
+	for name, url := range contractURLs() {
 		t.Run(name, func(t *testing.T) {
 			u := url(t)
 			storetest.RunContract(t, func(t *testing.T, now func() time.Time, n int) []sluice.Store {
@@ -204,7 +204,7 @@ func FuzzLeases(f *testing.F) {
 // limit, at least the limit minus the stated bound, and few store calls
 // per decision.
 func TestLeaseHotKey(t *testing.T) {
-	for name, url := range backendURLs() {
+	for name, url := range contractURLs() {
 		for _, a := range []sluice.Algorithm{sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
 			t.Run(name+"/"+a.String(), func(t *testing.T) {
 				testLeaseHotKey(t, url(t), sluice.Limit{Algorithm: a, Rate: 10000, Period: time.Hour})
@@ -467,9 +467,9 @@ func FuzzBucketLeases(f *testing.F) {
 }
 
 // TestBucketLeasesSound runs FuzzBucketLeases's seeds, and 40 random
-// sequences of 300 operations, on Redis and on Redis Cluster.
+// sequences of 300 operations, on Redis, Redis Cluster and a memStore.
 func TestBucketLeasesSound(t *testing.T) {
-	for name, url := range backendURLs() {
+	for name, url := range contractURLs() {
 		t.Run(name, func(t *testing.T) {
 			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
 			backs := openBucketBacks(t, url(t), clk)
@@ -529,14 +529,19 @@ func bucketLeaseSeeds() (seeds [][]byte) {
 }
 
 // openBucketBacks opens three Redis stores on url, sharing a key prefix
-// of their own, deciding by clk, closed when tb ends.
-func openBucketBacks(tb testing.TB, url string, clk *clocktest.Clock) [3]*redis.Store {
+// of their own, deciding by clk, closed when tb ends; on memURL, one
+// memStore thrice.
+func openBucketBacks(tb testing.TB, url string, clk *clocktest.Clock) [3]sluice.Store {
 	tb.Helper()
+	if url == memURL {
+		m := newMemStore(clk.Now)
+		return [3]sluice.Store{m, m, m}
+	}
 	rc := redis.DefaultConfig()
 	rc.KeyPrefix, rc.Now, rc.ExpiryMargin = fmt.Sprintf("localfirstbucketfuzz:%x:", rand.Uint64()), clk.Now, 10*time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var backs [3]*redis.Store
+	var backs [3]sluice.Store
 	for i := range backs {
 		r, err := redis.Open(ctx, url, rc)
 		if err != nil {
@@ -550,7 +555,7 @@ func openBucketBacks(tb testing.TB, url string, clk *clocktest.Clock) [3]*redis.
 
 // runBucketLeases is FuzzBucketLeases's run of ops on three lease-mode
 // nodes over backs.
-func runBucketLeases(t *testing.T, backs [3]*redis.Store, clk *clocktest.Clock, ops []byte) {
+func runBucketLeases(t *testing.T, backs [3]sluice.Store, clk *clocktest.Clock, ops []byte) {
 	algs := []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA}
 	if len(ops) < 2 {
 		return

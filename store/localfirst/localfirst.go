@@ -380,7 +380,7 @@ func (s *Store) Close(ctx context.Context) error {
 		}
 		if s.asyncDone != nil {
 			<-s.asyncDone
-			err = errors.Join(err, s.SyncAsync(ctx))
+			err = errors.Join(err, s.syncAsync(ctx, false))
 			if s.beater != nil && s.async.live.Load() > 0 { // no longer counted: its hits are written
 				_, berr := s.beater.Heartbeat(ctx, s.id, 0)
 				err = errors.Join(err, berr)

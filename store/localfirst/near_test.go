@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,21 @@ func backendURLs() map[string]func(t *testing.T) string {
 		"single":  func(t *testing.T) string { return "redis://" + testenv.RedisAddr(t) + "/0" },
 		"cluster": func(t *testing.T) string { return "redis+cluster://" + strings.Join(testenv.RedisClusterAddrs(t), ",") },
 	}
+}
+
+// memURL names the backend without Redis: the nodes of one key prefix
+// share one memStore, as servers share one Redis.
+const memURL = "mem:"
+
+// memStores holds the memStore of each key prefix (memURL).
+var memStores sync.Map
+
+// contractURLs returns backendURLs and memURL, for the contract suites,
+// which run under -short without Redis on memURL.
+func contractURLs() map[string]func(t *testing.T) string {
+	urls := backendURLs()
+	urls["memory"] = func(*testing.T) string { return memURL }
+	return urls
 }
 
 // openRedis opens a Redis store of its own key prefix on url that decides
@@ -61,13 +77,20 @@ func openRedisPrefix(t testing.TB, url, prefix string, now func() time.Time) *re
 }
 
 // openNodes returns n Stores of cfg, deciding by now, over Redis stores
-// of their own on url sharing prefix; each closed (a lease returned, a
-// hit written back), then its Redis store, when the test ends.
+// of their own on url sharing prefix (memURL: the memStore of prefix);
+// each closed (a lease returned, a hit written back), then its Redis
+// store, when the test ends.
 func openNodes(t testing.TB, url, prefix string, now func() time.Time, n int, cfg Config) []*Store {
 	t.Helper()
 	nodes := make([]*Store, n)
 	for i := range nodes {
-		r := openRedisPrefix(t, url, prefix, now)
+		var r sluice.Store
+		if url == memURL {
+			m, _ := memStores.LoadOrStore(prefix, newMemStore(now))
+			r = m.(*memStore)
+		} else {
+			r = openRedisPrefix(t, url, prefix, now)
+		}
 		c := cfg
 		c.Now = now
 		s, err := New(r, c)
