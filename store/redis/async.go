@@ -20,7 +20,7 @@ var asyncSource = prelude + asyncBody
 
 // asyncScript runs async.lua: EVALSHA, and EVAL when Redis does not know
 // it. It is immutable and shared.
-var asyncScript = rueidis.NewLuaScript(asyncSource)
+var asyncScript = newLuaScript(asyncSource)
 
 // Syncable reports whether SyncCounts takes back hits of l: every
 // algorithm but sliding_log, whose log of hits has no count to add to.
@@ -76,7 +76,7 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 	defer cancel()
 	counts := make([]int64, len(reqs))
 	var at int64
-	for g, res := range asyncScript.ExecMulti(ctx, s.client, execs...) {
+	for g, res := range asyncScript.execMulti(ctx, s.client, execs...) {
 		vs, err := res.AsIntSlice()
 		if err != nil {
 			return nil, 0, fmt.Errorf("redis sync: %w", err)

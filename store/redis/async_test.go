@@ -3,11 +3,13 @@ package redis
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // TestSyncCounts writes back hits admitted without Redis, on real Redis
@@ -103,5 +105,61 @@ func TestSyncCountsBuckets(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSyncCountsOneRoundTrip: SyncCounts and ReturnLeases call their
+// script by its SHA1, without SCRIPT LOAD (which rueidis's ExecMulti sent
+// before every call, with the script's text: a second round trip, across
+// the WAN for store/regions), and a Redis that forgot the script gets it
+// with EVAL. On a Redis of its own, whose INFO commandstats no other test
+// moves.
+func TestSyncCountsOneRoundTrip(t *testing.T) {
+	rs := testenv.StartRedis(t)
+	clk := clocktest.New(t0)
+	s := open(t, "redis://"+rs.Addr+"/0", testConfig(clk.Now))
+	c := s.Client()
+	ctx := context.Background()
+	l := sluice.Limit{Rate: 10, Period: time.Minute}
+	w := t0.Truncate(time.Minute).UnixMicro()
+	calls := func(cmd string) string {
+		info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":"); ok {
+				calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+				return calls
+			}
+		}
+		return "0"
+	}
+	loads := calls("script|load") // Open's, of take.lua
+	for want := range int64(3) {
+		got, _, err := s.SyncCounts(ctx, []sluice.Request{{Key: "k", Limit: l, Cost: 1}}, []int64{w})
+		if err != nil || got[0] != want+1 {
+			t.Fatalf("SyncCounts: %v, %v; want a count of %d", got, err, want+1)
+		}
+	}
+	if n, err := s.ReturnLeases(ctx, []sluice.Request{{Key: "k", Limit: l, Cost: 1}}, []sluice.State{sluice.StateOf(w, 0, 0)}); err != nil || n != 1 {
+		t.Fatalf("ReturnLeases: %d, %v; want 1 given back", n, err)
+	}
+	if got := calls("script|load"); got != loads {
+		t.Errorf("SCRIPT LOAD calls went from %s to %s", loads, got)
+	}
+	if got := calls("evalsha"); got != "4" {
+		t.Errorf("EVALSHA calls: %s, want 4", got)
+	}
+	evals := calls("eval")
+	if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := s.SyncCounts(ctx, []sluice.Request{{Key: "k", Limit: l, Cost: 1}}, []int64{w})
+	if err != nil || got[0] != 3 {
+		t.Fatalf("SyncCounts after SCRIPT FLUSH: %v, %v; want a count of 3", got, err)
+	}
+	if got := calls("eval"); got == evals {
+		t.Errorf("EVAL calls after SCRIPT FLUSH: %s, as before", got)
 	}
 }

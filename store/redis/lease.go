@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/redis/rueidis"
-
 	"github.com/sluicehq/sluice"
 )
 
@@ -20,7 +18,7 @@ var leaseSource = prelude + leaseBody
 
 // leaseScript runs lease.lua: EVALSHA, and EVAL when Redis does not know
 // it. It is immutable and shared.
-var leaseScript = rueidis.NewLuaScript(leaseSource)
+var leaseScript = newLuaScript(leaseSource)
 
 // CanLease reports whether ReturnLeases takes back the unused hits of a
 // lease of l: every algorithm but sliding_log (see lease.lua).
@@ -112,7 +110,7 @@ func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, grants 
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var given int64
-	for i, res := range leaseScript.ExecMulti(ctx, s.client, execs...) {
+	for i, res := range leaseScript.execMulti(ctx, s.client, execs...) {
 		n, err := res.AsInt64()
 		if err != nil {
 			return given, fmt.Errorf("redis return %s: %w", execs[i].Keys[0], err)
