@@ -1,147 +1,38 @@
-// Package localfirst decorates a sluice.Store so that decisions leave the
-// request's critical path: a near cache of denials, exact; and, per limit
-// (Config.Sync, sluice.Request.Sync), lease and async modes for every algorithm
-// but sliding_log, each with a stated
-// bound.
+// Package localfirst decorates a sluice.Store (store/redis) so that
+// decisions leave the request's critical path, each mode with its bound;
+// docs/sync-modes.md has the arguments. sliding_log is always decided by
+// the store.
 //
-// The near cache: when the store denies a key and says when a request of
-// that cost could pass again (Decision.RetryAfter), the Store answers that
-// key's requests of that cost or more from memory until then, without a
-// store call. It keeps the state the store's decision left (see Stater)
-// and replays the algorithm's transition on it at the later instant, so
-// its answers are those the store would give: a denial, with the same
-// Remaining, ResetAfter and RetryAfter. While a key is denied no node can
-// admit a request of the cost the denial covers, so the state cannot move
-// under the cache; a smaller cost admitted on another node can (a
-// descriptor of mixed costs), and then a cached denial's Remaining may
-// be higher than the store's by what that node took, never its verdict.
-// The cache is bounded in bytes (Config.NearCacheBytes) and counts its
-// hits (Stats).
+// Near cache (a Stater store): a key the store denied is answered from
+// memory until its retry time, by the algorithm replayed on the state the
+// denial left: the store's verdict, exactly. At most Config.NearCacheBytes.
 //
-// Lease mode (Leaser): a node takes a lease of a hot key's quota with one
-// Take of several hits, which the store counts as admitted, and admits up
-// to that many requests by itself. Its size follows the hits the key saw
-// in the last lifetime, at most Config.MaxLease and a sixteenth of the
-// capacity. A lease ends when used up, once the key has seen no request
-// for Config.LeaseLifetime, and at the latest:
-//   - fixed_window, sliding_window: with its window. Its unused hits go
-//     back to the store as if never taken. Every hit a node admits was
-//     counted first, in its window: across any number of nodes, never
-//     more than the limit.
-//   - token_bucket, leaky_bucket, gcra: when its next hit is past due. The
-//     grant gives the lease the last slots of the bucket (in gcra's terms,
-//     TAT moves from max(TAT, now) = B to B + k·T), and the node admits the
-//     lease's i-th hit only by B + i·T, the start of its slot
-//     (sluice.Limit.LeaseTake): so the sequence admitted across any number
-//     of nodes, at the instants admitted, is one the exact algorithm admits
-//     on one key, never more. A hit admitted later could land where the
-//     real bucket had refilled to full, a refill the store, counting the
-//     hit at the grant, never wasted. The unused hits go back only while
-//     the lease holds the bucket's last slots (nothing admitted on the key
-//     since its grant), and only the slots still ahead: after anything
-//     else, giving back would let the store admit into slots that a later
-//     lease's hits may still be due in. Unused hits that stay are counted
-//     as hits admitted at the grant: they drain at the limit's rate. A
-//     bucket key is leased only when the node's rate on it, or the backlog
-//     the store last reported, gives its hits time to be used by their
-//     due instants; otherwise it is decided exactly. A leaky_bucket's
-//     Wait, from a lease, runs to the start of the hit's slot, so that
-//     requests delayed by it leave at no more than the rate.
+// Lease (Config.Sync, or a request's Sync; a Leaser store): a node takes
+// part of a hot key's quota in one store call and admits from it. Never
+// over the limit (on a bucket, every sequence admitted is one the exact
+// algorithm admits); under it by at most the leases outstanding, each at
+// most min(Config.MaxLease, capacity / 16).
 //
-// Either way fewer than the limit by what leases hold unused: at most
-// nodes × min(MaxLease, capacity/16) at any instant. A window's are lost
-// until the window ends if not given back. A bucket's that cannot come
-// back count as hits admitted at the grant, each lost once: at any
-// instant the bucket admits fewer than the exact one by at most the
-// unused hits of the leases granted since it was last full (never more
-// than the capacity). A node that dies loses its unused lease so: until
-// its window ends, or until the bucket refills past its hits.
-//
-// Async mode (every algorithm but sliding_log; Syncer): no store call on
-// a decision, but the first on a key the node does not hold (first seen,
-// or forgotten: a window key when its window is over, a bucket key after
-// two quiet intervals, either sooner when the table is full), which the store decides and
-// whose state it starts from. Each node admits by itself and writes its
-// hits back every Config.SyncInterval (I) in one pipelined call, reading
-// what the store holds; k = Config.AsyncShare (default 50) and N the
-// servers sharing the store: each renews a heartbeat in it at every sync
-// (Heartbeater) and is counted until heartbeatIntervals intervals after
-// its last; a node counts itself before it first admits by itself; N is
-// the count its last heartbeat read, at least Config.AsyncNodes. The
-// bounds below hold while every server counts all those running: within
-// one interval of a server joining, those that have not synced since
-// hold shares of a smaller count, and the excess is at most the sum of
-// each server's share (S below) for the N it holds.
-//
-// On fixed_window and sliding_window, a node's next allowance is
-// max(⌊(rate − counted) / (N × k)⌋, 1) while anything is left, and
-// nothing while a sync is in flight. The limit admits at most
+// Async (a Syncer store): no store call on a decision but a key's first;
+// each node admits from its share and writes its hits back every
+// I = Config.SyncInterval. With k = Config.AsyncShare and N the servers
+// counted (each heartbeats in the store, a Heartbeater; at least
+// Config.AsyncNodes), a window limit admits at most
 //
 //	rate + N × max(⌊rate / (N × k)⌋, 1)
 //
-// hits a window (at most rate × (1 + 1/k), 2% by default, once rate >=
-// N × k; smaller limits decide exactly): every node's hits are written
-// back at its next sync, and when the store's count first reaches the
-// rate, each node holds at most one allowance not yet counted, granted
-// before, each at most that share. The price is filling slowly: the nodes
-// together admit about 1/k of what is left per interval.
-//
-// On token_bucket, leaky_bucket and gcra (in the units of sluice.Bucket:
-// a hit weighs Hit, the bucket holds Full, drains Drain a µs), a node
-// holds the level the store reported at its last sync (or its first
-// decision) and admits up to a grant that follows the refill (see grant):
-// ⌊free / (N × k)⌋ of what was free at the sync, plus a 1/N share of
-// what the bucket drains since, once a debt has drained, for one interval
-// at most; at least one hit while the sync left one free. While a sync is
-// in flight the node goes on admitting from the grant it holds; the hits
-// admitted meanwhile count against the next. The store debits the hits
-// written back whether or not they fit (sluice.Limit.Debit): a level past
-// Full is a debt, which drains at the limit's rate before anything is
-// admitted again, and no hit written back is ever dropped. In any
-// interval of length d, across the N nodes, the limit admits at most
+// a window (limits below N × k are decided exactly), and a bucket limit,
+// in any interval of length d, at most
 //
 //	capacity + rate × d / period + max(capacity / k + rate × I / period, N)
 //
-// hits, where an exact bucket admits capacity + rate × d / period (for
-// 1,000 a minute, burst 1,000, 3 nodes, I = 100 ms: 21 more). Because:
-// what a bucket fed every admitted hit at once holds is at most the
-// store's level plus the hits not yet written, which are within the
-// nodes' grants; a sync moves the hits it writes from a grant into the
-// level, and gives a grant of at most what is free, so that right after
-// it the level and that node's grant fit in Full (or nothing grew);
-// grants grow together by at most Drain a µs, and only while the store's
-// level drains as fast or the grants' sum alone is below the bound; and
-// no grant exceeds S = max(Full / (N × k) + Drain × I / N, Hit). So the
-// level and the grants stay within Full + N × S, and an interval of
-// length d admits at most that, in hits, plus its drain, rate × d /
-// period. A decision is the algorithm's own transition on the level the
-// node knows (the store's, drained since, plus the node's own hits
-// since), so a leaky_bucket's Wait is short by what other nodes admitted
-// since the last sync.
+// while every server counts all those running; within one interval of a
+// server joining, the others may still share among fewer.
 //
-// When a sync fails (the store unreachable), a node keeps the hits to
-// write at the next one and admits from what it still has: a window's
-// allowance (spent at the sync), a bucket's grant (which stops growing one
-// interval after the last sync that succeeded, however long the store
-// stays away). Beyond it, Take returns an error, for the caller's fail
-// mode to decide (decide's --fail). The hits a node that dies had not
-// written back are never counted: at most its grant or allowance, within
-// the bound.
-//
-// Clocks: the store decides by its clock (Redis's TIME); the Store
-// measures time with Config.Now's monotonic readings. The near cache adds
-// the time since the request was sent to the store's instant of the
-// denial, which is no later than the store's decision: a cached denial
-// ends no later than the store's, and its durations may be longer by at
-// most the round trip. With one clock for both (tests), the answers are
-// identical. Leases end by the node's clock, no later than their window on
-// the store's; a bucket's leased hit is due by an instant of the store's
-// clock, which the node reads as the grant's instant (the store's) plus
-// the time since it asked for the grant (its own): no earlier than the
-// store's clock then, if the two advance at the same rate (a drift of
-// r ppm lets a hit be up to r µs a second of lease late). Async mode
-// places hits in windows by the store's clock as its last sync measured
-// it.
+// With the store unreachable, a node admits what its lease, allowance or
+// grant still holds, then returns errors for the caller's fail mode. The
+// store decides by its own clock; the Store measures elapsed time by
+// Config.Now.
 package localfirst
 
 import (
