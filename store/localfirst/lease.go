@@ -57,10 +57,10 @@ type Leaser interface {
 const leaseShards = 32
 
 // leaseOverhead is what a lease entry costs besides its key's bytes,
-// rounded up: the entry (360 bytes on 64-bit), its pointer and a map slot
+// rounded up: the entry (416 bytes on 64-bit), its pointer and a map slot
 // (the key's string header, the pointer and a byte of hash, about 32
 // bytes; TestLeaseOverhead checks the sum).
-const leaseOverhead = 448
+const leaseOverhead = 464
 
 // leases holds, per key, the lease a node admits from and what sizes the
 // next one. It is bounded in bytes: a key that finds it full is decided
