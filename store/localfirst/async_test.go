@@ -44,11 +44,13 @@ func asyncBound(k int64, interval time.Duration) storetest.Bound {
 }
 
 // openAsyncNodes returns n async-mode Stores over Redis stores of their own
-// on url sharing prefix, deciding by now, with AsyncNodes n; closed (their
-// hits written back) when the test ends.
+// on url sharing prefix, deciding by now, with AsyncNodes n, synced only
+// when the test calls SyncAsync (a sync loop on real time would sync at
+// instants of now that depend on the machine's load); closed (their hits
+// written back) when the test ends.
 func openAsyncNodes(t testing.TB, url, prefix string, now func() time.Time, n int, cfg Config) []*Store {
 	t.Helper()
-	cfg.Sync, cfg.AsyncNodes = Async, int64(n)
+	cfg.Sync, cfg.AsyncNodes, cfg.syncByHand = Async, int64(n), true
 	return openNodes(t, url, prefix, now, n, cfg)
 }
 
@@ -529,7 +531,7 @@ func testAsyncServersJoin(t *testing.T, url string, interval time.Duration) {
 		t.Run(l.String(), func(t *testing.T) {
 			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
 			prefix := fmt.Sprintf("localfirsttest:%x:", rand.Uint64())
-			cfg := Config{Sync: Async, AsyncNodes: 2, SyncInterval: interval}
+			cfg := Config{Sync: Async, AsyncNodes: 2, SyncInterval: interval, syncByHand: true}
 			nodes := openNodes(t, url, prefix, clk.Now, 2, cfg)
 			var admitted int64
 			round := func() (n int64) {

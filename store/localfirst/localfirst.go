@@ -106,6 +106,10 @@ type Config struct {
 	// Now is the clock the Store measures time with (default time.Now).
 	// Only differences of its readings matter.
 	Now func() time.Time
+
+	// syncByHand leaves async mode's syncs to calls of SyncAsync, for
+	// tests whose injected clock a sync loop on real time would race.
+	syncByHand bool
 }
 
 // The defaults of Config's fields.
@@ -231,7 +235,11 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 			s.beater, s.id = hb, rand.Text()
 		}
 		s.asyncDone = make(chan struct{})
-		go s.syncLoop(s.stop, s.asyncDone)
+		if cfg.syncByHand {
+			close(s.asyncDone)
+		} else {
+			go s.syncLoop(s.stop, s.asyncDone)
+		}
 	}
 	return s, nil
 }
