@@ -88,7 +88,9 @@ type Limit struct {
 	// and metrics (16 hex digits). It is derived from what the limit
 	// counts: the domain, the keys and values of the descriptors down to
 	// the limit, and the limit's algorithm and period (Unit ×
-	// UnitMultiplier, so 60 minutes is an hour). Change any of them and the
+	// UnitMultiplier, so 60 minutes is an hour), and a sliding_window's
+	// precision above 1 (1 and none have the ID limits had before
+	// precision existed). Change any of them and the
 	// limit counts afresh; change requests_per_unit, burst, throttling,
 	// shadow mode, the name, or reorder the file, and it keeps its count
 	// (the stores apply the new rate to the state they hold). Limits of one
@@ -159,6 +161,7 @@ type limitJSON struct {
 	RequestsPerUnit int64      `json:"requests_per_unit,omitempty"`
 	Algorithm       string     `json:"algorithm,omitempty"`
 	Burst           int64      `json:"burst,omitempty"`
+	Precision       int64      `json:"precision,omitempty"`
 	Period          string     `json:"period,omitempty"`
 	Throttling      Throttling `json:"throttling"`
 	ExceedPercent   int64      `json:"exceed_percent,omitempty"`
@@ -189,7 +192,7 @@ func (l *Limit) MarshalJSON() ([]byte, error) {
 	}
 	if !l.Unlimited {
 		v.Unit, v.UnitMultiplier = l.Unit, l.UnitMultiplier
-		v.RequestsPerUnit, v.Burst = l.Limit.Rate, l.Limit.Burst
+		v.RequestsPerUnit, v.Burst, v.Precision = l.Limit.Rate, l.Limit.Burst, l.Limit.Precision
 		v.Algorithm = l.Limit.Algorithm.String()
 		v.Period = l.Limit.Period.String()
 	}

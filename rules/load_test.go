@@ -306,6 +306,8 @@ descriptors:
 		{"new unit", base, strings.Replace(base, "{unit: minute", "{unit: hour", 1), false},
 		{"new multiplier", base, strings.Replace(base, "{unit: minute,", "{unit: minute, unit_multiplier: 2,", 1), false},
 		{"new algorithm", base, strings.Replace(base, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: sliding_window}", 1), false},
+		{"precision 1", strings.Replace(base, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: sliding_window}", 1), strings.Replace(base, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: sliding_window, precision: 1}", 1), true},
+		{"new precision", strings.Replace(base, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: sliding_window}", 1), strings.Replace(base, "requests_per_unit: 5}", "requests_per_unit: 5, algorithm: sliding_window, precision: 10}", 1), false},
 		{"new place", base, strings.Replace(base, "value: /login", "value: /signin", 1), false},
 		{"new parent", base, strings.Replace(base, "key: user", "key: account", 1), false},
 		{"new domain", base, strings.Replace(base, "domain: api", "domain: web", 1), false},

@@ -77,6 +77,7 @@ type RateLimitSpec struct {
 	Sync            string        `json:"sync,omitempty" yaml:"sync,omitempty"`
 	Scope           string        `json:"scope,omitempty" yaml:"scope,omitempty"`
 	ElasticPercent  int64         `json:"elastic_percent,omitempty" yaml:"elastic_percent,omitempty"`
+	Precision       int64         `json:"precision,omitempty" yaml:"precision,omitempty"`
 }
 
 // ReplaceSpec names a limit that a RateLimitSpec replaces (Envoy's
@@ -87,10 +88,12 @@ type ReplaceSpec struct {
 
 // scope sets l's Scope from ls's `scope:`, refusing scope: global where
 // store/regions cannot keep one limit for all regions: a leaky_bucket
-// (whose Wait orders every region's requests in one queue) or a
-// sliding_log (whose log of hits has no count to share); a sync other than
-// exact (a global limit is decided exactly in its region, so a missing
-// sync is exact); and elastic throttling (whose pool is its region's).
+// (whose Wait orders every region's requests in one queue), a sliding_log
+// (whose log of hits has no count to share) or a sliding_window of more
+// than one sub-window (the regions share two windows' counts); a sync
+// other than exact (a global limit is decided exactly in its region, so a
+// missing sync is exact); and elastic throttling (whose pool is its
+// region's).
 func (c *checker) scope(ls *RateLimitSpec, l *Limit, path string) {
 	scope, err := sluice.ParseScope(ls.Scope)
 	if err != nil {
@@ -106,6 +109,9 @@ func (c *checker) scope(ls *RateLimitSpec, l *Limit, path string) {
 	line := c.line(ls, "scope")
 	if a := l.Limit.Algorithm; a == sluice.LeakyBucket || a == sluice.SlidingLog {
 		c.errorf(line, path, "scope: global is for fixed_window, sliding_window, token_bucket and gcra, not %s", a)
+	}
+	if l.Limit.SubWindows() > 1 {
+		c.errorf(line, path, "scope: global shares a sliding_window's two windows between regions; precision above 1 is for scope: region")
 	}
 	switch {
 	case l.Sync == sluice.Lease || l.Sync == sluice.Async:
@@ -637,6 +643,16 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 		}
 		l.Limit.Burst = b
 	}
+	precLine := c.line(ls, "precision")
+	if v := ls.Precision; v != 0 && !c.bad(ls, "precision") {
+		switch {
+		case l.Limit.Algorithm != sluice.SlidingWindow:
+			c.errorf(c.keyLine(ls, "precision"), path, "precision: only with algorithm: sliding_window, not %s", l.Limit.Algorithm)
+		case v < 1 || v > sluice.MaxPrecision:
+			c.errorf(precLine, path, "precision: must be between 1 and %d, got %d", sluice.MaxPrecision, v)
+		}
+		l.Limit.Precision = v
+	}
 	throttleLine := c.line(ls, "throttling")
 	switch ls.Throttling {
 	case "", "hard":
@@ -682,6 +698,9 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 		if a := l.Limit.Algorithm; a == sluice.SlidingLog && !c.bad(ls, "sync") {
 			c.errorf(c.line(ls, "sync"), path, "sync: %s is for every algorithm but sliding_log, which is exact only", ls.Sync)
 		}
+		if l.Limit.SubWindows() > 1 && !c.bad(ls, "sync") {
+			c.errorf(c.line(ls, "sync"), path, "sync: %s keeps a sliding_window's two windows; precision above 1 is exact only", ls.Sync)
+		}
 	}
 	l.Sync = sync
 	c.scope(ls, l, path)
@@ -720,6 +739,8 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 				c.errorf(unitLine, path, "unit: %s", fe.Reason)
 			case "Algorithm":
 				c.errorf(algLine, path, "algorithm: %s", fe.Reason)
+			case "Precision":
+				c.errorf(precLine, path, "precision: %s", fe.Reason)
 			default:
 				c.errorf(l.Line, path, "%s: %s", what, err)
 			}
@@ -900,6 +921,10 @@ func limitID(r *Rule, l *Limit, nth int) string {
 	default:
 		str(l.Limit.Algorithm.String())
 		num(l.Limit.Period.Microseconds())
+		if n := l.Limit.SubWindows(); n > 1 { // precision 1 keeps the ID it had before precision existed
+			str("precision")
+			num(n)
+		}
 	}
 	if nth > 0 {
 		num(int64(nth))

@@ -30,7 +30,7 @@ var (
 		"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata",
 		"concurrency", "priority"}
 	rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"algorithm", "burst", "unit_multiplier", "throttling", "exceed_percent", "sync", "elastic_percent", "scope"}
+		"algorithm", "burst", "unit_multiplier", "throttling", "exceed_percent", "sync", "elastic_percent", "scope", "precision"}
 	replacesKeys = []string{"name"}
 )
 
@@ -550,6 +550,7 @@ func (d *decoder) rateLimitInto(n *yaml.Node, what string, ls *RateLimitSpec) {
 	d.integer(m, "requests_per_unit", &ls.RequestsPerUnit, "")
 	d.str(m, "algorithm", &ls.Algorithm)
 	d.integer(m, "burst", &ls.Burst, "must be at least 1")
+	d.integer(m, "precision", &ls.Precision, "must be between 1 and 60")
 	d.str(m, "throttling", &ls.Throttling)
 	d.integer(m, "exceed_percent", &ls.ExceedPercent, "must be between 1 and 1000000")
 	d.str(m, "sync", &ls.Sync)

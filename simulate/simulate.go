@@ -313,6 +313,9 @@ func (c Caps) Targets(set *rules.Set, algorithms ...sluice.Algorithm) ([]Target,
 					if !a.HasBurst() {
 						al.Burst = 0
 					}
+					if a != sluice.SlidingWindow {
+						al.Precision = 0
+					}
 					if al.Validate() == nil {
 						ts = append(ts, Target{Name: fmt.Sprintf("%s %s", r.Path, al), Limit: al, Group: group})
 					}

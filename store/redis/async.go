@@ -23,8 +23,10 @@ var asyncSource = prelude + asyncBody
 var asyncScript = newLuaScript(asyncSource)
 
 // Syncable reports whether SyncCounts takes back hits of l: every
-// algorithm but sliding_log, whose log of hits has no count to add to.
-func Syncable(l sluice.Limit) bool { return l.Algorithm != sluice.SlidingLog }
+// algorithm but sliding_log, whose log of hits has no count to add to, and
+// a sliding_window of sub-windows (Limit.Precision), whose counts it does
+// not keep.
+func Syncable(l sluice.Limit) bool { return l.Algorithm != sluice.SlidingLog && l.SubWindows() == 1 }
 
 // Syncable is the package's Syncable, as a method for decorators that find
 // it by type assertion.

@@ -21,9 +21,10 @@ var leaseSource = prelude + leaseBody
 var leaseScript = newLuaScript(leaseSource)
 
 // CanLease reports whether ReturnLeases takes back the unused hits of a
-// lease of l: every algorithm but sliding_log (see lease.lua).
+// lease of l: every algorithm but sliding_log and a sliding_window of
+// sub-windows (Limit.Precision) (see lease.lua).
 func CanLease(l sluice.Limit) bool {
-	return l.Algorithm <= sluice.GCRA && l.Algorithm != sluice.SlidingLog
+	return l.Algorithm <= sluice.GCRA && l.Algorithm != sluice.SlidingLog && l.SubWindows() == 1
 }
 
 // CanLease is the package's CanLease, as a method for decorators that find

@@ -35,7 +35,13 @@ func referenceLimits() []sluice.Limit {
 			ls = append(ls, sluice.Limit{Algorithm: alg, Rate: 1_000_003, Period: day})
 		}
 	}
-	return ls
+	sw := sluice.SlidingWindow // of sub-windows (precision), which the script decides itself
+	return append(ls,
+		sluice.Limit{Algorithm: sw, Rate: 5, Period: s, Precision: 2},
+		sluice.Limit{Algorithm: sw, Rate: 7, Period: 1000 * ms, Precision: 10},
+		sluice.Limit{Algorithm: sw, Rate: 1000, Period: time.Minute, Precision: 60},
+		sluice.Limit{Algorithm: sw, Rate: 1_000_003, Period: day, Precision: 16},
+	)
 }
 
 // randomStep returns the next time and cost of a random walk for l: mostly
@@ -133,6 +139,7 @@ func heavyLimits() []sluice.Limit {
 	return []sluice.Limit{
 		{Algorithm: sluice.SlidingWindow, Rate: 1_000_003, Period: 24 * time.Hour},
 		{Algorithm: sluice.SlidingWindow, Rate: 1 << 40, Period: 1 << 40 * time.Microsecond},
+		{Algorithm: sluice.SlidingWindow, Rate: 1 << 40, Period: 1 << 40 * time.Microsecond, Precision: 32},
 		{Algorithm: sluice.TokenBucket, Rate: 1_000_000, Period: 24 * time.Hour, Burst: 5_000_000},
 		{Algorithm: sluice.LeakyBucket, Rate: 999_999, Period: time.Hour, Burst: 1_000_000},
 		{Algorithm: sluice.GCRA, Rate: 1_000_000, Period: 24 * time.Hour, Burst: 5_000_000},

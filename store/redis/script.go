@@ -170,6 +170,9 @@ func encodeLimit(l sluice.Limit) (*[limitSize]byte, error) {
 	}
 	var v [limitSize]byte
 	v[0] = byte(l.Algorithm) // the script numbers them as sluice does (TestAlgorithmNumbers)
+	if n := l.SubWindows(); n > 1 {
+		v[0], cc = algWindows, n
+	}
 	for i, x := range [4]int64{a, b, cc, d} {
 		binary.LittleEndian.PutUint64(v[1+8*i:], math.Float64bits(float64(x)))
 	}
@@ -188,11 +191,24 @@ func float(b []byte) int64 {
 	return int64(math.Float64frombits(binary.LittleEndian.Uint64(b)))
 }
 
+// algWindows is the script's number for a sliding_window of more than one
+// sub-window (Limit.Precision), apart from sluice's numbers.
+const algWindows byte = 16
+
 // replays reports whether the script answers c with the state it found
 // rather than a decision: c is a Take (one request, mode 0) of an
-// algorithm with a string state, every one but sliding_log.
+// algorithm whose state Go replays, every one but sliding_log and a
+// sliding_window of sub-windows.
 func (c *call) replays() bool {
-	return c.blob[0] == modeWrite && c.blob[headerSize] != byte(sluice.SlidingLog)
+	alg := c.blob[headerSize]
+	return c.blob[0] == modeWrite && alg != byte(sluice.SlidingLog) && alg != algWindows
+}
+
+// decided reports whether the script returns a decision for l, not the
+// state it found: for a sliding_log and a sliding_window of sub-windows,
+// whose states Go does not replay (it checks their decisions with checkDecided).
+func decided(l sluice.Limit) bool {
+	return l.Algorithm == sluice.SlidingLog || l.SubWindows() > 1
 }
 
 // records returns how many records the script returns for c: one per
@@ -246,9 +262,9 @@ func (c *call) decision(l sluice.Limit, cost int64) (sluice.Decision, error) {
 // script has answered, and, when c replays (ok), the key's state after
 // it.
 func (c *call) result(l sluice.Limit, cost int64) (d sluice.Decision, st sluice.State, ok bool, err error) {
-	if !c.replays() { // a sliding_log's
+	if !c.replays() { // a sliding_log's, or sub-windows'
 		d = decision(l, c.out)
-		return d, st, false, checkLog(l, cost, d)
+		return d, st, false, checkDecided(l, cost, d)
 	}
 	st = found(l, c.out)
 	d = l.TakeMicros(&st, c.now, cost)
@@ -268,8 +284,9 @@ func (c *call) result(l sluice.Limit, cost int64) (d sluice.Decision, st sluice.
 // in the script), a sliding_log's with checkLog.
 func (c *call) decisions(reqs []sluice.Request, idx []int, ds []sluice.Decision) (bool, error) {
 	type working struct {
-		alg sluice.Algorithm
-		s   sluice.State
+		alg  sluice.Algorithm
+		subs int64 // a sliding_window's sub-windows, which the script numbers apart
+		s    sluice.State
 	}
 	var states map[string]*working // by Redis key, made for a group of more than one
 	if len(idx) > 1 {
@@ -282,18 +299,18 @@ func (c *call) decisions(reqs []sluice.Request, idx []int, ds []sluice.Decision)
 		w := states[c.keys[k]]
 		switch {
 		case w == nil:
-			w = &working{alg: r.Limit.Algorithm}
-			if w.alg != sluice.SlidingLog {
+			w = &working{alg: r.Limit.Algorithm, subs: r.Limit.SubWindows()}
+			if !decided(r.Limit) {
 				w.s = found(r.Limit, c.out[(2*k+1)*recordSize:])
 			}
 			if states != nil {
 				states[c.keys[k]] = w
 			}
-		case w.alg != r.Limit.Algorithm: // afresh, as in the script
-			*w = working{alg: r.Limit.Algorithm}
+		case w.alg != r.Limit.Algorithm || w.subs != r.Limit.SubWindows(): // afresh, as in the script
+			*w = working{alg: r.Limit.Algorithm, subs: r.Limit.SubWindows()}
 		}
-		if w.alg == sluice.SlidingLog {
-			if err := checkLog(r.Limit, r.Cost, d); err != nil {
+		if decided(r.Limit) {
+			if err := checkDecided(r.Limit, r.Cost, d); err != nil {
 				return false, fmt.Errorf("%s: %w", r.Key, err)
 			}
 		} else if want := r.Limit.TakeMicros(&w.s, c.now, r.Cost); d != want {
@@ -303,6 +320,40 @@ func (c *call) decisions(reqs []sluice.Request, idx []int, ds []sluice.Decision)
 		allowed = allowed && d.Allowed
 	}
 	return allowed, nil
+}
+
+// checkDecided checks d, the script's decision of cost hits of l, a sliding_log
+// or a sliding_window of sub-windows, whose states Go does not replay.
+func checkDecided(l sluice.Limit, cost int64, d sluice.Decision) error {
+	if l.Algorithm == sluice.SlidingLog {
+		return checkLog(l, cost, d)
+	}
+	return checkWindows(l, cost, d)
+}
+
+// checkWindows checks d, the script's decision of cost hits of l, a
+// sliding_window of N > 1 sub-windows of g each, against what every such
+// decision satisfies (see sluice's slidingWindow): no wait; room for no
+// more than the rate, and no more than the rest when allowed; a reset of at
+// most (N + 1) g, exactly that when it took hits (they are the newest); no
+// retry when allowed, never exactly when the cost passes the rate, else one
+// after a moment and no later than the reset.
+func checkWindows(l sluice.Limit, cost int64, d sluice.Decision) error {
+	p := l.Period.Truncate(time.Microsecond)
+	g := p / time.Duration(l.SubWindows())
+	ok := d.Wait == 0 && d.Remaining >= 0 && d.Remaining <= l.Rate && d.ResetAfter >= 0 && d.ResetAfter <= p+g
+	switch {
+	case d.Allowed:
+		ok = ok && d.RetryAfter == 0 && d.Remaining <= l.Rate-cost && (cost == 0 || d.ResetAfter > p)
+	case cost > l.Rate:
+		ok = ok && d.RetryAfter == sluice.Never && d.Remaining < cost
+	default:
+		ok = ok && d.RetryAfter > 0 && d.RetryAfter <= d.ResetAfter && (d.Remaining < cost || d.Remaining == 0)
+	}
+	if !ok {
+		return fmt.Errorf("the script decided %+v for %d hits of %v, which no sliding window decides", d, cost, l)
+	}
+	return nil
 }
 
 // checkLog checks d, the script's decision of cost hits of l, a

@@ -17,6 +17,9 @@
 --   alg 3 token_bucket, 4 leaky_bucket: a = rate/g, b = period/g,
 --       c = capacity, d = g = gcd(rate, period)
 --   alg 5 gcra: a = T (emission interval), b = tolerance, c = capacity
+--   alg 16 sliding_window of c > 1 sub-windows (precision): a = rate,
+--       b = period, c = sub-windows, a divisor of b (the 1-sub-window
+--       sliding_window is alg 1)
 -- mode 0: one request for the group's n keys (Takes of one limit and
 --         cost), each applied and written at once.
 -- mode 1: n requests, decided in order on working copies (a key given
@@ -49,6 +52,11 @@
 -- window's count, or the bucket's g), and e, the time (µs, on the
 -- script's clock) until which the key's TTL is known to keep it (a
 -- 25-byte string without e, as written before e existed, reads as e = 0).
+-- A sliding_window of sub-windows (alg 16) keeps a string '<BBd' (16,
+-- sub-windows N, the current sub-window's start) and then N + 1 counts
+-- '<d', the current sub-window's first and the weighted oldest last: 8N +
+-- 18 bytes; it returns its decision, as a sliding_log does, and its TTL is
+-- set with PSETEX at each write.
 -- sliding_log keeps a list: a header '<Bdd' (algorithm, latest time, sum)
 -- and then one '<dd' (time, hits) per admitted request, oldest first. A key
 -- found under another algorithm (or of another type) starts afresh.
@@ -218,6 +226,88 @@ local function makeLogs()
   return { load = loadLog, save = saveLog, take = slidingLog }
 end
 local logs -- makeLogs's table, once made
+
+-- Sliding windows of sub-windows ----------------------------------------------
+
+-- makeWindows makes windows, sluice's slidingWindow of subs > 1 sub-windows
+-- (alg 16), which a call makes only when it has such a request. windows
+-- decides cost hits at now on v, the key's value (a state of another
+-- algorithm or precision starts afresh), for a = rate, b = period and c =
+-- subs, and returns the new state to write (nil when nothing was taken)
+-- and the decision: allowed, remaining, reset, retry (-1: never). Its
+-- counts are c[1] (the current sub-window) to c[subs + 1] (the oldest,
+-- weighted), where sluice's State keeps n, the log and p.
+local function makeWindows()
+  return function(v, rate, period, subs, now, cost)
+    local g = period / subs -- exact: Go checks that subs divides period
+    local c, t = nil, 0
+    if type(v) == 'string' and #v == 8 * subs + 18 then
+      local a0, n0, t0 = sunpack('<BBd', v)
+      if a0 == 16 and n0 == subs then
+        c = { sunpack('<' .. string.rep('d', subs + 1), v, 11) }
+        t = t0
+      end
+    end
+    if not c then
+      c = {}
+      for i = 1, subs + 1 do c[i] = 0 end
+    end
+    local ws = windowStart(now, g, t)
+    if ws < t then ws, now = t, t end
+    local slid = ws ~= t
+    if slid then -- slide on k sub-windows
+      local k, r = divmod(ws - t, g)
+      if r ~= 0 or k > subs then k = subs + 1 end
+      for i = subs + 1, 1, -1 do
+        if i > k then c[i] = c[i - k] else c[i] = 0 end
+      end
+    end
+    local elapsed = now - ws
+    local full = 0
+    for i = 1, subs do full = full + c[i] end
+    local weighed, left, x = 0, g - elapsed, c[subs + 1]
+    if x > 0 and left > 0 then
+      local q, r = muldiv(x, left, g)
+      if r ~= 0 then q = q + 1 end
+      weighed = q
+    end
+    local free = rate - full - weighed
+    local allowed, reset, retry = 0, 0, 0
+    if cost <= free then
+      c[1] = c[1] + cost
+      free = free - cost
+      allowed = 1
+    elseif cost > rate then
+      retry = -1
+    else
+      -- k sub-windows on, c[1..subs-k] count in full and c[subs+1-k]
+      -- weighs (slidingRetry in Go)
+      for k = 0, subs do
+        local room = rate - cost - full
+        if room >= 0 then
+          local n, l = c[subs + 1 - k], g
+          if n > room then l = (muldiv(room, g, n)) end
+          retry = (k + 1) * g - l - elapsed
+          break
+        end
+        full = full - c[subs - k]
+      end
+    end
+    for j = 1, subs + 1 do -- the newest count stops weighing subs + 1 sub-windows after it began
+      if c[j] > 0 then
+        reset = ws + (subs + 2 - j) * g - now
+        break
+      end
+    end
+    if free < 0 then free = 0 end
+    local nv
+    if slid or allowed == 1 and cost > 0 then
+      nv = spack('<BBd' .. string.rep('d', subs + 1), 16, subs, ws, unpack(c, 1, subs + 1))
+    end
+    return nv, allowed, free, reset, retry
+  end
+end
+local windows -- makeWindows's function, once made
 
 -- The algorithms whose state is a string, in one function (every function
 -- a script defines is made afresh at each call, for about 1,000 Redis
@@ -433,6 +523,8 @@ local function makeTakeAll()
         if alg == 2 then
           s = { key = key, t = 0, sum = 0, h = 1, len = 0, app = {}, cache = {},
             merge = false, changed = true, wrong = true, alg = 2, reset = 0 }
+        elseif alg == 16 then
+          s = { alg = 16, v = false, reset = 0 }
         else
           s = { t = 0, n = 0, x = 0, alg = alg, reset = 0, orig = false, e = 0 }
         end
@@ -441,6 +533,10 @@ local function makeTakeAll()
         if alg == 2 then
           logs = logs or makeLogs()
           s = logs.load(key)
+        elseif alg == 16 then
+          local v = cur[key]
+          if v == nil then v = vals[ki] end
+          s = { alg = 16, v = v, reset = 0 }
         else
           local t, m, x, orig, e
           t, m, x, orig, e, rec = state(key, ki, alg)
@@ -453,6 +549,12 @@ local function makeTakeAll()
       if alg == 2 then
         logs = logs or makeLogs() -- s may be a fresh log, not loaded
         allowed, remaining, reset, retry, wait = logs.take(s, a, b, now, cost)
+      elseif alg == 16 then
+        windows = windows or makeWindows()
+        local nv
+        nv, allowed, remaining, reset, retry = windows(s.nv or s.v, a, b, c, now, cost)
+        wait = 0
+        if nv then s.nv = nv end
       else
         s.t, s.n, s.x, allowed, remaining, reset, retry, wait =
           step(alg, s.t, s.n, s.x, a, b, c, d, now, cost)
@@ -474,6 +576,11 @@ local function makeTakeAll()
         if s.alg == 2 then
           logs.save(s, ttl(s.reset + marginUs))
           cur[key] = false
+        elseif s.alg == 16 then
+          if s.nv then
+            redis.call('PSETEX', key, ttl(s.reset + marginUs), s.nv)
+            cur[key] = s.nv
+          end
         else
           write(key, s.alg, s.t, s.n, s.x, s.orig, s.e, s.reset)
         end
@@ -501,6 +608,18 @@ while pos <= #blob do
         if repeats then cur[key] = false end
         o = o + 1
         out[o] = spack('<Bdddd', allowed, remaining, reset, retry, wait)
+      elseif alg == 16 then
+        windows = windows or makeWindows()
+        local v
+        if repeats then v = cur[key] end
+        if v == nil then v = vals[ki] end
+        local nv, allowed, remaining, reset, retry = windows(v, a, b, c, now, cost)
+        if nv then
+          redis.call('PSETEX', key, ttl(reset + marginUs), nv)
+          if repeats then cur[key] = nv end
+        end
+        o = o + 1
+        out[o] = spack('<Bdddd', allowed, remaining, reset, retry, 0)
       else
         -- the state, as makeTakeAll's state reads it, and the record
         -- that returns it

@@ -192,22 +192,24 @@ func (b *fuzzBytes) next() int {
 type fuzzModel map[string]*fuzzState
 
 type fuzzState struct {
-	alg sluice.Algorithm
-	s   sluice.State
+	alg  sluice.Algorithm
+	subs int64 // a sliding_window's sub-windows: another count starts afresh too
+	s    sluice.State
 }
 
 // state returns the state r decides on in states (a TakeAll's working
 // copies, or the model itself), made from the model's when missing.
 func (m fuzzModel) state(states fuzzModel, r sluice.Request) *fuzzState {
 	st := states[r.Key]
+	fresh := fuzzState{alg: r.Limit.Algorithm, subs: r.Limit.SubWindows()}
 	if st == nil {
-		st = &fuzzState{alg: r.Limit.Algorithm}
-		if committed := m[r.Key]; committed != nil && committed.alg == st.alg {
+		st = &fresh
+		if committed := m[r.Key]; committed != nil && committed.alg == st.alg && committed.subs == st.subs {
 			st.s = committed.s.Clone()
 		}
 		states[r.Key] = st
-	} else if st.alg != r.Limit.Algorithm {
-		*st = fuzzState{alg: r.Limit.Algorithm}
+	} else if st.alg != fresh.alg || st.subs != fresh.subs {
+		*st = fresh
 	}
 	return st
 }
@@ -282,13 +284,17 @@ func runScriptBatches(t *testing.T, in fuzzBytes) int {
 	clock := clocktest.New(t0)
 	w := newTwin(t, clock, 0, true)
 	algs := []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog,
-		sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA}
+		sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA, sluice.SlidingWindow}
 	limits := make([]sluice.Limit, len(algs))
 	for i, alg := range algs {
 		l := sluice.Limit{Algorithm: alg, Rate: int64(1 + in.next()%6),
 			Period: time.Duration(1+in.next()%8)*125*time.Millisecond + time.Duration(in.next())*time.Microsecond}
 		if alg.HasBurst() {
 			l.Burst = int64(in.next() % 9) // 0: none
+		}
+		if i == 6 { // a sliding_window of 2 to 6 sub-windows, on the same keys as the others
+			l.Precision = int64(2 + in.next()%5)
+			l.Period -= l.Period % (time.Duration(l.Precision) * time.Microsecond)
 		}
 		limits[i] = l
 	}
@@ -297,9 +303,9 @@ func runScriptBatches(t *testing.T, in fuzzBytes) int {
 	keys, salt := 1+in.next()%6, in.next()
 	request := func() sluice.Request {
 		k := in.next()
-		alg := (k%keys + salt) % 6
+		alg := (k%keys + salt) % len(limits)
 		if k&0x80 != 0 {
-			alg = (k >> 3) % 6
+			alg = (k >> 3) % len(limits)
 		}
 		return sluice.Request{Key: fmt.Sprintf("f%d", k%keys), Limit: limits[alg], Cost: int64(in.next()%8) - 1}
 	}

@@ -96,7 +96,7 @@ function update(s) {
 
   const rules = [];
   const limitText = l => l.unlimited ? "unlimited" : l.block ? "block" :
-    `${l.requests_per_unit}/${l.unit_multiplier > 1 ? l.unit_multiplier + " " : ""}${l.unit} ${l.algorithm || "fixed_window"}${l.burst ? " burst " + l.burst : ""}` +
+    `${l.requests_per_unit}/${l.unit_multiplier > 1 ? l.unit_multiplier + " " : ""}${l.unit} ${l.algorithm || "fixed_window"}${l.burst ? " burst " + l.burst : ""}${l.precision ? " precision " + l.precision : ""}` +
     (l.throttling === "elastic" ? ` elastic +${l.elastic_percent}%` : l.throttling === "soft" ? ` soft +${l.exceed_percent}%` : "");
   const row = (domain, path, text, line) => {
     const tr = document.createElement("tr");
