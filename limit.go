@@ -114,9 +114,9 @@ type Limit struct {
 // figures that chose it are in docs/algorithms.md.
 const DefaultPrecision = 1
 
-// MaxPrecision caps Limit.Precision: 60 sub-windows, a second's each on a
-// minute, already within 1/60 of the rate of the exact count, while the
-// state grows by 16 bytes a sub-window.
+// MaxPrecision caps Limit.Precision: 60 sub-windows, a second each on a
+// minute, whose estimate is off the exact count by at most one second's
+// hits, while the state grows by 16 bytes a sub-window.
 const MaxPrecision = 60
 
 // SubWindows returns how many sub-windows a sliding_window limit cuts its
