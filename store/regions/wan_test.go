@@ -2,6 +2,7 @@ package regions
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -41,6 +42,12 @@ type wanWorld struct {
 	proxies [][]*toxiproxy.Proxy // proxies[a][b]: region a's way to region b's Redis
 	nodes   [][]*Store
 	shift   atomic.Int64 // the clock's lead on the real one, ns
+
+	// counted, when set before the proxies start (newCountedWANWorld),
+	// puts a counting relay between each proxy and its Redis: wanBytes is
+	// every byte that crossed between regions, both ways.
+	counted  bool
+	wanBytes atomic.Int64
 }
 
 // begin moves the clock forward to 200ms into the next minute, the window
@@ -53,7 +60,17 @@ func (w *wanWorld) begin() {
 }
 
 func newWANWorld(t testing.TB, regions, nodes int, wan bool, tune func(*Config)) *wanWorld {
-	w := &wanWorld{t: t, prefix: fmt.Sprintf("sluicetest:%x:", rand.Uint64())}
+	return buildWANWorld(t, regions, nodes, wan, false, tune)
+}
+
+// newCountedWANWorld is newWANWorld whose bytes between regions are
+// counted (wanBytes).
+func newCountedWANWorld(t testing.TB, regions, nodes int, wan bool, tune func(*Config)) *wanWorld {
+	return buildWANWorld(t, regions, nodes, wan, true, tune)
+}
+
+func buildWANWorld(t testing.TB, regions, nodes int, wan, counted bool, tune func(*Config)) *wanWorld {
+	w := &wanWorld{t: t, prefix: fmt.Sprintf("sluicetest:%x:", rand.Uint64()), counted: counted}
 	w.now = func() time.Time { return time.Now().Add(time.Duration(w.shift.Load())) }
 	for range regions {
 		w.redis = append(w.redis, testenv.StartRedis(t))
@@ -68,17 +85,29 @@ func newWANWorld(t testing.TB, regions, nodes int, wan bool, tune func(*Config))
 			}
 		}
 	}
+	// The nodes start at once: each opens its peers' Redis through the
+	// WAN (a handshake and a script load, round trips of 160ms each).
 	w.nodes = make([][]*Store, regions)
+	errs := make([]error, regions*nodes)
+	var wg sync.WaitGroup
 	for a := range regions {
+		w.nodes[a] = make([]*Store, nodes)
 		for i := range nodes {
-			w.nodes[a] = append(w.nodes[a], w.node(a, i, tune))
+			wg.Go(func() { w.nodes[a][i], errs[a*nodes+i] = w.node(a, i, tune) })
 		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 	return w
 }
 
 // proxy starts a proxy to upstream, delaying both ways when wan is set.
 func (w *wanWorld) proxy(name, upstream string, wan bool) *toxiproxy.Proxy {
+	if w.counted {
+		upstream = relay(w.t, upstream, &w.wanBytes)
+	}
 	p := toxiproxy.NewProxy(w.tp, name, "127.0.0.1:0", upstream)
 	if err := p.Start(); err != nil {
 		w.t.Fatal(err)
@@ -119,7 +148,9 @@ func (w *wanWorld) cutOff(a int, cut bool) {
 	}
 }
 
-func (w *wanWorld) open(addr string) *redisstore.Store {
+// open opens a store of the Redis at addr, closed when the test ends.
+// Safe to call from any goroutine.
+func (w *wanWorld) open(addr string) (*redisstore.Store, error) {
 	cfg := redisstore.DefaultConfig()
 	cfg.KeyPrefix, cfg.Now, cfg.ExpiryMargin = w.prefix, w.now, 10*time.Minute
 	cfg.DialTimeout, cfg.Timeout = 10*time.Second, 10*time.Second
@@ -127,23 +158,29 @@ func (w *wanWorld) open(addr string) *redisstore.Store {
 	defer cancel()
 	s, err := redisstore.Open(ctx, "redis://"+addr+"/0", cfg)
 	if err != nil {
-		w.t.Fatalf("open %s: %v", addr, err)
+		return nil, fmt.Errorf("open %s: %w", addr, err)
 	}
 	w.t.Cleanup(func() { s.Close() })
-	return s
+	return s, nil
 }
 
 // node starts node i of region a: decisions on its region's Redis, rounds
-// every 100ms. A peer's read
-// may take 2s, not 500ms, so that a loaded machine running the race
-// detector (every read past 500ms there) does not cut every region off.
-func (w *wanWorld) node(a, i int, tune func(*Config)) *Store {
-	home := w.open(w.redis[a].Addr)
+// every 100ms. A peer's read may take 2s, not 500ms, so that a loaded
+// machine running the race detector (every read past 500ms there) does not
+// cut every region off. Safe to call from any goroutine.
+func (w *wanWorld) node(a, i int, tune func(*Config)) (*Store, error) {
+	home, err := w.open(w.redis[a].Addr)
+	if err != nil {
+		return nil, err
+	}
 	cfg := Config{Region: regionName(a), Node: fmt.Sprintf("%s-%d", regionName(a), i), Now: w.now, PeerTimeout: 2 * time.Second,
 		Home: NewRedisSite(home, home.Client(), regionName(a), w.prefix, 0)}
 	for b := range w.proxies {
 		if b != a {
-			peer := w.open(w.proxies[a][b].Listen)
+			peer, err := w.open(w.proxies[a][b].Listen)
+			if err != nil {
+				return nil, err
+			}
 			cfg.Peers = append(cfg.Peers, Peer{Name: regionName(b), Site: NewRedisSite(peer, peer.Client(), regionName(b), w.prefix, 0)})
 		}
 	}
@@ -152,10 +189,10 @@ func (w *wanWorld) node(a, i int, tune func(*Config)) *Store {
 	}
 	s, err := New(home, cfg)
 	if err != nil {
-		w.t.Fatal(err)
+		return nil, err
 	}
 	w.t.Cleanup(func() { s.Close() })
-	return s
+	return s, nil
 }
 
 // load sends every node one request of cost (1, or 0 to keep the keys in
@@ -288,22 +325,23 @@ func (w *wanWorld) logRounds() {
 	}
 }
 
-// TestWANPartition: three regions hammer a global key; 5s into the window
+// TestWANPartition: three regions hammer a global key; 3s into the window
 // region 0 is cut off from the others (every byte held, both ways) for
 // 20s, then healed. Every second of the cut, the total stays within the
 // bound and region 0 within its share (or what it had when cut off, and
 // the grants of a round in flight). The load stops, the cut heals, and
 // every node's view of every region's count comes to the count. Real
-// time: 25s.
+// time: 23s.
 func TestWANPartition(t *testing.T) {
 	realTime(t)
 	w := newWANWorld(t, 3, 2, true, nil)
 	ld := w.hammer(perMinute, "global")
-	w.sleepUntil(5 * time.Second)
+	const cutAt, cutFor = 3 * time.Second, 20 * time.Second
+	w.sleepUntil(cutAt)
 	atCut := ld.counts("global")
 	w.cutOff(0, true)
 	b, rho, alpha := bound(perMinute, 3, defaultShare), ceilDiv(perMinute.Rate, 3), share(perMinute.Rate, 3, defaultShare)
-	for at := 6 * time.Second; at <= 25*time.Second; at += time.Second {
+	for at := cutAt + time.Second; at <= cutAt+cutFor; at += time.Second {
 		w.sleepUntil(at)
 		c := ld.counts("global")
 		if sum(c) > b {
@@ -360,8 +398,8 @@ func (w *wanWorld) converged(key string, want []int64) bool {
 	return true
 }
 
-// TestWANRedisKilled: three regions hammer a global key; 5s into the
-// window region 2's Redis is killed, and restarted, empty, 10s later.
+// TestWANRedisKilled: three regions hammer a global key; 3s into the
+// window region 2's Redis is killed, and restarted, empty, 5s later.
 // Regions 0 and 1 go on (each to its share while region 2 is cut off);
 // region 2 decides nothing while its Redis is down. What region 2 counted
 // before the crash stays counted, by every region, its own included,
@@ -369,26 +407,26 @@ func (w *wanWorld) converged(key string, want []int64) bool {
 // admitted after a node's last read and before the crash is lost to that
 // node's view, as a Redis that loses writes loses them. No read is counted
 // twice: no view ever holds more for a region than it admitted. Real
-// time: 25s.
+// time: 12s.
 func TestWANRedisKilled(t *testing.T) {
 	realTime(t)
 	w := newWANWorld(t, 3, 2, true, nil)
 	ld := w.hammer(perMinute, "global")
-	w.sleepUntil(5 * time.Second)
+	w.sleepUntil(3 * time.Second)
 	w.redis[2].Kill()
 	atKill := ld.counts("global")
-	w.sleepUntil(15 * time.Second)
+	w.sleepUntil(8 * time.Second)
 	atRestart := ld.counts("global")
 	if atRestart[2] != atKill[2] {
 		t.Errorf("region 2 admitted %d with its Redis down", atRestart[2]-atKill[2])
 	}
 	for a := range 2 {
 		if atRestart[a] <= atKill[a] && atKill[a] < ceilDiv(perMinute.Rate, 3) {
-			t.Errorf("region %d did not go on: %d at the kill, %d 10s later", a, atKill[a], atRestart[a])
+			t.Errorf("region %d did not go on: %d at the kill, %d 5s later", a, atKill[a], atRestart[a])
 		}
 	}
 	w.redis[2].Restart()
-	w.sleepUntil(25 * time.Second)
+	w.sleepUntil(12 * time.Second)
 	ld.end()
 	got, b := ld.counts("global"), bound(perMinute, 3, defaultShare)
 	t.Logf("at the kill %v, at the restart %v, at the end %v = %d (bound %d)", atKill, atRestart, got, sum(got), b)
