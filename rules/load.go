@@ -99,9 +99,19 @@ func (ld Loader) Load(path string) (*Set, error) {
 		if ld.EnvoyLayout {
 			what = "no files"
 		}
-		return nil, Errors{{File: path, Msg: "no rules: the directory has " + what}}
+		return nil, Errors{{File: path, Msg: noRulesMsg + what}}
 	}
 	return ld.build(srcs)
+}
+
+// noRulesMsg starts the message of a directory without rules files.
+const noRulesMsg = "no rules: the directory has "
+
+// isNoRules reports whether err is Load's of a directory without rules
+// files.
+func isNoRules(err error) bool {
+	var es Errors
+	return errors.As(err, &es) && len(es) == 1 && strings.HasPrefix(es[0].Msg, noRulesMsg)
 }
 
 // Parse reads one rules file's contents; name stands for the file in

@@ -45,6 +45,11 @@ type Watcher struct {
 	check    func(sluice.Limit) error // nil: every limit is accepted
 	fw       *fsnotify.Watcher
 	cur      atomic.Pointer[Set]
+	// absentOK is WithAbsent's; absent is set while path does not exist
+	// and the directories above it are watched instead (in above).
+	absentOK bool
+	absent   atomic.Bool
+	above    []string
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close
@@ -60,6 +65,18 @@ type WatchOption func(*Watcher)
 // typically the store's sluice.LimitChecker.CheckLimit.
 func WithCheck(check func(sluice.Limit) error) WatchOption {
 	return func(w *Watcher) { w.check = check }
+}
+
+// WithAbsent lets the rules be missing at the start, as Envoy's ratelimit
+// starts without its runtime directory: when path does not exist, or is a
+// directory without rules files, the Watcher starts with an empty Set (no
+// domains: every request passes unlimited) instead of failing. A missing
+// path is waited for: the nearest directory above it that exists is
+// watched, and the rules are loaded when path appears, a reload reported
+// as any other. Later, rules that go missing are a failed reload, as
+// without the option: the Set in force stays.
+func WithAbsent() WatchOption {
+	return func(w *Watcher) { w.absentOK = true }
 }
 
 // NewWatcher loads the rules at path (a file or a directory, as Load reads
@@ -86,15 +103,25 @@ func (ld Loader) Watch(path string, onReload func(*Set, error), opts ...WatchOpt
 		o(w)
 	}
 	fi, err := os.Stat(path)
-	if err != nil {
+	if err != nil && !(w.absentOK && errors.Is(err, fs.ErrNotExist)) {
 		return nil, fmt.Errorf("watch rules %s: %w", path, err)
 	}
-	if !fi.IsDir() {
+	if fi != nil && !fi.IsDir() {
 		w.dir, w.file = filepath.Dir(path), filepath.Base(path)
 	}
 	w.fw, err = fsnotify.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("watch rules %s: %w", path, err)
+	}
+	if fi == nil { // absent: wait for it
+		if err := w.watchAbove(); err != nil {
+			w.fw.Close()
+			return nil, fmt.Errorf("watch rules %s: %w", path, err)
+		}
+		w.absent.Store(true)
+		w.cur.Store(&Set{})
+		go w.loop()
+		return w, nil
 	}
 	// Watch before the first load, so that no change falls between them.
 	if err := w.fw.Add(w.dir); err != nil {
@@ -106,6 +133,9 @@ func (ld Loader) Watch(path string, onReload func(*Set, error), opts ...WatchOpt
 		return nil, fmt.Errorf("watch rules %s: %w", path, err)
 	}
 	s, err := w.load()
+	if err != nil && w.absentOK && isNoRules(err) {
+		s, err = &Set{}, nil
+	}
 	if err != nil {
 		w.fw.Close()
 		return nil, err
@@ -113,6 +143,55 @@ func (ld Loader) Watch(path string, onReload func(*Set, error), opts ...WatchOpt
 	w.cur.Store(s)
 	go w.loop()
 	return w, nil
+}
+
+// Absent reports whether the rules path did not exist when the Watcher
+// last looked (only with WithAbsent): the Set in force is then empty.
+func (w *Watcher) Absent() bool { return w.absent.Load() }
+
+// watchAbove watches the nearest directory above the absent path that
+// exists, so that the path's appearance, or that of a directory on the
+// way to it, is seen.
+func (w *Watcher) watchAbove() error {
+	abs, err := filepath.Abs(w.path)
+	if err != nil {
+		return err
+	}
+	for d := filepath.Dir(abs); ; d = filepath.Dir(d) {
+		err := w.fw.Add(d)
+		if err == nil {
+			w.above = append(w.above, d)
+			return nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || d == filepath.Dir(d) {
+			return err
+		}
+	}
+}
+
+// appear looks again for the absent path: when it is there, it leaves
+// the directories above it and watches the path as Watch does, and
+// reports true; when not, it watches the nearest directory above it.
+func (w *Watcher) appear() (bool, error) {
+	fi, err := os.Stat(w.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, w.watchAbove()
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, d := range w.above {
+		_ = w.fw.Remove(d) // gone already, or watched again below
+	}
+	w.above = nil
+	if !fi.IsDir() {
+		w.dir, w.file = filepath.Dir(w.path), filepath.Base(w.path)
+	}
+	if err := w.fw.Add(w.dir); err != nil {
+		return false, err
+	}
+	w.absent.Store(false)
+	return true, nil
 }
 
 // Current returns the Set in force: the last one that loaded without
@@ -161,6 +240,16 @@ func (w *Watcher) loop() {
 			failed = true
 			timer.Reset(debounce)
 		case <-timer.C:
+			if w.absent.Load() {
+				there, err := w.appear()
+				if err != nil {
+					failed = true
+					w.report(nil, fmt.Errorf("watch rules %s: %w", w.path, err))
+				}
+				if !there {
+					continue
+				}
+			}
 			if err := w.watchTree(); err != nil {
 				failed = true
 				w.report(nil, fmt.Errorf("watch rules %s: %w", w.path, err))
@@ -293,6 +382,10 @@ func (w *Watcher) watchLinks() error {
 // file of a watched directory, or Kubernetes' ..data symlink and
 // ..timestamped directories.
 func (w *Watcher) relevant(name string) bool {
+	if w.absent.Load() { // a directory above the path: its way to it
+		abs, err := filepath.Abs(w.path)
+		return err == nil && (name == abs || strings.HasPrefix(abs, name+string(filepath.Separator)))
+	}
 	base := filepath.Base(name)
 	if strings.HasPrefix(base, "..") {
 		return true

@@ -345,3 +345,86 @@ func TestWatcherEnvoySymlinkSwap(t *testing.T) {
 		t.Fatalf("an edit after the swap: %v", r.err)
 	}
 }
+
+// TestWatcherAbsent starts, as Envoy's ratelimit does, without the rules:
+// with WithAbsent, a runtime root that does not exist yet, or a directory
+// without files, is an empty Set, and the rules are loaded when they
+// appear; without it, both are errors.
+func TestWatcherAbsent(t *testing.T) {
+	t.Parallel()
+	envoy := Loader{EnvoyLayout: true}
+	t.Run("missing", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		path := filepath.Join(dir, "current", "ratelimit", "config")
+		if _, err := envoy.Watch(path, nil); err == nil {
+			t.Fatal("a missing directory watched without WithAbsent")
+		}
+		ch := make(chan reload, 64)
+		w, err := envoy.Watch(path, func(s *Set, err error) { ch <- reload{s, err} }, WithAbsent())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if !w.Absent() || len(w.Current().Domains()) != 0 {
+			t.Fatalf("Absent() = %v, domains %v; want true and none", w.Absent(), w.Current().Domains())
+		}
+		// Published as Envoy's runtime is: a new directory, then the
+		// symbolic link the runtime root is, made in a directory above.
+		write(t, filepath.Join(dir, "v1", "ratelimit", "config", "api"), rulesWithRate(5))
+		symlink(t, "v1", filepath.Join(dir, "current"))
+		r := next(t, ch)
+		if r.err != nil || rate(t, r.set) != 5 || w.Absent() {
+			t.Fatalf("rules published: %v (absent %v)", r.err, w.Absent())
+		}
+		// Watched as any runtime directory from then on.
+		write(t, filepath.Join(dir, "v1", "ratelimit", "config", "api"), rulesWithRate(6))
+		if r := next(t, ch); r.err != nil || rate(t, r.set) != 6 {
+			t.Fatalf("edit after the rules appeared: %v", r.err)
+		}
+	})
+	t.Run("empty", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		if _, err := envoy.Watch(dir, nil); err == nil || !strings.Contains(err.Error(), "no rules") {
+			t.Fatalf("an empty directory without WithAbsent: %v, want no rules", err)
+		}
+		ch := make(chan reload, 64)
+		w, err := envoy.Watch(dir, func(s *Set, err error) { ch <- reload{s, err} }, WithAbsent())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if w.Absent() || len(w.Current().Domains()) != 0 {
+			t.Fatalf("Absent() = %v, domains %v; want false and none", w.Absent(), w.Current().Domains())
+		}
+		write(t, filepath.Join(dir, "api"), rulesWithRate(5))
+		if r := next(t, ch); r.err != nil || rate(t, r.set) != 5 {
+			t.Fatalf("rules written: %v", r.err)
+		}
+	})
+	t.Run("deeper", func(t *testing.T) {
+		t.Parallel()
+		// Two directories missing: the nearer one's creation moves the
+		// watch down (or finds the path there already); the rules file's
+		// makes the reload.
+		dir := t.TempDir()
+		path := filepath.Join(dir, "a", "b")
+		ch := make(chan reload, 64)
+		w, err := Loader{}.Watch(path, func(s *Set, err error) { ch <- reload{s, err} }, WithAbsent())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if err := os.Mkdir(filepath.Join(dir, "a"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(path, "api.yaml"), rulesWithRate(5))
+		for {
+			r := next(t, ch)
+			if r.err == nil && rate(t, r.set) == 5 {
+				return
+			}
+		}
+	})
+}

@@ -99,7 +99,9 @@ type RulesConfig struct {
 	// 16 MiB.
 	MaxFileBytes int
 	// EnvoyLayout reads every file below the directory, any extension, as
-	// Envoy's ratelimit reads its runtime (--rules-envoy-layout).
+	// Envoy's ratelimit reads its runtime (--rules-envoy-layout); as
+	// Envoy's, a directory missing or empty at the start is no rules, with
+	// a warning, until rules appear there.
 	EnvoyLayout bool
 	// IgnoreDotFiles skips hidden entries with EnvoyLayout
 	// (--rules-ignore-dot-files).

@@ -67,7 +67,7 @@ func openRules(log *slog.Logger, c Config, check func(sluice.Limit) error, h rul
 			"domains", set.Domains(), "overrides", set.NumOverrides())
 	}
 	if !isRulesDB(rc.Source) {
-		return openRulesFiles(rc, check, h, report)
+		return openRulesFiles(log, rc, check, h, report)
 	}
 	var tc *tls.Config
 	if strings.HasPrefix(strings.ToLower(rc.Source), "rediss") { // the store's TLS settings serve a rules database in TLS too
@@ -94,10 +94,18 @@ func openRules(log *slog.Logger, c Config, check func(sluice.Limit) error, h rul
 // control.Retriever whose Base is the watcher's rules: it rebuilds the Set
 // when the files change, when an override is set or deleted (at once in
 // this process, at the next Poll for another) and when one ends.
-func openRulesFiles(rc RulesConfig, check func(sluice.Limit) error, h rulesHooks,
+//
+// In Envoy's layout, rules that are missing (Envoy's runtime directory not
+// there yet, or empty) are no rules, with a warning, until they appear, as
+// Envoy's ratelimit starts (rules.WithAbsent).
+func openRulesFiles(log *slog.Logger, rc RulesConfig, check func(sluice.Limit) error, h rulesHooks,
 	report func(*rules.Set, string, int64, error)) (rulesSource, control.DB, func() error, error) {
 	db, dbErr := filedb.Open(rc.Source, rc.Loader()) // an error: one file, or hidden files read as rules; no overrides
 	var retr atomic.Pointer[control.Retriever]
+	opts := []rules.WatchOption{rules.WithCheck(check)}
+	if rc.EnvoyLayout {
+		opts = append(opts, rules.WithAbsent())
+	}
 	w, err := rc.Loader().Watch(rc.Source, func(set *rules.Set, err error) {
 		switch r := retr.Load(); {
 		case err != nil || dbErr != nil:
@@ -105,10 +113,17 @@ func openRulesFiles(rc RulesConfig, check func(sluice.Limit) error, h rulesHooks
 		case r != nil:
 			r.Rebase() // reports the rules with the overrides
 		}
-	}, rules.WithCheck(check))
+	}, opts...)
 	if err != nil {
 		h.m.Reload(err)
 		return nil, nil, nil, fmt.Errorf("load rules: %w", err)
+	}
+	if len(w.Current().Domains()) == 0 {
+		what := "the directory has no files"
+		if w.Absent() {
+			what = "nothing is there"
+		}
+		log.Warn("no rules yet: "+what+"; every request passes unlimited until rules appear there", "rules", rc.Source)
 	}
 	var src rulesSource = w
 	closeAll := w.Close

@@ -38,8 +38,9 @@ var envoyTriggers = []string{
 
 // Envoy's RUNTIME_WATCH_ROOT and HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED
 // ask for what sluice does anyway (it reloads on any change below the
-// rules directory, and is ready only with rules loaded): they are neither
-// read nor named.
+// rules directory, and is ready once the rules are read; a runtime
+// directory missing or empty reads as no rules, with a warning, as
+// Envoy's does): they are neither read nor named.
 
 // envoyIgnored are Envoy's variables that have no effect in sluice: they
 // are named in the startup warning when set. The variables envoyTable

@@ -639,3 +639,40 @@ func merge(ms ...map[string]string) map[string]string {
 	}
 	return out
 }
+
+// TestServeEnvoyRuntimeAbsent: in Envoy's environment a runtime directory
+// that is not there yet warns and starts, as Envoy's ratelimit does (every
+// request passing), and the rules are in force once it is published
+// (issue 24.5; serve ended with "load rules: ... no such file" before).
+func TestServeEnvoyRuntimeAbsent(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	getenv := env("RUNTIME_ROOT="+filepath.Join(root, "current"), "RUNTIME_SUBDIRECTORY=ratelimit",
+		"SLUICE_STORE=memory", "USE_STATSD=false", "LOG_LEVEL=info")
+	s := startServer(t, getenv, "--ops-addr", "127.0.0.1:0")
+	warn := s.logs.Find("no rules yet: nothing is there; every request passes unlimited until rules appear there")
+	if warn == nil || warn["level"] != "WARN" {
+		t.Fatalf("no warning that the runtime directory is missing; logs:\n%s", s.logs)
+	}
+	const req = `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"alice"},{"key":"path","value":"/login"}]}]}`
+	if r := s.do(t, "POST", "/json", req); r.code != 200 || strings.Contains(r.body, "requestsPerUnit") {
+		t.Fatalf("POST /json without rules = %d %s, want OK with no limit", r.code, r.body)
+	}
+	rulesData, err := os.ReadFile(exampleRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(root, "v1", "ratelimit", "config")
+	if err := os.MkdirAll(cfg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg, "rules"), rulesData, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("v1", filepath.Join(root, "current")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the published rules in force", func() bool {
+		return strings.Contains(s.do(t, "POST", "/json", req).body, `"requestsPerUnit":5`)
+	})
+}
