@@ -28,8 +28,8 @@ type syncer interface {
 	SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error)
 }
 
-type beater interface {
-	Beat(ctx context.Context, id string, ttl time.Duration, ack int64) (int64, bool, int64, error)
+type heartbeater interface {
+	Heartbeat(ctx context.Context, id string, ttl time.Duration) (int64, error)
 }
 
 // errGlobal is returned for a request of scope global given to an ability
@@ -93,12 +93,12 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 	return sy.SyncCounts(ctx, reqs, windows)
 }
 
-// Beat is the wrapped store's registry of servers (store/async's, of this
-// region).
-func (s *Store) Beat(ctx context.Context, id string, ttl time.Duration, ack int64) (int64, bool, int64, error) {
-	b, ok := s.inner.(beater)
+// Heartbeat is the wrapped store's count of the servers that share it
+// (store/localfirst's async mode, of this region).
+func (s *Store) Heartbeat(ctx context.Context, id string, ttl time.Duration) (int64, error) {
+	h, ok := s.inner.(heartbeater)
 	if !ok {
-		return 0, false, 0, errors.New("regions: the store keeps no registry of servers")
+		return 0, errors.New("regions: the store counts no servers")
 	}
-	return b.Beat(ctx, id, ttl, ack)
+	return h.Heartbeat(ctx, id, ttl)
 }

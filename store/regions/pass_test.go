@@ -38,10 +38,8 @@ func TestPassThrough(t *testing.T) {
 	if _, err := s.ReturnLeases(ctx, []sluice.Request{glob}, []sluice.State{{}}); !errors.Is(err, errGlobal) {
 		t.Errorf("ReturnLeases of scope global: %v, want errGlobal", err)
 	}
-	if _, ok := s.inner.(beater); ok {
-		if n, _, _, err := s.Beat(ctx, "server-1", time.Second, 0); err != nil || n != 1 {
-			t.Errorf("Beat: %d servers, %v", n, err)
-		}
+	if n, err := s.Heartbeat(ctx, "server-1", time.Second); err != nil || n != 1 {
+		t.Errorf("Heartbeat: %d servers, %v; want the Redis store's count, 1", n, err)
 	}
 	if err := s.CheckLimit(sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1, Period: 1 << 40 * time.Microsecond, Burst: 1 << 30}); err == nil {
 		t.Error("a bucket whose count across regions Redis cannot keep exactly passed the veto")
