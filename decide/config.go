@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -146,6 +147,11 @@ type Config struct {
 	// the breaker opens; then one decision probes the store and, if it
 	// succeeds, decisions go back to the store. Default 1s.
 	BreakerCoolDown time.Duration
+	// Ping asks the store whether it answers (store/stack's Ping), for
+	// Probe: while decisions go without the store, a ping that succeeds
+	// sends them back to it without waiting for a decision to probe.
+	// Default nil: Probe does nothing.
+	Ping func(context.Context) error
 	// Logger receives the breaker's transitions (Warn, Info) and single
 	// store failures (Debug). Default slog.Default().
 	Logger *slog.Logger

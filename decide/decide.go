@@ -59,11 +59,12 @@ type Service struct {
 	batches      sync.Pool // *batch
 	fallbackMode Mode
 	fallbacks    fallbacks
-	shadow       bool        // Config.Shadow
-	envoyKeys    bool        // Config.EnvoyKeys
-	observers    []Observer  // Config.Observers
-	starters     []Starter   // those of them that are Starters
-	ready        func() bool // the store's Ready, or nil
+	shadow       bool                        // Config.Shadow
+	envoyKeys    bool                        // Config.EnvoyKeys
+	observers    []Observer                  // Config.Observers
+	starters     []Starter                   // those of them that are Starters
+	ready        func() bool                 // the store's Ready, or nil
+	ping         func(context.Context) error // Config.Ping
 	caps         caps
 	slots        Slots
 	localSlots   Slots // FailLocal's slots, or nil
@@ -97,6 +98,7 @@ func New(cfg Config) (*Service, error) {
 		caps:         caps{descriptors: cfg.MaxDescriptors, entries: cfg.MaxEntries, value: cfg.MaxValueBytes, digest: cfg.DigestAbove},
 		shadow:       cfg.Shadow,
 		envoyKeys:    cfg.EnvoyKeys,
+		ping:         cfg.Ping,
 		br: breaker{
 			failures: int64(max(cfg.BreakerFailures, 0)),
 			window:   cfg.BreakerWindow.Microseconds(),
@@ -135,6 +137,35 @@ func (s *Service) Mode() Mode {
 		return ModeSlow
 	}
 	return ModeStore
+}
+
+// probeTimeout bounds Probe's ping when the Service has no store timeout.
+const probeTimeout = time.Second
+
+// Probe pings the store (Config.Ping) if decisions go without it now, the
+// circuit breaker open or the store not Ready, and closes the breaker when
+// the ping succeeds within the store timeout: so Mode, and the readiness a
+// server reports from it, follows the store without waiting for traffic.
+// It returns the ping's error, and nil without a ping when the store
+// decides or there is no Ping. A failed ping leaves the breaker as it is.
+// The caller calls it every second or so, from a goroutine of its own.
+func (s *Service) Probe(ctx context.Context) error {
+	if s.ping == nil || (!s.br.open() && (s.ready == nil || s.ready())) {
+		return nil
+	}
+	timeout := s.timeout
+	if timeout <= 0 {
+		timeout = probeTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := s.ping(ctx); err != nil {
+		return err
+	}
+	if s.ready == nil || s.ready() {
+		s.br.success(false)
+	}
+	return nil
 }
 
 // ref ties one store request of a batch to its descriptor and limit.

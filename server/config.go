@@ -43,6 +43,13 @@ type Config struct {
 	// Fail says how to decide while the store fails (--fail). Default
 	// decide.FailOpen.
 	Fail decide.Fail
+	// FailExplicit says the operator chose Fail (--fail, SLUICE_FAIL, the
+	// config file) rather than leaving it to its default. A server whose
+	// store has never answered is not ready (/readyz 503) until it has,
+	// unless Fail is FailOpen and FailExplicit: then it is ready, and says
+	// at Warn every minute that it admits without limits until the store
+	// answers. Default false.
+	FailExplicit bool
 	// StoreTimeout bounds the store calls of one decision (--store-timeout);
 	// negative: no bound. Default 50ms (decide's).
 	StoreTimeout time.Duration

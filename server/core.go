@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,7 +38,10 @@ type core struct {
 	observer *observe.Decider // heavy hitters, denial log
 	events   *ui.Events       // rules loads, for the dashboard
 	stores   *stack.Stack     // the store, composed
-	closers  []func() error   // in the order of opening; close calls them last first
+	// unreachedOK: ready before the store has answered (--fail open, given
+	// explicitly)
+	unreachedOK bool
+	closers     []func() error // in the order of opening; close calls them last first
 }
 
 // newCore opens the store, loads and watches the rules and makes the
@@ -139,7 +144,7 @@ func (co *core) wireDecider(c Config) error {
 	}
 	dc := decide.DefaultConfig()
 	dc.Rules, dc.Store, dc.Local = co.rules.Current, store, co.stores.Local()
-	dc.StoreTimeout, dc.Fail, dc.Logger = c.StoreTimeout, c.Fail, c.Logger
+	dc.StoreTimeout, dc.Fail, dc.Logger, dc.Ping = c.StoreTimeout, c.Fail, c.Logger, co.stores.Ping
 	dc.Lease, dc.EnvoyKeys = c.ConcurrencyLease, c.Store.EnvoyKeys
 	dc.Observers = append(dc.Observers, observe.NewUnknownDomains(c.Logger))
 	if sl := co.stores.Slots(); sl != nil { // Redis's, counted across servers; else decide's own
@@ -164,7 +169,72 @@ func (co *core) wireDecider(c Config) error {
 	}
 	co.closers = append(co.closers, co.observer.Close)
 	co.svc, co.decider = svc, co.m.Decider(co.observer)
+	co.unreachedOK = c.Fail == decide.FailOpen && c.FailExplicit
+	co.startProbe(c.Logger)
 	return nil
+}
+
+// probeEvery is how often the server pings a store it decides without
+// (decide.Service.Probe), and checks whether it has reached it.
+const probeEvery = time.Second
+
+// unreachedWarnEvery is how often a server ready without its store (see
+// Config.FailExplicit) says so.
+const unreachedWarnEvery = time.Minute
+
+// startProbe starts the goroutine that probes the store every probeEvery
+// while decisions go without it, so that /readyz follows the store
+// without traffic, and that says at Warn every unreachedWarnEvery that
+// limits are off while a server ready without its store has not reached
+// it. close stops it.
+func (co *core) startProbe(log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(probeEvery)
+		defer t.Stop()
+		var warned time.Time
+		for {
+			if co.unreachedOK && !co.stores.Ready() && time.Since(warned) >= unreachedWarnEvery {
+				log.Warn("store not reached: --fail open admits every request without its limits until it is", "fail_open_decisions", co.svc.FailDecisions()[decide.ModeOpen])
+				warned = time.Now()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			co.svc.Probe(ctx) //nolint:errcheck // the store's own log says why it fails; Mode says that it does
+		}
+	}()
+	co.closers = append(co.closers, func() error {
+		cancel()
+		<-done
+		return nil
+	})
+}
+
+// ready returns nil once the server may be sent decisions, as far as its
+// store goes: once every Redis of it has answered, or at once with --fail
+// open given explicitly; until then, why not.
+func (co *core) ready() error {
+	if co.unreachedOK || co.stores.Ready() {
+		return nil
+	}
+	return errors.New("store not reached yet: decisions follow --fail until it is (--fail open, given explicitly, serves without it)")
+}
+
+// failDecisions returns the decisions the store did not make since the
+// server started, by the name of the mode that made them, every mode
+// named.
+func (co *core) failDecisions() map[string]uint64 {
+	n := co.svc.FailDecisions()
+	out := make(map[string]uint64, len(n)-1)
+	for m := decide.ModeOpen; m <= decide.MaxMode; m++ {
+		out[m.String()] = n[m]
+	}
+	return out
 }
 
 // mode returns the decision service's mode as /readyz and the dashboard

@@ -482,14 +482,16 @@ func (s *testServer) askClient(domain string) (rlsv3.RateLimitResponse_Code, err
 }
 
 // TestServeStartsWithoutRedis starts sluice serve while its Redis is
-// down: it serves in its fail mode, says so on /readyz, and moves to Redis
-// by itself once Redis answers.
+// down: it decides in its fail mode, is not ready (/readyz 503) and says
+// why, counts its fail-mode decisions on /readyz, and once Redis answers
+// becomes ready and moves to Redis by itself, with no request to make it.
 func TestServeStartsWithoutRedis(t *testing.T) {
 	r := testenv.StartRedis(t)
 	r.Kill()
 	s := serveClientOnRedis(t, r.Addr, "late", 3, decide.FailLocal)
-	if body := s.do(t, "GET", "/readyz", "").body; !strings.Contains(body, `"mode":"local"`) {
-		t.Errorf("/readyz before any decision, Redis down: %s", body)
+	if res := s.do(t, "GET", "/readyz", ""); res.code != http.StatusServiceUnavailable ||
+		!strings.Contains(res.body, `"mode":"local"`) || !strings.Contains(res.body, `store not reached`) {
+		t.Errorf("/readyz before any decision, Redis down: %d %s, want 503 in mode local, the store not reached", res.code, res.body)
 	}
 	call := func() rlsv3.RateLimitResponse_Code {
 		t.Helper()
@@ -510,16 +512,46 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 			t.Fatalf("call %d without Redis: %v, want %v", i+1, got, want)
 		}
 	}
-	if body := s.do(t, "GET", "/readyz", "").body; !strings.Contains(body, `"mode":"local"`) {
-		t.Errorf("/readyz without Redis: %s", body)
+	if res := s.do(t, "GET", "/readyz", ""); res.code != http.StatusServiceUnavailable ||
+		!strings.Contains(res.body, `"mode":"local"`) || !strings.Contains(res.body, `"local":6`) {
+		t.Errorf("/readyz without Redis: %d %s, want 503 in mode local, 6 local decisions", res.code, res.body)
 	}
 	r.Restart()
-	eventually(t, "on Redis", func() bool {
-		call() // the breaker's probe goes to the store
-		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`)
+	// No call: the background probe finds Redis and closes the breaker.
+	eventually(t, "ready, on Redis", func() bool {
+		res := s.do(t, "GET", "/readyz", "")
+		return res.code == http.StatusOK && strings.Contains(res.body, `"mode":"store"`)
 	})
+	call()
 	if got := r.Do("DBSIZE"); got == "0" {
 		t.Errorf("Redis holds no key after decisions on it")
+	}
+}
+
+// TestServeFailOpenUnreached starts sluice serve on a Redis that never
+// answers: with --fail open by default it is not ready; with --fail open
+// given it is, and says at Warn that limits are off.
+func TestServeFailOpenUnreached(t *testing.T) {
+	t.Parallel()
+	r := testenv.StartRedis(t)
+	r.Kill()
+	for _, explicit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("explicit %v", explicit), func(t *testing.T) {
+			rules := copyRules(t, exampleRules)
+			c := testConfig(rules)
+			c.Store.URL, c.FailExplicit = "redis://"+r.Addr, explicit
+			s := startServer(t, c)
+			res := s.do(t, "GET", "/readyz", "")
+			if want := map[bool]int{false: 503, true: 200}[explicit]; res.code != want || !strings.Contains(res.body, `"mode":"fail_open"`) {
+				t.Errorf("/readyz: %d %s, want %d in mode fail_open", res.code, res.body, want)
+			}
+			const warn = "store not reached: --fail open admits every request without its limits until it is"
+			if explicit {
+				eventually(t, "the warning", func() bool { return s.logs.Find(warn) != nil })
+			} else if s.logs.Find(warn) != nil {
+				t.Errorf("warned %q without --fail open given", warn)
+			}
+		})
 	}
 }
 

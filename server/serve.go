@@ -65,9 +65,7 @@ func newServeFront(s *Server, rw *respond.Writer) (*serveFront, error) {
 	f.api, err = httpapi.New(httpapi.Config{
 		RateLimiter:  f.rls,
 		Rules:        co.rules.Current,
-		Mode:         co.mode,
-		Gatherer:     co.reg,
-		Regions:      readyRegions(co.stores),
+		Ops:          s.opsConfig(httpapi.OpsConfig{}),
 		MaxBodyBytes: httpapi.DefaultConfig().MaxBodyBytes,
 	})
 	if err != nil {

@@ -125,10 +125,19 @@ func New(cfg Config) (_ *Server, err error) {
 
 // newOps returns the ops handler: health, readiness and metrics.
 func (s *Server) newOps(cfg httpapi.OpsConfig) error {
-	cfg.Rules, cfg.Mode, cfg.Gatherer, cfg.Regions = s.co.rules.Current, s.co.mode, s.co.reg, readyRegions(s.co.stores)
-	ops, err := httpapi.NewOps(cfg)
+	ops, err := httpapi.NewOps(s.opsConfig(cfg))
 	s.ops = ops
 	return err
+}
+
+// opsConfig returns cfg with what every ops endpoint shows of the server
+// set: its rules, mode, readiness, fail-mode decisions, metrics and
+// regions.
+func (s *Server) opsConfig(cfg httpapi.OpsConfig) httpapi.OpsConfig {
+	co := s.co
+	cfg.Rules, cfg.Mode, cfg.Ready, cfg.FailDecisions = co.rules.Current, co.mode, co.ready, co.failDecisions
+	cfg.Gatherer, cfg.Regions = co.reg, readyRegions(co.stores)
+	return cfg
 }
 
 // Run serves until ctx ends or a listener fails, then shuts down: the

@@ -99,7 +99,7 @@ var settingsTable = []setting{
 	{"store", forBoth, "region", "this server's region: with --peer-region, a limit of scope: global is one limit for every region, each deciding on its own Redis (docs/regions.md); empty: every limit is its region's", func(s *settings) flag.Value { return str(&s.cfg.Store.Region) }},
 	{"store", forBoth, "peer-region", "another region, as NAME=URL: a Redis through which its counts are read (its own, or a read replica of it in this region); once for each region, every region listing every other", func(s *settings) flag.Value { return peerRegions(&s.cfg.Store.Peers) }},
 
-	{"decisions", forBoth, "fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)", func(s *settings) flag.Value { return parsed(&s.cfg.Fail, decide.ParseFail) }},
+	{"decisions", forBoth, "fail", "when the store fails: open (allow), closed (deny) or local (in-process limits)", failMode},
 	{"decisions", forBoth, "store-timeout", "longest wait for the store per decision before --fail decides (negative: no bound)", func(s *settings) flag.Value { return duration(&s.cfg.StoreTimeout) }},
 	{"decisions", forBoth, "concurrency-lease", "how long a request of the decision APIs (gRPC, JSON, forward-auth), which report no end, holds a slot of a concurrency limit", func(s *settings) flag.Value { return positive(&s.cfg.ConcurrencyLease) }},
 	{"decisions", forBoth, "shadow", "every limit in shadow mode: decided and counted, never enforced (Envoy's SHADOW_MODE)", func(s *settings) flag.Value { return boolean(&s.cfg.Shadow) }},
@@ -293,6 +293,20 @@ func positive[T number](p *T) flag.Value {
 				err = fmt.Errorf("%s: must be above 0", s)
 			}
 			return n, err
+		}}
+}
+
+// failMode is --fail: set (from the command line, SLUICE_FAIL or
+// --config), it also says the operator chose it (server.Config.FailExplicit:
+// --fail open, given, serves before the store is reached).
+func failMode(s *settings) flag.Value {
+	return &value[decide.Fail]{p: &s.cfg.Fail, ph: "STRING", show: decide.Fail.String,
+		parse: func(v string) (decide.Fail, error) {
+			f, err := decide.ParseFail(v)
+			if err == nil {
+				s.cfg.FailExplicit = true
+			}
+			return f, err
 		}}
 }
 

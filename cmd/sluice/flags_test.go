@@ -42,7 +42,7 @@ func settingsOf(t *testing.T, cmd string, getenv func(string) string, args ...st
 // from DefaultConfig.
 func TestSettings(t *testing.T) {
 	t.Parallel()
-	file := writeTemp(t, "sluice.yaml", "rules: from-file.yaml\nops-addr: [\"127.0.0.1:1\", \"127.0.0.1:2\"]\nstore-timeout: 75ms\n")
+	file := writeTemp(t, "sluice.yaml", "rules: from-file.yaml\nops-addr: [\"127.0.0.1:1\", \"127.0.0.1:2\"]\nstore-timeout: 75ms\nfail: open\n")
 	tests := []struct {
 		name string
 		cmd  string
@@ -56,7 +56,7 @@ func TestSettings(t *testing.T) {
 			"--tls-listeners", "grpc,admin", "--grpc-unix", "/s.sock", "--grpc-unix-mode", "600", "--envoy-metrics", "--top-keys", "3"},
 			want: func(c *server.Config) {
 				c.Rules.Source, c.GRPC.Addr, c.HTTP.Addr, c.Store.URL = "r.yaml", ":1", ":2", "redis://s:6379"
-				c.Fail, c.Store.Sync, c.Store.MaxMemory = decide.FailClosed, sluice.Lease, 64<<20
+				c.Fail, c.FailExplicit, c.Store.Sync, c.Store.MaxMemory = decide.FailClosed, true, sluice.Lease, 64<<20
 				c.ResponseHeaders = respond.HeaderRateLimit | respond.HeaderRetryAfter
 				c.TLS.Listeners, c.GRPC.Unix, c.GRPC.UnixMode = []string{"grpc", "admin"}, "/s.sock", 0o600
 				c.Envoy.Metrics, c.Observe.TopKeys = true, 3
@@ -71,10 +71,12 @@ func TestSettings(t *testing.T) {
 			env: []string{"SLUICE_STORE=memory://env", "SLUICE_OPS_ADDR=127.0.0.1:1,127.0.0.1:2", "SLUICE_FAIL=local", "SLUICE_PPROF=true"},
 			want: func(c *server.Config) {
 				c.Store.URL, c.OpsAddrs, c.Fail, c.HTTP.Pprof = "memory://flag", []string{"127.0.0.1:1", "127.0.0.1:2"}, decide.FailLocal, true
+				c.FailExplicit = true
 			}},
 		{name: "a config file, under the environment", args: []string{"--config", file}, env: []string{"SLUICE_STORE_TIMEOUT=1s"},
 			want: func(c *server.Config) {
 				c.Rules.Source, c.OpsAddrs, c.StoreTimeout = "from-file.yaml", []string{"127.0.0.1:1", "127.0.0.1:2"}, time.Second
+				c.FailExplicit = true // fail: open, the default, given
 			}},
 		{name: "Envoy's environment", env: []string{"REDIS_URL=r:6379", "PORT=9000", "USE_STATSD=false", "GRPC_UDS=/rl.sock", "SHADOW_MODE=true"},
 			want: func(c *server.Config) {

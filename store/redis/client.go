@@ -1,6 +1,11 @@
 package redis
 
-import "github.com/redis/rueidis"
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/rueidis"
+)
 
 // Client returns the store's Redis client once it has connected, and nil
 // before, for commands of a caller's own on the store's connections
@@ -10,4 +15,18 @@ func (s *Store) Client() rueidis.Client {
 		return nil
 	}
 	return s.client
+}
+
+// Ping asks Redis whether it answers within ctx (one node of a Cluster):
+// nil when it does; ErrConnecting, wrapping the last attempt's error,
+// before the store has connected; ErrClosed after Close. It is what a
+// server's readiness probe calls while it decides without the store.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.connected(); err != nil {
+		return fmt.Errorf("redis store %s: %w", Redact(s.url), err)
+	}
+	if err := s.client.Do(ctx, s.client.B().Ping().Build()).Error(); err != nil {
+		return fmt.Errorf("redis store %s: ping: %w", Redact(s.url), err)
+	}
+	return nil
 }

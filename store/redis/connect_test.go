@@ -40,13 +40,25 @@ func TestNew(t *testing.T) {
 	if b.Ready() || b.Client() != nil || failures.Load() == 0 {
 		t.Fatalf("ready %v after %d failures", b.Ready(), failures.Load())
 	}
+	if err := b.Ping(ctx); !errors.Is(err, ErrConnecting) {
+		t.Fatalf("Ping before Redis is up: %v, want ErrConnecting", err)
+	}
 	r.Restart()
 	waitFor(t, 10*time.Second, "connected after Redis started", b.Ready)
+	if err := b.Ping(ctx); err != nil {
+		t.Fatalf("Ping on Redis: %v", err)
+	}
 	for i, want := range []bool{true, true, false} {
 		d, err := sluice.Take(ctx, b, "k", l, 1)
 		if err != nil || d.Allowed != want {
 			t.Fatalf("take %d on Redis: %+v, %v; want allowed %v", i+1, d, err, want)
 		}
+	}
+	r.Kill()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := b.Ping(pctx); err == nil {
+		t.Error("Ping of a killed Redis: no error")
 	}
 }
 

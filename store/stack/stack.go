@@ -321,6 +321,7 @@ type Stack struct {
 	slots       *redis.Slots
 	check       func(sluice.Limit) error
 	ready       []func() bool
+	pings       []func(context.Context) error
 	nonBlocking bool
 	stats       []func() Stats
 	closers     []func(context.Context) error // closed last first
@@ -370,6 +371,17 @@ func (s *Stack) Ready() bool {
 		}
 	}
 	return true
+}
+
+// Ping asks every Redis of the store whether it answers within ctx, as
+// a readiness probe does (decide.Config.Ping): nil when all do, and the
+// memory store always does; otherwise each failure, joined.
+func (s *Stack) Ping(ctx context.Context) error {
+	var err error
+	for _, p := range s.pings {
+		err = errors.Join(err, p(ctx))
+	}
+	return err
 }
 
 // Stats returns the local-first layers' counters, summed, and the most
@@ -565,7 +577,7 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 		return nil, nil, configError(r.field, ": %v", err)
 	}
 	s.closers = append(s.closers, closeStore(b))
-	s.ready = append(s.ready, b.Ready)
+	s.ready, s.pings = append(s.ready, b.Ready), append(s.pings, b.Ping)
 	var next sluice.Store = b
 	if cfg.Region != "" {
 		if next, err = s.regionsOver(cfg, p, b, rcfg); err != nil {
@@ -639,6 +651,7 @@ type closer interface {
 type backend interface {
 	closer
 	Ready() bool
+	Ping(context.Context) error
 	Client() rueidis.Client
 	Slots() *redis.Slots
 }

@@ -31,7 +31,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -54,14 +53,9 @@ type Config struct {
 	// Rules returns the rules in force, or nil until they are loaded.
 	// Required.
 	Rules func() *rules.Set
-	// Mode says where decisions come from now (decide.Service's Mode:
-	// "store", or a fail mode while the store is down), for /readyz. Nil
-	// leaves it out.
-	Mode func() string
-	// Gatherer is the registry /metrics serves; nil leaves /metrics out.
-	Gatherer prometheus.Gatherer
-	// Regions is OpsConfig.Regions, for /readyz. Nil leaves it out.
-	Regions func() any
+	// Ops configures the operational endpoints the API serves beside its
+	// own (/readyz, /metrics...); its Rules is Config.Rules.
+	Ops OpsConfig
 	// MaxBodyBytes bounds request bodies; larger ones get 413. Zero means
 	// the default.
 	MaxBodyBytes int64
@@ -107,7 +101,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultConfig().BodyTimeout
 	}
-	ops, err := NewOps(OpsConfig{Rules: cfg.Rules, Mode: cfg.Mode, Gatherer: cfg.Gatherer, Regions: cfg.Regions})
+	cfg.Ops.Rules = cfg.Rules
+	ops, err := NewOps(cfg.Ops)
 	if err != nil {
 		return nil, err
 	}

@@ -87,8 +87,8 @@ func newServer(t *testing.T, loaded bool) (*httptest.Server, *Handler, *promethe
 		}
 		return set
 	}
-	cfg.Mode = func() string { return "store" }
-	cfg.Gatherer = reg
+	cfg.Ops.Mode = func() string { return "store" }
+	cfg.Ops.Gatherer = reg
 	cfg.MaxBodyBytes = 4096
 	h, err := New(cfg)
 	if err != nil {

@@ -23,6 +23,14 @@ type OpsConfig struct {
 	// "store", or a fail mode while the store is down), for /readyz. Nil
 	// leaves it out.
 	Mode func() string
+	// Ready returns why the process must not be sent decisions yet
+	// (a store it has never reached), nil when it may: /readyz answers 503
+	// with the error as its reason while it is not nil. Nil: always ready.
+	Ready func() error
+	// FailDecisions returns how many decisions since start each fail mode
+	// made (the store did not decide them), by the mode's name, which
+	// /readyz shows under "fail_decisions"; nil leaves it out.
+	FailDecisions func() map[string]uint64
 	// Gatherer is the registry /metrics serves; nil leaves /metrics out.
 	Gatherer prometheus.Gatherer
 	// Shed returns the load shedder's state (the proxy's), which /readyz
@@ -41,7 +49,7 @@ type OpsConfig struct {
 // is safe for concurrent use.
 //
 //	GET /healthz      200 while the process serves
-//	GET /readyz       200 once rules are loaded, 503 before and while draining
+//	GET /readyz       200 once rules are loaded (and Ready), 503 before and while draining
 //	GET /healthcheck  Envoy ratelimit's: 200 "OK" while ready, 500 otherwise
 //	GET /metrics      Prometheus metrics of the Gatherer, if any
 type Ops struct {
@@ -119,6 +127,15 @@ func (o *Ops) ready() (int, map[string]any) {
 		code, body["status"], body["reason"] = http.StatusServiceUnavailable, "not ready", "rules not loaded"
 	default:
 		body["rules"] = set.Version()
+		if o.cfg.Ready == nil {
+			break
+		}
+		if err := o.cfg.Ready(); err != nil {
+			code, body["status"], body["reason"] = http.StatusServiceUnavailable, "not ready", err.Error()
+		}
+	}
+	if o.cfg.FailDecisions != nil {
+		body["fail_decisions"] = o.cfg.FailDecisions()
 	}
 	if o.cfg.Regions != nil {
 		body["regions"] = o.cfg.Regions()

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -22,7 +23,10 @@ func TestOps(t *testing.T) {
 	var current *rules.Set
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "test_gauge", Help: "A gauge."}))
-	o, err := NewOps(OpsConfig{Rules: func() *rules.Set { return current }, Gatherer: reg})
+	var storeErr error = errors.New("store not reached yet")
+	o, err := NewOps(OpsConfig{Rules: func() *rules.Set { return current }, Gatherer: reg,
+		Ready:         func() error { return storeErr },
+		FailDecisions: func() map[string]uint64 { return map[string]uint64{"fail_open": 7} }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +47,8 @@ func TestOps(t *testing.T) {
 		paths map[string]int
 	}{
 		{"before the rules", func() {}, map[string]int{"/healthz": 200, "/readyz": 503, "/healthcheck": 500, "/metrics": 200, "/debug/x": 204, "/v1/decide": 404}},
-		{"serving", func() { current = set }, map[string]int{"/healthz": 200, "/readyz": 200, "/healthcheck": 200}},
+		{"store not reached", func() { current = set }, map[string]int{"/healthz": 200, "/readyz": 503, "/healthcheck": 500}},
+		{"serving", func() { storeErr = nil }, map[string]int{"/healthz": 200, "/readyz": 200, "/healthcheck": 200}},
 		{"draining", o.Drain, map[string]int{"/healthz": 200, "/readyz": 503, "/healthcheck": 500, "/metrics": 200}},
 	}
 	for _, st := range steps {
@@ -53,6 +58,14 @@ func TestOps(t *testing.T) {
 				t.Errorf("%s: GET %s = %d %s, want %d", st.name, path, code, body, want)
 			}
 		}
+		if st.name == "store not reached" {
+			if _, body := get("/readyz"); !strings.Contains(body, `"reason":"store not reached yet"`) {
+				t.Errorf("%s: /readyz = %s, want the reason", st.name, body)
+			}
+		}
+	}
+	if _, body := get("/readyz"); !strings.Contains(body, `"fail_decisions":{"fail_open":7}`) {
+		t.Errorf("/readyz = %s, want the fail-mode decisions", body)
 	}
 	if _, body := get("/metrics"); !strings.Contains(body, "test_gauge 0") {
 		t.Errorf("/metrics = %s, want the registry's gauge", body)
