@@ -155,16 +155,7 @@ var envoyTable = []envoyGroup{
 		{"envoy-redis-keys", vars("REDIS_URL"), constant("true")},
 		{"envoy-key-prefix", vars("CACHE_KEY_PREFIX"), plain("CACHE_KEY_PREFIX", "")},
 		{"near-cache", vars("LOCAL_CACHE_SIZE_IN_BYTES"), plain("LOCAL_CACHE_SIZE_IN_BYTES", "")},
-		{"", nil, func(r *envoyReader) (string, bool) {
-			// Envoy's default (false) counts every hit, a denied one's too,
-			// as sluice does with Envoy's keys; true, which keeps a key
-			// below its limit from counting while another is over, is not
-			// followed.
-			if r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false) {
-				r.ignored = append(r.ignored, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
-			}
-			return "", false
-		}},
+		{"envoy-stop-increment", vars("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"), ifTrue("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")},
 	}},
 	{when: isTrue("REDIS_PERSECOND", false), unused: perSecondVars, rows: []envoyRow{
 		// Envoy's default is a nutcracker's socket, as for REDIS_URL.
@@ -231,6 +222,7 @@ type envoyEnv struct {
 	settings []envoySetting
 	ignored  []string // variables set without effect, sorted
 	prefix   bool     // CACHE_KEY_PREFIX is set
+	stop     bool     // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is true
 }
 
 // envoyReader reads Envoy's variables, collecting the first mistake and
@@ -308,6 +300,7 @@ func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 		return nil, r.err
 	}
 	e.prefix = r.get("CACHE_KEY_PREFIX", "") != ""
+	e.stop = r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
 	slices.Sort(r.ignored)
 	e.ignored = slices.Compact(r.ignored)
 	return e, nil
@@ -580,11 +573,16 @@ func envoyStore(r *envoyReader, prefix, defURL string) (string, error) {
 // apply sets each flag of fs that nothing set yet from e, checking the
 // values even where a flag or SLUICE_ variable wins. A flag the command
 // lacks makes its variables ignored, and so does CACHE_KEY_PREFIX without
-// Envoy's keys.
+// Envoy's keys, and STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
 func (e *envoyEnv) apply(fs ff.Flags) error {
 	defer func() {
-		if f, ok := fs.GetFlag("envoy-redis-keys"); e.prefix && (!ok || f.GetValue() != "true") {
-			e.ignored = append(e.ignored, "CACHE_KEY_PREFIX") // sluice's own keys have their own names
+		if f, ok := fs.GetFlag("envoy-redis-keys"); !ok || f.GetValue() != "true" {
+			if e.prefix {
+				e.ignored = append(e.ignored, "CACHE_KEY_PREFIX") // sluice's own keys have their own names
+			}
+			if e.stop {
+				e.ignored = append(e.ignored, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") // sluice's own keys count nothing when denied
+			}
 		}
 		slices.Sort(e.ignored)
 		e.ignored = slices.Compact(e.ignored)

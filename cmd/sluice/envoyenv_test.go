@@ -130,7 +130,7 @@ func TestEnvoySettings(t *testing.T) {
 		{
 			name: "keys kept from counting while another is over",
 			env:  []string{"REDIS_URL=r:1", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"},
-			want: map[string]string{"store": "redis://r:1"}, ignored: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"},
+			want: map[string]string{"store": "redis://r:1", "envoy-stop-increment": "true"},
 		},
 		{
 			name: "gRPC TLS",
@@ -476,6 +476,10 @@ func TestEnvoyStoreDefaults(t *testing.T) {
 			want: map[string]string{"store": "redis://r:6379", "envoy-redis-keys": "true", "envoy-key-prefix": "x_", "store-expiry-jitter": "5m0s"}},
 		{name: "Envoy's keys opted out", args: []string{"--envoy-redis-keys=false"}, env: []string{"REDIS_URL=r:6379", "CACHE_KEY_PREFIX=x_"},
 			want: map[string]string{"store": "redis://r:6379", "envoy-redis-keys": "false"}, ignored: []string{"CACHE_KEY_PREFIX"}},
+		{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT without Envoy's keys", args: []string{"--envoy-redis-keys=false"},
+			env:     []string{"REDIS_URL=r:6379", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"},
+			want:    map[string]string{"store": "redis://r:6379", "envoy-redis-keys": "false", "envoy-stop-increment": "true"},
+			ignored: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}},
 		{name: "opted out by SLUICE_", env: []string{"REDIS_URL=r:6379", "SLUICE_ENVOY_REDIS_KEYS=false"},
 			want: map[string]string{"envoy-redis-keys": "false"}},
 	} {

@@ -21,7 +21,9 @@
 // These requests are counted Envoy's way, not sluice's: the hits of a
 // denied request are counted too (Envoy's ratelimit adds them before it
 // compares), and the hits stay counted whatever the request's other limits
-// decide. Requests to the decorated store keep sluice's rule: when a
+// decide; with Config.StopIncrementWhenOverLimit, as with Envoy's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, only the keys a request would
+// take over their limits count its hits when there are such keys. Requests to the decorated store keep sluice's rule: when a
 // request counted here is denied, the decorated store only checks them
 // (cost 0), so the request consumes none of their quota.
 package envoykeys
@@ -57,6 +59,13 @@ type Config struct {
 	// adds, so that the keys of one window do not leave Redis at once.
 	// Zero (the default): none.
 	ExpiryJitter time.Duration
+	// StopIncrementWhenOverLimit is Envoy's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: in a request with several
+	// Envoy keys, the counts are read first (GET, as Envoy's reads them,
+	// not atomically with the increments), and when one key's hits would
+	// take it over its limit, only those keys count the hits; the others
+	// get INCRBY 0. False (the default, Envoy's): every key counts.
+	StopIncrementWhenOverLimit bool
 }
 
 // Store counts the requests that carry an Envoy descriptor in Redis as
@@ -68,6 +77,7 @@ type Store struct {
 	client func() rueidis.Client
 	now    func() time.Time
 	jitter int64 // Config.ExpiryJitter in whole seconds
+	stop   bool  // Config.StopIncrementWhenOverLimit
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -80,7 +90,8 @@ func New(next sluice.Store, client func() rueidis.Client, cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{next: next, prefix: cfg.Prefix, client: client, now: cfg.Now, jitter: int64(cfg.ExpiryJitter / time.Second)}
+	return &Store{next: next, prefix: cfg.Prefix, client: client, now: cfg.Now, jitter: int64(cfg.ExpiryJitter / time.Second),
+		stop: cfg.StopIncrementWhenOverLimit}
 }
 
 // envoy reports whether r is counted as Envoy's ratelimit counts it.
@@ -158,7 +169,7 @@ func (s *Store) count(ctx context.Context, reqs []sluice.Request, ds []sluice.De
 	}
 	now := s.now()
 	sec := now.Unix()
-	cmds := make(rueidis.Commands, 0, 2*n)
+	names := make([]string, 0, n)
 	for i := range reqs {
 		r := &reqs[i]
 		if !envoy(r) {
@@ -168,16 +179,34 @@ func (s *Store) count(ctx context.Context, reqs []sluice.Request, ds []sluice.De
 		if err != nil {
 			return false, err
 		}
-		name := s.key(&r.Envoy, sec/p*p)
+		names = append(names, s.key(&r.Envoy, sec/p*p))
+	}
+	over, err := s.over(ctx, c, reqs, names)
+	if err != nil {
+		return false, err
+	}
+	cmds := make(rueidis.Commands, 0, 2*n)
+	j := 0
+	for i := range reqs {
+		r := &reqs[i]
+		if !envoy(r) {
+			continue
+		}
+		p, _ := periodSeconds(r.Limit)
 		ttl := p
 		if s.jitter > 0 {
 			ttl += rand.Int64N(s.jitter)
 		}
-		cmds = append(cmds, c.B().Incrby().Key(name).Increment(r.Cost).Build(), c.B().Expire().Key(name).Seconds(ttl).Build())
+		hits := r.Cost
+		if over != nil && !over[j] {
+			hits = 0 // another key is over: this one does not count (Envoy's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)
+		}
+		cmds = append(cmds, c.B().Incrby().Key(names[j]).Increment(hits).Build(), c.B().Expire().Key(names[j]).Seconds(ttl).Build())
+		j++
 	}
 	res := c.DoMulti(ctx, cmds...)
 	denied := false
-	j := 0
+	j = 0
 	for i := range reqs {
 		r := &reqs[i]
 		if !envoy(r) {
@@ -197,6 +226,45 @@ func (s *Store) count(ctx context.Context, reqs []sluice.Request, ds []sluice.De
 		denied = denied || !ds[i].Allowed
 	}
 	return denied, nil
+}
+
+// over reads, with StopIncrementWhenOverLimit and several Envoy keys in
+// reqs (their names in order), which keys the requests' hits would take
+// over their limits, as Envoy's ratelimit reads them before it counts. It
+// returns nil when every key counts: without the option, with one key, or
+// with none over.
+func (s *Store) over(ctx context.Context, c rueidis.Client, reqs []sluice.Request, names []string) ([]bool, error) {
+	if !s.stop || len(names) < 2 {
+		return nil, nil
+	}
+	gets := make(rueidis.Commands, len(names))
+	for j, name := range names {
+		gets[j] = c.B().Get().Key(name).Build()
+	}
+	res := c.DoMulti(ctx, gets...)
+	over := make([]bool, len(names))
+	any := false
+	j := 0
+	for i := range reqs {
+		r := &reqs[i]
+		if !envoy(r) {
+			continue
+		}
+		n, err := res[j].AsInt64()
+		if rueidis.IsRedisNil(err) {
+			n, err = 0, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("envoy key of %s: %w", r.Key, err)
+		}
+		over[j] = n+r.Cost > r.Limit.Capacity()
+		any = any || over[j]
+		j++
+	}
+	if !any {
+		return nil, nil
+	}
+	return over, nil
 }
 
 // key returns the Redis key of the counter of descriptor d in the window

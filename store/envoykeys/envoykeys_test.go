@@ -59,7 +59,7 @@ func newFixture(t *testing.T) *fixture {
 
 // newFixtureOn is newFixture on the Redis at addrs: a standalone server
 // or the nodes of a cluster.
-func newFixtureOn(t *testing.T, addrs []string) *fixture {
+func newFixtureOn(t *testing.T, addrs []string, opts ...func(*envoykeys.Config)) *fixture {
 	t.Helper()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
 	if err != nil {
@@ -79,7 +79,11 @@ func newFixtureOn(t *testing.T, addrs []string) *fixture {
 	}
 	t.Cleanup(func() { _ = mem.Close() })
 	f := &fixture{redis: c, clk: clk, prefix: fmt.Sprintf("test%d_", time.Now().UnixNano())}
-	store := envoykeys.New(mem, func() rueidis.Client { return c }, envoykeys.Config{Now: clk.Now, Prefix: f.prefix})
+	cfg := envoykeys.Config{Now: clk.Now, Prefix: f.prefix}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	store := envoykeys.New(mem, func() rueidis.Client { return c }, cfg)
 	f.svc, err = decide.New(decide.Config{
 		Rules:  func() *rules.Set { return set },
 		Store:  store,
@@ -328,5 +332,43 @@ func TestNotEnvoyLimit(t *testing.T) {
 		if n, err := f.redis.Do(context.Background(), f.redis.B().Keys().Pattern(key+"*").Build()).AsStrSlice(); err != nil || len(n) != 0 {
 			t.Errorf("Take(%s) wrote %v (%v)", l, n, err)
 		}
+	}
+}
+
+// TestStopIncrementWhenOverLimit: with Envoy's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a request one of whose keys
+// would go over its limit counts its hits on that key alone, as Envoy's
+// ratelimit does; without it, on every key (alice's count went to 1).
+func TestStopIncrementWhenOverLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		stop  bool
+		alice int64 // alice's count after the denied request
+	}{
+		{"Envoy's default", false, 1},
+		{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixtureOn(t, []string{testenv.RedisAddr(t)}, func(c *envoykeys.Config) { c.StopIncrementWhenOverLimit = tc.stop })
+			bob, alice := f.prefix+"api_user_bob_"+window(60), f.prefix+"api_user_alice_"+window(60)
+			f.envoyHit(t, bob, 3, 60) // bob's limit, 3 a minute, used up
+			resp := f.decide(t, []string{"user", "bob"}, []string{"user", "alice"})
+			if resp.Overall != decide.OverLimit || resp.Statuses[1].Code != decide.OK {
+				t.Fatalf("bob and alice: %v, alice %v; want OVER_LIMIT, alice OK", resp.Overall, resp.Statuses[1].Code)
+			}
+			if n := f.get(t, bob); n != 4 {
+				t.Errorf("bob's count %d, want 4: the key over its limit counts the hit", n)
+			}
+			if n := f.get(t, alice); n != tc.alice {
+				t.Errorf("alice's count %d, want %d", n, tc.alice)
+			}
+			// Within every limit, every key counts.
+			f.decide(t, []string{"user", "carol"}, []string{"user", "alice"})
+			if n := f.get(t, alice); n != tc.alice+1 {
+				t.Errorf("alice's count %d after a request within the limits, want %d", n, tc.alice+1)
+			}
+		})
 	}
 }

@@ -123,6 +123,10 @@ type Config struct {
 	// EnvoyKeyPrefix begins those keys: Envoy's CACHE_KEY_PREFIX. Default
 	// "".
 	EnvoyKeyPrefix string
+	// EnvoyStopIncrement counts a request's hits, when one of its Envoy
+	// keys would go over its limit, on those keys alone: Envoy's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT. Default off, as Envoy's.
+	EnvoyStopIncrement bool
 
 	// Region names this server's region (store/regions): a limit of scope
 	// global is then one limit for all the regions of Peers and this one,
@@ -598,7 +602,8 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 	if !cfg.EnvoyKeys {
 		return lf, b, nil
 	}
-	return p.envoyKeys(lf, b, envoykeys.Config{Prefix: cfg.EnvoyKeyPrefix, ExpiryJitter: cfg.ExpiryJitter, Now: cfg.Now}), b, nil
+	return p.envoyKeys(lf, b, envoykeys.Config{Prefix: cfg.EnvoyKeyPrefix, ExpiryJitter: cfg.ExpiryJitter, Now: cfg.Now,
+		StopIncrementWhenOverLimit: cfg.EnvoyStopIncrement}), b, nil
 }
 
 // regionsOver opens the peers' Redis with rcfg, the home's configuration,
