@@ -176,7 +176,8 @@ descriptors:
 }
 
 // TestServersAsync runs three `sluice serve` on one Redis (and on a Redis
-// Cluster) in async mode (the rule's sync: async, --async-nodes 3), 64
+// Cluster) in async mode (the rule's sync: async; no --async-nodes: the
+// servers count themselves, sluice_async_servers 3 on each), 64
 // clients spread over them, on one key with a limit of 1000 a day: no
 // decision calls Redis, and no more than 1000 + 3 × ⌊1000/150⌋ = 1018
 // are admitted, the stated bound. It syncs every 100ms (the default): a
@@ -204,10 +205,15 @@ descriptors:
 			start := time.Now().UTC().Format("2006-01-02")
 			store := b.store(t)
 			servers, admitted, denied, failed := hotKey(t, domain, rules, func(c *Config) {
-				c.Store.URL, c.Store.AsyncNodes, c.Store.SyncInterval = store, 3, 100*time.Millisecond
+				c.Store.URL, c.Store.SyncInterval = store, 100*time.Millisecond // the servers count themselves
 			})
 			if end := time.Now().UTC().Format("2006-01-02"); end != start {
 				t.Skipf("the day turned during the test (%s to %s)", start, end)
+			}
+			for i, s := range servers {
+				eventually(t, fmt.Sprintf("server %d counts 3 servers", i), func() bool {
+					return metricValue(t, s, "sluice_async_servers") == 3
+				})
 			}
 			decided := 0
 			for _, s := range servers {

@@ -71,11 +71,12 @@ const asyncOverhead = 224
 // Bounded in bytes: a key that finds it full is decided by the store.
 type asyncTable struct {
 	seed     maphash.Seed
-	budget   int64 // bytes per shard
-	k        int64 // Config.AsyncShare
-	floor    int64 // Config.AsyncNodes: the fewest servers counted
-	live     atomic.Int64
-	interval int64 // Config.SyncInterval, µs
+	budget   int64        // bytes per shard
+	k        int64        // Config.AsyncShare
+	floor    int64        // Config.AsyncNodes: the fewest servers counted
+	live     atomic.Int64 // the servers the last heartbeat counted, 0 before one
+	joined   atomic.Bool  // a key went async: the node heartbeats from now on
+	interval int64        // Config.SyncInterval, µs
 	shards   [leaseShards]asyncShard
 
 	mu     sync.Mutex // guards offset
@@ -366,6 +367,7 @@ func (s *Store) takeBucket(ctx context.Context, r sluice.Request, now time.Time)
 // store's count, never from a fresh share of the whole limit.
 func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time, sh *asyncShard) (sluice.Decision, error) {
 	a := s.async
+	a.joined.Store(true)
 	if a.live.Load() == 0 {
 		// Counted among the servers before the node admits by itself: the
 		// others count it at their next sync. A failure leaves N at
@@ -508,7 +510,7 @@ func (s *Store) syncAsync(ctx context.Context, beat bool) error {
 	}
 	// The count before the shares given below, which are of it.
 	var beatErr error
-	if beat {
+	if beat && a.joined.Load() { // a server with no async key counts for nothing
 		beatErr = s.heartbeat(ctx)
 	}
 	if len(items) == 0 {
