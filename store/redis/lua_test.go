@@ -292,7 +292,7 @@ func millis(s string) (int64, error) {
 // do runs one command; only those take.lua and async.lua send are known.
 func (db *memRedis) do(args []string) (any, error) {
 	cmd, a := strings.ToUpper(args[0]), args[1:]
-	arity := map[string]int{"TIME": 0, "GET": 1, "MGET": -1, "SET": -2, "PSETEX": 3, "PEXPIRE": 2, "DEL": -1,
+	arity := map[string]int{"TIME": 0, "GET": 1, "MGET": -1, "SET": -2, "SETRANGE": 3, "PSETEX": 3, "PEXPIRE": 2, "DEL": -1,
 		"LINDEX": 2, "LLEN": 1, "LRANGE": 3, "RPUSH": -2, "LPUSH": -2, "LTRIM": 3, "LSET": 3}
 	want, ok := arity[cmd]
 	if !ok {
@@ -332,6 +332,28 @@ func (db *memRedis) do(args []string) (any, error) {
 		}
 		db.keys[a[0]] = nv
 		return status("OK"), nil
+	case "SETRANGE":
+		off, err := strconv.Atoi(a[1])
+		if err != nil || off < 0 {
+			return nil, errors.New("ERR offset is out of range")
+		}
+		v := db.get(a[0])
+		switch {
+		case v == nil && a[2] == "":
+			return int64(0), nil // Redis makes no key
+		case v == nil:
+			v = &memValue{}
+			db.keys[a[0]] = v
+		case v.list != nil:
+			return nil, errWrongType
+		}
+		b := []byte(v.str)
+		if n := off + len(a[2]); n > len(b) {
+			b = append(b, make([]byte, n-len(b))...)
+		}
+		copy(b[off:], a[2])
+		v.str = string(b)
+		return int64(len(b)), nil
 	case "PSETEX":
 		ms, err := millis(a[1])
 		if err != nil {
@@ -547,6 +569,8 @@ func TestMemRedisMatchesRedis(t *testing.T) {
 		{"RPUSH", s, "x"}, {"PEXPIRE", s, "100000"}, {"PEXPIRE", m, "100"}, {"DEL", s, m}, {"MGET", s},
 		{"RPUSH", l, "a"}, {"SET", l, "v", "KEEPTTL"}, {"MGET", l}, {"LLEN", l},
 		{"PSETEX", m, "0", "v"}, {"PEXPIRE", l, "0"}, {"MGET", l}, {"DEL", l, s, m},
+		{"SETRANGE", m, "0", ""}, {"MGET", m}, {"SETRANGE", m, "0", "abc"}, {"PSETEX", s, "100000", "0123456789"}, {"SETRANGE", s, "0", "xy"},
+		{"SETRANGE", s, "12", "z"}, {"MGET", s, m}, {"RPUSH", l, "a"}, {"SETRANGE", l, "0", "x"}, {"DEL", l, s, m},
 	}
 	db := &memRedis{now: time.Now, keys: map[string]*memValue{}}
 	db.begin()
