@@ -371,7 +371,7 @@ func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time,
 	if a.live.Load() == 0 {
 		// Counted among the servers before the node admits by itself: the
 		// others count it at their next sync. A failure leaves N at
-		// Config.AsyncNodes, and the next key's first request tries again.
+		// Config.AsyncNodes until the next sync's heartbeat.
 		_ = s.heartbeat(ctx)
 	}
 	s.calls.Add(1)
