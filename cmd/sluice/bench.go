@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,7 +80,11 @@ func printBench(w io.Writer, c loadgen.Config, r *loadgen.Result) {
 	}
 	fmt.Fprintf(w, "target:      %s, %d callers, %d users (%s), %v\n", target, c.Concurrency, c.Users, dist, c.Duration)
 	fmt.Fprintf(w, "decisions:   %d (OK %d, OVER_LIMIT %d, errors %d)\n", n, r.OK, r.Over, r.Failed)
-	if r.Over == 0 && r.OK > 0 {
+	line := failModes(r.Modes)
+	if line != "" {
+		fmt.Fprintf(w, "fail mode:   %s\n", line)
+	}
+	if r.Over == 0 && r.OK > 0 && line == "" {
 		fmt.Fprintf(w, "             none over a limit: the calls were spread over %d users, each under its own;\n"+
 			"             fewer users (--users 10) or a skewed draw (--zipf 1.2) make them reach it\n", c.Users)
 	}
@@ -88,4 +94,20 @@ func printBench(w io.Writer, c loadgen.Config, r *loadgen.Result) {
 	if r.FirstErr != nil {
 		fmt.Fprintf(w, "first error: %v\n", r.FirstErr)
 	}
+}
+
+// failModes says how many answers the server's fail mode made instead of
+// its store, by mode ("" when none): an outage, or a store slower than
+// --store-timeout, that "errors 0" alone would hide.
+func failModes(modes map[string]int) string {
+	if len(modes) == 0 {
+		return ""
+	}
+	names := slices.Sorted(maps.Keys(modes))
+	total, parts := 0, make([]string, len(names))
+	for i, m := range names {
+		total += modes[m]
+		parts[i] = fmt.Sprintf("%s %d", m, modes[m])
+	}
+	return fmt.Sprintf("%d of them not decided by the store (%s): see /readyz and the server's log", total, strings.Join(parts, ", "))
 }

@@ -179,3 +179,22 @@ func TestBenchHint(t *testing.T) {
 		t.Errorf("a run with OVER_LIMIT:\n%s", out.String())
 	}
 }
+
+// TestBenchFailModes: sluice bench says how many answers the server's fail
+// mode made (it said "OK 79050, errors 0" while the breaker was open), and
+// does not blame the spread of users for no OVER_LIMIT then.
+func TestBenchFailModes(t *testing.T) {
+	t.Parallel()
+	c := loadgen.DefaultConfig()
+	c.GRPCAddr = "127.0.0.1:8081"
+	var out bytes.Buffer
+	printBench(&out, c, &loadgen.Result{OK: 79050, Modes: map[string]int{"fail_open": 79000, "slow": 50}, Elapsed: time.Second})
+	if want := "fail mode:   79050 of them not decided by the store (fail_open 79000, slow 50)"; !strings.Contains(out.String(), want) || strings.Contains(out.String(), "none over a limit") {
+		t.Errorf("a run in fail open:\n%s\nwant %q, and no hint about users", out.String(), want)
+	}
+	out.Reset()
+	printBench(&out, c, &loadgen.Result{OK: 1000, Over: 5, Modes: map[string]int{}, Elapsed: time.Second})
+	if strings.Contains(out.String(), "fail mode") {
+		t.Errorf("a run on the store:\n%s", out.String())
+	}
+}

@@ -14,7 +14,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sluicehq/sluice/transport/envoyrls"
 )
 
 // grpcCaller returns the caller of Envoy's gRPC API at c.GRPCAddr, over
@@ -51,42 +55,54 @@ func grpcCaller(c Config) (caller, func(), error) {
 	}
 	first := true // bench makes the first call before the callers start
 	opt := grpc.ForceCodecV2(leanCodec{})
-	return func(ctx context.Context, u int) (bool, error) {
+	return func(ctx context.Context, u int) (answer, error) {
 		cc := conns[u%len(conns)]
 		if first {
 			first = false
 			req := &rlsv3.RateLimitRequest{}
 			if err := proto.Unmarshal(encoded[u], req); err != nil {
-				return false, err
+				return answer{}, err
 			}
 			resp, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req)
 			if err != nil {
-				return false, err
+				return answer{}, err
 			}
 			if resp.GetOverallCode() == rlsv3.RateLimitResponse_UNKNOWN || len(resp.GetStatuses()) != 1 {
-				return false, fmt.Errorf("unexpected answer %v", resp)
+				return answer{}, fmt.Errorf("unexpected answer %v", resp)
 			}
-			return resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, nil
+			mode := resp.GetDynamicMetadata().GetFields()[envoyrls.ModeKey].GetStringValue()
+			return answer{over: resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT, mode: mode}, nil
 		}
-		var code overallCode
-		if err := cc.Invoke(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, rawMessage(encoded[u]), &code, opt); err != nil {
-			return false, err
+		var a leanAnswer
+		if err := cc.Invoke(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, rawMessage(encoded[u]), &a, opt); err != nil {
+			return answer{}, err
 		}
-		if code == 0 {
-			return false, errors.New("answer without an overall code")
+		if a.code == 0 {
+			return answer{}, errors.New("answer without an overall code")
 		}
-		return code == overallCode(rlsv3.RateLimitResponse_OVER_LIMIT), nil
+		return answer{over: a.code == int32(rlsv3.RateLimitResponse_OVER_LIMIT), mode: a.mode}, nil
 	}, cleanup, nil
 }
 
 // rawMessage is a request already in protobuf's wire format.
 type rawMessage []byte
 
-// overallCode is the overall_code of a RateLimitResponse.
-type overallCode int32
+// leanAnswer is what leanCodec reads of a RateLimitResponse: its overall
+// code, and the fail mode its dynamic_metadata names, if any.
+type leanAnswer struct {
+	code int32
+	mode string
+}
+
+// The numbers of the RateLimitResponse fields leanCodec reads.
+const (
+	overallCodeField     = 1
+	dynamicMetadataField = 6
+)
 
 // leanCodec sends rawMessages as they are and reads only the overall code
-// of answers: field 1, which protobuf encoders write first.
+// of answers and their dynamic_metadata, skipping the other fields
+// undecoded.
 type leanCodec struct{}
 
 func (leanCodec) Name() string { return "proto" }
@@ -100,18 +116,47 @@ func (leanCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (leanCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	c, ok := v.(*overallCode)
+	a, ok := v.(*leanAnswer)
 	if !ok {
 		return fmt.Errorf("lean codec: cannot read into %T", v)
 	}
-	*c = 0
-	if len(data) == 0 {
+	*a = leanAnswer{}
+	var b []byte
+	switch len(data) {
+	case 0:
 		return nil
+	case 1:
+		b = data[0].ReadOnlyData()
+	default:
+		b = data.Materialize()
 	}
-	b := data[0].ReadOnlyData()
-	// Tag 0x08 is field 1 as a varint; the codes fit in one byte.
-	if len(b) >= 2 && b[0] == 0x08 && b[1] < 0x80 {
-		*c = overallCode(b[1])
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		switch {
+		case num == overallCodeField && typ == protowire.VarintType:
+			var c uint64
+			c, n = protowire.ConsumeVarint(b)
+			a.code = int32(c)
+		case num == dynamicMetadataField && typ == protowire.BytesType:
+			var md []byte
+			if md, n = protowire.ConsumeBytes(b); n >= 0 {
+				st := &structpb.Struct{}
+				if err := proto.Unmarshal(md, st); err != nil {
+					return fmt.Errorf("lean codec: dynamic_metadata: %w", err)
+				}
+				a.mode = st.GetFields()[envoyrls.ModeKey].GetStringValue()
+			}
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
 	}
 	return nil
 }
@@ -131,24 +176,31 @@ func httpCaller(c Config) (caller, func(), error) {
 	tr := &http.Transport{MaxIdleConns: c.Concurrency, MaxIdleConnsPerHost: c.Concurrency, DisableCompression: true}
 	client := &http.Client{Transport: tr}
 	overLimit := []byte(`"overallCode":"OVER_LIMIT"`)
-	return func(ctx context.Context, u int) (bool, error) {
+	modeKey := []byte(`"` + envoyrls.ModeKey + `":"`)
+	return func(ctx context.Context, u int) (answer, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(bodies[u]))
 		if err != nil {
-			return false, err
+			return answer{}, err
 		}
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
 		if err != nil {
-			return false, err
+			return answer{}, err
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
 		if err != nil {
-			return false, err
+			return answer{}, err
 		}
 		if resp.StatusCode != http.StatusOK {
-			return false, errors.New(resp.Status + ": " + strings.TrimSpace(string(body)))
+			return answer{}, errors.New(resp.Status + ": " + strings.TrimSpace(string(body)))
 		}
-		return bytes.Contains(body, overLimit), nil
+		a := answer{over: bytes.Contains(body, overLimit)}
+		if _, rest, ok := bytes.Cut(body, modeKey); ok {
+			if mode, _, ok := bytes.Cut(rest, []byte(`"`)); ok {
+				a.mode = string(mode)
+			}
+		}
+		return a, nil
 	}, tr.CloseIdleConnections, nil
 }

@@ -57,14 +57,25 @@ func DefaultConfig() Config {
 // Result is what the callers saw.
 type Result struct {
 	OK, Over, Failed int
-	FirstErr         error           // the first call that failed, if any
-	Elapsed          time.Duration   // from the first caller's start to the last's end
-	Latencies        []time.Duration // of every call, sorted
+	// Modes counts the answers the server's store did not decide, by the
+	// fail mode that did (fail_open, fail_closed, local, slow), as each
+	// answer says (sluice_mode in its dynamic_metadata); they are counted
+	// in OK and Over too.
+	Modes     map[string]int
+	FirstErr  error           // the first call that failed, if any
+	Elapsed   time.Duration   // from the first caller's start to the last's end
+	Latencies []time.Duration // of every call, sorted
 }
 
-// caller makes one call for user u and reports whether it was over the
-// limit.
-type caller func(ctx context.Context, u int) (over bool, err error)
+// answer is what a caller reads of an answer: whether it was over the
+// limit, and the fail mode that decided it ("": the store).
+type answer struct {
+	over bool
+	mode string
+}
+
+// caller makes one call for user u and returns its answer.
+type caller func(ctx context.Context, u int) (answer, error)
 
 // Run loads the server c names until c.Duration has passed or ctx ends,
 // and returns what the callers saw. A first call that fails (a wrong
@@ -139,7 +150,7 @@ func load(ctx context.Context, c Config, call caller) *Result {
 				if t0.After(end) {
 					return
 				}
-				over, err := call(ctx, user())
+				a, err := call(ctx, user())
 				d := time.Since(t0)
 				switch {
 				case err != nil && ctx.Err() != nil:
@@ -149,18 +160,27 @@ func load(ctx context.Context, c Config, call caller) *Result {
 					if r.FirstErr == nil {
 						r.FirstErr = err
 					}
-				case over:
+				case a.over:
 					r.Over++
 				default:
 					r.OK++
+				}
+				if err == nil && a.mode != "" {
+					if r.Modes == nil {
+						r.Modes = map[string]int{}
+					}
+					r.Modes[a.mode]++
 				}
 				r.Latencies = append(r.Latencies, d)
 			}
 		})
 	}
 	wg.Wait()
-	total := &Result{Elapsed: time.Since(start)}
+	total := &Result{Elapsed: time.Since(start), Modes: map[string]int{}}
 	for i := range per {
+		for m, n := range per[i].Modes {
+			total.Modes[m] += n
+		}
 		total.OK += per[i].OK
 		total.Over += per[i].Over
 		total.Failed += per[i].Failed

@@ -48,6 +48,45 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunCountsFailModes loads a server whose Redis never answers, with
+// --fail open: every answer is OK and counted as decided by fail_open,
+// over gRPC and over HTTP, as `sluice bench` then reports.
+func TestRunCountsFailModes(t *testing.T) {
+	c := server.DefaultConfig()
+	c.Rules.Source = t.TempDir() + "/rules.yaml"
+	if err := writeRules(c.Rules.Source); err != nil {
+		t.Fatal(err)
+	}
+	c.Store.URL = "redis://127.0.0.1:1" // refused: nothing listens on port 1
+	c.GRPC.Addr, c.HTTP.Addr, c.Logger = "127.0.0.1:0", "127.0.0.1:0", slog.New(slog.DiscardHandler)
+	srv, err := server.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for name, lc := range map[string]loadgen.Config{
+		"gRPC": {GRPCAddr: srv.GRPCAddr()},
+		"HTTP": {HTTPURL: "http://" + srv.HTTPAddr()},
+	} {
+		lc.Users, lc.Concurrency, lc.Duration = 1, 2, 100*time.Millisecond
+		r, err := loadgen.Run(context.Background(), lc)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if r.Failed != 0 || r.Over != 0 || r.OK == 0 || r.Modes["fail_open"] != r.OK || len(r.Modes) != 1 {
+			t.Errorf("%s: %d OK, %d over, %d failed, modes %v; want every answer OK and fail_open", name, r.OK, r.Over, r.Failed, r.Modes)
+		}
+	}
+}
+
 // writeRules writes a rules file of 2 a minute per user at path.
 func writeRules(path string) error {
 	return os.WriteFile(path, []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"), 0o600)

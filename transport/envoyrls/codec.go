@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/decide"
@@ -110,12 +111,30 @@ func unitName(u rlsv3.RateLimitResponse_RateLimit_Unit) string {
 // limit_remaining saturates at 2^32-1, and duration_until_reset is the time
 // until the limit is whole again. A descriptor whose rule is unlimited has
 // no current_limit and limit_remaining 2^32-1, as Envoy's ratelimit sends.
+//
+// A decision the store did not make (resp.Mode not decide.ModeStore)
+// carries dynamic_metadata {"sluice_mode": mode} (fail_open, fail_closed,
+// local or slow), which Envoy's rate limit filter puts under its namespace
+// envoy.filters.http.ratelimit for access logs; a decision of the store
+// carries none, as Envoy's ratelimit sends none.
 func Encode(resp *decide.Response, w *respond.Writer) *rlsv3.RateLimitResponse {
+	var out *rlsv3.RateLimitResponse
 	if len(resp.Statuses) == 1 {
-		return encodeOne(resp, w)
+		out = encodeOne(resp, w)
+	} else {
+		out = encodeMany(resp, w)
 	}
-	return encodeMany(resp, w)
+	if resp.Mode != decide.ModeStore {
+		out.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{
+			ModeKey: structpb.NewStringValue(resp.Mode.String()),
+		}}
+	}
+	return out
 }
+
+// ModeKey is the key of dynamic_metadata under which a response says the
+// fail mode that decided it (see Encode).
+const ModeKey = "sluice_mode"
 
 // encodeMany is Encode for any number of statuses.
 func encodeMany(resp *decide.Response, w *respond.Writer) *rlsv3.RateLimitResponse {

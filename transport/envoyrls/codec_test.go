@@ -294,6 +294,24 @@ func TestEncodeHeaders(t *testing.T) {
 	}
 }
 
+// TestEncodeMode checks that a decision the store did not make says its
+// fail mode in dynamic_metadata, with one status or several, and that one
+// the store made carries none.
+func TestEncodeMode(t *testing.T) {
+	t.Parallel()
+	st := decide.Status{Code: decide.OK}
+	for _, n := range []int{1, 2} {
+		for m := decide.ModeStore; m <= decide.MaxMode; m++ {
+			resp := &decide.Response{Overall: decide.OK, Mode: m, Statuses: slices.Repeat([]decide.Status{st}, n)}
+			md := Encode(resp, nil).GetDynamicMetadata()
+			got := md.GetFields()[ModeKey].GetStringValue()
+			if want := m.String(); m == decide.ModeStore && md != nil || m != decide.ModeStore && got != want {
+				t.Errorf("%d statuses in mode %v: dynamic_metadata %v, want %s", n, m, md, map[bool]string{true: "none", false: ModeKey + ": " + want}[m == decide.ModeStore])
+			}
+		}
+	}
+}
+
 // BenchmarkCodec decodes a one-descriptor request and encodes its answer
 // with every header, as ShouldRateLimit does around each decision.
 func BenchmarkCodec(b *testing.B) {
