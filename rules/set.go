@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 // Set is every domain of a set of rules files. A Set is immutable once
@@ -301,6 +303,45 @@ func (s *Set) Warnings() Errors {
 				ws = append(ws, &Error{File: r.File, Line: r.Line, Path: r.errPath,
 					Msg: fmt.Sprintf("%s: metrics named by each value of %s a client sends: one series per value; "+
 						"the values seen most keep theirs (within the metrics' share of --max-memory), the others count under %s", w, r.Key, r.Path)})
+			}
+			walk(r.Descriptors)
+		}
+	}
+	for _, name := range s.names {
+		walk(s.domains[name].rules)
+	}
+	ws.sort()
+	return ws
+}
+
+// minPacedSyncs is the fewest syncs a window in sync: async should span
+// (PaceWarnings): async mode spreads what is left of a window over the
+// syncs left in it, and over fewer than a few its servers' last
+// allowances, each read before the others' hits were written, overshoot
+// by up to what they admit in an interval.
+const minPacedSyncs = 4
+
+// PaceWarnings returns, as Errors placed like mistakes, each window limit
+// (fixed_window, sliding_window) in sync: async whose period is shorter
+// than minPacedSyncs sync intervals of interval (--sync-interval): a mode
+// that cannot pay there. Limits of the server's default sync are not
+// known here. Nil when there is none.
+func (s *Set) PaceWarnings(interval time.Duration) Errors {
+	if s == nil || interval <= 0 {
+		return nil
+	}
+	var ws Errors
+	var walk func(rules []*Rule)
+	walk = func(rules []*Rule) {
+		for _, r := range rules {
+			for _, l := range r.Limits {
+				if l.Sync != sluice.Async || l.Limit.Algorithm.HasBurst() || l.Limit.Period >= minPacedSyncs*interval {
+					continue
+				}
+				ws = append(ws, &Error{File: l.File, Line: l.Line, Path: r.errPath,
+					Msg: fmt.Sprintf("sync: async on a window of %v with a sync every %v (--sync-interval): fewer than %d syncs a window, "+
+						"so its allowances cannot follow what is left; over the limit by up to what the servers admit in an interval: "+
+						"sync: lease or exact, or a shorter --sync-interval, pays", l.Limit.Period, interval, minPacedSyncs)})
 			}
 			walk(r.Descriptors)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/stack"
 )
 
@@ -26,6 +27,15 @@ func LimitCheck(rawURL string) (func(sluice.Limit) error, error) {
 	}
 	check, err := stack.LimitCheck(rawURL)
 	return check, storeError(err)
+}
+
+// SyncInterval returns how often async mode syncs with d, Config.Store's
+// SyncInterval (--sync-interval): d, or its default when 0.
+func SyncInterval(d time.Duration) time.Duration {
+	if d <= 0 {
+		return localfirst.DefaultSyncInterval
+	}
+	return d
 }
 
 // storeFlags are the flags of stack.Config's fields, by which a refusal

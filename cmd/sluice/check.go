@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/peterbourgon/ff/v4"
 
@@ -54,7 +55,7 @@ func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Comm
 			if err != nil {
 				return usageError("check: %v", err)
 			}
-			return check(s.cfg.Rules.Loader(), path, limits, domain, stdout, stderr)
+			return check(s.cfg.Rules.Loader(), path, limits, server.SyncInterval(s.cfg.Store.SyncInterval), domain, stdout, stderr)
 		},
 	}
 }
@@ -63,7 +64,7 @@ func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Comm
 // unless it is nil (the store's veto, as serve applies it), and reports
 // each mistake on its own line of stderr as file:line: message, or a
 // summary of the rules on stdout.
-func check(ld rules.Loader, path string, limits func(sluice.Limit) error, domain string, stdout, stderr io.Writer) error {
+func check(ld rules.Loader, path string, limits func(sluice.Limit) error, interval time.Duration, domain string, stdout, stderr io.Writer) error {
 	set, err := ld.Load(path)
 	if err == nil {
 		err = set.Check(limits)
@@ -85,7 +86,7 @@ func check(ld rules.Loader, path string, limits func(sluice.Limit) error, domain
 		}
 		return &exitError{code: 1, msg: fmt.Sprintf("check %s: %d %s", path, len(es), noun)}
 	}
-	for _, w := range set.Warnings() {
+	for _, w := range append(set.Warnings(), set.PaceWarnings(interval)...) {
 		fmt.Fprintf(stderr, "warning: %v\n", w)
 	}
 	domains := set.Domains()

@@ -90,7 +90,7 @@ var settingsTable = []setting{
 	{"sync", forBoth, "sync", "how limits without their own sync: reach Redis: exact (every decision), lease (every algorithm but sliding_log: a server admits from leases of a hot key's quota, never over the limit) or async (every algorithm but sliding_log: no Redis call per decision, hits written back every --sync-interval; over a window's limit by at most limit/50, over a bucket's by burst/50 plus an interval's refill)", func(s *settings) flag.Value {
 		return parsed(&s.cfg.Store.Sync, sluice.ParseSync)
 	}},
-	{"sync", forBoth, "sync-interval", "how often async mode writes hits back to Redis", func(s *settings) flag.Value { return positive(&s.cfg.Store.SyncInterval) }},
+	{"sync", forBoth | forRules, "sync-interval", "how often async mode writes hits back to Redis (check: warns of sync: async windows shorter than 4 of it)", func(s *settings) flag.Value { return positive(&s.cfg.Store.SyncInterval) }},
 	{"sync", forBoth, "async-nodes", "the fewest servers async mode shares among: the servers count themselves in Redis, at least this many (a floor for servers that join)", func(s *settings) flag.Value { return positive(&s.cfg.Store.AsyncNodes) }},
 	{"sync", forBoth, "lease-lifetime", "how long a lease outlives its client's last request before its unused hits go back to Redis", func(s *settings) flag.Value { return positive(&s.cfg.Store.LeaseLifetime) }},
 	{"sync", forBoth, "max-lease", "most hits one lease carries (and at most a sixteenth of its limit)", func(s *settings) flag.Value { return positive(&s.cfg.Store.MaxLease) }},

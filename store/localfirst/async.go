@@ -176,15 +176,49 @@ func (sh *asyncShard) lookup(r sluice.Request) (e *asyncEntry, exact bool) {
 	return nil, false
 }
 
-// allowance returns what one node may admit between two syncs when the
-// store counts counted hits of l: an even share, among nodes × k, of what
-// is left, and at least 1 while anything is.
-func (a *asyncTable) allowance(l sluice.Limit, counted int64) int64 {
+// allowance returns what one node may admit until its next sync, at at
+// (the store's time, µs) in l's window that starts at w, when the store
+// counts counted hits: an even share among the N nodes of what is left,
+// spread over what is left of the window (paces),
+//
+//	max((rate − counted) / (N × D), 1) while anything is left,
+//
+// rounded down while D is k (a long window's start, as before pacing) and
+// to the nearest hit after, so that a hot key fills its limit over the
+// window, about as exact mode admits, however short the window.
+func (a *asyncTable) allowance(l sluice.Limit, counted, w, at int64) int64 {
 	left := l.Rate - counted
 	if left <= 0 {
 		return 0
 	}
-	return max(left/a.share(), 1)
+	q := a.paces(l, w, at)
+	d := a.nodes() * q
+	if q == 4*a.k {
+		return max(4*left/d, 1)
+	}
+	return max((4*left+d/2)/d, 1)
+}
+
+// paces returns 4 × D, the divisor of a window limit's allowance at at
+// (the store's time, µs) in the window that starts at w: D is the syncs
+// left in the window, ⌈(w + period − at) / I⌉ (at least 1), and a quarter
+// more when N > 1, at most k. The quarter keeps the nodes' last allowances
+// of a window, each read before the others' hits were written, from
+// overshooting (one node reads its own); k keeps a long window's first allowances, which a node
+// may hold unused while others fill the limit, at most ⌊rate / (N × k)⌋.
+func (a *asyncTable) paces(l sluice.Limit, w, at int64) int64 {
+	syncs := max((w+l.Period.Microseconds()-at+a.interval-1)/a.interval, 1)
+	if a.nodes() == 1 {
+		return min(4*syncs, 4*a.k)
+	}
+	return min(4*syncs+1, 4*a.k)
+}
+
+// tooSmall reports whether l, a window limit, is too small to share out
+// (it is decided exactly): a node's first allowance of a window would be
+// under one hit.
+func (a *asyncTable) tooSmall(l sluice.Limit) bool {
+	return 4*l.Rate < a.nodes()*a.paces(l, 0, 0)
 }
 
 // fits reports whether async mode computes l's arithmetic exactly: for a
@@ -257,7 +291,7 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 	}
 	a := s.async
 	l, cost := r.Limit, r.Cost
-	if l.Rate < a.share() { // too small a limit to share out: exact
+	if a.tooSmall(l) { // too small a limit to share out: exact
 		return s.exact(ctx, r, now)
 	}
 	p := l.Period.Microseconds()
@@ -277,7 +311,7 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 		e.oldWin, e.old = e.window, e.pending
 		e.window, e.pending, e.counted = w, 0, 0
 		if !e.syncing {
-			e.allow = a.allowance(l, 0)
+			e.allow = a.allowance(l, 0, w, at)
 		}
 	}
 	e.seen = now
@@ -397,7 +431,7 @@ func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time,
 	} else {
 		p := l.Period.Microseconds()
 		e.window, e.counted = at-at%p, l.Rate-d.Remaining
-		e.allow = a.allowance(l, e.counted)
+		e.allow = a.allowance(l, e.counted, e.window, at)
 	}
 	size := asyncSize(r.Key)
 	sh.mu.Lock()
@@ -563,9 +597,9 @@ func (s *Store) syncAsync(ctx context.Context, beat bool) error {
 			e.old += it.hits // the window turned meanwhile
 		case e.window == it.window:
 			e.counted, e.based = counts[i], after
-			e.allow = a.allowance(e.req.Limit, counts[i])
+			e.allow = a.allowance(e.req.Limit, counts[i], e.window, at)
 		default: // the window turned while the sync was in flight: a fresh share
-			e.allow = a.allowance(e.req.Limit, 0)
+			e.allow = a.allowance(e.req.Limit, 0, e.window, max(at, e.window))
 		}
 		it.sh.mu.Unlock()
 	}

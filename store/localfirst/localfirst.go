@@ -17,11 +17,20 @@
 // each node admits from its share and writes its hits back every
 // I = Config.SyncInterval. With k = Config.AsyncShare and N the servers
 // counted (each heartbeats in the store, a Heartbeater; at least
-// Config.AsyncNodes), a window limit admits at most
+// Config.AsyncNodes), a node's allowance on a window limit is what is
+// left spread over the nodes and the syncs left in the window,
+// (rate − counted) / (N × D) with D = min(⌈time left / I⌉ + ¼, k), so a
+// hot key fills its limit over the window as exact mode does. A window
+// admits at most rate + the N nodes' last allowances before the store's
+// count reaches the rate: on a window of k intervals or more whose count
+// reaches the rate before its last k,
 //
 //	rate + N × max(⌊rate / (N × k)⌋, 1)
 //
-// a window (limits below N × k are decided exactly), and a bucket limit,
+// (limits whose first allowance is under a hit are decided exactly); on
+// shorter ones, with each node syncing once an interval, at most
+// (N − 1) / N × A / 1¼ + N / 2 over, A what the nodes admitted in the
+// interval before (about rate × I / period on a hot key). A bucket limit,
 // in any interval of length d, at most
 //
 //	capacity + rate × d / period + max(capacity / k + rate × I / period, N)
@@ -92,16 +101,18 @@ type Config struct {
 	// AsyncNodes is the fewest servers async mode shares among (default
 	// 1): N is the servers that heartbeat in the store (Heartbeater), at
 	// least this. Each node admits between syncs at most
-	// (rate − counted) / (N × AsyncShare) of a window limit, and of a
+	// (rate − counted) / (N × D) of a window limit, D the syncs left in
+	// the window and a quarter, at most AsyncShare; and of a
 	// bucket limit at most what was free over N × AsyncShare and 1/N of
 	// its refill (see the package documentation). A floor for the
 	// interval after servers join, before the others have counted them,
 	// and for a store that cannot count (one without Heartbeater).
 	AsyncNodes int64
-	// AsyncShare is k in that bound (default 50: at most 2% over).
-	// Larger k overshoots less and fills the limit (a bucket's burst)
-	// more slowly: the nodes admit about 1/k of what is left per
-	// SyncInterval.
+	// AsyncShare is k in that bound (default 50: at most 2% over on a
+	// window of k intervals or more). Larger k overshoots less and fills
+	// a long window (a bucket's burst) more slowly: there the nodes admit
+	// about 1/k of what is left per SyncInterval; in a window's last k
+	// intervals they admit what is left spread over the intervals left.
 	AsyncShare int64
 	// Now is the clock the Store measures time with (default time.Now).
 	// Only differences of its readings matter.
@@ -111,6 +122,10 @@ type Config struct {
 	// tests whose injected clock a sync loop on real time would race.
 	syncByHand bool
 }
+
+// DefaultSyncInterval is Config.SyncInterval's default, for callers that
+// judge a limit against it (sluice check).
+const DefaultSyncInterval = 100 * time.Millisecond
 
 // The defaults of Config's fields.
 const (
@@ -126,7 +141,7 @@ const (
 	// keys of 30 bytes.
 	defaultLeaseBytes = 8 << 20
 	// defaultSyncInterval is SyncInterval's default.
-	defaultSyncInterval = 100 * time.Millisecond
+	defaultSyncInterval = DefaultSyncInterval
 	// defaultAsyncNodes is AsyncNodes's default: no floor beyond the
 	// servers counted.
 	defaultAsyncNodes = 1
