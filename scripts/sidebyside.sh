@@ -12,7 +12,7 @@
 # each loaded by sluice bench over gRPC (CONCURRENCY callers, USERS users drawn
 # uniformly and from a Zipf law of exponent ZIPF) under one rule, `user` at
 # LIMIT a UNIT (fixed window). For every round, workload and mode it prints the
-# decisions/s, the admitted share (OK of all answers), the server's CPU µs per
+# decisions/s and p99 latency, the admitted share (OK of all answers), the server's CPU µs per
 # decision (utime+stime of /proc/PID/stat over the load) and its ratio to the
 # floor's in the same round, Redis's CPU µs per decision (INFO cpu,
 # used_cpu_sys+used_cpu_user), the store calls per decision (INFO
@@ -143,6 +143,8 @@ measure() {
 		-v t0="$t0" -v t1="$t1" -v r0="$r0" -v r1="$r1" '
 		/^decisions:/ {n = $2; ok = $4 + 0; errs = $8 + 0}
 		/^rate:/ {rate = $2}
+		/^latency:/ {p50 = ms($3); p99 = ms($7)}
+		function ms(d) { return d ~ /ms$/ ? d + 0 : d ~ /µs$/ ? d / 1000 : d ~ /ns$/ ? d / 1e6 : d * 1000 }
 		END {
 			split(r0, a, " "); split(r1, b, " ")
 			srv = n > 0 ? (t1 - t0) / tck * 1e6 / n : -1
@@ -150,11 +152,11 @@ measure() {
 			calls = onredis && n > 0 ? (b[3] - a[3]) / n : -1
 			cmds = onredis && n > 0 ? (b[2] - a[2] - 1) / n : -1 # less the INFO that read them
 			adm = n > 0 ? ok / n : 0
-			printf "%s %s %s %d %.4f %.1f %.2f %.4f %d %.4f\n", round, dist, name, rate, adm, srv, rcpu, calls, errs, cmds
+			printf "%s %s %s %d %.4f %.1f %.2f %.4f %d %.4f %.3f %.3f\n", round, dist, name, rate, adm, srv, rcpu, calls, errs, cmds, p50, p99
 		}' >>"$dir/results"
 	tail -n 1 "$dir/results" | awk '{
-		printf "round %s  %-7s  %-14s  %7d/s  admitted %5.1f%%  server %6.1f µs  redis %s µs  calls %s  commands %s%s\n",
-			$1, $2, $3, $4, $5 * 100, $6, $7 < 0 ? "-" : sprintf("%.2f", $7), $8 < 0 ? "-" : sprintf("%.4f", $8),
+		printf "round %s  %-7s  %-14s  %7d/s  p50 %.2f p99 %.2f ms  admitted %5.1f%%  server %6.1f µs  redis %s µs  calls %s  commands %s%s\n",
+			$1, $2, $3, $4, $11, $12, $5 * 100, $6, $7 < 0 ? "-" : sprintf("%.2f", $7), $8 < 0 ? "-" : sprintf("%.4f", $8),
 			$10 < 0 ? "-" : sprintf("%.3f", $10),
 			($9 > 0) ? "  ERRORS " $9 : ""}'
 }
@@ -174,11 +176,11 @@ done
 # The summary: per workload and mode, the median over the rounds and the
 # range; × floor is the server's CPU over the floor's in the same round.
 echo
-echo "| users | mode | decisions/s | admitted | server CPU µs / decision | × floor | Redis CPU µs / decision | store calls / decision | Redis commands / decision |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| users | mode | decisions/s | p99 ms | admitted | server CPU µs / decision | × floor | Redis CPU µs / decision | store calls / decision | Redis commands / decision |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 awk '
 	{key = $2 SUBSEP $3; if (!(key in seen)) {seen[key] = 1; order[++k] = key}
-	 rate[key, $1] = $4; adm[key, $1] = $5; srv[key, $1] = $6; red[key, $1] = $7; cal[key, $1] = $8; cmd[key, $1] = $10
+	 rate[key, $1] = $4; p99[key, $1] = $12; adm[key, $1] = $5; srv[key, $1] = $6; red[key, $1] = $7; cal[key, $1] = $8; cmd[key, $1] = $10
 	 if ($3 == "floor") floor[$2, $1] = $6; rounds[key] = rounds[key] " " $1}
 	function stat(arr, key, fmt, scale,    n, i, r, v, vs, tmp, j) {
 		n = split(substr(rounds[key], 2), r, " "); m = 0
@@ -193,7 +195,7 @@ awk '
 			key = order[i]; split(key, p, SUBSEP)
 			n = split(substr(rounds[key], 2), r, " ")
 			for (j = 1; j <= n; j++) ratio[key, r[j]] = (((p[1], r[j]) in floor) && floor[p[1], r[j]] > 0) ? srv[key, r[j]] / floor[p[1], r[j]] : -1
-			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p[1], p[2], stat(rate, key, "%.0f", 1), stat(adm, key, "%.1f%%", 100),
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p[1], p[2], stat(rate, key, "%.0f", 1), stat(p99, key, "%.1f", 1), stat(adm, key, "%.1f%%", 100),
 				stat(srv, key, "%.1f", 1), p[2] == "floor" ? "1" : stat(ratio, key, "%.2f", 1), stat(red, key, "%.2f", 1), stat(cal, key, "%.3f", 1), stat(cmd, key, "%.2f", 1)
 		}
 	}' "$dir/results"
