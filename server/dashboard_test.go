@@ -243,6 +243,7 @@ func TestDashboardBrowser(t *testing.T) {
 
 	run("open /ui", chromedp.Navigate(s.httpURL+"/ui"))
 	poll("decisions per second", `parseFloat(document.getElementById("rate-total").textContent) > 0`)
+	poll("no decision without the store", `document.getElementById("store-fail").textContent === "none"`)
 	total := func() string {
 		return eval(`[...document.querySelectorAll("#rates tbody tr")].map(r => r.cells[3].textContent).join(",")`)
 	}

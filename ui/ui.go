@@ -222,14 +222,17 @@ func (e *Events) List() []Event {
 }
 
 type statsJSON struct {
-	Time      time.Time       `json:"time"`
-	Mode      string          `json:"mode,omitempty"`
-	Decisions []decisionCount `json:"decisions"`
-	Store     storeStats      `json:"store"`
-	Rules     *rules.Set      `json:"rules"`
-	Reloads   []Event         `json:"reloads"`
-	Keys      []observe.Key   `json:"keys"`
-	TopBytes  int             `json:"top_bytes"`
+	Time time.Time `json:"time"`
+	Mode string    `json:"mode,omitempty"`
+	// FailDecisions is sluice_fail_mode_decisions_total by mode: the
+	// decisions the store did not make since the server started.
+	FailDecisions map[string]float64 `json:"fail_decisions"`
+	Decisions     []decisionCount    `json:"decisions"`
+	Store         storeStats         `json:"store"`
+	Rules         *rules.Set         `json:"rules"`
+	Reloads       []Event            `json:"reloads"`
+	Keys          []observe.Key      `json:"keys"`
+	TopBytes      int                `json:"top_bytes"`
 }
 
 // decisionCount is sluice_decisions_total summed by domain and result.
@@ -253,7 +256,7 @@ func (h *Handler) stats(w http.ResponseWriter, _ *http.Request) {
 		httpjson.Error(w, http.StatusInternalServerError, "gather metrics: "+err.Error())
 		return
 	}
-	st := statsJSON{Time: time.Now(), Rules: h.cfg.Rules(), Decisions: []decisionCount{}, Reloads: []Event{}, Keys: []observe.Key{}}
+	st := statsJSON{Time: time.Now(), Rules: h.cfg.Rules(), Decisions: []decisionCount{}, Reloads: []Event{}, Keys: []observe.Key{}, FailDecisions: map[string]float64{}}
 	if h.cfg.Mode != nil {
 		st.Mode = h.cfg.Mode()
 	}
@@ -278,6 +281,10 @@ func (h *Handler) stats(w http.ResponseWriter, _ *http.Request) {
 		case "sluice_store_errors_total":
 			for _, m := range f.GetMetric() {
 				st.Store.Errors += m.GetCounter().GetValue()
+			}
+		case "sluice_fail_mode_decisions_total":
+			for _, m := range f.GetMetric() {
+				st.FailDecisions[label(m, "mode")] += m.GetCounter().GetValue()
 			}
 		}
 	}

@@ -107,3 +107,26 @@ func FuzzSimulateBody(f *testing.F) {
 		}
 	})
 }
+
+// TestStatsFailDecisions: the dashboard's stats carry the decisions the
+// store did not make, by mode, from sluice_fail_mode_decisions_total.
+func TestStatsFailDecisions(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	fails := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_fail_mode_decisions_total", Help: "h"}, []string{"mode"})
+	reg.MustRegister(fails)
+	fails.WithLabelValues("fail_open").Add(3)
+	fails.WithLabelValues("slow").Add(2)
+	h, err := ui.New(ui.Config{Rules: func() *rules.Set { return nil }, Gatherer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/ui/api/stats", nil))
+	var st struct {
+		FailDecisions map[string]float64 `json:"fail_decisions"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || st.FailDecisions["fail_open"] != 3 || st.FailDecisions["slow"] != 2 {
+		t.Errorf("/ui/api/stats: %v %s, want fail_decisions fail_open 3 and slow 2", err, w.Body)
+	}
+}

@@ -60,6 +60,9 @@ function update(s) {
   el("mode").textContent = s.mode || "–";
   el("store-mode").textContent = s.mode || "–";
   el("store-errors").textContent = s.store.errors;
+  const fails = Object.entries(s.fail_decisions || {}).filter(([, n]) => n > 0).sort();
+  el("store-fail").textContent = fails.length ? fails.map(([m, n]) => `${m} ${n}`).join(", ") : "none";
+  el("store-fail").classList.toggle("bad", fails.length > 0);
   const now = new Map(s.decisions.map(d => [d.domain + " " + d.result, d.total]));
   if (prev && t > prev.t) {
     const dt = t - prev.t;
