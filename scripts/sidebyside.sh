@@ -102,31 +102,38 @@ redis_stats() {
 # measure NAME DIST BINARY MODE: one row of results.
 measure() {
 	local name=$1 dist=$2 bin=$3 mode=$4 gport hport pid
-	gport=$(freeport)
-	hport=$(freeport)
-	while [ "$hport" = "$gport" ]; do hport=$(freeport); done
-	local onredis=1
-	case $mode in
-	floor)
-		onredis=0
-		"$dir/floor" --addr "127.0.0.1:$gport" &
-		pid=$!
-		for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$gport") 2>/dev/null && break; sleep 0.1; done
-		;;
-	*)
-		local store=redis://127.0.0.1:$rport/0 sync=()
+	local onredis=1 attempt
+	# A port free when picked may be taken before the server binds it: then
+	# the server exits, and it starts again on other ports.
+	for attempt in 1 2 3; do
+		gport=$(freeport)
+		hport=$(freeport)
+		while [ "$hport" = "$gport" ]; do hport=$(freeport); done
 		case $mode in
-		memory) store=memory onredis=0 ;;
-		lease | async) sync=(--sync "$mode") ;;
+		floor)
+			onredis=0
+			"$dir/floor" --addr "127.0.0.1:$gport" &
+			pid=$!
+			for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; (echo >"/dev/tcp/127.0.0.1/$gport") 2>/dev/null && break; sleep 0.1; done
+			;;
+		*)
+			local store=redis://127.0.0.1:$rport/0 sync=()
+			case $mode in
+			memory) store=memory onredis=0 ;;
+			lease | async) sync=(--sync "$mode") ;;
+			esac
+			redis-cli -p "$rport" flushall >/dev/null # every mode starts from no counts
+			# shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
+			"$bin" serve --rules "$dir/rules.yaml" --store "$store" "${sync[@]}" --grpc-addr "127.0.0.1:$gport" \
+				--http-addr "127.0.0.1:$hport" --store-timeout 1s --log-level warn $SERVE_FLAGS &
+			pid=$!
+			for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; curl -sf "http://127.0.0.1:$hport/readyz" >/dev/null && break; sleep 0.1; done
+			;;
 		esac
-		redis-cli -p "$rport" flushall >/dev/null # every mode starts from no counts
-		# shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
-		"$bin" serve --rules "$dir/rules.yaml" --store "$store" "${sync[@]}" --grpc-addr "127.0.0.1:$gport" \
-			--http-addr "127.0.0.1:$hport" --store-timeout 1s --log-level warn $SERVE_FLAGS &
-		pid=$!
-		for _ in $(seq 100); do curl -sf "http://127.0.0.1:$hport/readyz" >/dev/null && break; sleep 0.1; done
-		;;
-	esac
+		kill -0 "$pid" 2>/dev/null && break
+		wait "$pid" 2>/dev/null || true
+		[ "$attempt" = 3 ] && { echo "sidebyside.sh: $name did not start" >&2; exit 1; }
+	done
 	local zipf=()
 	[ "$dist" = zipf ] && zipf=(--zipf "$ZIPF")
 	local t0 r0 t1 r1 out
