@@ -54,16 +54,7 @@ func (s *Set) Check(check func(sluice.Limit) error) error {
 			}
 		}
 	}
-	var walk func(rules []*Rule)
-	walk = func(rules []*Rule) {
-		for _, r := range rules {
-			limits(r, -1)
-			walk(r.Descriptors)
-		}
-	}
-	for _, name := range s.names {
-		walk(s.domains[name].rules)
-	}
+	s.eachRule(func(r *Rule) { limits(r, -1) })
 	for _, name := range s.names {
 		if x := s.domains[name].overrides; x != nil {
 			for i := range x.recs {

@@ -290,26 +290,19 @@ func (s *Set) Warnings() Errors {
 		return nil
 	}
 	var ws Errors
-	var walk func(rules []*Rule)
-	walk = func(rules []*Rule) {
-		for _, r := range rules {
-			for _, l := range r.Limits {
-				if l.Block {
-					ws = append(ws, &Error{File: l.File, Line: l.Line, Path: r.errPath,
-						Msg: fmt.Sprintf("requests_per_unit: 0 denies every request of %s", r.Path)})
-				}
+	s.eachRule(func(r *Rule) {
+		for _, l := range r.Limits {
+			if l.Block {
+				ws = append(ws, &Error{File: l.File, Line: l.Line, Path: r.errPath,
+					Msg: fmt.Sprintf("requests_per_unit: 0 denies every request of %s", r.Path)})
 			}
-			if w := clientNamed(r); w != "" {
-				ws = append(ws, &Error{File: r.File, Line: r.Line, Path: r.errPath,
-					Msg: fmt.Sprintf("%s: metrics named by each value of %s a client sends: one series per value; "+
-						"the values seen most keep theirs (within the metrics' share of --max-memory), the others count under %s", w, r.Key, r.Path)})
-			}
-			walk(r.Descriptors)
 		}
-	}
-	for _, name := range s.names {
-		walk(s.domains[name].rules)
-	}
+		if w := clientNamed(r); w != "" {
+			ws = append(ws, &Error{File: r.File, Line: r.Line, Path: r.errPath,
+				Msg: fmt.Sprintf("%s: metrics named by each value of %s a client sends: one series per value; "+
+					"the values seen most keep theirs (within the metrics' share of --max-memory), the others count under %s", w, r.Key, r.Path)})
+		}
+	})
 	ws.sort()
 	return ws
 }
@@ -331,26 +324,34 @@ func (s *Set) PaceWarnings(interval time.Duration) Errors {
 		return nil
 	}
 	var ws Errors
+	s.eachRule(func(r *Rule) {
+		for _, l := range r.Limits {
+			if l.Sync != sluice.Async || l.Limit.Algorithm.HasBurst() || l.Limit.Period >= minPacedSyncs*interval {
+				continue
+			}
+			ws = append(ws, &Error{File: l.File, Line: l.Line, Path: r.errPath,
+				Msg: fmt.Sprintf("sync: async on a window of %v with a sync every %v (--sync-interval): fewer than %d syncs a window, "+
+					"so its allowances cannot follow what is left; over the limit by up to what the servers admit in an interval: "+
+					"sync: lease or exact, or a shorter --sync-interval, pays", l.Limit.Period, interval, minPacedSyncs)})
+		}
+	})
+	ws.sort()
+	return ws
+}
+
+// eachRule calls f with every rule of s (not its overrides), domain by
+// domain in name order, each rule before the rules under it.
+func (s *Set) eachRule(f func(*Rule)) {
 	var walk func(rules []*Rule)
 	walk = func(rules []*Rule) {
 		for _, r := range rules {
-			for _, l := range r.Limits {
-				if l.Sync != sluice.Async || l.Limit.Algorithm.HasBurst() || l.Limit.Period >= minPacedSyncs*interval {
-					continue
-				}
-				ws = append(ws, &Error{File: l.File, Line: l.Line, Path: r.errPath,
-					Msg: fmt.Sprintf("sync: async on a window of %v with a sync every %v (--sync-interval): fewer than %d syncs a window, "+
-						"so its allowances cannot follow what is left; over the limit by up to what the servers admit in an interval: "+
-						"sync: lease or exact, or a shorter --sync-interval, pays", l.Limit.Period, interval, minPacedSyncs)})
-			}
+			f(r)
 			walk(r.Descriptors)
 		}
 	}
 	for _, name := range s.names {
 		walk(s.domains[name].rules)
 	}
-	ws.sort()
-	return ws
 }
 
 // clientNamed returns "detailed_metric" or "value_to_metric" when r's
