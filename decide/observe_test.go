@@ -12,12 +12,11 @@ import (
 // ctxKey marks the context a Starter returns.
 type ctxKey struct{}
 
-// watcher is an Observer, and with start set a Starter, that notes what
-// it is told in calls.
+// watcher is an Observer that notes what it is told in calls; starter is
+// one that is a Starter too.
 type watcher struct {
 	name  string
 	calls *[]string
-	start bool
 }
 
 func (o watcher) Observe(ctx context.Context, r *decide.Request, resp *decide.Response, err error) {
