@@ -115,10 +115,23 @@ func (ls *leases) shard(key string) *leaseShard {
 
 // most returns the largest lease of l: MaxLease, and at most a sixteenth
 // of the capacity, so that a few nodes' leases leave the store most of a
-// quota.
+// quota; a quarter on a window limit whose window is at most
+// shortWindow lifetimes. Such a lease ends with its window, which comes
+// before a lifetime of history could shrink it, so what it holds unused
+// is held for less than a window; a sixteenth of 100 a second is 6 hits,
+// and a hot key of a per-second limit went to the store every 6 of them.
 func (ls *leases) most(l sluice.Limit) int64 {
-	return max(min(ls.maxLease, l.Capacity()/16), 1)
+	part := int64(16)
+	if !l.Algorithm.HasBurst() && l.Period <= shortWindow*ls.lifetime {
+		part = 4
+	}
+	return max(min(ls.maxLease, l.Capacity()/part), 1)
 }
+
+// shortWindow is how many lease lifetimes a window limit's window spans at
+// most for its leases to be a quarter of its capacity (most): 2 s at the
+// default lifetime, so per-second limits.
+const shortWindow = 4
 
 // minLease is the smallest lease worth its grant and its return: a key
 // that sees fewer hits in a lifetime goes to the store.

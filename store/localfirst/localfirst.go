@@ -11,7 +11,8 @@
 // part of a hot key's quota in one store call and admits from it. Never
 // over the limit (on a bucket, every sequence admitted is one the exact
 // algorithm admits); under it by at most the leases outstanding, each at
-// most min(Config.MaxLease, capacity / 16).
+// most min(Config.MaxLease, capacity / 16), or capacity / 4 on a window
+// limit whose window is at most 4 lease lifetimes (a per-second limit).
 //
 // Async (a Syncer store): no store call on a decision but a key's first;
 // each node admits from its share and writes its hits back every
@@ -88,7 +89,8 @@ type Config struct {
 	// from other nodes longer.
 	LeaseLifetime time.Duration
 	// MaxLease is the most hits one lease carries (default 1000); a lease
-	// is also at most a sixteenth of its limit's capacity.
+	// is also at most a sixteenth of its limit's capacity, or a quarter on
+	// a window of at most 4 lease lifetimes.
 	MaxLease int64
 	// LeaseBytes bounds the memory of the lease table, and that of the
 	// async table, keys included (default 8 MiB each); keys that find one

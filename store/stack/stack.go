@@ -163,7 +163,7 @@ func DefaultConfig() Config {
 		SyncInterval:  100 * time.Millisecond, // async mode's write-back
 		AsyncNodes:    1,                      // the servers count themselves (heartbeats in Redis)
 		LeaseLifetime: 500 * time.Millisecond, // unused hits go back soon after a client stops
-		MaxLease:      1000,                   // and at most a sixteenth of the limit
+		MaxLease:      1000,                   // and at most a sixteenth of the limit (a quarter of a per-second window)
 		Logger:        slog.Default(),
 		// SentinelAuth, PerSecond, PerSecondSentinelAuth: none
 		// TLS: nil, the system's roots; ExpiryJitter: 0, none
