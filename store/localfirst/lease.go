@@ -57,10 +57,10 @@ type Leaser interface {
 const leaseShards = 32
 
 // leaseOverhead is what a lease entry costs besides its key's bytes,
-// rounded up: the entry (416 bytes on 64-bit), its pointer and a map slot
+// rounded up: the entry (440 bytes on 64-bit), its pointer and a map slot
 // (the key's string header, the pointer and a byte of hash, about 32
 // bytes; TestLeaseOverhead checks the sum).
-const leaseOverhead = 464
+const leaseOverhead = 488
 
 // leases holds, per key, the lease a node admits from and what sizes the
 // next one. It is bounded in bytes: a key that finds it full is decided
@@ -94,6 +94,7 @@ type leaseEntry struct {
 	until    time.Time       // when the lease ends unless the key is still busy
 	end      time.Time       // when its window ends, or (a bucket) just past its next hit's due instant: the lease ends then at the latest
 	drained  time.Time       // a bucket limit: when the key's bucket, as the store last reported it, is empty
+	denied   time.Time       // when the store's last denial of the key ends (the near cache answers it until then)
 	seen     time.Time       // the key's latest request
 	since    time.Time       // the start of the lifetime count counts in
 	count    int64           // the key's hits since since
@@ -133,19 +134,49 @@ func (ls *leases) most(l sluice.Limit) int64 {
 // default lifetime, so per-second limits.
 const shortWindow = 4
 
+// demand returns the hits e's key can be expected to ask for on this node
+// over what is left of a lease taken at now: its hits in a lifetime (the
+// larger of the last sizing, e.size, and the current count's rate once it
+// holds minLease hits, over at least a sixteenth of a lifetime) times the
+// share of a lifetime the lease can last, until the end of a window
+// limit's window on the store's clock as the last grant read it (the
+// node's before any). At most most(l); e.size keeps the rate. mu is
+// held.
+func (ls *leases) demand(e *leaseEntry, now time.Time) int64 {
+	l := e.req.Limit
+	perLife := float64(e.size)
+	if e.count >= minLease {
+		el := max(now.Sub(e.since), ls.lifetime/16)
+		perLife = max(perLife, float64(e.count)*float64(ls.lifetime)/float64(el))
+		e.size = min(int64(perLife), ls.most(l)) // a key gone hot within the lifetime
+	}
+	share := 1.0
+	if !l.Algorithm.HasBurst() {
+		sn := now.UnixMicro()
+		if e.gat != 0 {
+			sn = e.storeNow(now)
+		}
+		p := l.Period.Microseconds()
+		share = min(float64(p-sn%p)/float64(ls.lifetime.Microseconds()), 1)
+	}
+	return min(int64(math.Ceil(perLife*share)), ls.most(l))
+}
+
 // minLease is the smallest lease worth its grant and its return: a key
 // that sees fewer hits in a lifetime goes to the store.
 const minLease = 4
 
 // observe counts cost hits of e at now and, once a lifetime has passed
 // since the count began, sizes the next lease to the hits of that
-// lifetime: a lease lasts about a lifetime at the key's local rate. mu is
-// held.
+// lifetime: a lease lasts about a lifetime at the key's local rate. A key
+// the store denied (its near cache answering meanwhile) keeps its size
+// for its next window. mu is held.
 func (ls *leases) observe(e *leaseEntry, now time.Time, cost int64) {
 	if now.Sub(e.since) >= ls.lifetime {
-		if now.Sub(e.since) < 2*ls.lifetime {
+		switch {
+		case now.Sub(e.since) < 2*ls.lifetime:
 			e.size = max(e.size, min(e.count, ls.most(e.req.Limit)))
-		} else { // idle for a lifetime or more: start over
+		case now.Sub(e.denied) >= ls.lifetime: // idle for a lifetime or more: start over
 			e.size = 0
 		}
 		e.since, e.count = now, 0
@@ -276,18 +307,29 @@ func (ls *leases) usable(e *leaseEntry, now time.Time) int64 {
 	return int64(min(slack/(gap-T), float64(math.MaxInt32))) + 1
 }
 
-// seenBucket keeps when the key's bucket, as the store's decision d on a
-// request sent at sent reports it, is empty, for a bucket limit's next
-// lease (usable). e is the key's entry, or nil.
-func (s *Store) seenBucket(sh *leaseShard, key string, e *leaseEntry, d sluice.Decision, err error, sent time.Time) {
-	if e == nil || err != nil || !e.req.Limit.Algorithm.HasBurst() {
+// seen keeps what the store's decision d on a request of e's key sent at
+// sent tells the next lease: when a bucket limit's bucket is empty
+// (usable), and until when a denial holds (observe). e is the key's
+// entry, or nil.
+func (s *Store) seen(sh *leaseShard, key string, e *leaseEntry, d sluice.Decision, err error, sent time.Time) {
+	if e == nil || err != nil || d.Allowed && !e.req.Limit.Algorithm.HasBurst() {
 		return
 	}
 	sh.mu.Lock()
 	if sh.m[key] == e {
-		e.drained = sent.Add(d.ResetAfter)
+		e.seenLocked(d, sent)
 	}
 	sh.mu.Unlock()
+}
+
+// seenLocked is seen with mu held.
+func (e *leaseEntry) seenLocked(d sluice.Decision, sent time.Time) {
+	if e.req.Limit.Algorithm.HasBurst() {
+		e.drained = sent.Add(d.ResetAfter)
+	}
+	if !d.Allowed {
+		e.denied = sent.Add(d.RetryAfter)
+	}
 }
 
 // takeLease decides r, a request of a leasable limit, in lease mode. A
@@ -331,7 +373,7 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 		e = sh.m[key]
 		sh.mu.Unlock()
 		d, err := s.exact(ctx, r, now) // a key seen once goes to the store
-		s.seenBucket(sh, key, e, d, err, now)
+		s.seen(sh, key, e, d, err, now)
 		return d, nil, err
 	}
 	if !sameLimit(e.req, id) { // the rules changed: a new lease of the new limit
@@ -361,19 +403,16 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 	if b, ok := ls.end(e, now); ok {
 		back = append(back, b)
 	}
-	if e.size < minLease && e.count >= minLease { // a key gone hot within its first lifetime
-		e.size = min(e.count, ls.most(l))
-	}
 	e.seen = now
-	want := max(e.size, cost)
+	want := max(ls.demand(e, now), cost)
 	if l.Algorithm.HasBurst() {
 		want = min(want, ls.usable(e, now))
 	}
-	if e.size < minLease || e.granting != nil || want < minLease {
+	if e.granting != nil || want < minLease {
 		sh.mu.Unlock()
 		s.giveBack(ctx, back)
 		d, err := s.exact(ctx, r, now)
-		s.seenBucket(sh, key, e, d, err, now)
+		s.seen(sh, key, e, d, err, now)
 		return d, nil, err
 	}
 	e.granting = make(chan struct{})
@@ -404,8 +443,8 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 	e.granting = nil
 	granted := err == nil && d.Allowed && ok && want > cost && sameLimit(e.req, id)
 	var out sluice.Decision
-	if err == nil && l.Algorithm.HasBurst() {
-		e.drained = now.Add(d.ResetAfter)
+	if err == nil {
+		e.seenLocked(d, now)
 	}
 	if granted {
 		e.granted, e.left, e.grant, e.st, e.gat, e.at, e.rtt = want, want-cost, d, st, at, now, back0.Sub(now)
@@ -425,7 +464,8 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 		}
 		e.until = minTime(now.Add(ls.lifetime), e.end)
 		s.grants.Add(1)
-	} else if err == nil && !d.Allowed {
+	} else if err == nil && !d.Allowed && l.Algorithm.HasBurst() {
+		// a drained bucket refills slowly; a window's next one is whole
 		e.size = max(e.size/2, 1)
 	}
 	sh.mu.Unlock()

@@ -13,6 +13,9 @@
 // algorithm admits); under it by at most the leases outstanding, each at
 // most min(Config.MaxLease, capacity / 16), or capacity / 4 on a window
 // limit whose window is at most 4 lease lifetimes (a per-second limit).
+// Within that, a lease is the key's demand on the node until it ends: its
+// hits in a lifetime (sooner, the rate of its first 4), times the share of
+// a lifetime left in a window limit's window.
 //
 // Async (a Syncer store): no store call on a decision but a key's first;
 // each node admits from its share and writes its hits back every
@@ -84,7 +87,8 @@ type Config struct {
 	RequestSync bool
 	// LeaseLifetime is how long a lease lasts (default 500ms), and longer
 	// while its key keeps asking; a lease also ends with its window. Its
-	// size follows the key's hits in a lifetime; a longer one spares store
+	// size follows the key's hits in a lifetime (over what is left of a
+	// window limit's window, when less); a longer one spares store
 	// calls on keys of a slow, steady rate and holds unused quota away
 	// from other nodes longer.
 	LeaseLifetime time.Duration
