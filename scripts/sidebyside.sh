@@ -11,7 +11,9 @@
 #
 # each loaded by sluice bench over gRPC (CONCURRENCY callers, USERS users drawn
 # uniformly and from a Zipf law of exponent ZIPF) under one rule, `user` at
-# LIMIT a UNIT (fixed window). For every round, workload and mode it prints the
+# LIMIT a UNIT (fixed window); RATE, when set, paces the callers to that many
+# decisions a second in all (sluice bench --rate: an open load, so that every
+# mode is offered the same calls and admitted shares compare). For every round, workload and mode it prints the
 # decisions/s and p99 latency, the admitted share (OK of all answers), the server's CPU µs per
 # decision (utime+stime of /proc/PID/stat over the load) and its ratio to the
 # floor's in the same round, Redis's CPU µs per decision (INFO cpu,
@@ -26,6 +28,7 @@
 #   MODES="floor exact" DISTS=zipf scripts/sidebyside.sh
 #   BEFORE=/path/to/old/sluice scripts/sidebyside.sh   # also that binary, as memory@before, exact@before, ...
 #   SERVE_FLAGS="--lease-lifetime 1s" scripts/sidebyside.sh   # more flags for every sluice serve
+#   RATE=3000 MODES="exact lease async" DISTS=zipf scripts/sidebyside.sh   # 3,000 decisions/s offered to each
 #
 # The machine's speed drifts between runs: compare rows of one run, a mode
 # against the floor and against exact in the same round.
@@ -42,6 +45,7 @@ MODES=${MODES:-floor memory exact lease async}
 DISTS=${DISTS:-uniform zipf}
 BEFORE=${BEFORE:-}
 SERVE_FLAGS=${SERVE_FLAGS:-}
+RATE=${RATE:-0} # decisions/s offered in all; 0: each caller calls again as soon as answered
 
 for tool in go redis-server redis-cli curl; do
 	command -v "$tool" >/dev/null || { echo "sidebyside.sh: $tool not found" >&2; exit 1; }
@@ -140,7 +144,7 @@ measure() {
 	t0=$(cpu_ticks "$pid")
 	r0=$(redis_stats)
 	out=$("$dir/sluice" bench --grpc-addr "127.0.0.1:$gport" --duration "${DURATION}s" --users "$USERS" \
-		--concurrency "$CONCURRENCY" "${zipf[@]}")
+		--concurrency "$CONCURRENCY" --rate "$RATE" "${zipf[@]}")
 	t1=$(cpu_ticks "$pid")
 	r1=$(redis_stats)
 	kill "$pid"
@@ -168,7 +172,9 @@ measure() {
 			($9 > 0) ? "  ERRORS " $9 : ""}'
 }
 
-echo "sidebyside: $ROUNDS rounds of ${DURATION}s, $USERS users, $CONCURRENCY callers, user at $LIMIT a $UNIT (fixed window), zipf $ZIPF"
+offered="as fast as answered"
+[ "$RATE" != 0 ] && offered="$RATE decisions/s offered"
+echo "sidebyside: $ROUNDS rounds of ${DURATION}s, $USERS users, $CONCURRENCY callers ($offered), user at $LIMIT a $UNIT (fixed window), zipf $ZIPF"
 for round in $(seq "$ROUNDS"); do
 	for dist in $DISTS; do
 		for mode in $MODES; do

@@ -26,6 +26,7 @@ func benchCommand(stdout io.Writer) *ff.Command {
 	fs.DurationVar(&c.Duration, 0, "duration", c.Duration, "how long to load")
 	fs.StringVar(&c.Domain, 0, "domain", c.Domain, "the requests' domain")
 	fs.StringVar(&c.Key, 0, "key", c.Key, "the descriptor key whose value is the user")
+	fs.IntVar(&c.Rate, 0, "rate", 0, "offer this many decisions a second in all, paced evenly over the callers (an open load, so that servers compare at one offered load); 0: each caller calls again as soon as answered")
 	fs.Float64Var(&c.Zipf, 0, "zipf", 0, "draw users from a Zipf distribution of this exponent (above 1; user-0 the most frequent) instead of uniformly; 0: uniform")
 	return &ff.Command{
 		Name:      "bench",
@@ -49,6 +50,9 @@ func benchCommand(stdout io.Writer) *ff.Command {
 			}
 			if c.Users < 1 || c.Concurrency < 1 || c.Conns < 1 || c.Duration <= 0 {
 				return usageError("bench: --users, --concurrency, --conns and --duration must be positive")
+			}
+			if c.Rate < 0 || c.Rate > loadgen.MaxRate {
+				return usageError("bench: --rate must be 0 to %d decisions a second", loadgen.MaxRate)
 			}
 			if c.Zipf != 0 && !(c.Zipf > 1 && c.Zipf <= 10) {
 				return usageError("bench: --zipf must be above 1 and at most 10, or 0")
@@ -88,7 +92,15 @@ func printBench(w io.Writer, c loadgen.Config, r *loadgen.Result) {
 		fmt.Fprintf(w, "             none over a limit: the calls were spread over %d users, each under its own;\n"+
 			"             fewer users (--users 10) or a skewed draw (--zipf 1.2) make them reach it\n", c.Users)
 	}
-	fmt.Fprintf(w, "rate:        %.0f decisions/s\n", float64(n)/r.Elapsed.Seconds())
+	rate := float64(n) / r.Elapsed.Seconds()
+	if c.Rate > 0 {
+		fmt.Fprintf(w, "rate:        %.0f decisions/s of %d offered\n", rate, c.Rate)
+		if rate < 0.95*float64(c.Rate) {
+			fmt.Fprintf(w, "             under 95%% of the offered rate: the callers waited for answers; more --concurrency offers it\n")
+		}
+	} else {
+		fmt.Fprintf(w, "rate:        %.0f decisions/s\n", rate)
+	}
 	p := func(q float64) time.Duration { return r.Percentile(q).Round(time.Microsecond) }
 	fmt.Fprintf(w, "latency:     p50 %v  p90 %v  p99 %v  p99.9 %v  max %v\n", p(.5), p(.9), p(.99), p(.999), p(1))
 	if r.FirstErr != nil {

@@ -5,6 +5,11 @@
 // from a Zipf distribution. Requests are encoded in advance and of each
 // gRPC answer only the overall code is read, so that the load generator
 // leaves the CPU it shares with the server to the server.
+//
+// The load is closed (each caller calls again as soon as answered) unless
+// Config.Rate paces it: an open load of that many calls a second spread
+// over the callers, so that servers of different speeds are offered the
+// same calls and what each admits compares.
 package loadgen
 
 import (
@@ -40,7 +45,17 @@ type Config struct {
 	// Zipf draws users from a Zipf distribution of this exponent, above 1
 	// (user-0 the most frequent); 0, the default: uniformly.
 	Zipf float64
+	// Rate is the calls a second offered in all, spread evenly over the
+	// callers: caller w's k-th call is due at the start plus
+	// (k × Concurrency + w) / Rate seconds, and a caller still waiting for
+	// an answer at a due instant calls as soon as answered (Result shows
+	// the rate reached). At most MaxRate; 0, the default: no pacing, each
+	// caller calls again as soon as answered.
+	Rate int
 }
+
+// MaxRate is the most calls a second Config.Rate may offer.
+const MaxRate = 10_000_000
 
 // DefaultConfig returns the load of every zero field.
 func DefaultConfig() Config {
@@ -84,6 +99,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	c = c.withDefaults()
 	if (c.GRPCAddr == "") == (c.HTTPURL == "") {
 		return nil, fmt.Errorf("loadgen: want one of GRPCAddr and HTTPURL")
+	}
+	if c.Rate < 0 || c.Rate > MaxRate {
+		return nil, fmt.Errorf("loadgen: Rate %d: want 0 to %d calls a second", c.Rate, MaxRate)
 	}
 	var (
 		call    caller
@@ -136,6 +154,15 @@ func load(ctx context.Context, c Config, call caller) *Result {
 	var wg sync.WaitGroup
 	start := time.Now()
 	end := start.Add(c.Duration)
+	// due returns when caller w's k-th call is due (Config.Rate), or the
+	// zero time for an unpaced load.
+	due := func(w, k int) time.Time {
+		if c.Rate == 0 {
+			return time.Time{}
+		}
+		n := float64(k)*float64(c.Concurrency) + float64(w)
+		return start.Add(time.Duration(n / float64(c.Rate) * float64(time.Second)))
+	}
 	for w := range per {
 		wg.Go(func() {
 			r := &per[w]
@@ -145,7 +172,12 @@ func load(ctx context.Context, c Config, call caller) *Result {
 				z := rand.NewZipf(rng, c.Zipf, 1, uint64(c.Users-1))
 				user = func() int { return int(z.Uint64()) }
 			}
-			for ctx.Err() == nil {
+			for k := 0; ctx.Err() == nil; k++ {
+				if at := due(w, k); !at.IsZero() {
+					if at.After(end) || !sleepUntil(ctx, at) {
+						return
+					}
+				}
 				t0 := time.Now()
 				if t0.After(end) {
 					return
@@ -191,6 +223,22 @@ func load(ctx context.Context, c Config, call caller) *Result {
 	}
 	slices.Sort(total.Latencies)
 	return total
+}
+
+// sleepUntil waits until t, and reports false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Percentile returns the latency below which a share p (0 to 1) of the

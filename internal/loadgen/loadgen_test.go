@@ -48,6 +48,46 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunRate loads a real server at an offered rate: the callers make
+// at most the calls due within the load (one for each k × Concurrency + w
+// up to Rate × Duration, 101 here) where unpaced they make them as fast as
+// answered; and a rate out of range is refused.
+func TestRunRate(t *testing.T) {
+	c := server.DefaultConfig()
+	c.Rules.Source = t.TempDir() + "/rules.yaml"
+	if err := writeRules(c.Rules.Source); err != nil {
+		t.Fatal(err)
+	}
+	c.GRPC.Addr, c.Logger = "127.0.0.1:0", slog.New(slog.DiscardHandler)
+	srv, err := server.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	lc := loadgen.Config{GRPCAddr: srv.GRPCAddr(), Users: 1, Concurrency: 4, Duration: 500 * time.Millisecond, Rate: 200}
+	r, err := loadgen.Run(context.Background(), lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := r.OK + r.Over + r.Failed; n == 0 || n > 101 || r.Failed != 0 {
+		t.Errorf("%d calls (%d failed, first error %v) at 200 a second for 0.5 s: want 1 to 101 and none failed", n, r.Failed, r.FirstErr)
+	}
+	for _, rate := range []int{-1, loadgen.MaxRate + 1} {
+		lc.Rate = rate
+		if _, err := loadgen.Run(context.Background(), lc); err == nil {
+			t.Errorf("Rate %d: no error", rate)
+		}
+	}
+}
+
 // TestRunCountsFailModes loads a server whose Redis never answers, with
 // --fail open: every answer is OK and counted as decided by fail_open,
 // over gRPC and over HTTP, as `sluice bench` then reports.
