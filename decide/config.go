@@ -100,8 +100,8 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", uint8(m))
 }
 
-// fallback returns the Mode that fail mode f decides in.
-func (f Fail) fallback() Mode {
+// Mode returns the Mode that fail mode f decides in.
+func (f Fail) Mode() Mode {
 	switch f {
 	case FailClosed:
 		return ModeClosed
@@ -176,18 +176,10 @@ type Config struct {
 	// none.
 	Observers []Observer
 
-	// Slots keeps the requests in flight of concurrency limits. Default: a
-	// slots.Memory of slots.DefaultConfig on Now's clock, which is exact on
-	// one node; give store/redis's Slots to count across nodes.
-	Slots Slots
-	// Lease is how long a decision API request (Request.Hold false) holds
-	// a concurrency slot: those callers never say when the request ends.
-	// Default 1s.
-	Lease time.Duration
-	// HoldLease is the longest a request that calls Response.Done holds a
-	// slot (a response streaming longer stops counting then): it frees the
-	// slots of a node that died holding them. Default 10m.
-	HoldLease time.Duration
+	// Admit is the step of admission after the rate decision: package
+	// admit's concurrency slots (a rule's Concurrency), which a Service
+	// without one leaves alone. Default none.
+	Admit Admitter
 
 	// The caps on one request; a request beyond one is invalid
 	// (ErrInvalidRequest, naming the cap). They cannot be lifted, only
@@ -218,12 +210,10 @@ func DefaultConfig() Config {
 		BreakerCoolDown: time.Second,           // then one probe
 		Logger:          slog.Default(),
 		Now:             time.Now,
-		MaxDescriptors:  64,               // Envoy's filters send a handful
-		MaxEntries:      32,               // deeper than any rules tree in practice
-		MaxValueBytes:   4096,             // 4 KiB: a long URL, a JWT claim
-		DigestAbove:     256,              // longer values cost a digest, shorter ones are kept as they are
-		Lease:           time.Second,      // decision APIs: a slot per request for a second
-		HoldLease:       10 * time.Minute, // proxy, middleware: freed at the response's end, or then
+		MaxDescriptors:  64,                       // Envoy's filters send a handful
+		MaxEntries:      32,                       // deeper than any rules tree in practice
+		MaxValueBytes:   4096,                     // 4 KiB: a long URL, a JWT claim
+		DigestAbove:     rules.DefaultDigestAbove, // 256: longer values cost a digest, shorter ones are kept as they are
 	}
 }
 
@@ -240,8 +230,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("decide: fail mode local needs a local store")
 	case c.BreakerCoolDown < 0 || c.BreakerWindow < 0:
 		return c, fmt.Errorf("decide: BreakerCoolDown %v and BreakerWindow %v must not be negative", c.BreakerCoolDown, c.BreakerWindow)
-	case c.Lease < 0 || c.HoldLease < 0:
-		return c, fmt.Errorf("decide: Lease %v and HoldLease %v must not be negative", c.Lease, c.HoldLease)
 	case c.MaxDescriptors < 0 || c.MaxEntries < 0 || c.MaxValueBytes < 0 || c.DigestAbove < 0:
 		return c, errors.New("decide: MaxDescriptors, MaxEntries, MaxValueBytes and DigestAbove must not be negative")
 	}
@@ -265,12 +253,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Now == nil {
 		c.Now = def.Now
-	}
-	if c.Lease == 0 {
-		c.Lease = def.Lease
-	}
-	if c.HoldLease == 0 {
-		c.HoldLease = def.HoldLease
 	}
 	if c.MaxDescriptors == 0 {
 		c.MaxDescriptors = def.MaxDescriptors

@@ -66,11 +66,7 @@ type Service struct {
 	ready        func() bool                 // the store's Ready, or nil
 	ping         func(context.Context) error // Config.Ping
 	caps         caps
-	slots        Slots
-	localSlots   Slots // FailLocal's slots, or nil
-	slotTimeout  time.Duration
-	lease        time.Duration
-	holdLease    time.Duration
+	admit        Admitter // Config.Admit, or nil
 }
 
 // caps are the limits on one request: Config's MaxDescriptors, MaxEntries,
@@ -94,11 +90,12 @@ func New(cfg Config) (*Service, error) {
 		fail:         cfg.Fail,
 		coolDown:     cfg.BreakerCoolDown,
 		log:          cfg.Logger,
-		fallbackMode: cfg.Fail.fallback(),
+		fallbackMode: cfg.Fail.Mode(),
 		caps:         caps{descriptors: cfg.MaxDescriptors, entries: cfg.MaxEntries, value: cfg.MaxValueBytes, digest: cfg.DigestAbove},
 		shadow:       cfg.Shadow,
 		envoyKeys:    cfg.EnvoyKeys,
 		ping:         cfg.Ping,
+		admit:        cfg.Admit,
 		br: breaker{
 			failures: int64(max(cfg.BreakerFailures, 0)),
 			window:   cfg.BreakerWindow.Microseconds(),
@@ -112,9 +109,6 @@ func New(cfg Config) (*Service, error) {
 		if st, ok := o.(Starter); ok {
 			s.starters = append(s.starters, st)
 		}
-	}
-	if err := s.initSlots(cfg); err != nil {
-		return nil, err
 	}
 	if nb, ok := cfg.Store.(NonBlocking); ok && nb.NonBlocking() {
 		s.timeout = 0
@@ -297,8 +291,8 @@ func (s *Service) decide(ctx context.Context, r *Request) (*Response, error) {
 			cancel()
 		}
 		resp.Overall = overall(resp)
-		if resp.Overall == OK {
-			s.acquire(ctx, r, resp, b, digest)
+		if resp.Overall == OK && s.admit != nil {
+			s.admit.Admit(ctx, r, resp)
 		}
 		return resp, nil
 	}
@@ -339,8 +333,8 @@ func (s *Service) decide(ctx context.Context, r *Request) (*Response, error) {
 		s.elastic(ctx, tctx, r, resp, b)
 	}
 	resp.Overall = overall(resp)
-	if resp.Overall == OK {
-		s.acquire(ctx, r, resp, b, digest)
+	if resp.Overall == OK && s.admit != nil {
+		s.admit.Admit(ctx, r, resp)
 	}
 	return resp, nil
 }

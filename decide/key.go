@@ -1,12 +1,6 @@
 package decide
 
-import (
-	"crypto/sha256"
-	"encoding/base64"
-	"strings"
-
-	"github.com/sluicehq/sluice/rules"
-)
+import "github.com/sluicehq/sluice/rules"
 
 // appendClient appends the client part of the store keys of a descriptor
 // that matched rule r: the request's values as rules.Rule.AppendKey writes
@@ -27,27 +21,12 @@ func appendClient(b []byte, r *rules.Rule, l *rules.Limit, entries []Entry) []by
 	return append(b[:n], b[n+len(l.ID):]...)
 }
 
-// digestPrefix begins the digest that stands for a value in store keys. No
-// value kept as itself begins with it (such a value is digested too), so a
-// digest never names the same counter as a value.
-const digestPrefix = "sha256:"
-
-// digests reports whether value v is kept in store keys as its digest:
-// longer than c.digest bytes, or beginning with digestPrefix.
-func (c *caps) digests(v string) bool {
-	return len(v) > c.digest || strings.HasPrefix(v, digestPrefix)
-}
+// digests reports whether value v is kept in store keys as its digest
+// (rules.Digests above Config.DigestAbove).
+func (c *caps) digests(v string) bool { return rules.Digests(v, c.digest) }
 
 // appendDigested appends entries to dst with each value that c.digests
-// replaced by its digest: digestPrefix and the first 128 bits of its
-// SHA-256 in unpadded base64url, 29 bytes in all.
+// replaced by its digest (rules.AppendDigested).
 func (c *caps) appendDigested(dst, entries []Entry) []Entry {
-	for _, e := range entries {
-		if c.digests(e.Value) {
-			sum := sha256.Sum256([]byte(e.Value))
-			e.Value = digestPrefix + base64.RawURLEncoding.EncodeToString(sum[:16])
-		}
-		dst = append(dst, e)
-	}
-	return dst
+	return rules.AppendDigested(dst, entries, c.digest)
 }

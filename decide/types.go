@@ -29,9 +29,10 @@ type Request struct {
 	Domain      string
 	Descriptors []Descriptor
 	// Hold says the caller calls Response.Done when the request ends (the
-	// proxy and the middleware do): its concurrency slots are then held
-	// until Done, or Config.HoldLease at most. Without it (the decision
-	// APIs, which hear of no end) they are held for Config.Lease.
+	// proxy and the middleware do): its concurrency slots (Config.Admit)
+	// are then held until Done, or admit's HoldLease at most. Without it
+	// (the decision APIs, which hear of no end) they are held for admit's
+	// Lease.
 	Hold bool
 	// Spare, when set, reports whether the service the request goes to
 	// has spare capacity now: the proxy and the middleware ask their load
@@ -84,9 +85,6 @@ type Status struct {
 	// request: Code is OverLimit, Limit nil, and Decision's Limit is the
 	// concurrency with nothing remaining.
 	Concurrency bool
-
-	slot  held  // the concurrency slot held, if slots is set
-	slots Slots // where slot is held
 }
 
 // Response is the verdict on a Request: OverLimit if any descriptor is.
@@ -101,7 +99,7 @@ type Response struct {
 	// every status is OK with no limit.
 	UnknownDomain bool
 
-	done *Service // set while concurrency slots are held: see Done
+	held Holding // what the request holds until Done, or nil
 }
 
 // RetryAfter returns the longest RetryAfter of the descriptors over their

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluicehq/sluice/admit"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/metrics"
@@ -55,7 +56,7 @@ type Config struct {
 	StoreTimeout time.Duration
 	// ConcurrencyLease is how long a request of the decision APIs, which
 	// report no end, holds a slot of a concurrency limit
-	// (--concurrency-lease). Default 1s (decide's).
+	// (--concurrency-lease). Default 1s (admit's).
 	ConcurrencyLease time.Duration
 	// Shadow puts every limit in shadow mode: decided and counted, never
 	// enforced, as Envoy's SHADOW_MODE (--shadow).
@@ -289,12 +290,12 @@ func DefaultConfig() Config {
 			MaxFileBytes: rules.DefaultMaxFileBytes, // 16 MiB: rules files are small; a directory 4 times that
 			Poll:         control.DefaultPoll,       // 5s: a missed change is picked up soon
 		},
-		Store:            stack.DefaultConfig(), // memory: one node, exact, 256 MiB; on Redis an 8 MiB near cache, exact sync
-		Fail:             decide.FailOpen,       // a store outage does not stop traffic
-		StoreTimeout:     dc.StoreTimeout,       // 50ms: a slow store costs a decision little
-		ConcurrencyLease: dc.Lease,              // 1s: the decision APIs never say when a request ends
-		ResponseHeaders:  respond.AllHeaders,    // the IETF draft's fields, X-RateLimit-* and Retry-After
-		RetryJitter:      time.Second,           // denied clients do not retry in lockstep
+		Store:            stack.DefaultConfig(),       // memory: one node, exact, 256 MiB; on Redis an 8 MiB near cache, exact sync
+		Fail:             decide.FailOpen,             // a store outage does not stop traffic
+		StoreTimeout:     dc.StoreTimeout,             // 50ms: a slow store costs a decision little
+		ConcurrencyLease: admit.DefaultConfig().Lease, // 1s: the decision APIs never say when a request ends
+		ResponseHeaders:  respond.AllHeaders,          // the IETF draft's fields, X-RateLimit-* and Retry-After
+		RetryJitter:      time.Second,                 // denied clients do not retry in lockstep
 		GRPC: GRPCConfig{
 			Addr:     "127.0.0.1:8081", // loopback: exposing it is a decision
 			UnixMode: 0o660,            // the owner and its group may connect

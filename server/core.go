@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/admit"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/metrics"
@@ -129,9 +130,10 @@ func (co *core) openStore(c Config) error {
 
 // wireDecider makes the decision service over the store and the rules,
 // and puts the observers around it, from the inside out: the store's
-// metrics and spans, decide, Envoy's shadow mode, the decision's span,
-// the heavy hitters and denial log, and the decision metrics. It is the
-// one place that knows that order.
+// metrics and spans, decide (with admit's concurrency slots after its rate
+// decision), Envoy's shadow mode, the decision's span, the heavy hitters
+// and denial log, and the decision metrics. It is the one place that knows
+// that order.
 func (co *core) wireDecider(c Config) error {
 	tp, stopTracing, err := newTracerProvider(c.Tracing)
 	if err != nil {
@@ -145,10 +147,15 @@ func (co *core) wireDecider(c Config) error {
 	dc := decide.DefaultConfig()
 	dc.Rules, dc.Store, dc.Local = co.rules.Current, store, co.stores.Local()
 	dc.StoreTimeout, dc.Fail, dc.Logger, dc.Ping = c.StoreTimeout, c.Fail, c.Logger, co.stores.Ping
-	dc.Lease, dc.EnvoyKeys = c.ConcurrencyLease, c.Store.EnvoyKeys
+	dc.EnvoyKeys = c.Store.EnvoyKeys
 	dc.Observers = append(dc.Observers, observe.NewUnknownDomains(c.Logger))
-	if sl := co.stores.Slots(); sl != nil { // Redis's, counted across servers; else decide's own
-		dc.Slots = sl
+	ac := admit.DefaultConfig()
+	ac.Fail, ac.Timeout, ac.Lease, ac.Logger = c.Fail, c.StoreTimeout, c.ConcurrencyLease, c.Logger
+	if sl := co.stores.SlotCounter(); sl != nil { // Redis's, counted across servers; else admit's own
+		ac.Slots = sl
+	}
+	if dc.Admit, err = admit.New(ac); err != nil {
+		return fmt.Errorf("concurrency limits: %w", err)
 	}
 	svc, err := decide.New(dc)
 	if err != nil {

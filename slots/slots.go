@@ -1,6 +1,7 @@
 // Package slots counts requests in flight for sluice's concurrency limits
 // (a descriptor's `concurrency: N`): Memory is the in-process count; the
-// Redis one is store/redis's Slots. A slot is held by a token until it is
+// Redis one is store/redis's SlotCounter; both are Counters, which package
+// admit takes and gives back. A slot is held by a token until it is
 // released or its lease ends, whichever comes first, so that a holder that
 // never releases (a decision API caller, which has no "done" call, or a
 // node that died) frees its slot at the end of the lease.
@@ -32,6 +33,18 @@ type Grant struct {
 // ErrFull is returned by Acquire when the Memory is at its MaxKeys or
 // MaxHolds and none of its holds has expired.
 var ErrFull = errors.New("slots: table full")
+
+// Counter keeps the requests in flight of concurrency limits (a rule's
+// Concurrency): Memory on one node, store/redis's SlotCounter across
+// nodes. Acquire takes a slot of key for at most lease unless limit are
+// held; Release gives it back early. Implementations are safe for
+// concurrent use.
+type Counter interface {
+	Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (Grant, error)
+	Release(ctx context.Context, key string, token uint64) error
+}
+
+var _ Counter = (*Memory)(nil)
 
 // Config configures a Memory. A zero field means its default.
 type Config struct {

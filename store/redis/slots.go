@@ -21,11 +21,12 @@ var slotsSource string
 // slotsScript runs slots.lua. It is immutable and shared.
 var slotsScript = rueidis.NewLuaScript(slotsSource)
 
-// Slots keeps the slots of concurrency limits in Redis, for decide's
-// Config.Slots: each key is a sorted set of the holders' tokens scored by
-// the ends of their leases, acquired and released by one atomic script
-// (slots.lua) on the key's node. A holder is this Slots' random node ID and
-// a counter, so that holders of many nodes never collide.
+// SlotCounter is the slots.Counter of concurrency limits in Redis, for
+// admit's Config.Slots: each key is a sorted set of the holders' tokens
+// scored by the ends of their leases, acquired and released by one atomic
+// script (slots.lua) on the key's node. A holder is this SlotCounter's
+// random node ID and a counter, so that holders of many nodes never
+// collide.
 //
 // A sorted set rather than a counter: a counter cannot tell which holder's
 // lease ended, so a node that dies holding slots would leak them until
@@ -34,35 +35,35 @@ var slotsScript = rueidis.NewLuaScript(slotsSource)
 // its node, and a release removes exactly its own. The cost is
 // O(log held) per call and one member per request in flight.
 //
-// Slots is safe for concurrent use; it shares its Store's connections and
-// clock (Config.Now, or Redis's TIME).
-type Slots struct {
+// SlotCounter is safe for concurrent use; it shares its Store's
+// connections and clock (Config.Now, or Redis's TIME).
+type SlotCounter struct {
 	st    *Store
 	node  string
 	token atomic.Uint64
 }
 
-// Slots returns the Slots of s; until s has connected, they fail as
+// SlotCounter returns a SlotCounter of s; until s has connected, it fails as
 // TakeAll does.
-func (s *Store) Slots() *Slots { return newSlots(s) }
+func (s *Store) SlotCounter() *SlotCounter { return newSlotCounter(s) }
 
-func newSlots(st *Store) *Slots {
+func newSlotCounter(st *Store) *SlotCounter {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
-	return &Slots{st: st, node: hex.EncodeToString(id[:]) + ":"}
+	return &SlotCounter{st: st, node: hex.EncodeToString(id[:]) + ":"}
 }
 
 // store returns the connected store, or ErrConnecting.
-func (sl *Slots) store() (*Store, error) {
+func (sl *SlotCounter) store() (*Store, error) {
 	if err := sl.st.connected(); err != nil {
 		return nil, err
 	}
 	return sl.st, nil
 }
 
-// Acquire implements decide.Slots: it takes a slot of key for lease
+// Acquire implements slots.Counter: it takes a slot of key for lease
 // unless limit are held, dropping expired holders first.
-func (sl *Slots) Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (slots.Grant, error) {
+func (sl *SlotCounter) Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (slots.Grant, error) {
 	st, err := sl.store()
 	if err != nil {
 		return slots.Grant{}, fmt.Errorf("redis slots %s: %w", key, err)
@@ -99,8 +100,8 @@ func (sl *Slots) Acquire(ctx context.Context, key string, limit int64, lease tim
 	return g, nil
 }
 
-// Release implements decide.Slots: it removes the slot token of key.
-func (sl *Slots) Release(ctx context.Context, key string, token uint64) error {
+// Release implements slots.Counter: it removes the slot token of key.
+func (sl *SlotCounter) Release(ctx context.Context, key string, token uint64) error {
 	st, err := sl.store()
 	if err != nil {
 		return fmt.Errorf("redis slots release %s: %w", key, err)
@@ -116,7 +117,7 @@ func (sl *Slots) Release(ctx context.Context, key string, token uint64) error {
 
 // InFlight returns how many slots of key are held and not expired by the
 // store's clock, for tests and diagnostics.
-func (sl *Slots) InFlight(ctx context.Context, key string) (int64, error) {
+func (sl *SlotCounter) InFlight(ctx context.Context, key string) (int64, error) {
 	st, err := sl.store()
 	if err != nil {
 		return 0, err
@@ -140,8 +141,8 @@ func (sl *Slots) InFlight(ctx context.Context, key string) (int64, error) {
 	return n, nil
 }
 
-func (sl *Slots) member(tok uint64) string { return sl.node + strconv.FormatUint(tok, 16) }
+func (sl *SlotCounter) member(tok uint64) string { return sl.node + strconv.FormatUint(tok, 16) }
 
 // name is the Redis key of the slots of key: the store's prefix, key's
 // hash tag, "slots:" and key.
-func (sl *Slots) name(st *Store, key string) string { return st.name("slots:"+key, key) }
+func (sl *SlotCounter) name(st *Store, key string) string { return st.name("slots:"+key, key) }

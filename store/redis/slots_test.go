@@ -20,7 +20,7 @@ func TestSlotsNodeDies(t *testing.T) {
 			url := b.url(t)
 			dying := open(t, url, cfg) // node A
 			live := open(t, url, cfg)  // node B, sharing the keys
-			a, bs := dying.Slots(), live.Slots()
+			a, bs := dying.SlotCounter(), live.SlotCounter()
 			const key, limit, lease = "cid|3:bob", 20, 10 * time.Minute
 			for i := range limit - 1 {
 				if g, err := a.Acquire(ctx, key, limit, lease); err != nil || !g.OK {

@@ -62,7 +62,7 @@ type fakeRedis struct {
 func (f *fakeRedis) Ready() bool                   { return f.ready }
 func (*fakeRedis) Ping(context.Context) error      { return nil }
 func (*fakeRedis) Client() rueidis.Client          { return nil }
-func (*fakeRedis) Slots() *redis.Slots             { return nil }
+func (*fakeRedis) SlotCounter() *redis.SlotCounter { return nil }
 func (f *fakeRedis) CheckLimit(sluice.Limit) error { return errors.New(f.name) }
 
 // fakeLayer is the local-first layers' fake, whose counters say one store

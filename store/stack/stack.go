@@ -322,7 +322,7 @@ type Stack struct {
 	regions     Regions
 	top         sluice.Store
 	local       sluice.Store
-	slots       *redis.Slots
+	slots       *redis.SlotCounter
 	check       func(sluice.Limit) error
 	ready       []func() bool
 	pings       []func(context.Context) error
@@ -348,10 +348,10 @@ func (s *Stack) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.
 // with: the memory store, unguarded.
 func (s *Stack) Local() sluice.Store { return s.local }
 
-// Slots returns the concurrency slots of the Redis store (its requests in
-// flight, counted across servers), or nil on the memory store, whose
-// server counts its own.
-func (s *Stack) Slots() *redis.Slots { return s.slots }
+// SlotCounter returns the concurrency slots of the Redis store (its
+// requests in flight, counted across servers), or nil on the memory store,
+// whose server counts its own.
+func (s *Stack) SlotCounter() *redis.SlotCounter { return s.slots }
 
 // CheckLimit implements sluice.LimitChecker: the veto of the store a limit
 // goes to, nil when it applies every valid limit.
@@ -518,7 +518,7 @@ func (s *Stack) redis(cfg Config, p parts) error {
 	if err != nil {
 		return err
 	}
-	s.top, s.slots, s.check = main, b.Slots(), vetoOf(b)
+	s.top, s.slots, s.check = main, b.SlotCounter(), vetoOf(b)
 	if cfg.PerSecond == "" {
 		return nil
 	}
@@ -658,7 +658,7 @@ type backend interface {
 	Ready() bool
 	Ping(context.Context) error
 	Client() rueidis.Client
-	Slots() *redis.Slots
+	SlotCounter() *redis.SlotCounter
 }
 
 // layer is the local-first layers over a Redis store.

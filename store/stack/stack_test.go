@@ -46,8 +46,8 @@ func TestMemory(t *testing.T) {
 	if d, err := sluice.Take(ctx, s.Local(), "k", l, 0); err != nil || d.Remaining != 0 {
 		t.Errorf("Local has %+v, %v: want the store's own count", d, err)
 	}
-	if !s.NonBlocking() || !s.Ready() || s.Slots() != nil {
-		t.Errorf("non-blocking %v, ready %v, slots %v: want true, true, none", s.NonBlocking(), s.Ready(), s.Slots())
+	if !s.NonBlocking() || !s.Ready() || s.SlotCounter() != nil {
+		t.Errorf("non-blocking %v, ready %v, slots %v: want true, true, none", s.NonBlocking(), s.Ready(), s.SlotCounter())
 	}
 }
 
@@ -78,8 +78,8 @@ func TestRedis(t *testing.T) {
 	}
 	defer s.Close(context.Background())
 	testenv.WaitFor(t, "the stack ready", s.Ready)
-	if s.NonBlocking() || s.Slots() == nil || !s.HasLocalFirst() {
-		t.Errorf("non-blocking %v, slots %v, local-first %v: want false, Redis's, true", s.NonBlocking(), s.Slots(), s.HasLocalFirst())
+	if s.NonBlocking() || s.SlotCounter() == nil || !s.HasLocalFirst() {
+		t.Errorf("non-blocking %v, slots %v, local-first %v: want false, Redis's, true", s.NonBlocking(), s.SlotCounter(), s.HasLocalFirst())
 	}
 	if err := s.CheckLimit(sluice.Limit{Rate: 1 << 53, Period: time.Second}); !errors.Is(err, sluice.ErrLimit) {
 		t.Errorf("veto on 2^53 a second: %v, want store/redis's", err)

@@ -10,6 +10,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice/admit"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/rules"
@@ -42,8 +43,15 @@ descriptors:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	ac := admit.DefaultConfig()
+	ac.Now = clk.Now
+	step, err := admit.New(ac)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dc := decide.DefaultConfig()
 	dc.Rules, dc.Store, dc.Now, dc.Logger = func() *rules.Set { return set }, st, clk.Now, slog.New(slog.DiscardHandler)
+	dc.Admit = step
 	svc, err := decide.New(dc)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +70,7 @@ descriptors:
 	for range 3 {
 		codes = append(codes, ask("report", "monthly"))
 	}
-	clk.Advance(dc.Lease) // the leases end
+	clk.Advance(ac.Lease) // the leases end
 	codes = append(codes, ask("report", "monthly"))
 	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
 	if want := []rlsv3.RateLimitResponse_Code{ok, ok, over, ok}; !slices.Equal(codes, want) {

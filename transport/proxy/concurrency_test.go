@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admit"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
@@ -213,8 +214,14 @@ func slotService(t testing.TB, rulesYAML string, held *countedSlots) *decide.Ser
 	if held.m, err = slots.NewMemory(slots.Config{}); err != nil {
 		t.Fatal(err)
 	}
+	ac := admit.DefaultConfig()
+	ac.Slots = held
+	step, err := admit.New(ac)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dc := decide.DefaultConfig()
-	dc.Rules, dc.Store, dc.Slots = func() *rules.Set { return set }, st, held
+	dc.Rules, dc.Store, dc.Admit = func() *rules.Set { return set }, st, step
 	s, err := decide.New(dc)
 	if err != nil {
 		t.Fatal(err)
