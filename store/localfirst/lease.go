@@ -185,10 +185,22 @@ func (ls *leases) observe(e *leaseEntry, now time.Time, cost int64) {
 }
 
 // ended reports whether e's lease is over at now: its window has ended,
-// or its lifetime has and the key has not been seen for a lifetime (a
+// or its life (ls.life) has and the key has not been seen for as long (a
 // busy key's lease lives on until used up). mu is held.
 func (ls *leases) ended(e *leaseEntry, now time.Time) bool {
-	return !now.Before(e.end) || (!now.Before(e.until) && now.Sub(e.seen) >= ls.lifetime)
+	return !now.Before(e.end) || (!now.Before(e.until) && now.Sub(e.seen) >= ls.life(e.req.Limit))
+}
+
+// life returns how long a lease of l lives on without a request before it
+// ends and its unused hits go back: the lifetime, and at most a quarter
+// of a window limit's period, so that a node whose key stops asking
+// leaves most of a short window's hits to the others (250 ms of a
+// per-second limit; the sweep, every half lifetime, gives them back).
+func (ls *leases) life(l sluice.Limit) time.Duration {
+	if l.Algorithm.HasBurst() {
+		return ls.lifetime
+	}
+	return max(min(ls.lifetime, l.Period/4), time.Millisecond)
 }
 
 // minTime returns the earlier of a and b.
@@ -386,7 +398,7 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 	if e.granted > 0 && e.left >= cost && !ls.ended(e, now) {
 		if d, ok := e.take(now, cost); ok {
 			if !now.Before(e.until) { // busy: a lifetime more
-				e.until = minTime(now.Add(ls.lifetime), e.end)
+				e.until = minTime(now.Add(ls.life(l)), e.end)
 			}
 			e.seen = now
 			sh.mu.Unlock()
@@ -430,8 +442,14 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 		alone := st
 		if da := l.TakeMicros(&alone, at, cost); !da.Allowed {
 			d = da
-		} else { // take half of what is left, so that other nodes find some
-			g.Cost = max(cost, d.Remaining/2)
+		} else {
+			// A window's lease takes what is left: its key asked for more
+			// on this node, and the window ends soon. A bucket's takes
+			// half, so that other nodes find some before it refills.
+			g.Cost = max(cost, d.Remaining)
+			if l.Algorithm.HasBurst() {
+				g.Cost = max(cost, d.Remaining/2)
+			}
 			want = g.Cost
 			d, st, at, ok, err = s.stater.TakeState(ctx, g)
 			s.calls.Add(1)
@@ -462,7 +480,7 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 			e.end = now.Add(time.Duration(e.window+p-at) * time.Microsecond)
 			out = e.decision(now)
 		}
-		e.until = minTime(now.Add(ls.lifetime), e.end)
+		e.until = minTime(now.Add(ls.life(l)), e.end)
 		s.grants.Add(1)
 	} else if err == nil && !d.Allowed && l.Algorithm.HasBurst() {
 		// a drained bucket refills slowly; a window's next one is whole

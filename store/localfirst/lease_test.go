@@ -848,3 +848,46 @@ func testLeaseDemand(t *testing.T, url string) {
 		t.Fatalf("%.4f store calls a decision, want under 0.008", per)
 	}
 }
+
+// TestLeaseIdleShortWindow has one of 3 nodes take a lease of a 100 a
+// second limit and stop asking: a quarter of the period later (not the
+// lease lifetime, 500 ms, half the window) its unused hits go back, and
+// the other nodes admit the window's 100 in all.
+func TestLeaseIdleShortWindow(t *testing.T) {
+	for name, url := range contractURLs() {
+		t.Run(name, func(t *testing.T) {
+			l := sluice.Limit{Rate: 100, Period: time.Second}
+			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+			nodes := openLeaseNodes(t, url(t), fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{})
+			var admitted int64
+			take := func(i int) {
+				t.Helper()
+				d, err := sluice.Take(context.Background(), nodes[i], "{k}", l, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+				}
+			}
+			for range 10 {
+				take(0)
+			}
+			held := outstanding(nodes[0], "{k}", windowOf(l, clk.Now()))
+			if held == 0 {
+				t.Fatal("node 0 holds no lease")
+			}
+			clk.Advance(l.Period/4 + time.Millisecond)
+			if err := nodes[0].ReturnExpired(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for range 100 {
+				take(1)
+				take(2)
+			}
+			if admitted != l.Rate {
+				t.Fatalf("admitted %d in the window, want %d: node 0's %d unused hits did not go back", admitted, l.Rate, held)
+			}
+		})
+	}
+}

@@ -15,7 +15,9 @@
 // limit whose window is at most 4 lease lifetimes (a per-second limit).
 // Within that, a lease is the key's demand on the node until it ends: its
 // hits in a lifetime (sooner, the rate of its first 4), times the share of
-// a lifetime left in a window limit's window.
+// a lifetime left in a window limit's window. A lease whose key stops
+// asking ends after a lifetime, a window limit's after a quarter of its
+// period at most, and its unused hits go back.
 //
 // Async (a Syncer store): no store call on a decision but a key's first;
 // each node admits from its share and writes its hits back every
@@ -86,7 +88,9 @@ type Config struct {
 	// ready whatever Sync is. Default off: Sync decides every request.
 	RequestSync bool
 	// LeaseLifetime is how long a lease lasts (default 500ms), and longer
-	// while its key keeps asking; a lease also ends with its window. Its
+	// while its key keeps asking; a lease also ends with its window, and a
+	// window limit's whose key stops asking after a quarter of the period
+	// at most (250ms of a per-second limit). Its
 	// size follows the key's hits in a lifetime (over what is left of a
 	// window limit's window, when less); a longer one spares store
 	// calls on keys of a slow, steady rate and holds unused quota away
