@@ -26,7 +26,7 @@ func benchCommand(stdout io.Writer) *ff.Command {
 	fs.DurationVar(&c.Duration, 0, "duration", c.Duration, "how long to load")
 	fs.StringVar(&c.Domain, 0, "domain", c.Domain, "the requests' domain")
 	fs.StringVar(&c.Key, 0, "key", c.Key, "the descriptor key whose value is the user")
-	fs.IntVar(&c.Rate, 0, "rate", 0, "offer this many decisions a second in all, paced evenly over the callers (an open load, so that servers compare at one offered load); 0: each caller calls again as soon as answered")
+	fs.IntVar(&c.Rate, 0, "rate", 0, "offer this many decisions a second in all, paced evenly over the callers (an open load, so that servers compare at one offered load; latency counts from each call's due instant); 0: each caller calls again as soon as answered")
 	fs.Float64Var(&c.Zipf, 0, "zipf", 0, "draw users from a Zipf distribution of this exponent (above 1; user-0 the most frequent) instead of uniformly; 0: uniform")
 	return &ff.Command{
 		Name:      "bench",

@@ -49,8 +49,11 @@ type Config struct {
 	// callers: caller w's k-th call is due at the start plus
 	// (k × Concurrency + w) / Rate seconds, and a caller still waiting for
 	// an answer at a due instant calls as soon as answered (Result shows
-	// the rate reached). At most MaxRate; 0, the default: no pacing, each
-	// caller calls again as soon as answered.
+	// the rate reached). A paced call's latency runs from its due instant,
+	// so that the time it waited behind a slow answer counts, as it would
+	// for a client arriving then (no coordinated omission). At most
+	// MaxRate; 0, the default: no pacing, each caller calls again as soon
+	// as answered.
 	Rate int
 }
 
@@ -173,17 +176,20 @@ func load(ctx context.Context, c Config, call caller) *Result {
 				user = func() int { return int(z.Uint64()) }
 			}
 			for k := 0; ctx.Err() == nil; k++ {
-				if at := due(w, k); !at.IsZero() {
-					if at.After(end) || !sleepUntil(ctx, at) {
-						return
-					}
+				at := due(w, k)
+				if !at.IsZero() && (at.After(end) || !sleepUntil(ctx, at)) {
+					return
 				}
 				t0 := time.Now()
 				if t0.After(end) {
 					return
 				}
+				from := t0 // when the latency starts: a paced call's due instant
+				if !at.IsZero() && at.Before(t0) {
+					from = at
+				}
 				a, err := call(ctx, user())
-				d := time.Since(t0)
+				d := time.Since(from)
 				switch {
 				case err != nil && ctx.Err() != nil:
 					return // interrupted
