@@ -110,8 +110,8 @@ type Config struct {
 	// AsyncNodes is the fewest servers async mode shares among: it counts
 	// the servers that heartbeat in Redis, at least this many. Default 1.
 	AsyncNodes int64
-	// LeaseLifetime is how long a lease outlives its key's last request.
-	// Default 500ms.
+	// LeaseLifetime is how long a lease outlives its key's last request
+	// (a window limit's at most a quarter of its period). Default 500ms.
 	LeaseLifetime time.Duration
 	// MaxLease is the most hits one lease carries. Default 1000.
 	MaxLease int64
