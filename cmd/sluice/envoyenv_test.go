@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/transport/envoyrls"
 )
 
 // TestEnvoySettings maps Envoy ratelimit's environments onto flags.
@@ -557,7 +558,11 @@ func TestServeEnvoyKeysByDefault(t *testing.T) {
 	} {
 		getenv := env("RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+addr,
 			"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
-			"LOG_FORMAT=json", "LOG_LEVEL=info", "USE_STATSD=false", tc.more)
+			"LOG_FORMAT=json", "LOG_LEVEL=info", "USE_STATSD=false", tc.more,
+			// A first call that overruns the 50ms default on a loaded machine
+			// is counted by Redis and answered as slow, and the retry below
+			// would count alice twice.
+			"SLUICE_STORE_TIMEOUT=10s")
 		logs := &testenv.Logs{}
 		sctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
@@ -575,7 +580,8 @@ func TestServeEnvoyKeysByDefault(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			body = string(b)
-			return resp.StatusCode == 200 && strings.Contains(body, `"overallCode":"OK"`) && !strings.Contains(body, "FAIL")
+			return resp.StatusCode == 200 && strings.Contains(body, `"overallCode":"OK"`) && !strings.Contains(body, "FAIL") &&
+				!strings.Contains(body, envoyrls.ModeKey) // decided by the store, not by --fail
 		})
 		stop()
 		if err := <-done; err != nil {
