@@ -37,3 +37,26 @@ func (r *Response) Done(ctx context.Context) {
 	r.held = nil
 	h.Release(ctx)
 }
+
+// admitStep hands a request its rate limits allow to Config.Admit. A
+// Service without one leaves concurrency limits alone, and says so once
+// at Warn the first time a rule with one is decided, so that a rules file's
+// `concurrency` does not lapse unseen where an embedder composed no admit.
+func (s *Service) admitStep(ctx context.Context, r *Request, resp *Response) {
+	if s.admit != nil {
+		s.admit.Admit(ctx, r, resp)
+		return
+	}
+	if s.unadmitted.Load() {
+		return
+	}
+	for i := range resp.Statuses {
+		if rule := resp.Statuses[i].Rule; rule != nil && rule.Concurrency > 0 {
+			if s.unadmitted.CompareAndSwap(false, true) {
+				s.log.Warn("a concurrency limit is not enforced: the decision service has no admission step (decide.Config.Admit: admit.New)",
+					"domain", r.Domain, "key", rule.Key, "concurrency", rule.Concurrency)
+			}
+			return
+		}
+	}
+}

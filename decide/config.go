@@ -178,7 +178,8 @@ type Config struct {
 
 	// Admit is the step of admission after the rate decision: package
 	// admit's concurrency slots (a rule's Concurrency), which a Service
-	// without one leaves alone. Default none.
+	// without one leaves alone (the first rule with one it decides is
+	// logged at Warn). Default none.
 	Admit Admitter
 
 	// The caps on one request; a request beyond one is invalid

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -66,7 +67,8 @@ type Service struct {
 	ready        func() bool                 // the store's Ready, or nil
 	ping         func(context.Context) error // Config.Ping
 	caps         caps
-	admit        Admitter // Config.Admit, or nil
+	admit        Admitter    // Config.Admit, or nil
+	unadmitted   atomic.Bool // a concurrency limit was decided without Admit, and the log said so
 }
 
 // caps are the limits on one request: Config's MaxDescriptors, MaxEntries,
@@ -291,8 +293,8 @@ func (s *Service) decide(ctx context.Context, r *Request) (*Response, error) {
 			cancel()
 		}
 		resp.Overall = overall(resp)
-		if resp.Overall == OK && s.admit != nil {
-			s.admit.Admit(ctx, r, resp)
+		if resp.Overall == OK {
+			s.admitStep(ctx, r, resp)
 		}
 		return resp, nil
 	}
@@ -333,8 +335,8 @@ func (s *Service) decide(ctx context.Context, r *Request) (*Response, error) {
 		s.elastic(ctx, tctx, r, resp, b)
 	}
 	resp.Overall = overall(resp)
-	if resp.Overall == OK && s.admit != nil {
-		s.admit.Admit(ctx, r, resp)
+	if resp.Overall == OK {
+		s.admitStep(ctx, r, resp)
 	}
 	return resp, nil
 }

@@ -1,7 +1,7 @@
 // Command middleware is a Go service that embeds sluice: its handler sits
 // behind sluice's middleware, which limits per client IP and per user
 // (X-User) by examples/rules.yaml and examples/nginx/identity.yaml, with
-// the in-memory store. From the repository's root:
+// the in-memory store and concurrency slots. From the repository's root:
 //
 //	go run ./examples/middleware
 //	curl -i -H 'X-User: alice' http://127.0.0.1:8000/login   # the sixth in a minute gets 429
@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sluicehq/sluice/admit"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/middleware"
@@ -50,8 +51,13 @@ func limited(rulesFile, identityFile string, next http.Handler) (http.Handler, *
 	if err != nil {
 		return nil, nil, err
 	}
+	slots, err := admit.New(admit.DefaultConfig()) // the rules' concurrency limits: slots on this instance
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
 	dc := decide.DefaultConfig()
-	dc.Rules, dc.Store = func() *rules.Set { return set }, store
+	dc.Rules, dc.Store, dc.Admit = func() *rules.Set { return set }, store, slots
 	svc, err := decide.New(dc)
 	if err != nil {
 		store.Close()
