@@ -329,24 +329,9 @@ func (s *Store) exec(b *batch) {
 		g.repeats = repeats(g.keys, b.seen)
 		cmds = append(cmds, s.evalsha(g.keys, now, g.blob, g.repeats))
 	}
-	results := s.client.DoMulti(ctx, cmds...)
-	// A node that lost its scripts (a restart, a failover, SCRIPT FLUSH)
-	// answers NOSCRIPT: send those groups the script itself.
-	var retry []int
-	for i, r := range results {
-		if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
-			retry = append(retry, i)
-		}
-	}
-	if len(retry) > 0 {
-		cmds = make(rueidis.Commands, 0, len(retry))
-		for _, i := range retry {
-			cmds = append(cmds, s.eval(groups[i].keys, now, groups[i].blob, groups[i].repeats))
-		}
-		for k, r := range s.client.DoMulti(ctx, cmds...) {
-			results[retry[k]] = r
-		}
-	}
+	results := doScripts(ctx, s.client, cmds, func(i int) rueidis.Completed {
+		return s.eval(groups[i].keys, now, groups[i].blob, groups[i].repeats)
+	})
 	for i, r := range results {
 		out, err := r.AsBytes()
 		s.finish(groups[i].calls, out, err)

@@ -31,6 +31,18 @@ func (l *luaScript) execMulti(ctx context.Context, c rueidis.Client, execs ...ru
 	for i, e := range execs {
 		cmds[i] = c.B().Evalsha().Sha1(l.sha).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
 	}
+	return doScripts(ctx, c, cmds, func(i int) rueidis.Completed {
+		e := execs[i]
+		return c.B().Eval().Script(l.src).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+	})
+}
+
+// doScripts sends cmds, script calls by EVALSHA, pipelined, and, for each
+// a node answered NOSCRIPT (a restart, a failover, SCRIPT FLUSH), eval(i),
+// the same call with the script's text, in one more round trip; it returns
+// the results in cmds' order. The calls sent again are new commands:
+// rueidis may still read those sent after DoMulti returned at a deadline.
+func doScripts(ctx context.Context, c rueidis.Client, cmds rueidis.Commands, eval func(i int) rueidis.Completed) []rueidis.RedisResult {
 	res := c.DoMulti(ctx, cmds...)
 	var retry []int
 	for i, r := range res {
@@ -41,11 +53,9 @@ func (l *luaScript) execMulti(ctx context.Context, c rueidis.Client, execs ...ru
 	if len(retry) == 0 {
 		return res
 	}
-	// New commands: rueidis may still read those sent.
 	again := make(rueidis.Commands, len(retry))
 	for k, i := range retry {
-		e := execs[i]
-		again[k] = c.B().Eval().Script(l.src).Numkeys(int64(len(e.Keys))).Key(e.Keys...).Arg(e.Args...).Build()
+		again[k] = eval(i)
 	}
 	for k, r := range c.DoMulti(ctx, again...) {
 		res[retry[k]] = r
