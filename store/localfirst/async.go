@@ -64,8 +64,8 @@ func (s *Store) heartbeat(ctx context.Context) error {
 }
 
 // asyncOverhead is what an async entry costs besides its key's bytes,
-// rounded up.
-const asyncOverhead = 224
+// rounded up: the entry (280 bytes on 64 bits) and its map slot.
+const asyncOverhead = 320
 
 // asyncTable holds, per key, what a node admits by itself in async mode.
 // Bounded in bytes: a key that finds it full is decided by the store.
@@ -101,9 +101,10 @@ type asyncEntry struct {
 	oldWin  int64          // the window before, and its hits not yet written
 	old     int64
 	counted int64 // what the store counted at the last sync
-	syncing bool  // a sync is in flight: a window admits nothing until it lands
+	syncing bool  // a sync is in flight
 	failed  error // the error of the last sync, until one succeeds
 	seen    time.Time
+	landed  chan struct{} // closed when the sync in flight lands; nil until a request waits for it
 
 	// A bucket limit's (see grant): the level the store reported at its
 	// last sync (or at the exact decision that made the entry), in the
@@ -284,35 +285,99 @@ func (a *asyncTable) grant(e *asyncEntry, b sluice.Bucket, at int64) int64 {
 
 // takeAsync decides r in async mode: from the node's allowance, with no
 // store call, but for the first request on a key the node does not hold,
-// which the store decides (startAsync).
+// which the store decides (startAsync). A window key's request that finds
+// the allowance spent while the store's count, as the node last read it,
+// leaves room for it is not denied for that: it syncs the key now
+// (refresh), or waits for the sync in flight to land (await), and is
+// decided again from the allowance that sync gives; so a client is denied
+// only when a sync read its window full (or after maxRefresh such syncs,
+// each of whose shares concurrent requests took first).
 func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) (sluice.Decision, error) {
-	if r.Limit.Algorithm.HasBurst() {
-		return s.takeBucket(ctx, r, now)
-	}
 	a := s.async
-	l, cost := r.Limit, r.Cost
-	if a.tooSmall(l) { // too small a limit to share out: exact
+	switch {
+	case r.Cost == 0 && r.Limit.Algorithm.HasBurst():
+		return s.exact(ctx, r, now)
+	case r.Limit.Algorithm.HasBurst():
+		return s.takeBucket(ctx, r, now)
+	case a.tooSmall(r.Limit): // too small a limit to share out: exact
 		return s.exact(ctx, r, now)
 	}
+	sh := a.shard(r.Key)
+	local := true // decided with no store call
+	for try := 0; ; try++ {
+		sh.mu.Lock()
+		e, exact := sh.lookup(r)
+		if e == nil {
+			sh.mu.Unlock()
+			if exact || r.Cost == 0 {
+				return s.exact(ctx, r, now)
+			}
+			return s.startAsync(ctx, r, now, sh)
+		}
+		d, next := a.decideWindow(e, r.Cost, now, s.syncEvery)
+		if next != unreachable && try == maxRefresh {
+			next = decided // the denial
+		}
+		switch next {
+		case decided:
+			sh.mu.Unlock()
+			if local {
+				s.asyncHits.Add(1)
+			}
+			return d, nil
+		case unreachable:
+			err := e.failed
+			sh.mu.Unlock()
+			return sluice.Decision{}, fmt.Errorf("localfirst async %s: %w", r.Key, err)
+		case await:
+			landed := e.waiter()
+			sh.mu.Unlock()
+			select {
+			case <-landed:
+			case <-ctx.Done():
+				return sluice.Decision{}, fmt.Errorf("localfirst async %s: %w", r.Key, ctx.Err())
+			}
+		case refresh:
+			items := e.due(sh, nil)
+			sh.mu.Unlock()
+			local = false
+			_ = s.writeBack(ctx, items) // an error is the entry's failed: the next try returns it
+		}
+		now = s.now()
+	}
+}
+
+// maxRefresh is how many times one request of a window key syncs the key,
+// or waits for a sync of it to land, before it is denied: each such sync
+// gives the node a share of what the store has left, which concurrent
+// requests on the key may take first.
+const maxRefresh = 4
+
+// step is what a request of an async window key needs next.
+type step int
+
+const (
+	decided     step = iota // its decision is made
+	refresh                 // the allowance is spent, and the store's count leaves room: sync the key now
+	await                   // the allowance is spent while a sync of the key is in flight: wait for it
+	unreachable             // the allowance is spent and the last sync failed: an error
+)
+
+// decideWindow decides a request of cost on e, a window key, at now (the
+// node's clock) from the allowance the node holds, which it goes on
+// admitting from while a sync is in flight. When the allowance is spent
+// it returns the denial and what the request needs before it is decided
+// again; a denial with decided is the store's count, as the last sync
+// read it, with no room left for cost. every is Config.SyncInterval. mu
+// is held.
+func (a *asyncTable) decideWindow(e *asyncEntry, cost int64, now time.Time, every time.Duration) (sluice.Decision, step) {
+	l := e.req.Limit
 	p := l.Period.Microseconds()
 	at := a.storeNow(now)
-	w := at - at%p
-	sh := a.shard(r.Key)
-	sh.mu.Lock()
-	e, exact := sh.lookup(r)
-	if e == nil {
-		sh.mu.Unlock()
-		if exact {
-			return s.exact(ctx, r, now)
-		}
-		return s.startAsync(ctx, r, now, sh)
-	}
-	if w > e.window { // a new window: what was pending is the old window's
+	if w := at - at%p; w > e.window { // a new window: what was pending is the old window's
 		e.oldWin, e.old = e.window, e.pending
 		e.window, e.pending, e.counted = w, 0, 0
-		if !e.syncing {
-			e.allow = a.allowance(l, 0, w, at)
-		}
+		e.allow = a.allowance(l, 0, w, at)
 	}
 	e.seen = now
 	capa := l.Capacity()
@@ -320,24 +385,35 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 	if l.Algorithm == sluice.SlidingWindow {
 		d.ResetAfter += l.Period
 	}
+	next := decided
 	switch {
 	case cost > capa:
 		d.RetryAfter = sluice.Never
-	case !e.syncing && cost <= e.allow:
+	case cost <= e.allow:
 		e.allow -= cost
 		e.pending += cost
 		d.Allowed = true
-	case !e.syncing && e.failed != nil: // the allowance is spent and the store unreachable
-		err := e.failed
-		sh.mu.Unlock()
-		return sluice.Decision{}, fmt.Errorf("localfirst async %s: %w", r.Key, err)
-	default:
-		d.RetryAfter = max(min(s.syncEvery, d.ResetAfter), time.Microsecond)
+	case e.syncing:
+		next = await
+	case e.failed != nil:
+		next = unreachable
+	case l.Rate-e.counted-e.pending >= cost: // room, as the store last counted
+		next = refresh
+	}
+	if !d.Allowed && d.RetryAfter == 0 {
+		d.RetryAfter = max(min(every, d.ResetAfter), time.Microsecond)
 	}
 	d.Remaining = min(max(l.Rate-e.counted-e.pending, 0), capa)
-	sh.mu.Unlock()
-	s.asyncHits.Add(1)
-	return d, nil
+	return d, next
+}
+
+// waiter returns a channel that is closed when e's sync in flight lands.
+// mu is held.
+func (e *asyncEntry) waiter() <-chan struct{} {
+	if e.landed == nil {
+		e.landed = make(chan struct{})
+	}
+	return e.landed
 }
 
 // takeBucket decides r, a request of a bucket limit, in async mode: from
@@ -489,59 +565,20 @@ func (a *asyncTable) evict(sh *asyncShard, now time.Time, every time.Duration, s
 // returns, after renewing the node's heartbeat, whose count of servers
 // the new shares divide by. The Store calls it every
 // Config.SyncInterval by itself; tests call it to sync at an instant of
-// their clock. While a key's sync is in flight, the node admits nothing
-// more on a window key; on a bucket key it goes on admitting from the
-// grant it holds, and what it admits meanwhile counts against the next.
+// their clock. While a key's sync is in flight, the node goes on
+// admitting from the allowance or grant it holds, and what it admits
+// meanwhile counts against the next.
 func (s *Store) SyncAsync(ctx context.Context) error { return s.syncAsync(ctx, true) }
 
 // syncAsync is SyncAsync, renewing the heartbeat if beat (not when the
-// Store closes).
+// Store closes): the keys to sync (collect), the heartbeat, then the
+// write and what it lands (writeBack).
 func (s *Store) syncAsync(ctx context.Context, beat bool) error {
 	a := s.async
 	if a == nil {
 		return nil
 	}
-	type item struct {
-		e      *asyncEntry
-		sh     *asyncShard
-		key    string
-		window int64
-		hits   int64
-		old    bool
-	}
-	now := s.now()
-	var items []item
-	for i := range a.shards {
-		sh := &a.shards[i]
-		sh.mu.Lock()
-		for k, e := range sh.m {
-			if e.syncing {
-				continue
-			}
-			if a.idle(e, now, s.syncEvery) {
-				sh.drop(k) // forgotten
-				continue
-			}
-			if e.req.Limit.Algorithm.HasBurst() {
-				if e.pending == 0 && !e.seen.After(e.based) {
-					continue // nothing to write, nobody asked since the level was read
-				}
-				items = append(items, item{e, sh, k, 0, e.pending, false})
-				e.pending, e.syncing = 0, true
-				continue
-			}
-			if e.pending == 0 && e.old == 0 && (e.allow > 0 || !e.seen.After(e.based)) {
-				continue // nothing to write, and a share left or nobody asked since the last sync
-			}
-			if e.old > 0 {
-				items = append(items, item{e, sh, k, e.oldWin, e.old, true})
-				e.old = 0
-			}
-			items = append(items, item{e, sh, k, e.window, e.pending, false})
-			e.pending, e.allow, e.syncing = 0, 0, true
-		}
-		sh.mu.Unlock()
-	}
+	items := a.collect(s.now(), s.syncEvery)
 	// The count before the shares given below, which are of it.
 	var beatErr error
 	if beat && a.joined.Load() { // a server with no async key counts for nothing
@@ -550,6 +587,73 @@ func (s *Store) syncAsync(ctx context.Context, beat bool) error {
 	if len(items) == 0 {
 		return beatErr
 	}
+	if err := s.writeBack(ctx, items); err != nil {
+		return errors.Join(errors.New("localfirst: async sync failed"), err, beatErr)
+	}
+	return beatErr
+}
+
+// syncItem is what a sync writes of one key: the hits of its window, or
+// of the window before (old), and reads: the key's count now (not old).
+type syncItem struct {
+	e      *asyncEntry
+	sh     *asyncShard
+	window int64
+	hits   int64
+	old    bool
+}
+
+// collect returns, for a sync at now (the node's clock), every key with
+// hits to write or a count to read (stale), marking their syncs in
+// flight, and forgets the idle keys. every is Config.SyncInterval.
+func (a *asyncTable) collect(now time.Time, every time.Duration) []syncItem {
+	var items []syncItem
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			switch {
+			case e.syncing:
+			case a.idle(e, now, every):
+				sh.drop(k) // forgotten
+			case stale(e):
+				items = e.due(sh, items)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return items
+}
+
+// stale reports whether a periodic sync writes e: it has hits to write,
+// or it was asked for since its count was read and holds no allowance (a
+// bucket key: whatever its grant). mu is held.
+func stale(e *asyncEntry) bool {
+	switch {
+	case e.pending > 0 || e.old > 0:
+		return true
+	case !e.seen.After(e.based): // nobody asked since the count was read
+		return false
+	}
+	return e.req.Limit.Algorithm.HasBurst() || e.allow == 0
+}
+
+// due appends to items what a sync of e writes and reads, and marks it in
+// flight. sh holds e; mu is held.
+func (e *asyncEntry) due(sh *asyncShard, items []syncItem) []syncItem {
+	if e.old > 0 {
+		items = append(items, syncItem{e, sh, e.oldWin, e.old, true})
+		e.old = 0
+	}
+	items = append(items, syncItem{e, sh, e.window, e.pending, false})
+	e.pending, e.syncing = 0, true
+	return items
+}
+
+// writeBack writes items' hits to the store and reads their keys' counts
+// in one call, then lands the reply on each key (land). An error is the
+// store's; it is also each key's until a sync of it succeeds.
+func (s *Store) writeBack(ctx context.Context, items []syncItem) error {
 	reqs, windows := make([]sluice.Request, len(items)), make([]int64, len(items))
 	for i, it := range items {
 		reqs[i] = it.e.req
@@ -559,55 +663,68 @@ func (s *Store) syncAsync(ctx context.Context, beat bool) error {
 	s.calls.Add(1)
 	counts, at, err := s.syncer.SyncCounts(ctx, reqs, windows)
 	after := s.now()
+	a := s.async
 	if err == nil {
 		// The store's clock read when the reply is in: no later than it
 		// is, so that a node never sees more refill than there was.
 		a.mu.Lock()
 		a.offset, a.synced = time.Duration(at-after.UnixMicro())*time.Microsecond, true
 		a.mu.Unlock()
+	} else {
+		s.returnErrors.Add(1)
 	}
 	for i, it := range items {
 		if it.old {
 			continue
 		}
+		var count int64
+		if err == nil {
+			count = counts[i]
+		}
 		it.sh.mu.Lock()
-		e := it.e
-		e.syncing = false
-		if err != nil {
-			e.failed = err
-		} else {
-			e.failed = nil
-		}
-		switch {
-		case e.req.Limit.Algorithm.HasBurst() && err != nil:
-			// The hits stay to be written at the next sync, still counted
-			// against the grant of the last one that succeeded.
-			e.pending += it.hits
-		case e.req.Limit.Algorithm.HasBurst():
-			// The hits written are in the level now; those admitted while
-			// the sync was in flight stay pending, against the new grant.
-			b, _ := e.req.Limit.Bucket()
-			e.level, e.at, e.based = counts[i], at, after
-			e.used = max(e.used-it.hits*b.Hit, 0)
-		case err != nil && e.window == it.window:
-			// The hits stay to be written at the next sync; the node
-			// admits nothing more on the key until one succeeds.
-			e.pending += it.hits
-		case err != nil:
-			e.old += it.hits // the window turned meanwhile
-		case e.window == it.window:
-			e.counted, e.based = counts[i], after
-			e.allow = a.allowance(e.req.Limit, counts[i], e.window, at)
-		default: // the window turned while the sync was in flight: a fresh share
-			e.allow = a.allowance(e.req.Limit, 0, e.window, max(at, e.window))
-		}
+		a.land(it, count, at, after, err)
 		it.sh.mu.Unlock()
 	}
-	if err != nil {
-		s.returnErrors.Add(1)
-		return errors.Join(errors.New("localfirst: async sync failed"), err, beatErr)
+	return err
+}
+
+// land sets what the node decides it.e from next, once the sync of it
+// that wrote it.hits is back: with count (a window's count or a bucket's
+// level) read at the store's time at, which the node's clock read as
+// after, or with the sync's error err. The hits admitted while the sync
+// was in flight count against the new allowance or grant. Requests
+// waiting for the sync (await) are woken. mu is held.
+func (a *asyncTable) land(it syncItem, count, at int64, after time.Time, err error) {
+	e := it.e
+	e.syncing, e.failed = false, err
+	if e.landed != nil {
+		close(e.landed)
+		e.landed = nil
 	}
-	return beatErr
+	l := e.req.Limit
+	switch {
+	case l.Algorithm.HasBurst() && err != nil:
+		// The hits stay to be written at the next sync, still counted
+		// against the grant of the last one that succeeded.
+		e.pending += it.hits
+	case l.Algorithm.HasBurst():
+		// The hits written are in the level now; those admitted while
+		// the sync was in flight stay pending, against the new grant.
+		b, _ := l.Bucket()
+		e.level, e.at, e.based = count, at, after
+		e.used = max(e.used-it.hits*b.Hit, 0)
+	case err != nil && e.window == it.window:
+		// The hits stay to be written at the next sync; the node admits
+		// what its allowance still holds, then returns the error.
+		e.pending += it.hits
+	case err != nil:
+		e.old += it.hits // the window turned meanwhile
+	case e.window == it.window:
+		e.counted, e.based = count, after
+		e.allow = max(a.allowance(l, count, e.window, at)-e.pending, 0)
+	default: // the window turned while the sync was in flight: a fresh share
+		e.allow = max(a.allowance(l, 0, e.window, max(at, e.window))-e.pending, 0)
+	}
 }
 
 // syncLoop calls SyncAsync every interval until stop is closed.

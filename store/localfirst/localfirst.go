@@ -26,7 +26,11 @@
 // Config.AsyncNodes), a node's allowance on a window limit is what is
 // left spread over the nodes and the syncs left in the window,
 // (rate − counted) / (N × D) with D = min(⌈time left / I⌉ + ¼, k), so a
-// hot key fills its limit over the window as exact mode does. A window
+// hot key fills its limit over the window as exact mode does. A node goes
+// on admitting while a sync is in flight, and a request that finds the
+// allowance spent while the count last read leaves room syncs its key at
+// once (or waits for the sync in flight): a window key's request is
+// denied only when a sync read no room for it. A window
 // admits at most rate + the N nodes' last allowances before the store's
 // count reaches the rate: on a window of k intervals or more whose count
 // reaches the rate before its last k,
@@ -377,11 +381,13 @@ func (s *Store) take(ctx context.Context, r sluice.Request) (sluice.Decision, er
 		}
 		s.misses.Add(1)
 	}
-	if r.Cost > 0 && (s.leases != nil || s.async != nil) {
+	if s.leases != nil || s.async != nil {
 		switch m := s.syncFor(r); {
-		case m == Lease && s.leases != nil && s.leaser.CanLease(r.Limit):
+		case r.Cost > 0 && m == Lease && s.leases != nil && s.leaser.CanLease(r.Limit):
 			return s.takeLease(ctx, r, now)
 		case m == Async && s.async != nil && s.syncer.Syncable(r.Limit) && s.async.fits(r.Limit):
+			// A cost of 0 too: the store's count may stand over the
+			// rate by the bound, where its Take of 0 would deny.
 			return s.takeAsync(ctx, r, now)
 		}
 	}

@@ -1,0 +1,153 @@
+package localfirst
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// TestAsyncUnderLimit drives users under their limit (each at half of 100
+// a second, fixed window, hits at random instants: in a 100 ms interval a
+// user asks for 5 on average, sometimes 11 or more) through 1 and 3 async
+// nodes, each syncing every 100 ms of the test's clock on its own phase,
+// for 4 windows, and fails on any denial: async mode denies a request
+// only when the store's count, as a sync read it, leaves no room. (Before
+// issue 31 a node denied once the share paced to the interval was spent,
+// however far the user was under its limit: 0.1-0.3% of these calls.)
+func TestAsyncUnderLimit(t *testing.T) {
+	for name, url := range contractURLs() {
+		for _, nodes := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/%d nodes", name, nodes), func(t *testing.T) {
+				testAsyncUnderLimit(t, url(t), nodes)
+			})
+		}
+	}
+}
+
+func testAsyncUnderLimit(t *testing.T, url string, n int) {
+	const (
+		interval = 100 * time.Millisecond
+		tick     = time.Millisecond
+		users    = 200
+		windows  = 4
+	)
+	l := sluice.Limit{Rate: 100, Period: time.Second}
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
+	nodes := openAsyncNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, n, Config{SyncInterval: interval})
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 31))
+	per := int64(interval / tick)
+	phase := make([]int64, n)
+	for i := range phase {
+		phase[i] = rng.Int64N(per)
+	}
+	// Each user's chance of a hit in a tick: half its limit.
+	p := 0.5 * float64(l.Rate) * float64(tick) / float64(l.Period)
+	ctx := context.Background()
+	var calls, denied int64
+	for range int64(windows) * int64(l.Period/tick) {
+		for u := range users {
+			if rng.Float64() >= p {
+				continue
+			}
+			d, err := sluice.Take(ctx, nodes[rng.IntN(n)], fmt.Sprintf("{u%d}", u), l, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls++
+			if !d.Allowed {
+				denied++
+			}
+		}
+		clk.Advance(tick)
+		for i, s := range nodes {
+			if (clk.Now().UnixMilli()/int64(tick/time.Millisecond)+phase[i])%per == 0 {
+				if err := s.SyncAsync(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	var store uint64
+	for _, s := range nodes {
+		store += s.Stats().StoreCalls
+	}
+	t.Logf("%d nodes: %d of %d calls denied (%.3f%%), %.4f store calls a decision", n, denied, calls,
+		100*float64(denied)/float64(calls), float64(store)/float64(calls))
+	if denied > 0 {
+		t.Errorf("denied %d of %d calls of users at half their limit", denied, calls)
+	}
+}
+
+// TestAsyncWindowSyncInFlight pauses Redis while an async node's sync of a
+// window key is in flight: the node goes on admitting from the allowance
+// it holds (it denied every request of the key until the sync landed: the
+// 4-19% of calls under their limit that issue 31 measured, more as syncs
+// of more keys took longer), a request that finds the allowance spent
+// waits for the sync to land and is admitted from the next allowance, and
+// the hits admitted meanwhile are written by the next sync, none lost and
+// none written twice.
+func TestAsyncWindowSyncInFlight(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	url := "redis://" + srv.Addr + "/0"
+	prefix := fmt.Sprintf("inflight:%x:", rand.Uint64())
+	node := openAsyncNodes(t, url, prefix, clk.Now, 1, Config{SyncInterval: 100 * time.Millisecond})[0]
+	r := openRedisPrefix(t, url, prefix, clk.Now)
+	l := sluice.Limit{Rate: 1000, Period: time.Hour} // allowances of ⌊(1000 − counted) / 50⌋
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	take := func(n int, what string) {
+		t.Helper()
+		for range n {
+			if d, err := sluice.Take(ctx, node, "{k}", l, 1); err != nil || !d.Allowed {
+				t.Fatalf("%s: %+v, %v", what, d, err)
+			}
+		}
+	}
+	take(1, "the first, which Redis decides")
+	take(3, "from the allowance of 19")
+	srv.Pause()
+	done := make(chan error, 1)
+	go func() { done <- node.SyncAsync(ctx) }()
+	inFlight := func() bool {
+		sh := node.async.shard("{k}")
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return sh.m["{k}"] != nil && sh.m["{k}"].syncing
+	}
+	waitFor(t, 10*time.Second, "the sync in flight", inFlight)
+	take(16, "while the sync is in flight, from the allowance")
+	waited := make(chan error, 1)
+	go func() {
+		d, err := sluice.Take(ctx, node, "{k}", l, 1)
+		if err == nil && !d.Allowed {
+			err = fmt.Errorf("denied: %+v", d)
+		}
+		waited <- err
+	}()
+	waitFor(t, 10*time.Second, "a request waiting for the sync", func() bool {
+		sh := node.async.shard("{k}")
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return sh.m["{k}"].landed != nil
+	})
+	srv.Resume()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("the request that waited for the sync: %v", err)
+	}
+	if err := node.SyncAsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := sluice.Take(ctx, r, "{k}", l, 0); err != nil || d.Remaining != 1000-1-3-16-1 {
+		t.Fatalf("Redis: %+v, %v; want %d remaining", d, err, 1000-1-3-16-1)
+	}
+}
