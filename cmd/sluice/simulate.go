@@ -113,6 +113,9 @@ func runSimulate(rc server.RulesConfig, traffic, compare, out, format string, st
 		return fmt.Errorf("report: %w", err)
 	}
 	err = write(tmp, traffic, res)
+	if err == nil {
+		err = tmp.Chmod(0o644) // a report to share, as any file written here; CreateTemp's is 0600
+	}
 	if err = errors.Join(err, tmp.Close()); err == nil {
 		err = os.Rename(tmp.Name(), out)
 	}

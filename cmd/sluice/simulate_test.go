@@ -100,3 +100,27 @@ func TestSimulateCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateReportMode: the report is a file to share, readable by
+// others as any file a command writes (0644), not 0600 as the temporary
+// file it is written to (issue 35).
+func TestSimulateReportMode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rulesPath := filepath.Join(dir, "rules.yaml")
+	writeFile(t, rulesPath, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n")
+	for _, format := range []string{"html", "svg"} {
+		out := filepath.Join(dir, "report."+format)
+		if err := run(context.Background(), []string{"simulate", "--rules", rulesPath, "--traffic", "burst 10",
+			"--format", format, "--out", out}, env(), io.Discard, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != 0o644 {
+			t.Errorf("%s report: mode %v, want -rw-r--r--", format, got)
+		}
+	}
+}
