@@ -34,7 +34,7 @@ func (s *Server) newAdmin(ctx context.Context) error {
 	if s.admin, err = admin.New(admin.Config{Backend: ed, Tokens: toks, ReadOnly: a.ReadOnly, Log: s.log, Registerer: s.co.reg}); err != nil {
 		return err
 	}
-	if s.adminSrv, err = listenSide(ctx, "admin API", []string{a.Addr}); err != nil {
+	if s.adminSrv, err = listenSide(ctx, "--admin-addr", []string{a.Addr}); err != nil {
 		return err
 	}
 	return nil

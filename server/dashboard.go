@@ -47,7 +47,7 @@ func (s *Server) mountDashboard(hs ...handlerMux) error {
 	if c.Addr != "" {
 		mux := &uiMux{http.NewServeMux()}
 		hs = []handlerMux{mux}
-		if s.uiSrv, err = listenSide(context.Background(), "dashboard", []string{c.Addr}); err != nil {
+		if s.uiSrv, err = listenSide(context.Background(), "--ui-addr", []string{c.Addr}); err != nil {
 			return err
 		}
 		s.ui = mux

@@ -77,11 +77,40 @@ func serveHTTP(srv *http.Server, ln net.Listener, tc *tls.Config) error {
 	return srv.ServeTLS(ln, "", "")
 }
 
-// listenTCP listens on addr.
-func listenTCP(ctx context.Context, addr string) (net.Listener, error) {
+// listenTCP listens on addr, which the setting called flag (--http-addr)
+// gives: its error names both, as the operator wrote them.
+func listenTCP(ctx context.Context, flag, addr string) (net.Listener, error) {
 	var lc net.ListenConfig
-	return lc.Listen(ctx, "tcp", addr)
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &ListenError{Flag: flag, Addr: addr, Err: err}
+	}
+	return ln, nil
 }
+
+// ListenError is a listener that could not be bound: the setting that
+// names it (a flag, --http-addr), the address and why.
+type ListenError struct {
+	Flag, Addr string
+	Err        error
+}
+
+// Error says the flag, the address and the system's reason alone
+// ("--http-addr 127.0.0.1:8080: address already in use"), with what to do
+// when the address is taken.
+func (e *ListenError) Error() string {
+	why := e.Err.Error()
+	var se *os.SyscallError
+	if errors.As(e.Err, &se) {
+		why = se.Err.Error()
+	}
+	if errors.Is(e.Err, syscall.EADDRINUSE) {
+		why += " (another process listens there: stop it, or give " + e.Flag + " another address)"
+	}
+	return e.Flag + " " + e.Addr + ": " + why
+}
+
+func (e *ListenError) Unwrap() error { return e.Err }
 
 // sideServers are HTTP listeners beside the main ones (ops, admin): one
 // handler on each of a list of addresses. A failure of one is logged and
@@ -94,19 +123,19 @@ type sideServers struct {
 	addrs   []string // the addresses bound
 }
 
-// listenSide listens on every address of addrs (empty ones skipped), named
-// in its errors as name ("ops", "admin API", "dashboard"); with
-// none it listens on nothing. The caller calls start, or close.
-func listenSide(ctx context.Context, name string, addrs []string) (*sideServers, error) {
+// listenSide listens on every address of addrs (empty ones skipped), which
+// the setting called flag gives (--ops-addr); with none it listens on
+// nothing. The caller calls start, or close.
+func listenSide(ctx context.Context, flag string, addrs []string) (*sideServers, error) {
 	s := &sideServers{}
 	for _, a := range addrs {
 		if a = strings.TrimSpace(a); a == "" {
 			continue
 		}
-		ln, err := listenTCP(ctx, a)
+		ln, err := listenTCP(ctx, flag, a)
 		if err != nil {
 			s.close()
-			return nil, fmt.Errorf("listen %s %s: %w", name, a, err)
+			return nil, err
 		}
 		s.lns = append(s.lns, ln)
 		s.addrs = append(s.addrs, ln.Addr().String())
@@ -174,9 +203,9 @@ func listenGRPC(ctx context.Context, c GRPCConfig) ([]net.Listener, error) {
 	}
 	var lns []net.Listener
 	if c.Addr != NoAddr {
-		ln, err := listenTCP(ctx, c.Addr)
+		ln, err := listenTCP(ctx, "--grpc-addr", c.Addr)
 		if err != nil {
-			return nil, fmt.Errorf("listen gRPC: %w", err)
+			return nil, err
 		}
 		lns = append(lns, ln)
 	}

@@ -4,13 +4,16 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,27 +195,60 @@ func httptestServer(t *testing.T) string {
 	return up.URL
 }
 
-// TestSideListenerErrors checks that a side listener that cannot listen is
-// named in New's error by what it is (it said "listen ops" for each).
-func TestSideListenerErrors(t *testing.T) {
+// TestListenerErrors checks that a listener that cannot listen is named
+// in New's error by the flag that sets it and its address, followed by the
+// system's reason ("--http-addr 127.0.0.1:8080: address already in use");
+// it said "listen HTTP: listen tcp ..." without the flag (issue 35).
+func TestListenerErrors(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	for name, set := range map[string]func(*Config){
-		"listen ops ":       func(c *Config) { c.OpsAddrs = []string{busy.Addr().String()} },
-		"listen dashboard ": func(c *Config) { c.UI.Addr = busy.Addr().String() },
+	addr := busy.Addr().String()
+	dir := t.TempDir()
+	rulesDir, tokens := filepath.Join(dir, "rules"), filepath.Join(dir, "tokens")
+	rules, err := os.ReadFile(exampleRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(rulesDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rulesDir, "api.yaml"), rules, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokens, []byte("ops write s3cr3t-s3cr3t-s3cr3t-s3cr3t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		flag string
+		set  func(*Config)
+	}{
+		{"--grpc-addr", func(c *Config) { c.GRPC.Addr = addr }},
+		{"--http-addr", func(c *Config) { c.HTTP.Addr = addr }},
+		{"--ops-addr", func(c *Config) { c.OpsAddrs = []string{addr} }},
+		{"--ui-addr", func(c *Config) { c.UI.Addr = addr }},
+		{"--admin-addr", func(c *Config) {
+			c.Rules.Source = rulesDir
+			c.Admin.Tokens, c.Admin.Addr = tokens, addr
+		}},
+		{"--listen", func(c *Config) { c.Proxy = &ProxyConfig{Upstream: "http://127.0.0.1:1", Listen: addr} }},
 	} {
 		c := testConfig(exampleRules)
-		set(&c)
+		tt.set(&c)
 		srv, _, err := newServer(c)
 		if err == nil {
 			srv.Close()
-			t.Fatalf("%s: New listened on a busy address", name)
+			t.Fatalf("%s: New listened on a busy address", tt.flag)
 		}
-		if !strings.Contains(err.Error(), name+busy.Addr().String()) {
-			t.Errorf("New: %v; want it to say %q", err, name+busy.Addr().String())
+		want := tt.flag + " " + addr + ": address already in use"
+		if !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s: New: %v; want it to start with %q", tt.flag, err, want)
+		}
+		var le *ListenError
+		if !errors.As(err, &le) || !errors.Is(err, syscall.EADDRINUSE) {
+			t.Errorf("%s: New: %v is no *ListenError wrapping EADDRINUSE", tt.flag, err)
 		}
 	}
 }

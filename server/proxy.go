@@ -80,8 +80,8 @@ func newProxyFront(s *Server, rw *respond.Writer) (*proxyFront, error) {
 	if err := s.mountDashboard(s.ops); err != nil {
 		return nil, errors.Join(err, f.p.Close())
 	}
-	if f.ln, err = listenTCP(context.Background(), pc.Listen); err != nil {
-		return nil, errors.Join(fmt.Errorf("listen: %w", err), f.p.Close())
+	if f.ln, err = listenTCP(context.Background(), "--listen", pc.Listen); err != nil {
+		return nil, errors.Join(err, f.p.Close())
 	}
 	f.srv = &http.Server{
 		Handler:           f.p,

@@ -106,9 +106,9 @@ func newServeFront(s *Server, rw *respond.Writer) (*serveFront, error) {
 	if f.glns, err = listenGRPC(ctx, c.GRPC); err != nil {
 		return nil, err
 	}
-	if f.hln, err = listenTCP(ctx, c.HTTP.Addr); err != nil {
+	if f.hln, err = listenTCP(ctx, "--http-addr", c.HTTP.Addr); err != nil {
 		closeAll(f.glns)
-		return nil, fmt.Errorf("listen HTTP: %w", err)
+		return nil, err
 	}
 	return f, nil
 }

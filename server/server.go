@@ -114,7 +114,7 @@ func New(cfg Config) (_ *Server, err error) {
 		s.front = f
 	}
 	ctx := context.Background()
-	if s.opsSrv, err = listenSide(ctx, "ops", cfg.OpsAddrs); err != nil {
+	if s.opsSrv, err = listenSide(ctx, "--ops-addr", cfg.OpsAddrs); err != nil {
 		return nil, err
 	}
 	if err := s.newAdmin(ctx); err != nil {
