@@ -32,7 +32,9 @@ func Split(err error) (int, string) {
 const MaxLocate = 1 << 20
 
 // Locate returns the line of data at which the YAML parser met the mistake
-// err (which decoding data returned) and the message "invalid YAML: msg".
+// err (which decoding data returned) and the message "invalid YAML: msg",
+// with what to look at when the parser's words are about indentation
+// (hint).
 // The parser names the line where the enclosing mapping or list starts,
 // not the line it could not read (an indentation mistake on line 7 of a
 // list that starts on line 2 is "line 2: did not find expected key"), so
@@ -41,7 +43,7 @@ const MaxLocate = 1 << 20
 func Locate(data []byte, err error) (int, string) {
 	line, msg := Split(err)
 	if len(data) > MaxLocate {
-		return line, msg
+		return line, hint(data, line, msg)
 	}
 	// Whole lines, each with its newline: a prefix of k lines is data[:ends[k-1]].
 	var ends []int
@@ -63,7 +65,7 @@ func Locate(data []byte, err error) (int, string) {
 	// bracket left open by the cut).
 	lo, hi := 1, len(ends)
 	if hi == 0 || !same(hi) {
-		return line, msg
+		return line, hint(data, line, msg)
 	}
 	for lo < hi {
 		mid := lo + (hi-lo)/2
@@ -73,7 +75,48 @@ func Locate(data []byte, err error) (int, string) {
 			lo = mid + 1
 		}
 	}
-	return lo, msg
+	return lo, hint(data, lo, msg)
+}
+
+// indentMsgs are the parser's messages for a line indented wrongly (or a
+// colon where a line cannot have one).
+var indentMsgs = []string{
+	"did not find expected key",
+	"did not find expected '-' indicator",
+	"mapping values are not allowed in this context",
+	"block sequence entries are not allowed in this context",
+	"could not find expected ':'",
+	"did not find expected <document start>",
+}
+
+// hint returns msg, the mistake on line (from 1) of data, saying so when
+// that line is indented with a tab, which YAML forbids (the parser says
+// "found character that cannot start any token" or "a tab character that
+// violates indentation"), or what to check when the parser's words are
+// about indentation.
+func hint(data []byte, line int, msg string) string {
+	text := lineOf(data, line)
+	if indent := text[:len(text)-len(strings.TrimLeft(text, " \t"))]; strings.Contains(indent, "\t") {
+		return "invalid YAML: tabs are not allowed for indentation (this line is indented with one): indent with spaces"
+	}
+	for _, m := range indentMsgs {
+		if strings.HasSuffix(msg, m) {
+			return msg + ": check this line's indentation (spaces only; a key lines up with its mapping's other keys, a '-' with its list's other items)"
+		}
+	}
+	return msg
+}
+
+// lineOf returns line n (from 1) of data, without its newline, or "".
+func lineOf(data []byte, n int) string {
+	for i := 1; n > 0 && len(data) > 0; i++ {
+		l, rest, _ := bytes.Cut(data, []byte("\n"))
+		if i == n {
+			return string(l)
+		}
+		data = rest
+	}
+	return ""
 }
 
 // parse parses every YAML document of data into nodes and returns the

@@ -30,8 +30,15 @@ func TestSplit(t *testing.T) {
 	}
 }
 
+// indentHint and tabs are what Locate says of a mistake of indentation.
+const (
+	indentHint = ": check this line's indentation (spaces only; a key lines up with its mapping's other keys, a '-' with its list's other items)"
+	tabs       = "invalid YAML: tabs are not allowed for indentation (this line is indented with one): indent with spaces"
+)
+
 // TestLocate: a mistake is placed on the line the parser could not read,
-// not on the line where the mapping or list around it starts.
+// not on the line where the mapping or list around it starts, and one of
+// indentation says so.
 func TestLocate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -43,12 +50,12 @@ func TestLocate(t *testing.T) {
 		{
 			name: "a key indented too little",
 			doc:  "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n     burst: 10\n  - key: ip\n",
-			line: 7, msg: "invalid YAML: did not find expected key",
+			line: 7, msg: "invalid YAML: did not find expected key" + indentHint,
 		},
 		{
 			name: "a list item indented too much",
 			doc:  "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n   - key: ip\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
-			line: 7, msg: "invalid YAML: did not find expected '-' indicator",
+			line: 7, msg: "invalid YAML: did not find expected '-' indicator" + indentHint,
 		},
 		{
 			name: "a flow mapping left open",
@@ -58,12 +65,25 @@ func TestLocate(t *testing.T) {
 		{
 			name: "already the right line",
 			doc:  "domain: api\ndescriptors:\n  - key: user\n    descriptors:\n    - key: path\n       value: /login\n",
-			line: 6, msg: "invalid YAML: mapping values are not allowed in this context",
+			line: 6, msg: "invalid YAML: mapping values are not allowed in this context" + indentHint,
+		},
+		{
+			// The parser says "found character that cannot start any
+			// token", or that a tab "violates indentation", without the word
+			// that helps: tabs (issue 35).
+			name: "a key indented with a tab",
+			doc:  "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n\tunit: minute\n",
+			line: 5, msg: tabs,
+		},
+		{
+			name: "a list item indented with a tab",
+			doc:  "domain: api\ndescriptors:\n  - key: user\n\trate_limit: {unit: minute, requests_per_unit: 5}\n",
+			line: 4, msg: tabs,
 		},
 		{
 			name: "in the second document, without a final newline",
 			doc:  "domain: a\n---\ndomain: b\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: minute\n     burst: 10",
-			line: 8, msg: "invalid YAML: did not find expected key",
+			line: 8, msg: "invalid YAML: did not find expected key" + indentHint,
 		},
 	}
 	for _, tt := range tests {
