@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -63,4 +64,48 @@ descriptors:
 		r := servers[0].do(t, "GET", "/readyz", "")
 		return r.code == 200 && strings.Contains(r.body, `"unreachable":["us"]`) && strings.Contains(r.body, `"cut":true`)
 	})
+}
+
+// TestRegionsPeerDownAtStart starts a server whose peer region's Redis
+// cannot be reached (nothing listens on its port): it starts, decides,
+// is ready and names the peer in /readyz. Before, it crashed in
+// milliseconds. A rule the regions layer cannot count, a global
+// token_bucket whose count's window Redis cannot hold exactly, is refused
+// when the rules load, naming its file and line.
+func TestRegionsPeerDownAtStart(t *testing.T) {
+	t.Parallel()
+	rules := writeTemp(t, "rules.yaml", `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 6, scope: global}
+`)
+	home := testenv.StartRedis(t)
+	c := testConfig(rules)
+	c.Store.URL, c.Store.Region = "redis://"+home.Addr, "eu"
+	c.Store.Peers = []stack.Peer{{Name: "us", URL: "redis://127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))}}
+	s := startServer(t, c)
+	s.waitStore(t)
+	eventually(t, "/readyz ready, naming the peer", func() bool {
+		r := s.do(t, "GET", "/readyz", "")
+		return r.code == 200 && strings.Contains(r.body, `"unreachable":["us"]`)
+	})
+	r := s.do(t, "POST", "/v1/decide", `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}`)
+	if r.code != 200 || !strings.Contains(r.body, `"overallCode"`) {
+		t.Errorf("decide: %d %s", r.code, r.body)
+	}
+
+	bad := writeTemp(t, "bad.yaml", `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 1000000, scope: global}
+`)
+	c.Rules.Source = bad
+	srv, _, err := newServer(c)
+	if err == nil {
+		srv.Close()
+		t.Fatal("a global token_bucket whose count Redis cannot keep was loaded")
+	}
+	if !strings.Contains(err.Error(), "bad.yaml:4") || !strings.Contains(err.Error(), "count across regions") {
+		t.Errorf("refused with %v: want bad.yaml:4 and the count across regions", err)
+	}
 }

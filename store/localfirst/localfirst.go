@@ -131,6 +131,18 @@ type Config struct {
 	// Now is the clock the Store measures time with (default time.Now).
 	// Only differences of its readings matter.
 	Now func() time.Time
+	// Backend is the store whose abilities the near cache, leases and
+	// async mode use (Stater, Leaser, Syncer, Heartbeater): store/redis's
+	// Store, found once where the layers are composed. Default nil: next,
+	// the store the layer decorates. With a layer between them (the
+	// regions layer), requests still reach that layer through next's
+	// TakeAll; Backend serves those Direct leaves to this layer.
+	Backend sluice.Store
+	// Direct reports whether a request goes straight to next's TakeAll,
+	// never answered from the near cache, a lease or async mode: the
+	// requests a layer under this one decides itself (store/regions's
+	// Decides). Default nil: none.
+	Direct func(sluice.Request) bool
 
 	// syncByHand leaves async mode's syncs to calls of SyncAsync, for
 	// tests whose injected clock a sync loop on real time would race.
@@ -168,8 +180,9 @@ const (
 // runs one goroutine that returns ended leases; Close stops it.
 type Store struct {
 	next        sluice.Store
-	stater      Stater // next's, or nil: then neither near cache nor leases
-	leaser      Leaser // next's in lease mode, or nil
+	stater      Stater                    // Config.Backend's, or nil: then neither near cache nor leases
+	direct      func(sluice.Request) bool // Config.Direct, or nil
+	leaser      Leaser                    // next's in lease mode, or nil
 	now         func() time.Time
 	sync        Sync
 	requestSync bool       // Config.RequestSync
@@ -241,8 +254,13 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Store{next: next, now: cfg.Now, sync: cfg.Sync, requestSync: cfg.RequestSync, syncEvery: cfg.SyncInterval}
-	st, ok := next.(Stater)
+	s := &Store{next: next, now: cfg.Now, sync: cfg.Sync, requestSync: cfg.RequestSync, syncEvery: cfg.SyncInterval,
+		direct: cfg.Direct}
+	backend := cfg.Backend
+	if backend == nil {
+		backend = next
+	}
+	st, ok := backend.(Stater)
 	if !ok {
 		return s, nil
 	}
@@ -251,16 +269,16 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 		s.near = newNearCache(cfg.NearCacheBytes)
 	}
 	s.stop = make(chan struct{})
-	if le, ok := next.(Leaser); ok && (cfg.Sync == Lease || cfg.RequestSync) {
+	if le, ok := backend.(Leaser); ok && (cfg.Sync == Lease || cfg.RequestSync) {
 		s.leaser = le
 		s.leases = newLeases(cfg.LeaseBytes, cfg.LeaseLifetime, cfg.MaxLease)
 		s.done = make(chan struct{})
 		go s.sweep(s.stop, s.done)
 	}
-	if sy, ok := next.(Syncer); ok && (cfg.Sync == Async || cfg.RequestSync) {
+	if sy, ok := backend.(Syncer); ok && (cfg.Sync == Async || cfg.RequestSync) {
 		s.syncer = sy
 		s.async = newAsyncTable(cfg.LeaseBytes, cfg.AsyncNodes, cfg.AsyncShare, cfg.SyncInterval)
-		if hb, ok := next.(Heartbeater); ok {
+		if hb, ok := backend.(Heartbeater); ok {
 			s.beater, s.id = hb, rand.Text()
 		}
 		s.asyncDone = make(chan struct{})
@@ -364,7 +382,7 @@ func (s *Store) Stats() Stats {
 
 // take decides r: from the near cache, a lease, or the store.
 func (s *Store) take(ctx context.Context, r sluice.Request) (sluice.Decision, error) {
-	if s.stater == nil {
+	if s.stater == nil || s.direct != nil && s.direct(r) {
 		s.calls.Add(1)
 		var ds [1]sluice.Decision
 		err := s.next.TakeAll(ctx, []sluice.Request{r}, ds[:])

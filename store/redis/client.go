@@ -17,6 +17,18 @@ func (s *Store) Client() rueidis.Client {
 	return s.client
 }
 
+// Conn returns the store's Redis client once it has connected; before,
+// nil and ErrConnecting wrapping the last attempt's error (ErrClosed after
+// Close), which names why (a refused connection, a wrong password, a TLS
+// handshake). It does no I/O. The store owns the client: callers must not
+// close it.
+func (s *Store) Conn() (rueidis.Client, error) {
+	if err := s.connected(); err != nil {
+		return nil, err
+	}
+	return s.client, nil
+}
+
 // Ping asks Redis whether it answers within ctx (one node of a Cluster):
 // nil when it does; ErrConnecting, wrapping the last attempt's error,
 // before the store has connected; ErrClosed after Close. It is what a

@@ -244,3 +244,44 @@ func TestStaleKeyCountNotTrusted(t *testing.T) {
 	run(w, got, 40*time.Second, []int{0}, nil, 50)
 	checkBound(t, got, perMinute, k)
 }
+
+// TestCutAtStart: two regions start unable to read each other (both
+// ways, or one way: region 0 cannot read region 1, which reads region 0).
+// A node that never read a peer charges it the whole limit in the window
+// it started in, then its share in each window that begins after its
+// record was on its board: each region's nodes hold to ρ, so a deploy
+// during a partition decides within the bound, and fills each region's
+// share from the next window on.
+func TestCutAtStart(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		oneWay bool
+	}{{"both ways", false}, {"one way", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, 2, 2, nil)
+			w.links[0][1].cut.Store(true)
+			if !tc.oneWay {
+				w.links[1][0].cut.Store(true)
+			}
+			w.clock.Advance(time.Second) // into the minute of t0
+			first := make([]int64, 2)
+			run(w, first, 10*time.Second, []int{0, 1}, nil, 20)
+			if unseen := perMinute.Rate / (2 * defaultShare); first[0] > unseen {
+				t.Errorf("in the window it started in, region 0 admitted %d: want at most a key's first share, %d", first[0], unseen)
+			}
+			for a, ns := range w.nodes {
+				if st := ns[0].Status(); !st.Cut || st.Peers[0].Err == nil && st.Peers[0].State == Live {
+					t.Errorf("region %d: %+v, want cut off, naming the peer", a, st)
+				}
+			}
+			run(w, first, t0.Add(time.Minute+time.Millisecond).Sub(w.clock.Now()), nil, nil, 0) // rounds, no demand
+			next := make([]int64, 2)
+			run(w, next, 30*time.Second, []int{0, 1}, nil, 20)
+			checkBound(t, next, perMinute, defaultShare)
+			rho := ceilDiv(perMinute.Rate, 2)
+			if next[0] < rho*9/10 || next[0] > rho || next[1] > rho {
+				t.Errorf("in the next window the regions admitted %v: want region 0 near its share %d, none past it", next, rho)
+			}
+		})
+	}
+}

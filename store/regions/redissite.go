@@ -32,7 +32,7 @@ type Counter interface {
 // without a live record is a dead region's.
 type RedisSite struct {
 	counts Counter
-	client rueidis.Client
+	client func() (rueidis.Client, error) // an error until the Redis store has connected
 	board  string
 	life   time.Duration
 }
@@ -44,13 +44,17 @@ type RedisSite struct {
 const DefaultBoardLife = 7 * 24 * time.Hour
 
 // NewRedisSite returns the site of region whose Redis counts reads and
-// whose board client reaches, under prefix (the store's KeyPrefix, the
-// same in every region). A zero boardLife means DefaultBoardLife.
-func NewRedisSite(counts Counter, client rueidis.Client, region, prefix string, boardLife time.Duration) *RedisSite {
+// whose board the client conn returns reaches, under prefix (the store's
+// KeyPrefix, the same in every region). conn is called at each read and
+// beat, and returns an error while the Redis has not connected
+// (store/redis's Store.Conn), which the read or beat returns: a server
+// starts whatever its peers' state. A zero boardLife means
+// DefaultBoardLife.
+func NewRedisSite(counts Counter, conn func() (rueidis.Client, error), region, prefix string, boardLife time.Duration) *RedisSite {
 	if boardLife <= 0 {
 		boardLife = DefaultBoardLife
 	}
-	return &RedisSite{counts: counts, client: client, board: prefix + "regions:board:" + region, life: boardLife}
+	return &RedisSite{counts: counts, client: conn, board: prefix + "regions:board:" + region, life: boardLife}
 }
 
 var _ Site = (*RedisSite)(nil)
@@ -78,11 +82,15 @@ func (rs *RedisSite) Beat(ctx context.Context, n Node, ttl time.Duration) error 
 	if err != nil {
 		return fmt.Errorf("beat: %w", err)
 	}
+	client, err := rs.client()
+	if err != nil {
+		return fmt.Errorf("beat %s: %w", rs.board, err)
+	}
 	var inc [8]byte
 	_, _ = rand.Read(inc[:])
 	args := []string{n.ID, string(rec), strconv.FormatInt(ttl.Microseconds(), 10), strconv.FormatInt(rs.life.Milliseconds(), 10),
 		hex.EncodeToString(inc[:])}
-	if err := beatScript.Exec(ctx, rs.client, []string{rs.board}, args).Error(); err != nil {
+	if err := beatScript.Exec(ctx, client, []string{rs.board}, args).Error(); err != nil {
 		return fmt.Errorf("beat %s: %w", rs.board, err)
 	}
 	return nil
@@ -92,6 +100,10 @@ func (rs *RedisSite) Beat(ctx context.Context, n Node, ttl time.Duration) error 
 // (plain reads, which a read replica serves too), beside the counts'
 // script call on the same connection.
 func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, error) {
+	client, err := rs.client()
+	if err != nil {
+		return Reading{}, fmt.Errorf("read %s: %w", rs.board, err)
+	}
 	type counted struct {
 		c   []int64
 		at  int64
@@ -111,7 +123,7 @@ func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, 
 	} else {
 		done <- counted{}
 	}
-	res := rs.client.DoMulti(ctx, rs.client.B().Time().Build(), rs.client.B().Hgetall().Key(rs.board).Build())
+	res := client.DoMulti(ctx, client.B().Time().Build(), client.B().Hgetall().Key(rs.board).Build())
 	c := <-done
 	if c.err != nil {
 		return Reading{}, fmt.Errorf("read counts: %w", c.err)

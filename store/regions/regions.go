@@ -280,7 +280,7 @@ func (s *Store) loop() {
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	var glob []int
 	for i := range reqs {
-		if isGlobal(reqs[i]) {
+		if Decides(reqs[i]) {
 			glob = append(glob, i)
 		}
 	}
@@ -383,25 +383,30 @@ func both(b, c sluice.Decision) sluice.Decision {
 	return d
 }
 
-// CheckLimit implements sluice.LimitChecker: the wrapped store's veto on
-// l, and, for a token_bucket or gcra, on the count the layer keeps of it
-// at scope global (see counted), which a limit of scope region never uses
-// but the veto cannot tell apart.
-func (s *Store) CheckLimit(l sluice.Limit) error {
-	c, ok := s.inner.(sluice.LimitChecker)
-	if !ok {
+// CheckLimit is the layer's own veto on l, which store/stack composes
+// with that of the store the layer decides on, check: for a token_bucket
+// or gcra, check on the count the layer keeps of it at scope global (see
+// counted), which a limit of scope region never uses but the veto, which
+// sees no scope, cannot tell apart; nil for the other limits. It does no
+// I/O. A nil check accepts everything.
+func CheckLimit(l sluice.Limit, check func(sluice.Limit) error) error {
+	if check == nil {
 		return nil
 	}
-	if err := c.CheckLimit(l); err != nil {
-		return err
-	}
 	if cr, bucket := counted(sluice.Request{Limit: l}); bucket {
-		if err := c.CheckLimit(cr.Limit); err != nil {
-			return fmt.Errorf("its count across regions, %v: %w", cr.Limit, err)
+		if err := check(cr.Limit); err != nil {
+			return fmt.Errorf("its count across regions: %w", err)
 		}
 	}
 	return nil
 }
+
+// Decides reports whether the layer decides r: a request of scope global
+// whose limit it keeps one of for all regions (see global). The others
+// pass to the store it wraps untouched. The layers over this one send the
+// requests it decides straight to it: never from a near cache's state,
+// never leased, never written back, since a cap moves every round.
+func Decides(r sluice.Request) bool { return r.Scope == sluice.GlobalScope && global(r.Limit) }
 
 // Sync runs one round now: it beats, reads the home counts of the keys in
 // use, then every peer's, and sets their caps. Rounds run one at a time.

@@ -2,6 +2,7 @@ package regions
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -200,5 +201,39 @@ func TestHammerBuckets(t *testing.T) {
 				t.Errorf("admitted %d in two minutes, less than 90%% of the limit's", total)
 			}
 		})
+	}
+}
+
+// TestDecidesAndVeto: the layer decides the requests of scope global of
+// the limits it keeps one of; its own veto refuses a bucket whose count
+// across regions the store below cannot keep, and needs that store's veto.
+func TestDecidesAndVeto(t *testing.T) {
+	for _, tc := range []struct {
+		r    sluice.Request
+		want bool
+	}{
+		{sluice.Request{Limit: perMinute, Scope: sluice.GlobalScope}, true},
+		{sluice.Request{Limit: perMinute}, false},
+		{sluice.Request{Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 1, Period: time.Second}, Scope: sluice.GlobalScope}, false},
+		{sluice.Request{Limit: sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: time.Second}, Scope: sluice.GlobalScope}, true},
+	} {
+		if got := Decides(tc.r); got != tc.want {
+			t.Errorf("Decides(%v %v) = %v", tc.r.Limit, tc.r.Scope, got)
+		}
+	}
+	long := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1, Period: time.Hour, Burst: 1_000_000}
+	var checked sluice.Limit
+	check := func(l sluice.Limit) error {
+		checked = l
+		if l.Period > time.Duration(1<<51)*time.Microsecond {
+			return sluice.ErrLimit
+		}
+		return nil
+	}
+	if err := CheckLimit(long, check); !errors.Is(err, sluice.ErrLimit) || checked.Algorithm != sluice.FixedWindow || checked.Rate != 1_000_000 {
+		t.Errorf("veto of %v: %v, having checked %v", long, err, checked)
+	}
+	if err := CheckLimit(perMinute, check); err != nil {
+		t.Errorf("veto of a window: %v", err)
 	}
 }

@@ -69,6 +69,10 @@ type roundState struct {
 	peers     []peerState
 	lastStart int64 // µs on Config.Now
 	lastBeat  time.Time
+	// beatSince is the home clock (µs) since which this node's record has
+	// stayed on its board (its beats less than NodeLife/2 apart); 0
+	// before its first beat, or after a gap.
+	beatSince int64
 	rounds    uint64
 	failed    uint64
 	cutRounds uint64
@@ -82,6 +86,7 @@ type facts struct {
 	slop    []int64 // per peer not fresh: how many grants it may have made unseen (× α), or -1: any
 	peers   []*peerState
 	now     int64  // the home clock when it read, µs
+	since   int64  // roundState.beatSince
 	inc     string // the home Redis's incarnation
 	start   time.Time
 }
@@ -128,6 +133,7 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 			for i := range rs.peers {
 				rs.peers[i].bounded = false
 			}
+			rs.beatSince = 0
 		}
 		rs.lastBeat = p.start
 	}
@@ -139,6 +145,9 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 		return nil, fmt.Errorf("regions: read home: %w", err)
 	}
 	p.home = home
+	if p.beatErr == nil && rs.beatSince == 0 {
+		rs.beatSince = home.Now
+	}
 	s.offset.Store(home.Now - p.start.Add(read.Sub(p.start)/2).UnixMicro())
 	s.margin.Store(max(read.Sub(p.start), time.Millisecond).Microseconds())
 	return p, nil
@@ -149,7 +158,7 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 func (s *Store) finish(ctx context.Context, p *pending) error {
 	reads := s.readPeers(ctx, p.reqs)
 	f := s.account(reads, p.start, s.cfg.Now().UnixMicro()+s.offset.Load())
-	f.now, f.inc = p.home.Now, p.home.Incarnation
+	f.now, f.inc, f.since = p.home.Now, p.home.Incarnation, s.rs.beatSince
 	s.regions.Store(f.regions)
 	for i, e := range p.keys {
 		e.grant.Store(s.grantFor(e, i, p.home.Counts[i], reads, f))
@@ -286,7 +295,7 @@ func (s *Store) grantFor(e *entry, i int, read int64, reads []peerRead, f facts)
 		if k.ok && (sliding || k.window == w) {
 			g.counts[1+j] = k.count
 		}
-		view += s.charge(k, f.peers[j], f.slop[j], w, l, alpha, rho)
+		view += s.charge(k, f.peers[j], f.slop[j], w, f.since, l, alpha, rho)
 	}
 	g.full = view >= l.Rate
 	var room int64
@@ -332,8 +341,24 @@ func (k *known) update(c, pw, w int64, inc string, sliding bool, at time.Time) {
 // peerState.bounded), that is max(last + slop × α, ρ): it grew by at most
 // slop grants before it learned of the cut, then held to its share; for a
 // fixed_window whose window began after that read, the peer had nothing
-// in it then. Otherwise, the whole limit.
-func (s *Store) charge(k *known, ps *peerState, slop, w int64, l sluice.Limit, alpha, rho int64) int64 {
+// in it then. A peer never read is charged its share ρ in a window
+// that began (with a sliding_window's previous one) after this node's
+// record was on its board, by every clock (since, µs): each of the
+// peer's nodes that reads the record finds no echo of itself and is cut
+// off, one that cannot read it is cut off too, and a cut-off region
+// holds to ρ; before that window, the whole limit. Otherwise, the whole
+// limit.
+func (s *Store) charge(k *known, ps *peerState, slop, w, since int64, l sluice.Limit, alpha, rho int64) int64 {
+	if ps.lastOK.IsZero() && ps.state != Mismatch {
+		start := w
+		if l.Algorithm == sluice.SlidingWindow {
+			start -= l.Period.Microseconds()
+		}
+		if since > 0 && start > since+maxSkew.Microseconds() {
+			return rho
+		}
+		return l.Rate
+	}
 	if slop < 0 {
 		return l.Rate
 	}

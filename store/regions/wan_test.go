@@ -174,14 +174,14 @@ func (w *wanWorld) node(a, i int, tune func(*Config)) (*Store, error) {
 		return nil, err
 	}
 	cfg := Config{Region: regionName(a), Node: fmt.Sprintf("%s-%d", regionName(a), i), Now: w.now, PeerTimeout: 2 * time.Second,
-		Home: NewRedisSite(home, home.Client(), regionName(a), w.prefix, 0)}
+		Home: NewRedisSite(home, home.Conn, regionName(a), w.prefix, 0)}
 	for b := range w.proxies {
 		if b != a {
 			peer, err := w.open(w.proxies[a][b].Listen)
 			if err != nil {
 				return nil, err
 			}
-			cfg.Peers = append(cfg.Peers, Peer{Name: regionName(b), Site: NewRedisSite(peer, peer.Client(), regionName(b), w.prefix, 0)})
+			cfg.Peers = append(cfg.Peers, Peer{Name: regionName(b), Site: NewRedisSite(peer, peer.Conn, regionName(b), w.prefix, 0)})
 		}
 	}
 	if tune != nil {

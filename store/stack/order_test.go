@@ -62,6 +62,7 @@ type fakeRedis struct {
 func (f *fakeRedis) Ready() bool                   { return f.ready }
 func (*fakeRedis) Ping(context.Context) error      { return nil }
 func (*fakeRedis) Client() rueidis.Client          { return nil }
+func (*fakeRedis) Conn() (rueidis.Client, error)   { return nil, errors.New("fake") }
 func (*fakeRedis) SlotCounter() *redis.SlotCounter { return nil }
 func (f *fakeRedis) CheckLimit(sluice.Limit) error { return errors.New(f.name) }
 

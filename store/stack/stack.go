@@ -519,6 +519,9 @@ func (s *Stack) redis(cfg Config, p parts) error {
 		return err
 	}
 	s.top, s.slots, s.check = main, b.SlotCounter(), vetoOf(b)
+	if cfg.Region != "" {
+		s.check = vetoes(s.check, func(l sluice.Limit) error { return regions.CheckLimit(l, vetoOf(b)) })
+	}
 	if cfg.PerSecond == "" {
 		return nil
 	}
@@ -543,6 +546,22 @@ func (s *Stack) redis(cfg Config, p parts) error {
 		return c(l)
 	}
 	return nil
+}
+
+// vetoes returns the veto of every layer a limit goes through: the first
+// refusal of those not nil, in order.
+func vetoes(vs ...func(sluice.Limit) error) func(sluice.Limit) error {
+	return func(l sluice.Limit) error {
+		for _, v := range vs {
+			if v == nil {
+				continue
+			}
+			if err := v(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // vetoOf returns b's veto on limits (sluice.LimitChecker), or nil.
@@ -582,16 +601,20 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 	}
 	s.closers = append(s.closers, closeStore(b))
 	s.ready, s.pings = append(s.ready, b.Ready), append(s.pings, b.Ping)
+	lc := localfirst.Config{
+		NearCacheBytes: cfg.NearCache, Sync: cfg.Sync, RequestSync: true,
+		LeaseLifetime: cfg.LeaseLifetime, MaxLease: cfg.MaxLease,
+		SyncInterval: cfg.SyncInterval, AsyncNodes: cfg.AsyncNodes, Now: cfg.Now,
+		Backend: b,
+	}
 	var next sluice.Store = b
 	if cfg.Region != "" {
 		if next, err = s.regionsOver(cfg, p, b, rcfg); err != nil {
 			return nil, nil, err
 		}
-	}
-	lc := localfirst.Config{
-		NearCacheBytes: cfg.NearCache, Sync: cfg.Sync, RequestSync: true,
-		LeaseLifetime: cfg.LeaseLifetime, MaxLease: cfg.MaxLease,
-		SyncInterval: cfg.SyncInterval, AsyncNodes: cfg.AsyncNodes, Now: cfg.Now,
+		// the regions layer decides its requests; local-first reaches
+		// Redis's abilities for the others directly, not through it
+		lc.Direct = regions.Decides
 	}
 	lf, err := p.localFirst(next, lc)
 	if err != nil {
@@ -658,6 +681,7 @@ type backend interface {
 	Ready() bool
 	Ping(context.Context) error
 	Client() rueidis.Client
+	Conn() (rueidis.Client, error)
 	SlotCounter() *redis.SlotCounter
 }
 
@@ -732,7 +756,7 @@ func openRegions(home backend, peers []peerBackend, cfg regions.Config, prefix s
 		if !ok {
 			return nil, fmt.Errorf("regions: the store of region %s cannot read counts", name)
 		}
-		return regions.NewRedisSite(c, b.Client(), name, prefix, 0), nil
+		return regions.NewRedisSite(c, b.Conn, name, prefix, 0), nil // Conn: an error until connected
 	}
 	var err error
 	if cfg.Home, err = site(cfg.Region, home); err != nil {
