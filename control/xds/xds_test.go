@@ -1,0 +1,427 @@
+package xds_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rlconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/control/xds"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// node is the node id the tests' Subscriptions send and the management
+// server keeps its snapshots under, as Envoy Gateway keys them.
+const node = "envoy-gateway-system/envoy-ratelimit"
+
+// mgmt is an xDS management server built as Envoy Gateway's is: go-control-plane's
+// SotW server over its snapshot cache, on a real gRPC listener.
+type mgmt struct {
+	t     testing.TB
+	addr  string
+	cache cachev3.SnapshotCache
+	gs    *grpc.Server
+	reqs  chan *discovery.DiscoveryRequest // every request the server got
+	md    chan metadata.MD                 // the metadata of each stream opened
+	opts  []grpc.ServerOption
+}
+
+// newMgmt starts a management server on a free loopback port (addr "")
+// or on addr.
+func newMgmt(t testing.TB, addr string, opts ...grpc.ServerOption) *mgmt {
+	t.Helper()
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mgmt{t: t, addr: lis.Addr().String(), cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil),
+		reqs: make(chan *discovery.DiscoveryRequest, 1024), md: make(chan metadata.MD, 16), opts: opts}
+	cb := serverv3.CallbackFuncs{
+		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
+			md, _ := metadata.FromIncomingContext(ctx)
+			select {
+			case m.md <- md:
+			default:
+			}
+			return nil
+		},
+		StreamRequestFunc: func(_ int64, r *discovery.DiscoveryRequest) error {
+			select {
+			case m.reqs <- r:
+			default: // a test that does not read them
+			}
+			return nil
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.gs = grpc.NewServer(opts...)
+	discovery.RegisterAggregatedDiscoveryServiceServer(m.gs, serverv3.NewServer(ctx, m.cache, cb))
+	go m.gs.Serve(lis) //nolint:errcheck // ends with Stop
+	t.Cleanup(func() { m.gs.Stop(); cancel() })
+	return m
+}
+
+// push serves version with resources to the node.
+func (m *mgmt) push(version string, rcs ...*rlconf.RateLimitConfig) {
+	m.t.Helper()
+	res := make([]types.Resource, len(rcs))
+	for i, rc := range rcs {
+		res[i] = rc
+	}
+	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: res})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	if err := m.cache.SetSnapshot(context.Background(), node, snap); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// ack waits for the node's ACK of version.
+func (m *mgmt) ack(version string) *discovery.DiscoveryRequest {
+	m.t.Helper()
+	return m.answer("the ACK of "+version, func(r *discovery.DiscoveryRequest) bool {
+		return r.GetErrorDetail() == nil && r.GetVersionInfo() == version
+	})
+}
+
+// nack waits for a NACK whose detail has want.
+func (m *mgmt) nack(want string) *discovery.DiscoveryRequest {
+	m.t.Helper()
+	return m.answer("a NACK naming "+want, func(r *discovery.DiscoveryRequest) bool {
+		return strings.Contains(r.GetErrorDetail().GetMessage(), want)
+	})
+}
+
+// answer waits for the node's answer to a response that ok accepts.
+func (m *mgmt) answer(what string, ok func(*discovery.DiscoveryRequest) bool) *discovery.DiscoveryRequest {
+	m.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case r := <-m.reqs:
+			if r.GetResponseNonce() != "" && ok(r) {
+				return r
+			}
+		case <-timeout:
+			m.t.Fatalf("no %s", what)
+			return nil
+		}
+	}
+}
+
+// domain is a RateLimitConfig of one domain whose descriptor key has
+// limit requests a unit.
+func domain(name, key string, limit uint32, unit rlconf.RateLimitUnit) *rlconf.RateLimitConfig {
+	return &rlconf.RateLimitConfig{Name: name, Domain: name, Descriptors: []*rlconf.RateLimitDescriptor{
+		{Key: key, RateLimit: &rlconf.RateLimitPolicy{Unit: unit, RequestsPerUnit: limit}},
+	}}
+}
+
+// updates collects what a Subscription reports.
+type update struct {
+	set     *rules.Set
+	version string
+	err     error
+}
+
+func subscribe(t testing.TB, c xds.Config) (*xds.Subscription, chan update) {
+	t.Helper()
+	ch := make(chan update, 256)
+	c.Node = node
+	c.RetryInitial = 10 * time.Millisecond
+	c.RetryMax = 50 * time.Millisecond
+	c.OnUpdate = func(set *rules.Set, version string, err error) { ch <- update{set, version, err} }
+	c.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	s, err := xds.Subscribe(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() }) //nolint:errcheck // never fails
+	return s, ch
+}
+
+func next(t testing.TB, ch chan update) update {
+	t.Helper()
+	select {
+	case u := <-ch:
+		return u
+	case <-time.After(10 * time.Second):
+		t.Fatal("no update")
+		return update{}
+	}
+}
+
+// limitOf returns the rate of domain's descriptor key, or -1 when it has
+// none.
+func limitOf(set *rules.Set, domain, key string) int64 {
+	r, err := set.Match(domain, []rules.Entry{{Key: key}})
+	if err != nil || r == nil || len(r.Limits) == 0 {
+		return -1
+	}
+	return r.Limits[0].Limit.Rate
+}
+
+// TestSnapshots serves the snapshots Envoy Gateway serves as its routes
+// change, one after another, and checks the rules in force after each
+// and what the node answered.
+func TestSnapshots(t *testing.T) {
+	m := newMgmt(t, "")
+	m.push("1", domain("api", "user", 10, rlconf.RateLimitUnit_SECOND))
+	s, ch := subscribe(t, xds.Config{Server: m.addr, Metadata: map[string]string{"cluster": "eg"}})
+
+	u := next(t, ch)
+	if u.err != nil || u.version != "1" || limitOf(u.set, "api", "user") != 10 {
+		t.Fatalf("initial rules: %+v", u)
+	}
+	if r := m.ack("1"); r.GetNode().GetId() != node ||
+		r.GetNode().GetMetadata().GetFields()["cluster"].GetStringValue() != "eg" {
+		t.Fatalf("ACK of 1: %v", r)
+	}
+	select {
+	case <-s.Ready():
+	default:
+		t.Fatal("not ready after the first rules")
+	}
+
+	steps := []struct {
+		name    string
+		version string
+		push    []*rlconf.RateLimitConfig
+		want    map[string]int64 // domain/key -> rate; -1: no such limit
+		refused string           // in the NACK's detail
+	}{
+		{"changed limit", "2", []*rlconf.RateLimitConfig{domain("api", "user", 20, rlconf.RateLimitUnit_SECOND)},
+			map[string]int64{"api/user": 20}, ""},
+		{"new domain", "3", []*rlconf.RateLimitConfig{domain("api", "user", 20, rlconf.RateLimitUnit_SECOND), domain("ai", "tokens", 1000, rlconf.RateLimitUnit_MINUTE)},
+			map[string]int64{"api/user": 20, "ai/tokens": 1000}, ""},
+		{"removed domain", "4", []*rlconf.RateLimitConfig{domain("ai", "tokens", 1000, rlconf.RateLimitUnit_MINUTE)},
+			map[string]int64{"api/user": -1, "ai/tokens": 1000}, ""},
+		{"unknown unit", "5", []*rlconf.RateLimitConfig{domain("ai", "tokens", 5, rlconf.RateLimitUnit_MINUTE), domain("bad", "user", 5, rlconf.RateLimitUnit_UNKNOWN)},
+			map[string]int64{"ai/tokens": 1000}, `resource "bad"`},
+		{"one domain twice", "6", []*rlconf.RateLimitConfig{domain("ai", "tokens", 5, rlconf.RateLimitUnit_MINUTE), {Name: "again", Domain: "ai"}},
+			map[string]int64{"ai/tokens": 1000}, `resources "again" and "ai": both of domain "ai"`},
+		{"good again", "7", []*rlconf.RateLimitConfig{domain("ai", "tokens", 7, rlconf.RateLimitUnit_HOUR)},
+			map[string]int64{"ai/tokens": 7}, ""},
+	}
+	for _, st := range steps {
+		m.push(st.version, st.push...)
+		u := next(t, ch)
+		if st.refused != "" {
+			if u.err == nil || u.set != nil || !strings.Contains(u.err.Error(), st.refused) {
+				t.Errorf("%s: update %+v, want refused naming %s", st.name, u, st.refused)
+			}
+			r := m.nack(st.refused)
+			if got := s.State(); got.Refused != st.version || got.Version == st.version || r.GetVersionInfo() != got.Version {
+				t.Errorf("%s: state %+v, NACK's version %q", st.name, got, r.GetVersionInfo())
+			}
+		} else if u.err != nil {
+			t.Errorf("%s: update %+v", st.name, u)
+		} else {
+			m.ack(st.version)
+		}
+		for k, want := range st.want {
+			d, key, _ := strings.Cut(k, "/")
+			if got := limitOf(s.Current(), d, key); got != want {
+				t.Errorf("%s: %s = %d, want %d", st.name, k, got, want)
+			}
+		}
+	}
+	if got := s.State(); got.Version != "7" || !got.Connected || !slices.Equal(got.Resources, []string{"ai"}) {
+		t.Errorf("state %+v", got)
+	}
+}
+
+// TestVeto refuses a response with a limit the store refuses (Check).
+func TestVeto(t *testing.T) {
+	m := newMgmt(t, "")
+	m.push("1", domain("api", "user", 10, rlconf.RateLimitUnit_DAY))
+	_, ch := subscribe(t, xds.Config{Server: m.addr, Check: func(l sluice.Limit) error {
+		if l.Period > time.Hour {
+			return errors.New("too long for this store")
+		}
+		return nil
+	}})
+	if u := next(t, ch); u.err == nil || !strings.Contains(u.err.Error(), "too long") {
+		t.Fatalf("update %+v, want the store's veto", u)
+	}
+	// The cache sends the version refused again at once; the node answers
+	// each after RetryInitial (10ms here), not in a busy loop.
+	first := time.Now()
+	for range 3 {
+		m.nack("too long")
+	}
+	if d := time.Since(first); d < 20*time.Millisecond {
+		t.Fatalf("3 NACKs of one version in %v, want 2 waits of 10ms between them", d)
+	}
+}
+
+// TestServerRestart stops the management server and starts another on
+// its address: the rules stay in force meanwhile, and the node subscribes
+// again, asking for the version it acknowledged.
+func TestServerRestart(t *testing.T) {
+	m := newMgmt(t, "")
+	m.push("1", domain("api", "user", 10, rlconf.RateLimitUnit_SECOND))
+	s, ch := subscribe(t, xds.Config{Server: m.addr, Headers: map[string]string{"x-tenant": "acme"}})
+	if u := next(t, ch); u.err != nil {
+		t.Fatal(u.err)
+	}
+	m.ack("1")
+	if md := <-m.md; !slices.Equal(md.Get("x-tenant"), []string{"acme"}) {
+		t.Errorf("stream metadata %v, want x-tenant: acme", md)
+	}
+	m.gs.Stop()
+	waitFor(t, func() bool { return !s.State().Connected })
+	if got := limitOf(s.Current(), "api", "user"); got != 10 {
+		t.Fatalf("rules while the server is away: %d, want 10", got)
+	}
+
+	m2 := newMgmt(t, m.addr)
+	select {
+	case r := <-m2.reqs:
+		if r.GetVersionInfo() != "1" || r.GetTypeUrl() != xds.TypeURL {
+			t.Fatalf("subscription %v, want one for %s from version 1", r, xds.TypeURL)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no subscription to the new server")
+	}
+	m2.push("2", domain("api", "user", 30, rlconf.RateLimitUnit_SECOND))
+	if u := next(t, ch); u.err != nil || u.version != "2" || limitOf(s.Current(), "api", "user") != 30 {
+		t.Fatalf("after the restart: %+v", u)
+	}
+}
+
+// waitFor waits for cond, checking it every millisecond, for 10s at most.
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestMutualTLS subscribes over mutual TLS, with certificates made for the
+// test: the server refuses a node without a client certificate, and a
+// rotated client certificate is used from the next connection on.
+func TestMutualTLS(t *testing.T) {
+	ca := testenv.NewCA(t, "xds-ca")
+	dir := t.TempDir()
+	files := func(prefix string, is testenv.Issued) (string, string) {
+		c, k := filepath.Join(dir, prefix+".crt"), filepath.Join(dir, prefix+".key")
+		is.Write(t, c, k)
+		return c, k
+	}
+	srvCert := ca.Issue(t, false, "localhost")
+	caFile := filepath.Join(dir, "ca.crt")
+	testenv.ReplaceFile(t, caFile, ca.PEM)
+	creds := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*srvCert.Pair(t)},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool()})
+	m := newMgmt(t, "", grpc.Creds(creds))
+	m.push("1", domain("api", "user", 10, rlconf.RateLimitUnit_SECOND))
+
+	cert, key := files("client", ca.Issue(t, true, "ratelimit"))
+	s, ch := subscribe(t, xds.Config{Server: m.addr, TLS: &xds.TLSFiles{Cert: cert, Key: key, CA: caFile, ServerName: "localhost"}})
+	if u := next(t, ch); u.err != nil || limitOf(u.set, "api", "user") != 10 {
+		t.Fatalf("over mutual TLS: %+v", u)
+	}
+
+	// Without a client certificate, no rules come.
+	noCert, noCh := subscribe(t, xds.Config{Server: m.addr, TLS: &xds.TLSFiles{CA: caFile, ServerName: "localhost"}})
+	select {
+	case u := <-noCh:
+		t.Fatalf("rules without a client certificate: %+v", u)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if noCert.State().Connected {
+		t.Fatal("connected without a client certificate")
+	}
+
+	// Rotate the client's certificate, then make the node reconnect: the
+	// new one is presented.
+	files("client", ca.Issue(t, true, "ratelimit-rotated"))
+	m.gs.Stop()
+	m2 := newMgmt(t, m.addr, grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12,
+		Certificates: []tls.Certificate{*srvCert.Pair(t)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if cs.PeerCertificates[0].DNSNames[0] != "ratelimit-rotated" {
+				return errors.New("not the rotated certificate")
+			}
+			return nil
+		}})))
+	m2.push("2", domain("api", "user", 20, rlconf.RateLimitUnit_SECOND))
+	if u := next(t, ch); u.err != nil || u.version != "2" || limitOf(s.Current(), "api", "user") != 20 {
+		t.Fatalf("after the rotation: %+v", u)
+	}
+}
+
+// TestSubscribeRefuses checks the mistakes Subscribe reports at once.
+func TestSubscribeRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    xds.Config
+		want string
+	}{
+		{"no server", xds.Config{}, "Server is required"},
+		{"no certificate", xds.Config{Server: "x:1", TLS: &xds.TLSFiles{Cert: "/nonexistent.crt", Key: "/nonexistent.key"}}, "client certificate"},
+		{"jitter", xds.Config{Server: "x:1", RetryJitter: 2}, "RetryJitter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := xds.Subscribe(tc.c); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// BenchmarkPush measures the time from a snapshot's push to its rules in
+// force (Current), over b.N pushes that each change a limit, and reports
+// its p50 and p99.
+func BenchmarkPush(b *testing.B) {
+	m := newMgmt(b, "")
+	m.push("0", domain("api", "user", 1, rlconf.RateLimitUnit_SECOND))
+	s, ch := subscribe(b, xds.Config{Server: m.addr})
+	next(b, ch)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		start := time.Now()
+		m.push(strconv.Itoa(i), domain("api", "user", uint32(i+1), rlconf.RateLimitUnit_SECOND))
+		for limitOf(s.Current(), "api", "user") != int64(i+1) {
+			<-ch
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
