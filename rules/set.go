@@ -20,6 +20,7 @@ type Set struct {
 	// rulesVersion is the version of the rules alone once WithOverrides
 	// made the Set; "" before, when version is that.
 	rulesVersion string
+	origin       *Origin // WithOrigin's; nil: none said
 }
 
 // domain is one domain of a Set with the lookup tables of its top level.
@@ -209,7 +210,8 @@ func rulesJSON(rules []*Rule) []ruleJSON {
 }
 
 // MarshalJSON renders the rules in force, for GET /v1/rules:
-// {"version": ..., "domains": [{"domain", "file", "line", "capacity",
+// {"version": ..., "origin": {"source", "version"} (WithOrigin's, if
+// any), "domains": [{"domain", "file", "line", "capacity",
 // "descriptors"}]} (capacity, the elastic limits' pool, only if stated),
 // domains sorted by name, descriptors in file order with the rules file's
 // field names, each limit with its ID and period; then the overrides in
@@ -224,9 +226,10 @@ func (s *Set) MarshalJSON() ([]byte, error) {
 	}
 	v := struct {
 		Version   string         `json:"version"`
+		Origin    *Origin        `json:"origin,omitempty"`
 		Domains   []domainJSON   `json:"domains"`
 		Overrides []overrideJSON `json:"overrides,omitempty"`
-	}{Version: s.Version(), Domains: []domainJSON{}}
+	}{Version: s.Version(), Origin: s.Origin(), Domains: []domainJSON{}}
 	if s != nil {
 		for _, name := range s.names {
 			d := s.domains[name]

@@ -124,6 +124,9 @@ type RulesConfig struct {
 	// generation is read in case a change was missed (--rules-poll);
 	// negative: never. Default control.DefaultPoll, 5s.
 	Poll time.Duration
+	// XDS is how rules come from an xDS management server, when Source
+	// is xds://HOST:PORT.
+	XDS XDSConfig
 }
 
 // StoreTLSConfig is the TLS of a rediss:// store (and of a rediss://
@@ -289,6 +292,7 @@ func DefaultConfig() Config {
 		Rules: RulesConfig{
 			MaxFileBytes: rules.DefaultMaxFileBytes, // 16 MiB: rules files are small; a directory 4 times that
 			Poll:         control.DefaultPoll,       // 5s: a missed change is picked up soon
+			XDS:          defaultXDS(),              // Envoy ratelimit's: node "default", retry 3s to 60s
 		},
 		Store:            stack.DefaultConfig(),       // memory: one node, exact, 256 MiB; on Redis an 8 MiB near cache, exact sync
 		Fail:             decide.FailOpen,             // a store outage does not stop traffic
@@ -354,6 +358,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	setDefault(&c.Rules.MaxFileBytes, d.Rules.MaxFileBytes)
 	setDefault(&c.Rules.Poll, d.Rules.Poll)
+	setDefault(&c.Rules.XDS.Node, d.Rules.XDS.Node)
+	setDefault(&c.Rules.XDS.RetryInitial, d.Rules.XDS.RetryInitial)
+	setDefault(&c.Rules.XDS.RetryMax, d.Rules.XDS.RetryMax)
+	setDefault(&c.Rules.XDS.RetryJitter, d.Rules.XDS.RetryJitter)
+	setDefault(&c.Rules.XDS.MaxMessageBytes, d.Rules.XDS.MaxMessageBytes)
 	setDefault(&c.Store.URL, d.Store.URL) // for the logs; store/stack sets the Store's other defaults
 	setDefault(&c.StoreTimeout, d.StoreTimeout)
 	setDefault(&c.ConcurrencyLease, d.ConcurrencyLease)

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/admit"
 	"github.com/sluicehq/sluice/control"
+	"github.com/sluicehq/sluice/control/xds"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/observe"
@@ -42,7 +43,10 @@ type core struct {
 	// unreachedOK: ready before the store has answered (--fail open, given
 	// explicitly)
 	unreachedOK bool
-	closers     []func() error // in the order of opening; close calls them last first
+	// rulesReady, if not nil, says whether the rules source is ready: an
+	// xDS server's first rules came.
+	rulesReady func() error
+	closers    []func() error // in the order of opening; close calls them last first
 }
 
 // newCore opens the store, loads and watches the rules and makes the
@@ -76,6 +80,9 @@ func newCore(c Config) (_ *core, err error) {
 	}
 	co.rules, co.rulesDB = src, db
 	co.closers = append(co.closers, closeRules)
+	if sub, ok := src.(*xds.Subscription); ok {
+		co.rulesReady = xdsReady(sub, c.Rules.XDS.StartWithoutRules)
+	}
 	c.Logger.Info("rules loaded", "rules", redis.Redact(c.Rules.Source), "version", src.Current().Version(), "domains", src.Current().Domains())
 	if err := co.wireDecider(c); err != nil {
 		return nil, err
@@ -222,10 +229,16 @@ func (co *core) startProbe(log *slog.Logger) {
 	})
 }
 
-// ready returns nil once the server may be sent decisions, as far as its
-// store goes: once every Redis of it has answered, or at once with --fail
-// open given explicitly; until then, why not.
+// ready returns nil once the server may be sent decisions: once rules
+// from an xDS server came (unless it starts without them), and as far as
+// its store goes, once every Redis of it has answered, or at once with
+// --fail open given explicitly; until then, why not.
 func (co *core) ready() error {
+	if co.rulesReady != nil {
+		if err := co.rulesReady(); err != nil {
+			return err
+		}
+	}
 	if co.unreachedOK || co.stores.Ready() {
 		return nil
 	}

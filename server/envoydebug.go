@@ -42,7 +42,8 @@ var envoyUnits = map[string]string{"second": "SECOND", "minute": "MINUTE", "hour
 // requests_per_unit=N, shadow_mode: BOOL, quota_mode: BOOL", an unlimited
 // one with unit UNKNOWN and 0, as Envoy's; sluice's own settings of a
 // limit (several limits of a descriptor are a line each) follow, so that
-// a limit Envoy's format states reads as Envoy's would.
+// a limit Envoy's format states reads as Envoy's would. Rules from an xDS
+// server end with a line "# rules from SOURCE, version V acknowledged".
 func rlconfig(w io.Writer, set *rules.Set) {
 	if set == nil {
 		return
@@ -82,6 +83,9 @@ func rlconfig(w io.Writer, set *rules.Set) {
 	}
 	for _, d := range set.Domains() {
 		walk(set.Rules(d))
+	}
+	if o := set.Origin(); o != nil { // sluice's: where rules that are not files came from
+		fmt.Fprintf(&b, "# rules from %s, version %s acknowledged\n", o.Source, o.Version)
 	}
 	io.WriteString(w, b.String()) //nolint:errcheck // the client went away
 }

@@ -36,8 +36,8 @@ func isRulesDB(spec string) bool {
 	return false
 }
 
-// rulesSource is where a node's rules come from: a rules.Watcher of files
-// or a control.Retriever of a rules database.
+// rulesSource is where a node's rules come from: a rules.Watcher of files,
+// a control.Retriever of a rules database or an xds.Subscription.
 type rulesSource interface {
 	Current() *rules.Set
 }
@@ -65,6 +65,13 @@ func openRules(log *slog.Logger, c Config, check func(sluice.Limit) error, h rul
 		}
 		log.Info("rules reloaded", "rules", redis.Redact(rc.Source), "source", source, "version", set.Version(), "generation", gen,
 			"domains", set.Domains(), "overrides", set.NumOverrides())
+	}
+	if isXDS(rc.Source) {
+		sub, err := openRulesXDS(log, rc, check, h)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return sub, nil, sub.Close, nil
 	}
 	if !isRulesDB(rc.Source) {
 		return openRulesFiles(log, rc, check, h, report)

@@ -188,6 +188,9 @@ type Event struct {
 	Version string    `json:"version,omitempty"`
 	Domains []string  `json:"domains,omitempty"`
 	Error   string    `json:"error,omitempty"`
+	// Origin says where rules that are not files came from (an xDS
+	// server, and the version it gave).
+	Origin *rules.Origin `json:"origin,omitempty"`
 }
 
 // NewEvents keeps the last n events.
@@ -199,7 +202,7 @@ func (e *Events) Add(now time.Time, set *rules.Set, err error) {
 	if err != nil {
 		ev.Error = err.Error()
 	} else if set != nil {
-		ev.Version, ev.Domains = set.Version(), set.Domains()
+		ev.Version, ev.Domains, ev.Origin = set.Version(), set.Domains(), set.Origin()
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

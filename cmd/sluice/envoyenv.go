@@ -47,13 +47,6 @@ var envoyTriggers = []string{
 // maps are not listed here; some of them are ignored in some cases (TLS
 // files without GRPC_SERVER_USE_TLS, say), and then named too.
 var envoyIgnored = []string{
-	// rules from an xDS server
-	"FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
-	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
-	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
-	"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
-	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
 	// stats: tags, DogStatsD, and the Prometheus sink's mapping (sluice
 	// serves Prometheus metrics under the default mapping's names)
 	"EXTRA_TAGS", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "PROMETHEUS_MAPPER_YAML",
@@ -133,16 +126,49 @@ var envoyTable = []envoyGroup{
 		{"statsd-flush-interval", vars("STATS_FLUSH_INTERVAL"), plain("STATS_FLUSH_INTERVAL", "10s")},
 		{"", nil, ignoreUnless("STATSD_PROTOCOL", "udp")},
 	}},
-	{rows: []envoyRow{ // rules, read as Envoy's runtime reads them
-		{"", nil, refuseUnless("CONFIG_TYPE", "FILE", "sluice reads rules from files (CONFIG_TYPE=FILE) only")},
+	{rows: []envoyRow{ // rules, from files or an xDS server
+		{"", nil, configType},
+		{"rules-merge-domains", vars("MERGE_DOMAIN_CONFIG"), boolOf("MERGE_DOMAIN_CONFIG", false)},
+	}},
+	{when: not(xdsRules), unused: vars("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY", "RUNTIME_IGNOREDOTFILES"), rows: []envoyRow{ // read as Envoy's runtime reads them
 		{"rules", vars("RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"), func(r *envoyReader) (string, bool) {
 			return filepath.Join(r.get("RUNTIME_ROOT", "/srv/runtime_data/current"), r.get("RUNTIME_SUBDIRECTORY", ""),
 				r.get("RUNTIME_APPDIRECTORY", "config")), true
 		}},
 		{"rules-envoy-layout", vars("RUNTIME_ROOT"), constant("true")},
 		{"rules-ignore-dot-files", vars("RUNTIME_IGNOREDOTFILES"), boolOf("RUNTIME_IGNOREDOTFILES", false)},
-		{"rules-merge-domains", vars("MERGE_DOMAIN_CONFIG"), boolOf("MERGE_DOMAIN_CONFIG", false)},
 	}},
+	// CONFIG_TYPE=GRPC_XDS_SOTW, as Envoy Gateway runs its Deployment
+	{when: xdsRules, unused: xdsVars, rows: []envoyRow{
+		{"rules", vars("CONFIG_GRPC_XDS_SERVER_URL"), func(r *envoyReader) (string, bool) {
+			return "xds://" + r.get("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"), true
+		}},
+		{"rules-xds-node", vars("CONFIG_GRPC_XDS_NODE_ID"), plain("CONFIG_GRPC_XDS_NODE_ID", "default")},
+		{"rules-xds-node-metadata", vars("CONFIG_GRPC_XDS_NODE_METADATA"), plain("CONFIG_GRPC_XDS_NODE_METADATA", "")},
+		{"rules-xds-headers", vars("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"), plain("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "")},
+		// One backoff: its first wait is the backoff's initial interval when
+		// set, else the connect retry interval (3s).
+		{"rules-xds-retry", vars("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"), func(r *envoyReader) (string, bool) {
+			return r.get("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", r.get("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s")), true
+		}},
+		{"rules-xds-retry-max", vars("XDS_CLIENT_BACKOFF_MAX_INTERVAL"), plain("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s")},
+		{"rules-xds-retry-jitter", vars("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER"), func(r *envoyReader) (string, bool) {
+			if !r.boolean("XDS_CLIENT_BACKOFF_JITTER", true) {
+				return "0", true
+			}
+			return r.get("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5"), true
+		}},
+		{"rules-xds-max-message-size", vars("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"), plain("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "")},
+		{"rules-xds-start-without-rules", vars("FORCE_START_WITHOUT_INITIAL_CONFIG"), boolOf("FORCE_START_WITHOUT_INITIAL_CONFIG", false)},
+	}},
+	{when: all(xdsRules, isTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)), // TLS to the xDS server
+		unused: vars("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"), rows: []envoyRow{
+			{"rules-xds-tls", vars("CONFIG_GRPC_XDS_SERVER_USE_TLS"), constant("true")},
+			{"rules-xds-cert", vars("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"), plain("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "")},
+			{"rules-xds-key", vars("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"), plain("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "")},
+			{"rules-xds-ca", vars("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"), plain("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "")},
+			{"rules-xds-server-name", vars("CONFIG_GRPC_XDS_SERVER_TLS_SAN"), plain("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "")},
+		}},
 	{rows: []envoyRow{ // the store
 		{"", nil, refuseUnless("BACKEND_TYPE", "redis", "sluice keeps counters in Redis (or in memory), not memcache")},
 		// Envoy's default Redis is a nutcracker's socket: used when it is
@@ -204,6 +230,30 @@ var envoyTable = []envoyGroup{
 			{"trace-sample-ratio", vars("TRACING_SAMPLING_RATE"), plain("TRACING_SAMPLING_RATE", "1")},
 			{"trace-service-name", vars("TRACING_SERVICE_NAME"), plain("TRACING_SERVICE_NAME", "RateLimit")},
 		}},
+}
+
+// xdsVars are the variables of rules from an xDS server, without effect
+// with rules from files.
+var xdsVars = vars("FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
+	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+	"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")
+
+// configType refuses a CONFIG_TYPE other than Envoy's two: FILE (the
+// default) and GRPC_XDS_SOTW.
+func configType(r *envoyReader) (string, bool) {
+	if v := r.get("CONFIG_TYPE", "FILE"); !strings.EqualFold(v, "FILE") && !strings.EqualFold(v, "GRPC_XDS_SOTW") {
+		r.fail(envoyError("CONFIG_TYPE", v, "want FILE or GRPC_XDS_SOTW"))
+	}
+	return "", false
+}
+
+// xdsRules reports whether rules come from an xDS server
+// (CONFIG_TYPE=GRPC_XDS_SOTW).
+func xdsRules(r *envoyReader) bool {
+	return strings.EqualFold(r.get("CONFIG_TYPE", "FILE"), "GRPC_XDS_SOTW")
 }
 
 // perSecondVars are the per-second Redis's variables: its URL's five,
@@ -277,7 +327,7 @@ func envoyError(name, value, why string) error {
 // envoySettings reads Envoy ratelimit's variables through getenv and
 // returns the flag settings envoyTable makes of them, or nil when none of
 // envoyTriggers is set. A variable sluice cannot honour safely (a
-// memcache backend, rules from xDS) is an error.
+// memcache backend) is an error.
 func envoySettings(getenv func(string) string) (*envoyEnv, error) {
 	if !slices.ContainsFunc(envoyTriggers, func(k string) bool { return getenv(k) != "" }) {
 		return nil, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,12 +67,25 @@ var settingsTable = []setting{
 	{"listeners", forServe, "shutdown-timeout", "how long a shutdown waits for calls in flight", func(s *settings) flag.Value { return zeroOff(&s.cfg.ShutdownTimeout) }},
 	{"listeners", forProxy, "shutdown-timeout", "how long a shutdown waits for requests in flight", func(s *settings) flag.Value { return zeroOff(&s.cfg.ShutdownTimeout) }},
 
-	{"rules", forBoth, "rules", "rules file or directory of *.yaml files, or a rules database: redis://host:port/db (required)", func(s *settings) flag.Value { return str(&s.cfg.Rules.Source) }},
+	{"rules", forBoth, "rules", "rules file or directory of *.yaml files, a rules database: redis://host:port/db, or an xDS management server: xds://host:port (required)", func(s *settings) flag.Value { return str(&s.cfg.Rules.Source) }},
 	{"rules", forBoth | forRules, "max-rules-size", "largest rules file read, in bytes (16 MiB); a directory may hold 4 times as much", func(s *settings) flag.Value { return integer(&s.cfg.Rules.MaxFileBytes) }},
 	{"envoy", forBoth | forRules, "rules-envoy-layout", "read every file below the rules directory, any extension, subdirectories too, as Envoy's ratelimit reads its runtime directory", func(s *settings) flag.Value { return boolean(&s.cfg.Rules.EnvoyLayout) }},
 	{"envoy", forBoth | forRules, "rules-ignore-dot-files", "with --rules-envoy-layout, skip hidden files and directories (Envoy's RUNTIME_IGNOREDOTFILES; needed for a ConfigMap mount)", func(s *settings) flag.Value { return boolean(&s.cfg.Rules.IgnoreDotFiles) }},
 	{"envoy", forBoth | forRules, "rules-merge-domains", "let one domain span several files or documents (Envoy's MERGE_DOMAIN_CONFIG)", func(s *settings) flag.Value { return boolean(&s.cfg.Rules.MergeDomains) }},
 	{"rules", forBoth, "rules-snapshot", "with --rules redis://...: file keeping the last good rules, from which a node starts while the database is down", func(s *settings) flag.Value { return str(&s.cfg.Rules.Snapshot) }},
+	{"rules", forBoth, "rules-xds-node", "with --rules xds://...: the node id sent, under which the server keeps this node's rules (Envoy's CONFIG_GRPC_XDS_NODE_ID)", func(s *settings) flag.Value { return str(&s.cfg.Rules.XDS.Node) }},
+	{"rules", forBoth, "rules-xds-node-metadata", "with --rules xds://...: the node's metadata, key=value,... (Envoy's CONFIG_GRPC_XDS_NODE_METADATA)", func(s *settings) flag.Value { return keyValues(&s.cfg.Rules.XDS.Metadata) }},
+	{"rules", forBoth, "rules-xds-headers", "with --rules xds://...: gRPC metadata sent on the stream, key=value,... (Envoy's CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS)", func(s *settings) flag.Value { return keyValues(&s.cfg.Rules.XDS.Headers) }},
+	{"rules", forBoth, "rules-xds-tls", "with --rules xds://...: dial the server with TLS (files read again at each connection)", func(s *settings) flag.Value { return boolean(&s.cfg.Rules.XDS.TLS) }},
+	{"rules", forBoth, "rules-xds-ca", "with --rules-xds-tls: PEM CA bundle that signs the server's certificate (default: the system's)", func(s *settings) flag.Value { return str(&s.cfg.Rules.XDS.CA) }},
+	{"rules", forBoth, "rules-xds-cert", "with --rules-xds-tls: PEM client certificate, for a server that asks for one", func(s *settings) flag.Value { return str(&s.cfg.Rules.XDS.Cert) }},
+	{"rules", forBoth, "rules-xds-key", "PEM private key of --rules-xds-cert", func(s *settings) flag.Value { return str(&s.cfg.Rules.XDS.Key) }},
+	{"rules", forBoth, "rules-xds-server-name", "with --rules-xds-tls: the name the server's certificate must carry (default: the host of --rules)", func(s *settings) flag.Value { return str(&s.cfg.Rules.XDS.ServerName) }},
+	{"rules", forBoth, "rules-xds-retry", "with --rules xds://...: first wait before subscribing again after the stream failed, doubled at each failure in a row", func(s *settings) flag.Value { return positive(&s.cfg.Rules.XDS.RetryInitial) }},
+	{"rules", forBoth, "rules-xds-retry-max", "longest wait of --rules-xds-retry's doubling", func(s *settings) flag.Value { return positive(&s.cfg.Rules.XDS.RetryMax) }},
+	{"rules", forBoth, "rules-xds-retry-jitter", "share of each wait before subscribing again drawn at random either way, 0 to 1", func(s *settings) flag.Value { return zeroOff(&s.cfg.Rules.XDS.RetryJitter) }},
+	{"rules", forBoth, "rules-xds-max-message-size", "with --rules xds://...: largest response read, in bytes (Envoy's XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES)", func(s *settings) flag.Value { return positive(&s.cfg.Rules.XDS.MaxMessageBytes) }},
+	{"rules", forBoth, "rules-xds-start-without-rules", "with --rules xds://...: ready before the first rules come, every request unlimited until then (Envoy's FORCE_START_WITHOUT_INITIAL_CONFIG); otherwise not ready until they come", func(s *settings) flag.Value { return boolean(&s.cfg.Rules.XDS.StartWithoutRules) }},
 	{"rules", forBoth, "rules-poll", "with --rules redis://..., or a rules directory's overrides: how often the generation is read in case a change was missed (negative: never)", func(s *settings) flag.Value { return duration(&s.cfg.Rules.Poll) }},
 
 	{"store", forBoth, "store", "where counters live: memory, or redis://host:port/db, rediss://..., redis+cluster://h1:p1,h2:p2, redis+sentinel://host:port/master, unix:///path/to/redis.sock", func(s *settings) flag.Value { return storeURL(&s.cfg.Store.URL) }},
@@ -359,6 +373,33 @@ func slogLevel(p *string) flag.Value {
 				return "", unknown("log level", s, []string{"debug", "info", "warn", "error"})
 			}
 			return s, nil
+		}}
+}
+
+// keyValues is a comma-separated flag of key=value pairs (key:value too,
+// as Envoy's variables write them).
+func keyValues(p *map[string]string) flag.Value {
+	show := func(m map[string]string) string {
+		keys := slices.Sorted(maps.Keys(m))
+		for i, k := range keys {
+			keys[i] = k + "=" + m[k]
+		}
+		return strings.Join(keys, ",")
+	}
+	return &value[map[string]string]{p: p, ph: "KEY=VALUE,...", show: show,
+		parse: func(s string) (map[string]string, error) {
+			out := map[string]string{}
+			for _, kv := range strings.Split(s, ",") {
+				if strings.TrimSpace(kv) == "" {
+					continue
+				}
+				i := strings.IndexAny(kv, "=:")
+				if i <= 0 {
+					return nil, fmt.Errorf("%q: want key=value", kv)
+				}
+				out[strings.TrimSpace(kv[:i])] = strings.TrimSpace(kv[i+1:])
+			}
+			return out, nil
 		}}
 }
 

@@ -364,6 +364,7 @@ func (s *Subscription) answer(node *core.Node, resp *discovery.DiscoveryResponse
 		}
 		return req, false
 	}
+	set = set.WithOrigin(rules.Origin{Source: "xds://" + s.c.Server, Version: resp.GetVersionInfo()})
 	s.cur.Store(set)
 	s.state.Version, s.state.Resources, s.state.Applied = resp.GetVersionInfo(), names, time.Now()
 	s.state.Refused, s.state.Error = "", ""

@@ -1,11 +1,9 @@
 package xds_test
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -15,15 +13,10 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/control/xds"
@@ -37,70 +30,20 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // server keeps its snapshots under, as Envoy Gateway keys them.
 const node = "envoy-gateway-system/envoy-ratelimit"
 
-// mgmt is an xDS management server built as Envoy Gateway's is: go-control-plane's
-// SotW server over its snapshot cache, on a real gRPC listener.
+// mgmt is a management server as Envoy Gateway's, serving node.
 type mgmt struct {
-	t     testing.TB
-	addr  string
-	cache cachev3.SnapshotCache
-	gs    *grpc.Server
-	reqs  chan *discovery.DiscoveryRequest // every request the server got
-	md    chan metadata.MD                 // the metadata of each stream opened
-	opts  []grpc.ServerOption
+	*testenv.XDS
+	t testing.TB
 }
 
-// newMgmt starts a management server on a free loopback port (addr "")
-// or on addr.
 func newMgmt(t testing.TB, addr string, opts ...grpc.ServerOption) *mgmt {
 	t.Helper()
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := &mgmt{t: t, addr: lis.Addr().String(), cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil),
-		reqs: make(chan *discovery.DiscoveryRequest, 1024), md: make(chan metadata.MD, 16), opts: opts}
-	cb := serverv3.CallbackFuncs{
-		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
-			md, _ := metadata.FromIncomingContext(ctx)
-			select {
-			case m.md <- md:
-			default:
-			}
-			return nil
-		},
-		StreamRequestFunc: func(_ int64, r *discovery.DiscoveryRequest) error {
-			select {
-			case m.reqs <- r:
-			default: // a test that does not read them
-			}
-			return nil
-		},
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	m.gs = grpc.NewServer(opts...)
-	discovery.RegisterAggregatedDiscoveryServiceServer(m.gs, serverv3.NewServer(ctx, m.cache, cb))
-	go m.gs.Serve(lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(func() { m.gs.Stop(); cancel() })
-	return m
+	return &mgmt{testenv.NewXDS(t, addr, opts...), t}
 }
 
-// push serves version with resources to the node.
 func (m *mgmt) push(version string, rcs ...*rlconf.RateLimitConfig) {
 	m.t.Helper()
-	res := make([]types.Resource, len(rcs))
-	for i, rc := range rcs {
-		res[i] = rc
-	}
-	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: res})
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	if err := m.cache.SetSnapshot(context.Background(), node, snap); err != nil {
-		m.t.Fatal(err)
-	}
+	m.Push(node, version, rcs...)
 }
 
 // ack waits for the node's ACK of version.
@@ -125,7 +68,7 @@ func (m *mgmt) answer(what string, ok func(*discovery.DiscoveryRequest) bool) *d
 	timeout := time.After(10 * time.Second)
 	for {
 		select {
-		case r := <-m.reqs:
+		case r := <-m.Reqs:
 			if r.GetResponseNonce() != "" && ok(r) {
 				return r
 			}
@@ -136,13 +79,7 @@ func (m *mgmt) answer(what string, ok func(*discovery.DiscoveryRequest) bool) *d
 	}
 }
 
-// domain is a RateLimitConfig of one domain whose descriptor key has
-// limit requests a unit.
-func domain(name, key string, limit uint32, unit rlconf.RateLimitUnit) *rlconf.RateLimitConfig {
-	return &rlconf.RateLimitConfig{Name: name, Domain: name, Descriptors: []*rlconf.RateLimitDescriptor{
-		{Key: key, RateLimit: &rlconf.RateLimitPolicy{Unit: unit, RequestsPerUnit: limit}},
-	}}
-}
+var domain = testenv.RateLimitConfig
 
 // updates collects what a Subscription reports.
 type update struct {
@@ -194,7 +131,7 @@ func limitOf(set *rules.Set, domain, key string) int64 {
 func TestSnapshots(t *testing.T) {
 	m := newMgmt(t, "")
 	m.push("1", domain("api", "user", 10, rlconf.RateLimitUnit_SECOND))
-	s, ch := subscribe(t, xds.Config{Server: m.addr, Metadata: map[string]string{"cluster": "eg"}})
+	s, ch := subscribe(t, xds.Config{Server: m.Addr, Metadata: map[string]string{"cluster": "eg"}})
 
 	u := next(t, ch)
 	if u.err != nil || u.version != "1" || limitOf(u.set, "api", "user") != 10 {
@@ -262,7 +199,7 @@ func TestSnapshots(t *testing.T) {
 func TestVeto(t *testing.T) {
 	m := newMgmt(t, "")
 	m.push("1", domain("api", "user", 10, rlconf.RateLimitUnit_DAY))
-	_, ch := subscribe(t, xds.Config{Server: m.addr, Check: func(l sluice.Limit) error {
+	_, ch := subscribe(t, xds.Config{Server: m.Addr, Check: func(l sluice.Limit) error {
 		if l.Period > time.Hour {
 			return errors.New("too long for this store")
 		}
@@ -288,23 +225,23 @@ func TestVeto(t *testing.T) {
 func TestServerRestart(t *testing.T) {
 	m := newMgmt(t, "")
 	m.push("1", domain("api", "user", 10, rlconf.RateLimitUnit_SECOND))
-	s, ch := subscribe(t, xds.Config{Server: m.addr, Headers: map[string]string{"x-tenant": "acme"}})
+	s, ch := subscribe(t, xds.Config{Server: m.Addr, Headers: map[string]string{"x-tenant": "acme"}})
 	if u := next(t, ch); u.err != nil {
 		t.Fatal(u.err)
 	}
 	m.ack("1")
-	if md := <-m.md; !slices.Equal(md.Get("x-tenant"), []string{"acme"}) {
+	if md := <-m.MD; !slices.Equal(md.Get("x-tenant"), []string{"acme"}) {
 		t.Errorf("stream metadata %v, want x-tenant: acme", md)
 	}
-	m.gs.Stop()
+	m.GRPC.Stop()
 	waitFor(t, func() bool { return !s.State().Connected })
 	if got := limitOf(s.Current(), "api", "user"); got != 10 {
 		t.Fatalf("rules while the server is away: %d, want 10", got)
 	}
 
-	m2 := newMgmt(t, m.addr)
+	m2 := newMgmt(t, m.Addr)
 	select {
-	case r := <-m2.reqs:
+	case r := <-m2.Reqs:
 		if r.GetVersionInfo() != "1" || r.GetTypeUrl() != xds.TypeURL {
 			t.Fatalf("subscription %v, want one for %s from version 1", r, xds.TypeURL)
 		}
@@ -349,13 +286,13 @@ func TestMutualTLS(t *testing.T) {
 	m.push("1", domain("api", "user", 10, rlconf.RateLimitUnit_SECOND))
 
 	cert, key := files("client", ca.Issue(t, true, "ratelimit"))
-	s, ch := subscribe(t, xds.Config{Server: m.addr, TLS: &xds.TLSFiles{Cert: cert, Key: key, CA: caFile, ServerName: "localhost"}})
+	s, ch := subscribe(t, xds.Config{Server: m.Addr, TLS: &xds.TLSFiles{Cert: cert, Key: key, CA: caFile, ServerName: "localhost"}})
 	if u := next(t, ch); u.err != nil || limitOf(u.set, "api", "user") != 10 {
 		t.Fatalf("over mutual TLS: %+v", u)
 	}
 
 	// Without a client certificate, no rules come.
-	noCert, noCh := subscribe(t, xds.Config{Server: m.addr, TLS: &xds.TLSFiles{CA: caFile, ServerName: "localhost"}})
+	noCert, noCh := subscribe(t, xds.Config{Server: m.Addr, TLS: &xds.TLSFiles{CA: caFile, ServerName: "localhost"}})
 	select {
 	case u := <-noCh:
 		t.Fatalf("rules without a client certificate: %+v", u)
@@ -368,8 +305,8 @@ func TestMutualTLS(t *testing.T) {
 	// Rotate the client's certificate, then make the node reconnect: the
 	// new one is presented.
 	files("client", ca.Issue(t, true, "ratelimit-rotated"))
-	m.gs.Stop()
-	m2 := newMgmt(t, m.addr, grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12,
+	m.GRPC.Stop()
+	m2 := newMgmt(t, m.Addr, grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12,
 		Certificates: []tls.Certificate{*srvCert.Pair(t)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if cs.PeerCertificates[0].DNSNames[0] != "ratelimit-rotated" {
@@ -408,7 +345,7 @@ func TestSubscribeRefuses(t *testing.T) {
 func BenchmarkPush(b *testing.B) {
 	m := newMgmt(b, "")
 	m.push("0", domain("api", "user", 1, rlconf.RateLimitUnit_SECOND))
-	s, ch := subscribe(b, xds.Config{Server: m.addr})
+	s, ch := subscribe(b, xds.Config{Server: m.Addr})
 	next(b, ch)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()

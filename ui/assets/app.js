@@ -118,13 +118,14 @@ function update(s) {
     walk(d, d.descriptors);
   }
   fill(el("rules").tBodies[0], rules);
-  el("rules-version").textContent = s.rules ? s.rules.version : "";
+  const origin = o => o ? ` from ${o.source}, version ${o.version}` : "";
+  el("rules-version").textContent = s.rules ? s.rules.version + origin(s.rules.origin) : "";
 
   fill(el("reloads").tBodies[0], s.reloads.map(e => {
     const tr = document.createElement("tr");
     cell(tr, new Date(e.time).toLocaleTimeString());
     cell(tr, e.ok ? "loaded" : "failed", e.ok ? "ok" : "bad");
-    cell(tr, e.ok ? `${e.version} (${(e.domains || []).join(", ")})` : e.error);
+    cell(tr, e.ok ? `${e.version}${origin(e.origin)} (${(e.domains || []).join(", ")})` : e.error);
     return tr;
   }));
 }
