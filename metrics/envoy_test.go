@@ -29,7 +29,7 @@ func envoyValue(mfs []*dto.MetricFamily, name, key1 string) float64 {
 	return -1
 }
 
-// TestEnvoyStats decides through a Decider with Envoy's counters on and
+// TestEnvoyStats decides, observed by Metrics, with Envoy's counters on and
 // checks them by the names Envoy's Prometheus mapping gives them.
 func TestEnvoyStats(t *testing.T) {
 	t.Parallel()

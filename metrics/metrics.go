@@ -1,8 +1,10 @@
 // Package metrics exports sluice's Prometheus metrics: decisions by domain,
 // descriptor and result, the store's latency and errors, decisions made by
 // a fail mode, the mode in force, and rules reloads. The collectors are
-// registered on a registry the caller passes in, never the global one; a
-// Decider decorates the decision service and a Store decorates the store.
+// registered on a registry the caller passes in, never the global one.
+// Metrics watches without wrapping: it is a decide.Observer of the
+// decision service (Observe, WatchMode) and a store/stack Watcher of the
+// store (StartCall, EndCall).
 package metrics
 
 import (
@@ -34,6 +36,7 @@ type Metrics struct {
 	failDecisions *prometheus.CounterVec
 	failByMode    [decide.MaxMode + 1]prometheus.Counter
 	storeDuration *prometheus.HistogramVec
+	takeAll       prometheus.Observer // storeDuration's take_all
 	storeErrors   *prometheus.CounterVec
 	timeouts      prometheus.Counter
 	cancels       prometheus.Counter
@@ -101,6 +104,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	for mo := decide.ModeOpen; mo <= decide.MaxMode; mo++ {
 		m.failByMode[mo] = m.failDecisions.WithLabelValues(mo.String())
 	}
+	m.storeDuration.WithLabelValues("take") // the op of a single Take: none since TakeAll, exported as 0
+	m.takeAll = m.storeDuration.WithLabelValues("take_all")
 	m.timeouts = m.storeErrors.WithLabelValues(reasonTimeout)
 	m.errs = m.storeErrors.WithLabelValues(reasonError)
 	m.cancels = m.storeErrors.WithLabelValues(reasonCanceled)

@@ -53,9 +53,10 @@ func loadRules(t *testing.T) *rules.Set {
 	return set
 }
 
-// setup returns a registry, its Metrics and a Decider over a Service whose
-// store is store measured by the Metrics, or a memory store when nil.
-func setup(t *testing.T, store sluice.Store, cfg decide.Config) (*prometheus.Registry, *metrics.Metrics, *metrics.Decider) {
+// setup returns a registry, its Metrics and a Service that the Metrics
+// observe, whose store is store, or a memory store when nil, watched by
+// the Metrics as store/stack watches its outermost call.
+func setup(t *testing.T, store sluice.Store, cfg decide.Config) (*prometheus.Registry, *metrics.Metrics, *decide.Service) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
@@ -74,14 +75,31 @@ func setup(t *testing.T, store sluice.Store, cfg decide.Config) (*prometheus.Reg
 	}
 	set := loadRules(t)
 	cfg.Rules = func() *rules.Set { return set }
-	cfg.Store = m.Store(store)
+	cfg.Store = watched{store, m}
 	cfg.Now = func() time.Time { return t0 }
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Observers = append(cfg.Observers, m)
 	s, err := decide.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return reg, m, m.Decider(s)
+	m.WatchMode(s.Mode)
+	return reg, m, s
+}
+
+// watched calls m's store hooks around each call of next, as store/stack
+// calls its Watchers.
+type watched struct {
+	next sluice.Store
+	m    *metrics.Metrics
+}
+
+func (w watched) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	ctx = w.m.StartCall(ctx, reqs)
+	t := time.Now()
+	err := w.next.TakeAll(ctx, reqs, ds)
+	w.m.EndCall(ctx, reqs, time.Since(t), err)
+	return err
 }
 
 func request(domain string, kv ...string) *decide.Request {
@@ -92,7 +110,7 @@ func request(domain string, kv ...string) *decide.Request {
 	return r
 }
 
-func TestDecider(t *testing.T) {
+func TestObserve(t *testing.T) {
 	t.Parallel()
 	reg, _, d := setup(t, nil, decide.DefaultConfig())
 	ctx := context.Background()
@@ -317,71 +335,10 @@ type nonBlocking struct{ sluice.Store }
 
 func (nonBlocking) NonBlocking() bool { return true }
 
-// readiness declares a store decide.Ready, ready or not.
-type readiness struct {
-	sluice.Store
-	ready bool
-}
-
-func (r readiness) Ready() bool { return r.ready }
-
-// picky is a store that refuses every limit above 10 a second, as a
-// sluice.LimitChecker.
-type picky struct{ sluice.Store }
-
-func (picky) CheckLimit(l sluice.Limit) error {
-	if l.Rate > 10 {
-		return sluice.ErrLimit
-	}
-	return nil
-}
-
-// TestStorePassesOptionalInterfaces checks that the decorated store keeps
-// the decorated one's decide.NonBlocking, decide.Ready and
-// sluice.LimitChecker.
-func TestStorePassesOptionalInterfaces(t *testing.T) {
-	t.Parallel()
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name               string
-		store              sluice.Store
-		nonBlocking, ready bool
-	}{
-		{name: "plain", store: fakeStore{}, nonBlocking: false, ready: true},
-		{name: "non-blocking", store: nonBlocking{fakeStore{}}, nonBlocking: true, ready: true},
-		{name: "ready", store: readiness{fakeStore{}, true}, nonBlocking: false, ready: true},
-		{name: "not ready", store: readiness{fakeStore{}, false}, nonBlocking: false, ready: false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			s := m.Store(tt.store)
-			if got := s.NonBlocking(); got != tt.nonBlocking {
-				t.Errorf("NonBlocking() = %v, want %v", got, tt.nonBlocking)
-			}
-			if got := s.Ready(); got != tt.ready {
-				t.Errorf("Ready() = %v, want %v", got, tt.ready)
-			}
-			if err := s.CheckLimit(sluice.Limit{Rate: 11, Period: time.Second}); err != nil {
-				t.Errorf("CheckLimit of a store without a veto = %v", err)
-			}
-		})
-	}
-	s := m.Store(picky{fakeStore{}})
-	if err := s.CheckLimit(sluice.Limit{Rate: 11, Period: time.Second}); !errors.Is(err, sluice.ErrLimit) {
-		t.Errorf("CheckLimit = %v, want the decorated store's veto", err)
-	}
-	if err := s.CheckLimit(sluice.Limit{Rate: 10, Period: time.Second}); err != nil {
-		t.Errorf("CheckLimit of an accepted limit = %v", err)
-	}
-}
-
-// BenchmarkDecider measures what the Decider adds to a decision of one
-// descriptor on the memory store: run it beside decide's BenchmarkDecide.
-func BenchmarkDecider(b *testing.B) {
+// BenchmarkObserve measures what the Metrics add to a decision of one
+// descriptor on the memory store as its observer: run it beside decide's
+// BenchmarkDecide.
+func BenchmarkObserve(b *testing.B) {
 	dir := b.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "api.yaml"), []byte(rulesYAML), 0o600); err != nil {
 		b.Fatal(err)
@@ -399,12 +356,16 @@ func BenchmarkDecider(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := decide.DefaultConfig()
-	cfg.Rules = func() *rules.Set { return set }
-	cfg.Store = m.Store(nonBlocking{mem})
-	s, err := decide.New(cfg)
-	if err != nil {
-		b.Fatal(err)
+	service := func(o ...decide.Observer) *decide.Service {
+		cfg := decide.DefaultConfig()
+		cfg.Rules = func() *rules.Set { return set }
+		cfg.Store = watched{nonBlocking{mem}, m}
+		cfg.Observers = o
+		s, err := decide.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
 	}
 	reqs := make([]*decide.Request, 10000)
 	for i := range reqs {
@@ -421,11 +382,11 @@ func BenchmarkDecider(b *testing.B) {
 	}
 	for _, bc := range []struct {
 		name string
-		d    metrics.Service
+		d    decide.Decider
 	}{
-		{name: "service", d: s},
-		{name: "decider", d: m.Decider(s)},
-		{name: "envoy", d: me.Decider(s)},
+		{name: "service", d: service()},
+		{name: "observed", d: service(m)},
+		{name: "envoy", d: service(me)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

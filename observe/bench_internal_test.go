@@ -14,19 +14,19 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-// BenchmarkCount measures what a Decider adds to a decision: counting one
+// BenchmarkCount measures what a Watcher adds to a decision: counting one
 // descriptor's entry (the real service's answers, recorded first) in the
 // request and, when denied, the denial sketch, clock read included; the
 // denial log off ("ok", "denied") and at its default rate of 10 lines a
 // second ("denied-logged": nearly every denial is sampled out).
 func BenchmarkCount(b *testing.B) {
 	svc := testenv.Decider(b, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n", nil)
-	o, err := New(svc, Config{DenialLogRate: -1})
+	o, err := New(Config{DenialLogRate: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer o.Close()
-	logged, err := New(svc, Config{Logger: slog.New(slog.DiscardHandler)}) // the default 10 lines a second
+	logged, err := New(Config{Logger: slog.New(slog.DiscardHandler)}) // the default 10 lines a second
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func BenchmarkCount(b *testing.B) {
 		name string
 		cost int64
 		n    int // decisions per user before the recorded one: 10 denies
-		o    *Decider
+		o    *Watcher
 	}{{"ok", 1, 0, o}, {"denied", 1, 10, o}, {"denied-logged", 1, 10, logged}} {
 		// The requests and their recorded answers sit side by side in
 		// memory, each test case's alike: in a server, count reads an

@@ -2,7 +2,7 @@ package observe
 
 import "time"
 
-// clockResolution is how often the Decider's own clock (a
+// clockResolution is how often the Watcher's own clock (a
 // coarseclock.Clock) reads the system clock: the windows' slots are 10 s,
 // so a reading up to 100 ms late places a count in the wrong slot only
 // within 100 ms of a slot's end, and reading the system clock for every

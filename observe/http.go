@@ -50,7 +50,7 @@ type hitJSON struct {
 // the N (default 10, at most MaxTop) clients with the most requests or
 // denials (default denied) in the window (default 1m), with the sketch's
 // error bound. Without domain and key it lists the pairs counted.
-func (o *Decider) TopHandler() http.Handler {
+func (o *Watcher) TopHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		t := topJSON{Domain: q.Get("domain"), Key: q.Get("key"), By: cmp.Or(q.Get("by"), "denied"),

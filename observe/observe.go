@@ -1,5 +1,5 @@
-// Package observe watches the decisions of sluice's decision service from
-// a decorator around it, as metrics does: it counts the requests and the
+// Package observe watches the decisions of sluice's decision service as
+// its observers (decide.Observer), as metrics does: a Watcher counts the requests and the
 // denials of every client in bounded memory (package sketch), per domain
 // and descriptor key, for GET /v1/top, and it logs a sample of the
 // denials. GET /v1/keys shows one client's state under its limits.
@@ -21,13 +21,7 @@ import (
 	"github.com/sluicehq/sluice/sketch"
 )
 
-// Service is what a Decider decorates: the Decide method of
-// *decide.Service.
-type Service interface {
-	Decide(ctx context.Context, r *decide.Request) (*decide.Response, error)
-}
-
-// Config configures a Decider. A zero field means its default.
+// Config configures a Watcher. A zero field means its default.
 type Config struct {
 	// Sketch sizes the counters of each domain and descriptor key (two
 	// per key: requests and denials).
@@ -45,7 +39,7 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// Now is the clock of the windows. Nil (the default) means the
-	// Decider's own clock, which reads the system clock every 100 ms from
+	// Watcher's own clock, which reads the system clock every 100 ms from
 	// a goroutine that Close stops. Tests pass a fake clock here.
 	Now func() time.Time
 }
@@ -57,20 +51,18 @@ func DefaultConfig() Config {
 		MaxKeys:       16, // keys of a few domains' rules; 6.5 MiB at most
 		DenialLogRate: 10, // lines a second: enough to see who, not a flood in the logs
 		Logger:        slog.Default(),
-		Now:           nil, // the Decider's coarse clock
+		Now:           nil, // the Watcher's coarse clock
 	}
 }
 
 // MaxMaxKeys caps Config.MaxKeys.
 const MaxMaxKeys = 1024
 
-// Decider counts the decisions of a Service and logs its denials. It is
-// safe for concurrent use and has the same Decide method. Close it when
-// done.
-type Decider struct {
-	next    Service
+// Watcher counts the decisions of a decide.Service, as one of its
+// Observers, and logs its denials. It is safe for concurrent use. Close it
+// when done.
+type Watcher struct {
 	cfg     Config
-	mode    func() decide.Mode
 	clock   *coarseclock.Clock // nil when Config.Now is set
 	logs    *rate.Limiter      // nil: no denial log
 	dropped atomic.Int64       // denial lines not logged since the last one
@@ -92,8 +84,8 @@ type counters struct {
 	admitted, denied *sketch.Counter
 }
 
-// New returns a Decider that watches next.
-func New(next Service, cfg Config) (*Decider, error) {
+// New returns a Watcher: give it to decide.Config.Observers.
+func New(cfg Config) (*Watcher, error) {
 	d := DefaultConfig()
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = d.MaxKeys
@@ -110,7 +102,7 @@ func New(next Service, cfg Config) (*Decider, error) {
 	if _, err := sketch.New(cfg.Sketch); err != nil {
 		return nil, fmt.Errorf("observe: %w", err)
 	}
-	o := &Decider{next: next, cfg: cfg}
+	o := &Watcher{cfg: cfg}
 	if cfg.Now == nil {
 		c := coarseclock.New(clockResolution)
 		o.clock = c
@@ -119,47 +111,36 @@ func New(next Service, cfg Config) (*Decider, error) {
 	if cfg.DenialLogRate > 0 {
 		o.logs = rate.NewLimiter(rate.Limit(cfg.DenialLogRate), max(1, int(cfg.DenialLogRate)))
 	}
-	if mo, ok := next.(interface{ Mode() decide.Mode }); ok {
-		o.mode = mo.Mode
-	}
 	m := map[string]map[string]*counters{}
 	o.keys.Store(&m)
 	return o, nil
 }
 
-// Close stops the Decider's clock, if it has its own. It is safe to call
-// more than once; the Decider must not be used after.
-func (o *Decider) Close() error {
+// Close stops the Watcher's clock, if it has its own. It is safe to call
+// more than once; the Watcher must not be used after.
+func (o *Watcher) Close() error {
 	if o.clock != nil {
 		o.clock.Close()
 	}
 	return nil
 }
 
-// Mode returns the decorated Service's Mode, or decide.ModeStore when it
-// has none, so that metrics.Decider over a Decider still reports it.
-func (o *Decider) Mode() decide.Mode {
-	if o.mode == nil {
-		return decide.ModeStore
-	}
-	return o.mode()
-}
-
-// Decide decides r with the decorated Service, then counts every entry of
-// each descriptor that matched a rule under its domain and key, as a
+// Observe implements decide.Observer: it counts every entry of each
+// descriptor of r that matched a rule under its domain and key, as a
 // request and, when the descriptor was over its limit (or would have been,
-// in shadow mode), as a denial.
-func (o *Decider) Decide(ctx context.Context, r *decide.Request) (*decide.Response, error) {
-	resp, err := o.next.Decide(ctx, r)
+// in shadow mode), as a denial, and logs a sample of the denials. An
+// invalid request (err) is not counted.
+func (o *Watcher) Observe(_ context.Context, r *decide.Request, resp *decide.Response, err error) {
 	if err != nil || resp == nil {
-		return resp, err
+		return
 	}
 	o.count(r, resp)
-	return resp, nil
 }
 
+var _ decide.Observer = (*Watcher)(nil)
+
 // count counts the statuses of resp, the answer to r.
-func (o *Decider) count(r *decide.Request, resp *decide.Response) {
+func (o *Watcher) count(r *decide.Request, resp *decide.Response) {
 	var now time.Time
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
@@ -190,7 +171,7 @@ func (o *Decider) count(r *decide.Request, resp *decide.Response) {
 }
 
 // logDenial logs one denial if the sample allows it.
-func (o *Decider) logDenial(now time.Time, domain string, entries []decide.Entry, st *decide.Status) {
+func (o *Watcher) logDenial(now time.Time, domain string, entries []decide.Entry, st *decide.Status) {
 	if now.UnixNano() < o.quiet.Load() {
 		o.dropped.Add(1)
 		return
@@ -228,7 +209,7 @@ func (o *Decider) logDenial(now time.Time, domain string, entries []decide.Entry
 
 // counters returns the counters of domain and key, made on first use, or
 // nil when MaxKeys pairs are counted already.
-func (o *Decider) counters(domain, key string) *counters {
+func (o *Watcher) counters(domain, key string) *counters {
 	if c := (*o.keys.Load())[domain][key]; c != nil || o.full.Load() {
 		return c
 	}
@@ -262,14 +243,14 @@ func (o *Decider) counters(domain, key string) *counters {
 	return c
 }
 
-// Key is a domain and descriptor key that a Decider counts.
+// Key is a domain and descriptor key that a Watcher counts.
 type Key struct {
 	Domain string `json:"domain"`
 	Key    string `json:"key"`
 }
 
 // Keys returns the domain and key pairs counted so far, sorted.
-func (o *Decider) Keys() []Key {
+func (o *Watcher) Keys() []Key {
 	var ks []Key
 	for d, m := range *o.keys.Load() {
 		for k := range m {
@@ -282,7 +263,7 @@ func (o *Decider) Keys() []Key {
 
 // Bytes returns the memory the counters hold now; it grows with the keys
 // counted, to at most 2 x MaxKeys x sketch.BytesFor(Config.Sketch).
-func (o *Decider) Bytes() int {
+func (o *Watcher) Bytes() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return 2 * o.nkey * sketch.BytesFor(o.cfg.Sketch)
@@ -292,7 +273,7 @@ func (o *Decider) Bytes() int {
 // sum of the admitted and denied sketches, whose candidates are those of
 // either) or by denials (denied), in window (sketch.Minute or sketch.Hour). ok is false
 // when the pair is not counted.
-func (o *Decider) Top(domain, key string, denied bool, window time.Duration, n int) (t sketch.Top, ok bool, err error) {
+func (o *Watcher) Top(domain, key string, denied bool, window time.Duration, n int) (t sketch.Top, ok bool, err error) {
 	c := (*o.keys.Load())[domain][key]
 	if c == nil {
 		return sketch.Top{}, false, nil

@@ -46,14 +46,15 @@ descriptors:
       - {unit: hour, requests_per_unit: 50, throttling: soft, exceed_percent: 10}
 `
 
-// stack is a decision service on a memory store with a Decider over it,
-// all on one fake clock.
+// stack is a decision service on a memory store watched by a Watcher, and
+// one on the same store unwatched, all on one fake clock.
 type stack struct {
-	clk *clocktest.Clock
-	svc *decide.Service
-	obs *observe.Decider
-	log *bytes.Buffer
-	srv *httptest.Server
+	clk   *clocktest.Clock
+	svc   *decide.Service // watched by obs
+	plain *decide.Service // not watched
+	obs   *observe.Watcher
+	log   *bytes.Buffer
+	srv   *httptest.Server
 }
 
 func newStack(t testing.TB, cfg observe.Config) *stack {
@@ -74,14 +75,20 @@ func newStack(t testing.TB, cfg observe.Config) *stack {
 	dc.Rules = func() *rules.Set { return set }
 	dc.Store, dc.Now = mem, clk.Now
 	dc.Logger = slog.New(slog.DiscardHandler)
-	svc, err := decide.New(dc)
+	plain, err := decide.New(dc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
 	cfg.Now = clk.Now
 	cfg.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
-	obs, err := observe.New(svc, cfg)
+	obs, err := observe.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { obs.Close() })
+	dc.Observers = []decide.Observer{obs}
+	svc, err := decide.New(dc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +97,7 @@ func newStack(t testing.TB, cfg observe.Config) *stack {
 	mux.Handle("GET /v1/keys/", observe.KeysHandler(svc))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &stack{clk: clk, svc: svc, obs: obs, log: &buf, srv: srv}
+	return &stack{clk: clk, svc: svc, plain: plain, obs: obs, log: &buf, srv: srv}
 }
 
 func req(domain string, kv ...string) *decide.Request {
@@ -103,7 +110,7 @@ func req(domain string, kv ...string) *decide.Request {
 
 func (s *stack) decide(t testing.TB, r *decide.Request) *decide.Response {
 	t.Helper()
-	resp, err := s.obs.Decide(context.Background(), r)
+	resp, err := s.svc.Decide(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +226,7 @@ func TestMaxKeys(t *testing.T) {
 	if b, want := s.obs.Bytes(), 2*sketch.BytesFor(sketch.Config{}); b != want || want > 500<<10 {
 		t.Errorf("Bytes %d, want %d (two default sketches, under 500 KiB)", b, want)
 	}
-	if _, err := observe.New(s.svc, observe.Config{MaxKeys: observe.MaxMaxKeys + 1}); err == nil {
+	if _, err := observe.New(observe.Config{MaxKeys: observe.MaxMaxKeys + 1}); err == nil {
 		t.Error("MaxKeys above the cap accepted")
 	}
 }
@@ -382,7 +389,7 @@ func TestDenialLog(t *testing.T) {
 }
 
 // TestDenialLogRefill: a line is logged as soon as the sample has a
-// token again, not later (the Decider skips the limiter until then).
+// token again, not later (the Watcher skips the limiter until then).
 func TestDenialLogRefill(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, observe.Config{DenialLogRate: 2}) // a token every 500 ms, burst 2
@@ -406,7 +413,7 @@ func TestDenialLogRefill(t *testing.T) {
 }
 
 // BenchmarkObserve decides a request of one descriptor of 10,000 users on
-// the memory store, alone and through a Decider with its default Config
+// the memory store, alone and watched by a Watcher with its default Config
 // (the denial log on): the difference is what counting (and, for
 // result=denied, the denial log's sampling) costs a decision. Compare
 // with benchstat -col /observe.
@@ -426,8 +433,8 @@ func BenchmarkObserve(b *testing.B) {
 		}
 		for _, bc := range []struct {
 			name string
-			d    observe.Service
-		}{{"without", s.svc}, {"with", s.obs}} {
+			d    decide.Decider
+		}{{"without", s.plain}, {"with", s.svc}} {
 			b.Run("result="+result+"/observe="+bc.name, func(b *testing.B) {
 				ctx := context.Background()
 				b.ReportAllocs()

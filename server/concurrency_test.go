@@ -38,7 +38,7 @@ func TestConcurrencyAcrossServers(t *testing.T) {
 			var codes []decide.Code
 			ask := func(co *core) {
 				t.Helper()
-				resp, err := co.decider.Decide(ctx, r)
+				resp, err := co.svc.Decide(ctx, r)
 				if err != nil || resp.Mode != decide.ModeStore {
 					t.Fatalf("%+v, %v", resp, err)
 				}

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/admit"
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/xds"
@@ -35,9 +34,9 @@ type core struct {
 	rules    rulesSource // the files' watcher or the rules database's retriever
 	rulesDB  control.DB  // what the admin API writes: the rules database, or control/filedb for a rules directory; nil for one file
 	rulesM   *metrics.RulesSource
-	decider  *metrics.Decider
-	svc      *decide.Service  // beneath the observers: GET /v1/keys looks without counting
-	observer *observe.Decider // heavy hitters, denial log
+	svc      *decide.Service  // the decision service, watched by its observers (GET /v1/keys looks with Inspect, uncounted)
+	observer *observe.Watcher // heavy hitters, denial log
+	tracer   *tracing.Tracer  // spans of decisions and store calls; nil when tracing is off
 	events   *ui.Events       // rules loads, for the dashboard
 	stores   *stack.Stack     // the store, composed
 	// unreachedOK: ready before the store has answered (--fail open, given
@@ -60,6 +59,9 @@ func newCore(c Config) (_ *core, err error) {
 		}
 	}()
 	if err := co.openMetrics(c); err != nil {
+		return nil, err
+	}
+	if err := co.openTracing(c); err != nil {
 		return nil, err
 	}
 	if err := co.openStore(c); err != nil {
@@ -124,9 +126,25 @@ func (co *core) openMetrics(c Config) error {
 	return nil
 }
 
-// openStore opens the store c names.
+// openTracing makes the tracer c.Tracing asks for, if any.
+func (co *core) openTracing(c Config) error {
+	tp, stopTracing, err := newTracerProvider(c.Tracing)
+	if err != nil || tp == nil {
+		return err
+	}
+	co.closers = append(co.closers, stopTracing)
+	co.tracer = tracing.NewTracer(tp)
+	return nil
+}
+
+// openStore opens the store c names, its calls watched by the tracer, if
+// any, and the metrics: the observe hook around its outermost layer.
 func (co *core) openStore(c Config) error {
-	st, err := openStore(c, c.Logger, co.reg)
+	var watchers []stack.Watcher
+	if co.tracer != nil {
+		watchers = append(watchers, co.tracer)
+	}
+	st, err := openStore(c, c.Logger, co.reg, append(watchers, co.m)...)
 	if err != nil {
 		return err
 	}
@@ -136,26 +154,29 @@ func (co *core) openStore(c Config) error {
 }
 
 // wireDecider makes the decision service over the store and the rules,
-// and puts the observers around it, from the inside out: the store's
-// metrics and spans, decide (with admit's concurrency slots after its rate
-// decision), Envoy's shadow mode, the decision's span, the heavy hitters
-// and denial log, and the decision metrics. It is the one place that knows
-// that order.
+// with admit's concurrency slots after its rate decision, Envoy's global
+// shadow mode (decide.Config.Shadow) and its observers, told of each
+// decision in this order: unknown domains, the decision's span (which the
+// tracer also starts, before the decision), the heavy hitters and denial
+// log, and the decision metrics. It is the one place that knows them.
 func (co *core) wireDecider(c Config) error {
-	tp, stopTracing, err := newTracerProvider(c.Tracing)
-	if err != nil {
+	dc := decide.DefaultConfig()
+	dc.Rules, dc.Store, dc.Local = co.rules.Current, co.stores, co.stores.Local()
+	dc.StoreTimeout, dc.Fail, dc.Logger, dc.Ping = c.StoreTimeout, c.Fail, c.Logger, co.stores.Ping
+	dc.EnvoyKeys, dc.Shadow = c.Store.EnvoyKeys, c.Shadow
+	oc := observe.DefaultConfig()
+	oc.MaxKeys, oc.Sketch.Width = c.Observe.TopKeys, c.Observe.TopWidth
+	oc.DenialLogRate, oc.Logger = c.Observe.DenyLogRate, c.Logger
+	var err error
+	if co.observer, err = observe.New(oc); err != nil {
 		return err
 	}
-	var store sluice.Store = co.m.Store(co.stores)
-	if tp != nil {
-		co.closers = append(co.closers, stopTracing)
-		store = tracing.NewStore(store, tp)
-	}
-	dc := decide.DefaultConfig()
-	dc.Rules, dc.Store, dc.Local = co.rules.Current, store, co.stores.Local()
-	dc.StoreTimeout, dc.Fail, dc.Logger, dc.Ping = c.StoreTimeout, c.Fail, c.Logger, co.stores.Ping
-	dc.EnvoyKeys = c.Store.EnvoyKeys
+	co.closers = append(co.closers, co.observer.Close)
 	dc.Observers = append(dc.Observers, observe.NewUnknownDomains(c.Logger))
+	if co.tracer != nil {
+		dc.Observers = append(dc.Observers, co.tracer)
+	}
+	dc.Observers = append(dc.Observers, co.observer, co.m)
 	ac := admit.DefaultConfig()
 	ac.Fail, ac.Timeout, ac.Lease, ac.Logger = c.Fail, c.StoreTimeout, c.ConcurrencyLease, c.Logger
 	if sl := co.stores.SlotCounter(); sl != nil { // Redis's, counted across servers; else admit's own
@@ -164,25 +185,10 @@ func (co *core) wireDecider(c Config) error {
 	if dc.Admit, err = admit.New(ac); err != nil {
 		return fmt.Errorf("concurrency limits: %w", err)
 	}
-	svc, err := decide.New(dc)
-	if err != nil {
+	if co.svc, err = decide.New(dc); err != nil {
 		return fmt.Errorf("decision service: %w", err)
 	}
-	var inner metrics.Service = svc
-	if c.Shadow {
-		inner = shadowAll{inner}
-	}
-	if tp != nil {
-		inner = tracing.NewDecider(inner, tp)
-	}
-	oc := observe.DefaultConfig()
-	oc.MaxKeys, oc.Sketch.Width = c.Observe.TopKeys, c.Observe.TopWidth
-	oc.DenialLogRate, oc.Logger = c.Observe.DenyLogRate, c.Logger
-	if co.observer, err = observe.New(inner, oc); err != nil {
-		return err
-	}
-	co.closers = append(co.closers, co.observer.Close)
-	co.svc, co.decider = svc, co.m.Decider(co.observer)
+	co.m.WatchMode(co.svc.Mode)
 	co.unreachedOK = c.Fail == decide.FailOpen && c.FailExplicit
 	co.startProbe(c.Logger)
 	return nil
@@ -259,7 +265,7 @@ func (co *core) failDecisions() map[string]uint64 {
 
 // mode returns the decision service's mode as /readyz and the dashboard
 // name it.
-func (co *core) mode() string { return co.decider.Mode().String() }
+func (co *core) mode() string { return co.svc.Mode().String() }
 
 // close stops what newCore started, the last started first: the
 // observers, tracing, the rules source, the store and statsd (which sends

@@ -44,7 +44,7 @@ descriptors:
 	other := &decide.Request{Domain: "api", Descriptors: []decide.Descriptor{{Entries: []decide.Entry{{Key: "remote_address"}}, Cost: 1}}}
 	admitted := 0
 	for i := range 5000 {
-		resp, err := co.decider.Decide(ctx, user)
+		resp, err := co.svc.Decide(ctx, user)
 		if err != nil || resp.Mode != decide.ModeStore {
 			t.Fatalf("request %d: %+v, %v", i, resp, err)
 		}
@@ -57,7 +57,7 @@ descriptors:
 			a[j] = byte(rng.Uint32())
 		}
 		other.Descriptors[0].Entries[0].Value = netip.PrefixFrom(netip.AddrFrom16(a), 64).String()
-		if _, err := co.decider.Decide(ctx, other); err != nil {
+		if _, err := co.svc.Decide(ctx, other); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -58,7 +58,7 @@ func newProxyFront(s *Server, rw *respond.Writer) (*proxyFront, error) {
 		return nil, err
 	}
 	cfg := proxy.DefaultConfig()
-	cfg.Upstream, cfg.Identity, cfg.Decider, cfg.Respond, cfg.Logger = f.up, id, co.decider, rw, s.log
+	cfg.Upstream, cfg.Identity, cfg.Decider, cfg.Respond, cfg.Logger = f.up, id, co.svc, rw, s.log
 	cfg.MaxDelay, cfg.MaxWaiting = pc.MaxDelay, pc.MaxWaiting
 	var shedStats func() shed.Stats // for /readyz, nil without a gate
 	if pc.Shed {

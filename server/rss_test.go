@@ -69,7 +69,7 @@ func TestRSS(t *testing.T) {
 			a[j] = byte(rng.Uint32())
 		}
 		req.Descriptors[0].Entries[0].Value = netip.PrefixFrom(netip.AddrFrom16(a), 64).String()
-		resp, err := co.decider.Decide(ctx, req)
+		resp, err := co.svc.Decide(ctx, req)
 		if err != nil || resp.Overall != decide.OK || resp.Mode != decide.ModeStore {
 			t.Fatalf("client %d: %+v, %v", i, resp, err)
 		}

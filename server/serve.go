@@ -60,7 +60,7 @@ func (s *Server) HTTPAddr() string {
 // newServeFront makes the decision APIs of s and binds their listeners.
 func newServeFront(s *Server, rw *respond.Writer) (*serveFront, error) {
 	co, c := s.co, s.cfg
-	f := &serveFront{s: s, rls: envoyrls.New(co.decider, envoyrls.Config{Respond: rw})}
+	f := &serveFront{s: s, rls: envoyrls.New(co.svc, envoyrls.Config{Respond: rw})}
 	var err error
 	f.api, err = httpapi.New(httpapi.Config{
 		RateLimiter:  f.rls,
@@ -82,7 +82,7 @@ func newServeFront(s *Server, rw *respond.Writer) (*serveFront, error) {
 	}
 	if c.Identity != "" {
 		// Forward-auth for nginx auth_request and Traefik ForwardAuth.
-		fa, err := newForwardAuth(c.Identity, rw, co.decider, s.log, co.reg)
+		fa, err := newForwardAuth(c.Identity, rw, co.svc, s.log, co.reg)
 		if err != nil {
 			return nil, err
 		}

@@ -225,4 +225,4 @@ func (s *Server) UIAddr() string {
 }
 
 // Mode returns where decisions come from now, as /readyz reports it.
-func (s *Server) Mode() decide.Mode { return s.co.decider.Mode() }
+func (s *Server) Mode() decide.Mode { return s.co.svc.Mode() }

@@ -63,9 +63,9 @@ func storeError(err error) error {
 }
 
 // openStore opens the store c.Store names, composed by store/stack, with
-// the TLS of c.StoreTLS and its logs to log, and counts its local-first
-// layers' work on reg.
-func openStore(c Config, log *slog.Logger, reg prometheus.Registerer) (*stack.Stack, error) {
+// the TLS of c.StoreTLS and its logs to log, each call of it told to
+// watchers, and counts its local-first layers' work on reg.
+func openStore(c Config, log *slog.Logger, reg prometheus.Registerer, watchers ...stack.Watcher) (*stack.Stack, error) {
 	sc := c.Store
 	// The metric series named by request values take their part of
 	// --max-memory (openMetrics gives it them).
@@ -75,7 +75,7 @@ func openStore(c Config, log *slog.Logger, reg prometheus.Registerer) (*stack.St
 	if err != nil {
 		return nil, err
 	}
-	sc.TLS, sc.Logger = tc, log
+	sc.TLS, sc.Logger, sc.Watchers = tc, log, watchers
 	st, err := stack.New(sc)
 	if err != nil {
 		return nil, storeError(err)

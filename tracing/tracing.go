@@ -1,7 +1,7 @@
 // Package tracing records OpenTelemetry spans for sluice's decisions and
-// store calls: a Decider decorates the decision service and a Store
-// decorates the store, as package metrics does. Tracing is off unless the
-// decorators are put in place, so it costs nothing when off; when on,
+// store calls: a Tracer watches the decision service (a decide.Starter)
+// and the store (a store/stack Watcher), as package metrics does. Tracing
+// is off unless a Tracer is put in place, so it costs nothing when off; when on,
 // each span carries only attributes that cost no formatting (the domain as
 // it came, counts, the verdict's name), and none at all when the span is
 // not sampled. Envoy's trace context, which Envoy's rate limit filter
@@ -11,6 +11,7 @@ package tracing
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -39,36 +40,43 @@ var (
 	clientKind = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
 )
 
-// Service is what a Decider decorates: *decide.Service's Decide method.
-type Service interface {
-	Decide(ctx context.Context, r *decide.Request) (*decide.Response, error)
-}
-
-// Decider records a span for each decision of a Service. It is safe for
+// Tracer records a span for each decision, as a decide.Starter of the
+// decision service (Start, Observe), and one for each call of the store
+// under it, as a store/stack Watcher (StartCall, EndCall). It is safe for
 // concurrent use.
-type Decider struct {
-	next   Service
+type Tracer struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
 }
 
-// NewDecider returns a Decider that traces the decisions of next with tp's
-// tracer.
-func NewDecider(next Service, tp trace.TracerProvider) *Decider {
-	return &Decider{next: next, tracer: tp.Tracer(Scope), prop: propagation.TraceContext{}}
+var _ decide.Starter = (*Tracer)(nil)
+
+// NewTracer returns a Tracer that records with tp's tracer.
+func NewTracer(tp trace.TracerProvider) *Tracer {
+	return &Tracer{tracer: tp.Tracer(Scope), prop: propagation.TraceContext{}}
 }
 
-// Decide decides r with the decorated Service inside a span.
-func (d *Decider) Decide(ctx context.Context, r *decide.Request) (*decide.Response, error) {
+// Start starts the span of a decision, as a child of the span in ctx or
+// else of the trace context in ctx's incoming gRPC metadata, and returns
+// the context that holds it: the decision runs in it, and Observe ends it.
+// No other Starter of the Service may put a span in the context.
+func (t *Tracer) Start(ctx context.Context, _ *decide.Request) context.Context {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			ctx = d.prop.Extract(ctx, metadataCarrier(md))
+			ctx = t.prop.Extract(ctx, metadataCarrier(md))
 		}
 	}
-	ctx, span := d.tracer.Start(ctx, SpanDecide, serverKind...)
-	resp, err := d.next.Decide(ctx, r)
+	ctx, _ = t.tracer.Start(ctx, SpanDecide, serverKind...)
+	return ctx
+}
+
+// Observe ends the decision's span, which Start put in ctx, with the
+// request's domain, its count of descriptors, the verdict and the mode,
+// or with the error of an invalid request.
+func (t *Tracer) Observe(ctx context.Context, r *decide.Request, resp *decide.Response, err error) {
+	span := trace.SpanFromContext(ctx)
 	if span.IsRecording() {
-		if err != nil {
+		if err != nil || resp == nil {
 			span.SetStatus(codes.Error, "invalid request")
 			span.RecordError(err)
 		} else {
@@ -81,15 +89,33 @@ func (d *Decider) Decide(ctx context.Context, r *decide.Request) (*decide.Respon
 		}
 	}
 	span.End()
-	return resp, err
 }
 
-// Mode passes on the decorated Service's Mode, if it has one.
-func (d *Decider) Mode() decide.Mode {
-	if m, ok := d.next.(interface{ Mode() decide.Mode }); ok {
-		return m.Mode()
+// StartCall starts the span of a store call as a child of the decision's,
+// when that one is sampled; outside a sampled span it records nothing and
+// costs a context lookup. It returns the context the call runs in.
+func (t *Tracer) StartCall(ctx context.Context, _ []sluice.Request) context.Context {
+	if !trace.SpanContextFromContext(ctx).IsSampled() {
+		return ctx
 	}
-	return decide.ModeStore
+	ctx, _ = t.tracer.Start(ctx, SpanStoreTakeAll, clientKind...)
+	return ctx
+}
+
+// EndCall ends the span StartCall started in ctx, if any: a store call's
+// span is started only under a sampled one, so a span in ctx that is not
+// sampled is the decision's or none, and is left alone.
+func (t *Tracer) EndCall(ctx context.Context, reqs []sluice.Request, _ time.Duration, err error) {
+	span := trace.SpanFromContext(ctx)
+	if !span.SpanContext().IsSampled() {
+		return
+	}
+	span.SetAttributes(attribute.Int("sluice.requests", len(reqs)))
+	if err != nil {
+		span.SetStatus(codes.Error, "store call failed")
+		span.RecordError(err)
+	}
+	span.End()
 }
 
 // metadataCarrier reads W3C trace context from incoming gRPC metadata.
@@ -114,69 +140,4 @@ func (c metadataCarrier) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
-}
-
-// Store records a span for each call of a sluice.Store, as a child of the
-// decision's span; a call outside a sampled span records nothing and costs
-// a context lookup. It is safe for concurrent use as its store is, and
-// passes on the store's optional abilities.
-type Store struct {
-	next   sluice.Store
-	tracer trace.Tracer
-}
-
-var (
-	_ sluice.Store        = (*Store)(nil)
-	_ decide.NonBlocking  = (*Store)(nil)
-	_ decide.Ready        = (*Store)(nil)
-	_ sluice.LimitChecker = (*Store)(nil)
-)
-
-// NewStore returns next traced with tp's tracer.
-func NewStore(next sluice.Store, tp trace.TracerProvider) *Store {
-	return &Store{next: next, tracer: tp.Tracer(Scope)}
-}
-
-// TakeAll implements sluice.Store.
-func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
-	if !trace.SpanContextFromContext(ctx).IsSampled() {
-		return s.next.TakeAll(ctx, reqs, ds)
-	}
-	ctx, span := s.tracer.Start(ctx, SpanStoreTakeAll, clientKind...)
-	err := s.next.TakeAll(ctx, reqs, ds)
-	end(span, err, len(reqs))
-	return err
-}
-
-// end ends a store call's span.
-func end(span trace.Span, err error, n int) {
-	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("sluice.requests", n))
-		if err != nil {
-			span.SetStatus(codes.Error, "store call failed")
-			span.RecordError(err)
-		}
-	}
-	span.End()
-}
-
-// NonBlocking reports whether the decorated store never blocks.
-func (s *Store) NonBlocking() bool {
-	nb, ok := s.next.(decide.NonBlocking)
-	return ok && nb.NonBlocking()
-}
-
-// Ready reports whether the decorated store can decide; a store without
-// Ready always can.
-func (s *Store) Ready() bool {
-	r, ok := s.next.(decide.Ready)
-	return !ok || r.Ready()
-}
-
-// CheckLimit passes on the decorated store's veto on limits.
-func (s *Store) CheckLimit(l sluice.Limit) error {
-	if lc, ok := s.next.(sluice.LimitChecker); ok {
-		return lc.CheckLimit(l)
-	}
-	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"strconv"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -14,11 +13,10 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/stack"
 	"github.com/sluicehq/sluice/tracing"
 )
 
@@ -31,29 +29,31 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
 `
 
-// traced returns a Decider over the real decision service on a memory
-// store, both traced by tp, and the store.
-func traced(t testing.TB, tp trace.TracerProvider) (*tracing.Decider, sluice.Store) {
+// traced returns the real decision service on a memory store composed by
+// store/stack, both watched by a Tracer of tp: the Service as a Starter,
+// the stack's calls as a Watcher.
+func traced(t testing.TB, tp trace.TracerProvider) *decide.Service {
 	t.Helper()
 	set, err := rules.Parse("rules.yaml", []byte(rulesYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, err := memory.New(memory.DefaultConfig())
+	tr := tracing.NewTracer(tp)
+	st, err := stack.New(stack.Config{URL: "memory", Watchers: []stack.Watcher{tr}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mem.Close() })
-	store := tracing.NewStore(mem, tp)
+	t.Cleanup(func() { st.Close(context.Background()) })
 	dc := decide.DefaultConfig()
 	dc.Rules = func() *rules.Set { return set }
-	dc.Store = store
+	dc.Store, dc.Local = st, st.Local()
 	dc.Logger = slog.New(slog.DiscardHandler)
+	dc.Observers = []decide.Observer{tr}
 	svc, err := decide.New(dc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tracing.NewDecider(svc, tp), store
+	return svc
 }
 
 func request(user string) *decide.Request {
@@ -75,7 +75,7 @@ func TestSpans(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	d, _ := traced(t, tp)
+	d := traced(t, tp)
 
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", traceparent))
@@ -108,9 +108,6 @@ func TestSpans(t *testing.T) {
 			t.Errorf("store call attributes %v", store.Attributes())
 		}
 	}
-	if d.Mode() != decide.ModeStore {
-		t.Errorf("Mode = %v", d.Mode())
-	}
 }
 
 // TestNotSampled checks that a decision Envoy did not sample records
@@ -120,29 +117,13 @@ func TestNotSampled(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	d, _ := traced(t, tp)
+	d := traced(t, tp)
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"))
 	if _, err := d.Decide(ctx, request("bob")); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(exp.GetSpans()); n != 0 {
 		t.Errorf("%d spans of an unsampled decision, want 0", n)
-	}
-}
-
-// TestStorePassesAbilities checks that the traced store keeps the
-// memory store's abilities.
-func TestStorePassesAbilities(t *testing.T) {
-	t.Parallel()
-	_, store := traced(t, sdktrace.NewTracerProvider())
-	if nb, ok := store.(decide.NonBlocking); !ok || !nb.NonBlocking() {
-		t.Error("the traced memory store is not NonBlocking")
-	}
-	if r, ok := store.(decide.Ready); !ok || !r.Ready() {
-		t.Error("the traced memory store is not Ready")
-	}
-	if lc, ok := store.(sluice.LimitChecker); !ok || lc.CheckLimit(sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: time.Second}) != nil {
-		t.Error("the traced memory store vetoes a valid limit")
 	}
 }
 
@@ -203,7 +184,7 @@ func BenchmarkDecide(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}), sdktrace.WithSampler(tc.sampler))
 			defer tp.Shutdown(context.Background())
-			d, _ := traced(b, tp)
+			d := traced(b, tp)
 			run(b, d)
 		})
 	}

@@ -61,7 +61,7 @@ type Config struct {
 	Mode func() string
 	// Observer lists the keys the heavy hitters are counted under; nil
 	// shows none.
-	Observer *observe.Decider
+	Observer *observe.Watcher
 	// Events are the recent rules loads; nil shows none.
 	Events *Events
 	// Simulate caps what one simulation may ask for; zero fields mean

@@ -101,6 +101,18 @@ func (r recPerSecond) TakeAll(ctx context.Context, reqs []sluice.Request, ds []s
 	return r.Store.TakeAll(ctx, reqs, ds)
 }
 
+// recWatcher is a Watcher that notes its calls.
+type recWatcher struct{ j *journal }
+
+func (w recWatcher) StartCall(ctx context.Context, _ []sluice.Request) context.Context {
+	w.j.calls = append(w.j.calls, "watch")
+	return ctx
+}
+
+func (w recWatcher) EndCall(context.Context, []sluice.Request, time.Duration, error) {
+	w.j.calls = append(w.j.calls, "watched")
+}
+
 // fakeParts returns parts that record into j; the Redis stores are named
 // by their URLs' hosts and are ready unless named in notReady.
 func fakeParts(j *journal, notReady ...string) parts {
@@ -136,8 +148,9 @@ func fakeParts(j *journal, notReady ...string) parts {
 // TestOrder pins the order of the layers: the layers a request of a
 // second's limit and one of an hour's pass, outermost first, and those of
 // the fail-local store. envoykeys is outside the near cache and leases
-// (local-first), persecond outside both, floodguard only over memory, and the
-// fail-local store never guarded.
+// (local-first), persecond outside both, floodguard only over memory, the
+// observe hook (Config.Watchers) around all of them, and the fail-local
+// store never guarded nor watched.
 func TestOrder(t *testing.T) {
 	t.Parallel()
 	lf := func(host string) []string { return []string{"localfirst over redis " + host, "redis " + host} }
@@ -163,10 +176,18 @@ func TestOrder(t *testing.T) {
 		{"redis, regions between local-first and redis", regionsConfig, inRegions, inRegions, []string{"memory"}},
 		{"redis, regions, Envoy's keys", withEnvoyKeys(regionsConfig),
 			cat([]string{"envoykeys"}, inRegions), cat([]string{"envoykeys"}, inRegions), []string{"memory"}},
+		{"redis, per second, Envoy's keys, watched", Config{URL: "redis://main", PerSecond: "redis://ps", EnvoyKeys: true, Watchers: []Watcher{recWatcher{}}},
+			cat([]string{"watch", "persecond", "envoykeys"}, lf("ps"), []string{"watched"}),
+			cat([]string{"watch", "persecond", "envoykeys"}, lf("main"), []string{"watched"}), []string{"memory"}},
+		{"memory, flood guard, watched", Config{URL: "memory", FloodGuard: true, Watchers: []Watcher{recWatcher{}}},
+			[]string{"watch", "floodguard", "memory", "watched"}, []string{"watch", "floodguard", "memory", "watched"}, []string{"memory"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			j := &journal{}
+			if len(tc.cfg.Watchers) > 0 { // the row's watcher, noting into j
+				tc.cfg.Watchers = []Watcher{recWatcher{j}}
+			}
 			s, err := build(tc.cfg, fakeParts(j))
 			if err != nil {
 				t.Fatal(err)

@@ -7,7 +7,8 @@
 // layer passes another's abilities on.
 //
 // The order, outermost first (a request goes down until a layer decides
-// it):
+// it), under the observe hook (Config.Watchers: told of each call of the
+// outermost layer, on either store, never of Local's):
 //
 //	Redis (Config.URL a Redis URL):
 //
@@ -139,6 +140,11 @@ type Config struct {
 	// list every other. Default none.
 	Peers []Peer
 
+	// Watchers are told of every call of the outermost layer (metrics
+	// times it, tracing records its span), in this order; not of the calls
+	// of Local. Default none.
+	Watchers []Watcher
+
 	// Logger warns while a Redis does not answer. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock of the stores and layers. Default nil: time.Now,
@@ -169,7 +175,7 @@ func DefaultConfig() Config {
 		// TLS: nil, the system's roots; ExpiryJitter: 0, none
 		// MaxEntries: 0, no bound but MaxMemory; FloodGuard: off
 		// EnvoyKeys: off; EnvoyKeyPrefix: "", Envoy's default
-		// Region: "", no regions; Peers: none
+		// Region: "", no regions; Peers: none; Watchers: none
 		// Now: nil, time.Now and Redis's TIME
 	}
 }
@@ -310,6 +316,18 @@ func LimitCheck(rawURL string) (func(sluice.Limit) error, error) {
 	return redis.CheckLimit, nil
 }
 
+// Watcher watches the calls of a Stack's outermost layer (Config.Watchers):
+// the observe hook, outside every layer. StartCall is called before a call
+// and returns the context the call runs in (ctx, or one with a span);
+// EndCall is called after it with that context, the time the call took
+// (by the system clock) and its error. Both run on the decision's path:
+// they must be quick and safe for concurrent use, and must neither change
+// nor keep reqs.
+type Watcher interface {
+	StartCall(ctx context.Context, reqs []sluice.Request) context.Context
+	EndCall(ctx context.Context, reqs []sluice.Request, took time.Duration, err error)
+}
+
 // Stats are the counters of a Stack's local-first layers, summed over its
 // Redis stores; zero on the memory store.
 type Stats = localfirst.Stats
@@ -320,6 +338,7 @@ type Stats = localfirst.Stats
 // composed store can do, found when New composed it.
 type Stack struct {
 	regions     Regions
+	watchers    []Watcher
 	top         sluice.Store
 	local       sluice.Store
 	slots       *redis.SlotCounter
@@ -339,9 +358,22 @@ var _ sluice.Store = (*Stack)(nil)
 // never work is a *ConfigError.
 func New(cfg Config) (*Stack, error) { return build(cfg, realParts()) }
 
-// TakeAll implements sluice.Store: the outermost layer's TakeAll.
+// TakeAll implements sluice.Store: the outermost layer's TakeAll, watched
+// by Config.Watchers.
 func (s *Stack) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
-	return s.top.TakeAll(ctx, reqs, ds)
+	if len(s.watchers) == 0 {
+		return s.top.TakeAll(ctx, reqs, ds)
+	}
+	for _, w := range s.watchers {
+		ctx = w.StartCall(ctx, reqs)
+	}
+	t := time.Now()
+	err := s.top.TakeAll(ctx, reqs, ds)
+	took := time.Since(t)
+	for _, w := range s.watchers {
+		w.EndCall(ctx, reqs, took, err)
+	}
+	return err
 }
 
 // Local returns the in-process store that decide's fail: local decides
@@ -451,7 +483,7 @@ func build(cfg Config, p parts) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{}
+	s := &Stack{watchers: cfg.Watchers}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, s.Close(context.Background()))
