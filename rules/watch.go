@@ -52,8 +52,9 @@ type Watcher struct {
 	above    []string
 
 	closeOnce sync.Once
-	done      chan struct{} // closed by Close
-	stopped   chan struct{} // closed when the loop returns
+	done      chan struct{}   // closed by Close
+	stopped   chan struct{}   // closed when the loop returns
+	reloads   chan chan error // Reload's requests, answered by the loop
 }
 
 // WatchOption changes how a Watcher loads rules.
@@ -98,7 +99,7 @@ func NewWatcher(path string, onReload func(*Set, error), opts ...WatchOption) (*
 // every reload.
 func (ld Loader) Watch(path string, onReload func(*Set, error), opts ...WatchOption) (*Watcher, error) {
 	w := &Watcher{ld: ld, path: path, dir: path, onReload: onReload,
-		done: make(chan struct{}), stopped: make(chan struct{})}
+		done: make(chan struct{}), stopped: make(chan struct{}), reloads: make(chan chan error)}
 	for _, o := range opts {
 		o(w)
 	}
@@ -213,6 +214,30 @@ func (w *Watcher) Close() error {
 	return err
 }
 
+// ErrClosed is Reload's error after Close.
+var ErrClosed = errors.New("rules watcher closed")
+
+// Reload loads the rules now, as a change seen would (SIGHUP asks it of a
+// server): for what the watch cannot see, such as a file behind a symbolic
+// link in another directory or a file system without notifications. It
+// waits for the load and returns why the Set in force stays, if it does
+// (the error onReload is given too). Rules unchanged since the last good
+// load are not reported, as after a change seen.
+func (w *Watcher) Reload() error {
+	answer := make(chan error, 1)
+	select {
+	case w.reloads <- answer:
+	case <-w.done:
+		return ErrClosed
+	}
+	select {
+	case err := <-answer:
+		return err
+	case <-w.stopped:
+		return ErrClosed
+	}
+}
+
 // loop waits for changes, debounces them and reloads, until Close.
 func (w *Watcher) loop() {
 	defer close(w.stopped)
@@ -240,33 +265,44 @@ func (w *Watcher) loop() {
 			failed = true
 			timer.Reset(debounce)
 		case <-timer.C:
-			if w.absent.Load() {
-				there, err := w.appear()
-				if err != nil {
-					failed = true
-					w.report(nil, fmt.Errorf("watch rules %s: %w", w.path, err))
-				}
-				if !there {
-					continue
-				}
-			}
-			if err := w.watchTree(); err != nil {
-				failed = true
-				w.report(nil, fmt.Errorf("watch rules %s: %w", w.path, err))
-				continue
-			}
-			s, err := w.load()
-			switch {
-			case err != nil:
-				failed = true
-				w.report(nil, err)
-			case s.Version() != w.cur.Load().Version() || failed:
-				failed = false
-				w.cur.Store(s)
-				w.report(s, nil)
-			}
+			_ = w.reload(&failed)
+		case answer := <-w.reloads:
+			answer <- w.reload(&failed)
 		}
 	}
+}
+
+// reload loads the rules again and swaps them in when they changed, or
+// when the last load failed (*failed, which it updates), reporting each
+// load that changed something or failed. It returns the load's error.
+func (w *Watcher) reload(failed *bool) error {
+	fail := func(err error) error {
+		*failed = true
+		w.report(nil, err)
+		return err
+	}
+	if w.absent.Load() {
+		there, err := w.appear()
+		if err != nil {
+			return fail(fmt.Errorf("watch rules %s: %w", w.path, err))
+		}
+		if !there {
+			return nil // still absent: the empty Set stays, as at the start
+		}
+	}
+	if err := w.watchTree(); err != nil {
+		return fail(fmt.Errorf("watch rules %s: %w", w.path, err))
+	}
+	s, err := w.load()
+	switch {
+	case err != nil:
+		return fail(err)
+	case s.Version() != w.cur.Load().Version() || *failed:
+		*failed = false
+		w.cur.Store(s)
+		w.report(s, nil)
+	}
+	return nil
 }
 
 // load loads the rules and checks them.

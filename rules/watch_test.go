@@ -428,3 +428,50 @@ func TestWatcherAbsent(t *testing.T) {
 		}
 	})
 }
+
+// TestWatcherReload: Reload loads what the watch cannot see (a rules file
+// behind a symbolic link to another directory, edited there), reports it,
+// keeps the rules in force when the edit is broken, and says ErrClosed
+// after Close.
+func TestWatcherReload(t *testing.T) {
+	t.Parallel()
+	real, dir := t.TempDir(), t.TempDir()
+	target, path := filepath.Join(real, "rules.yaml"), filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(target, []byte(rulesWithRate(1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	w, ch := watch(t, path)
+	if err := w.Reload(); err != nil {
+		t.Fatalf("Reload of unchanged rules: %v", err)
+	}
+	if err := os.WriteFile(target, []byte(rulesWithRate(2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if got := rate(t, w.Current()); got != 2 {
+		t.Errorf("after Reload: rate %d, want 2", got)
+	}
+	if r := next(t, ch); r.err != nil || rate(t, r.set) != 2 {
+		t.Errorf("reported %v, %v; want the rules of rate 2", r.set, r.err)
+	}
+	if err := os.WriteFile(target, []byte(broken), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(); err == nil {
+		t.Error("Reload of broken rules: no error")
+	}
+	if got := rate(t, w.Current()); got != 2 {
+		t.Errorf("after a broken Reload: rate %d, want 2 still", got)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Reload after Close: %v, want ErrClosed", err)
+	}
+}

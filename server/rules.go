@@ -40,6 +40,35 @@ func isRulesDB(spec string) bool {
 // a control.Retriever of a rules database or an xds.Subscription.
 type rulesSource interface {
 	Current() *rules.Set
+	// Reload reads the rules again now (Server.Reload, SIGHUP) and returns
+	// why the rules in force stay, if they do.
+	Reload(ctx context.Context) error
+}
+
+// SourceSignal names a reload that Server.Reload asked for (SIGHUP) in
+// the logs and metrics.
+const SourceSignal = "signal"
+
+// watchedFiles are rules files alone: their watcher loads them again.
+type watchedFiles struct{ *rules.Watcher }
+
+func (w watchedFiles) Reload(context.Context) error { return w.Watcher.Reload() }
+
+// database is a rules database: its retriever reads it again.
+type database struct{ *control.Retriever }
+
+func (d database) Reload(ctx context.Context) error { return d.Refresh(ctx, SourceSignal) }
+
+// filesWithOverrides are rules files with the overrides control/filedb
+// keeps beside them: the watcher loads the files again (and its report
+// rebases the retriever), the retriever reads the overrides again.
+type filesWithOverrides struct {
+	*control.Retriever
+	w *rules.Watcher
+}
+
+func (f filesWithOverrides) Reload(ctx context.Context) error {
+	return errors.Join(f.w.Reload(), f.Refresh(ctx, SourceSignal))
 }
 
 // rulesHooks are told of each rules load.
@@ -93,7 +122,7 @@ func openRules(log *slog.Logger, c Config, check func(sluice.Limit) error, h rul
 	if err != nil { // OnReload counted the failure
 		return nil, nil, nil, errors.Join(fmt.Errorf("load rules: %w", err), db.Close())
 	}
-	return r, db, func() error { return errors.Join(r.Close(), db.Close()) }, nil
+	return database{r}, db, func() error { return errors.Join(r.Close(), db.Close()) }, nil
 }
 
 // openRulesFiles opens rules files and their watcher. For a directory, the
@@ -132,7 +161,7 @@ func openRulesFiles(log *slog.Logger, rc RulesConfig, check func(sluice.Limit) e
 		}
 		log.Warn("no rules yet: "+what+"; every request passes unlimited until rules appear there", "rules", rc.Source)
 	}
-	var src rulesSource = w
+	var src rulesSource = watchedFiles{w}
 	closeAll := w.Close
 	var gen int64
 	if dbErr == nil {
@@ -152,7 +181,7 @@ func openRulesFiles(log *slog.Logger, rc RulesConfig, check func(sluice.Limit) e
 		if st := r.State(); st != nil {
 			gen = st.Generation
 		}
-		src, closeAll = r, func() error { return errors.Join(r.Close(), w.Close()) }
+		src, closeAll = filesWithOverrides{r, w}, func() error { return errors.Join(r.Close(), w.Close()) }
 	}
 	h.m.Reload(nil)
 	h.rm.Reload(src.Current(), control.SourceFiles, gen, nil)

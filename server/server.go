@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/store/redis"
 	"github.com/sluicehq/sluice/transport/admin"
 	"github.com/sluicehq/sluice/transport/httpapi"
 	"github.com/sluicehq/sluice/transport/respond"
@@ -178,6 +179,33 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	}
 	s.log.Info("stopped")
 	return serveErr
+}
+
+// Reload reads the rules and the TLS certificates again now, as nginx
+// does on SIGHUP (`sluice serve` calls it then): for a change the
+// watchers cannot see (a file system without notifications, a file
+// behind a symbolic link in another directory, a certificate replaced
+// with the same size and time), or to have it done at a moment of one's
+// choosing. A reload that fails keeps the rules or certificates in force
+// and is logged; Reload returns why. It is safe to call while Run serves;
+// once Run has begun to shut down, it fails.
+func (s *Server) Reload(ctx context.Context) error {
+	err := s.co.rules.Reload(ctx)
+	if err != nil {
+		s.log.Error("reload: the rules in force stay", "rules", redis.Redact(s.cfg.Rules.Source), "err", err)
+	}
+	if s.tls.loader != nil {
+		if terr := s.tls.loader.Reload(); terr != nil {
+			s.log.Error("reload: TLS certificates", "err", terr)
+			err = errors.Join(err, terr)
+		}
+	}
+	if err == nil {
+		cur := s.co.rules.Current()
+		s.log.Info("reloaded", "rules", redis.Redact(s.cfg.Rules.Source), "version", cur.Version(), "domains", cur.Domains(),
+			"tls", s.tls.loader != nil)
+	}
+	return err
 }
 
 // Close releases everything New opened, for a Server that Run did not

@@ -15,7 +15,12 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP first, before anything else runs: unhandled, it ends the
+	// process (exit status 129, without a word). serve and proxy reload on
+	// it; the other commands ignore it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	ctx, stop := signal.NotifyContext(withReloads(context.Background(), hup), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, commandArgs(os.Args), os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {

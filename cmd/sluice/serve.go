@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/peterbourgon/ff/v4"
@@ -28,6 +29,7 @@ func serveCommandOf(s *settings, stderr io.Writer) *ff.Command {
 			"POST /v1/decide, POST /json, GET /healthz, /readyz, /healthcheck, /v1/rules, /metrics, the dashboard at /ui,\n" +
 			"the heavy hitters at /v1/top and one client's state at /v1/keys/DOMAIN/KEY/VALUE.\n" +
 			"The rules are reloaded when their files change; a broken edit keeps the rules in force.\n" +
+			"SIGHUP reloads the rules and the TLS certificates now (as nginx does), for changes not seen.\n" +
 			"SIGINT or SIGTERM stops accepting calls and finishes those in flight.",
 		Flags: fs,
 		Exec: func(ctx context.Context, args []string) error {
@@ -71,13 +73,50 @@ func runServer(ctx context.Context, s *settings, stderr io.Writer) error {
 	cfg.Logger = log
 	srv, err := server.New(cfg)
 	if err == nil {
+		stop := reloadOn(ctx, srv)
 		err = srv.Run(ctx)
+		stop()
 	}
 	var ce *server.ConfigError
 	if errors.As(err, &ce) {
 		return usageError("%v", err)
 	}
 	return err
+}
+
+// reloadsKey is the context key of the channel of SIGHUP, which main
+// registers before anything else.
+type reloadsKey struct{}
+
+// withReloads returns ctx carrying sig, whose signals make serve and proxy
+// reload (reloadOn).
+func withReloads(ctx context.Context, sig <-chan os.Signal) context.Context {
+	return context.WithValue(ctx, reloadsKey{}, sig)
+}
+
+// reloadOn reloads srv at each signal of the channel ctx carries, if any
+// (withReloads), until ctx ends or stop is called; stop waits for a reload
+// under way. Server.Reload logs each.
+func reloadOn(ctx context.Context, srv *server.Server) (stop func()) {
+	sig, _ := ctx.Value(reloadsKey{}).(<-chan os.Signal)
+	if sig == nil {
+		return func() {}
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-sig:
+				_ = srv.Reload(ctx) // logged by Reload
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 // newLogger returns the logger for level and format ("text" or "json").

@@ -146,6 +146,22 @@ func (l *Loader) current() *material {
 	return m
 }
 
+// Reload reads the files again now, whether or not they look changed
+// (SIGHUP asks it of a server: a file replaced with the same size and
+// time is not seen otherwise), and returns why the certificates in force
+// stay, if they do. It is safe to call concurrently with handshakes.
+func (l *Loader) Reload() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stamps = l.stat()
+	m, err := l.load()
+	if err != nil {
+		return fmt.Errorf("%w; the certificates in force stay", err)
+	}
+	l.cur = m
+	return nil
+}
+
 // Certificate returns the server certificate in force, after a reload if a
 // file changed.
 func (l *Loader) Certificate() *tls.Certificate { return l.current().cert }

@@ -232,3 +232,38 @@ func TestNewRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadNow: Reload reads the files whatever their stamps say, and a
+// broken pair is its error while the certificate in force stays.
+func TestReloadNow(t *testing.T) {
+	t.Parallel()
+	authority := testenv.NewCA(t, "test CA")
+	dir := t.TempDir()
+	a, b := authority.Issue(t, false, "sluice.test"), authority.Issue(t, false, "sluice.test")
+	writeFiles(t, dir, map[string][]byte{"tls.crt": a.CertPEM, "tls.key": a.KeyPEM})
+	l, err := New(Files{Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial := func() *big.Int {
+		c, err := x509.ParseCertificate(l.cur.cert.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.SerialNumber
+	}
+	writeFiles(t, dir, map[string][]byte{"tls.crt": b.CertPEM, "tls.key": b.KeyPEM})
+	if err := l.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := serial(); got.Cmp(b.Serial) != 0 {
+		t.Errorf("after Reload: serial %v, want %v", got, b.Serial)
+	}
+	writeFiles(t, dir, map[string][]byte{"tls.key": a.KeyPEM})
+	if err := l.Reload(); err == nil {
+		t.Error("Reload of a certificate with another's key: no error")
+	}
+	if got := serial(); got.Cmp(b.Serial) != 0 {
+		t.Errorf("after a broken Reload: serial %v, want %v still", got, b.Serial)
+	}
+}
