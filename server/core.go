@@ -12,7 +12,6 @@ import (
 
 	"github.com/sluicehq/sluice/admit"
 	"github.com/sluicehq/sluice/control"
-	"github.com/sluicehq/sluice/control/xds"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/observe"
@@ -82,8 +81,8 @@ func newCore(c Config) (_ *core, err error) {
 	}
 	co.rules, co.rulesDB = src, db
 	co.closers = append(co.closers, closeRules)
-	if sub, ok := src.(*xds.Subscription); ok {
-		co.rulesReady = xdsReady(sub, c.Rules.XDS.StartWithoutRules)
+	if sub, ok := src.(xdsSource); ok {
+		co.rulesReady = xdsReady(sub.Subscription, c.Rules.XDS.StartWithoutRules)
 	}
 	c.Logger.Info("rules loaded", "rules", redis.Redact(c.Rules.Source), "version", src.Current().Version(), "domains", src.Current().Domains())
 	if err := co.wireDecider(c); err != nil {

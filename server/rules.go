@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/control"
 	"github.com/sluicehq/sluice/control/filedb"
 	"github.com/sluicehq/sluice/control/redisdb"
+	"github.com/sluicehq/sluice/control/xds"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/store/redis"
@@ -59,6 +60,12 @@ type database struct{ *control.Retriever }
 
 func (d database) Reload(ctx context.Context) error { return d.Refresh(ctx, SourceSignal) }
 
+// xdsSource is an xDS subscription: the management server sends every
+// change as it happens, and has nothing to read again.
+type xdsSource struct{ *xds.Subscription }
+
+func (xdsSource) Reload(context.Context) error { return nil }
+
 // filesWithOverrides are rules files with the overrides control/filedb
 // keeps beside them: the watcher loads the files again (and its report
 // rebases the retriever), the retriever reads the overrides again.
@@ -100,7 +107,7 @@ func openRules(log *slog.Logger, c Config, check func(sluice.Limit) error, h rul
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		return sub, nil, sub.Close, nil
+		return xdsSource{sub}, nil, sub.Close, nil
 	}
 	if !isRulesDB(rc.Source) {
 		return openRulesFiles(log, rc, check, h, report)
