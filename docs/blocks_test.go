@@ -23,8 +23,13 @@
 // then finds it up to date), runs the blocks one at a time in file order
 // (they use the default ports 8080, 8081, 8082, 8000 and 9000, which no
 // other test binds; a lock file serialises two runs on one machine), and
-// after each block kills what it left running: a block's background
-// servers (`&`) share its process group. It also checks that every
+// checks that each block stopped what it started: a block's background
+// servers (`&`) share its process group, which must be empty a few seconds
+// after the block ends (a second paste finds the ports free); what is left
+// is an error, then killed. A block that waits for a server to be ready
+// waits for a bounded time and says when it is not (wait loops:
+// TestWaitLoops), and the quickstart, run with its port taken, ends with
+// that message instead of waiting for ever. It also checks that every
 // relative link of these files points at a file and heading that exist,
 // and that docs/configuration.md names every flag of serve and proxy.
 // With -short, run blocks are skipped.
@@ -37,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -258,6 +264,7 @@ func TestBlocks(t *testing.T) {
 		})
 	}
 	t.Run("flags", func(t *testing.T) { r.flagsDocumented(t) })
+	t.Run("port taken", func(t *testing.T) { r.portTaken(t, blocks) })
 	if after := untracked(t, root); after != before {
 		t.Errorf("the blocks left files in the repository (git status before:\n%s\nafter:\n%s)", before, after)
 	}
@@ -366,6 +373,9 @@ func (r *runner) bash(t *testing.T, script string) (int, string) {
 		t.Fatal(err)
 	}
 	err = cmd.Wait()
+	if left := leftRunning(cmd.Process.Pid, leftGrace); left != "" {
+		t.Errorf("the block left running, %v after it ended, what it started (a second paste would find the port taken): %s; stop it in the block (kill %%1; a `go run` leaves its program running: build it, then run it)", leftGrace, left)
+	}
 	killGroup(t, cmd.Process.Pid)
 	data, rerr := os.ReadFile(out.Name())
 	if rerr != nil {
@@ -384,6 +394,137 @@ func (r *runner) bash(t *testing.T, script string) (int, string) {
 		t.Fatalf("bash: %v", err)
 		return 0, ""
 	}
+}
+
+// notReady is in what a block says when a server it started is not ready
+// in time (a port taken, a mistake in its flags): "sluice is not ready
+// after 10 s: see its log above".
+const notReady = " after 10 s: see "
+
+// portTaken runs the README's quickstart with its port 8080 taken by a
+// server that is never ready (503): the block must end, saying so and
+// showing sluice's error, rather than wait for ever.
+func (r *runner) portTaken(t *testing.T, blocks []block) {
+	if testing.Short() {
+		t.Skip("-short: run blocks are not run")
+	}
+	var quick *block
+	for i, b := range blocks {
+		if b.file == "README.md" && b.check != nil && b.check.mode == "run" && strings.Contains(b.text, "sluice serve") {
+			quick = &blocks[i]
+			break
+		}
+	}
+	if quick == nil {
+		t.Fatal("README.md has no run block that starts sluice serve")
+	}
+	waitFree(t, defaultPorts)
+	ln, err := net.Listen("tcp", "127.0.0.1:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	squatter := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "not me", http.StatusServiceUnavailable)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = squatter.Serve(ln) }()
+	defer squatter.Close()
+	script := filepath.Join(r.tmp, "block.sh")
+	if err := os.WriteFile(script, []byte(quick.text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	code, out := r.bash(t, script)
+	if !strings.Contains(out, "sluice is not ready"+notReady) || !strings.Contains(out, "--http-addr 127.0.0.1:8080: address already in use") {
+		t.Errorf("%v with port 8080 taken: exit status %d after %v, want %q and sluice's own error; output:\n%s",
+			quick, code, time.Since(start).Round(time.Millisecond), "sluice is not ready"+notReady, out)
+	}
+}
+
+// TestWaitLoops: a block that waits for a server waits a bounded time,
+// each try too (curl --max-time, --retry), and says when the server is not
+// ready (|| echo '... is not ready after ...'), never in an until loop that
+// spins for ever when the server failed to start.
+func TestWaitLoops(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop := regexp.MustCompile(`^\s*(until|while\s+!)\s`)
+	for _, b := range allBlocks(t, root) {
+		if !isShell(b.lang) {
+			continue
+		}
+		for _, line := range logicalLines(b.text) {
+			switch {
+			case loop.MatchString(line):
+				t.Errorf("%v: %q waits in a loop that never ends if the server does not start: use curl -m 2 --retry 10 --retry-delay 1 --retry-connrefused ... || echo 'sluice is not ready%s...'", b, line, notReady)
+			case strings.Contains(line, "--retry") && (!strings.Contains(line, "|| echo") || !strings.Contains(line, notReady)):
+				t.Errorf("%v: %q says nothing when the server is not ready: end it with || echo 'sluice is not ready%s...'", b, line, notReady)
+			case strings.Contains(line, "--retry") && !strings.Contains(line, " -m "):
+				t.Errorf("%v: %q: each try needs a bound (-m 2): a server that accepts and never answers holds it", b, line)
+			}
+		}
+	}
+}
+
+// logicalLines returns the lines of a shell script with those continued
+// by a final backslash joined.
+func logicalLines(text string) []string {
+	var out []string
+	cur := ""
+	for _, l := range strings.Split(text, "\n") {
+		if c, ok := strings.CutSuffix(l, "\\"); ok {
+			cur += c
+			continue
+		}
+		out = append(out, cur+l)
+		cur = ""
+	}
+	return out
+}
+
+// leftGrace is how long a block's background processes have to end after
+// it ended (a server drains for a moment after kill).
+const leftGrace = 5 * time.Second
+
+// leftRunning waits up to grace for every process of group pgid to end and
+// returns the command lines of those still running, or "".
+func leftRunning(pgid int, grace time.Duration) string {
+	deadline := time.Now().Add(grace)
+	for groupAlive(pgid) {
+		if time.Now().After(deadline) {
+			return strings.Join(groupCommands(pgid), "; ")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return ""
+}
+
+// groupCommands returns the command lines of the processes of group pgid
+// (zombies left out).
+func groupCommands(pgid int) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 3 || f[0] == "Z" || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		out = append(out, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	return out
 }
 
 // killGroup stops every process of the group pgid: SIGTERM, then SIGKILL
