@@ -398,13 +398,14 @@ func overall(resp *Response) Code {
 
 // block writes the statuses of the descriptors whose limit denies every
 // request (rules.Limit.Block, Envoy's requests_per_unit: 0): over the
-// limit, nothing remaining, retry after the limit's period; in shadow mode
-// OK and ShadowOverLimit.
+// limit, nothing remaining, reset after the limit's period (Envoy's
+// duration_until_reset: the window's end) but no retry time (sluice.Never:
+// waiting never lets the request pass, so HTTP answers carry no
+// Retry-After); in shadow mode OK and ShadowOverLimit.
 func block(resp *Response, b *batch) {
 	for _, br := range b.blocked {
 		st := &resp.Statuses[br.desc]
-		p := br.limit.Limit.Period
-		st.decide(br.limit, sluice.Decision{ResetAfter: p, RetryAfter: p})
+		st.decide(br.limit, sluice.Decision{ResetAfter: br.limit.Limit.Period, RetryAfter: sluice.Never})
 	}
 }
 

@@ -85,6 +85,7 @@ func newCore(c Config) (_ *core, err error) {
 		co.rulesReady = xdsReady(sub.Subscription, c.Rules.XDS.StartWithoutRules)
 	}
 	c.Logger.Info("rules loaded", "rules", redis.Redact(c.Rules.Source), "version", src.Current().Version(), "domains", src.Current().Domains())
+	warnRules(c.Logger, src.Current())
 	if err := co.wireDecider(c); err != nil {
 		return nil, err
 	}

@@ -37,6 +37,15 @@ func isRulesDB(spec string) bool {
 	return false
 }
 
+// warnRules logs at Warn what in set loads but may not be meant, as
+// `sluice check` prints it (rules.Set.Warnings): a requests_per_unit of 0,
+// which denies every request, metrics named by clients' values.
+func warnRules(log *slog.Logger, set *rules.Set) {
+	for _, w := range set.Warnings() {
+		log.Warn("rules warning", "warning", w.Error())
+	}
+}
+
 // rulesSource is where a node's rules come from: a rules.Watcher of files,
 // a control.Retriever of a rules database or an xds.Subscription.
 type rulesSource interface {
@@ -101,6 +110,7 @@ func openRules(log *slog.Logger, c Config, check func(sluice.Limit) error, h rul
 		}
 		log.Info("rules reloaded", "rules", redis.Redact(rc.Source), "source", source, "version", set.Version(), "generation", gen,
 			"domains", set.Domains(), "overrides", set.NumOverrides())
+		warnRules(log, set)
 	}
 	if isXDS(rc.Source) {
 		sub, err := openRulesXDS(log, rc, check, h)
