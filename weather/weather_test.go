@@ -27,12 +27,23 @@ const (
 	maxBack = time.Second
 )
 
-// overBound is the most a client over its limit may be admitted beyond
-// the limit in one window, by servers deciding without the store: a tenth
-// of the limit on one server (issue 31's figure).
-func overBound(servers, limit int) int {
-	_ = servers
-	return limit / 10
+// overBound is the most a client over its limit of limit a window may be
+// admitted beyond it in one window, in mode on servers servers, as
+// docs/stores.md states the bound of the servers deciding without the
+// store: a twentieth of the limit (what a server had not yet learned of a
+// key's count) and one a server (the rounding of their shares), and in
+// lease mode besides each server's outstanding lease (at most
+// min(--max-lease 1000, limit/16)); on one server never more than a tenth
+// of the limit, issue 31's figure.
+func overBound(mode string, servers, limit int) int {
+	b := limit/20 + servers
+	if mode == "lease" {
+		b += servers * min(1000, limit/16)
+	}
+	if servers == 1 {
+		b = min(b, limit/10)
+	}
+	return b
 }
 
 // cell is one weather × topology × mode's measurement.
@@ -142,7 +153,7 @@ func summarize(calls []call, m int, name string, n int, mode string, end, total 
 	// Windows of the hourly limit the client's calls touched: a run across
 	// the hour may be admitted the limit in each.
 	windows := int(start.Add(last).Truncate(time.Hour).Sub(start.Add(first).Truncate(time.Hour))/time.Hour) + 1
-	c.overAllowed = windows * (p.overLimit + overBound(n, p.overLimit))
+	c.overAllowed = windows * (p.overLimit + overBound(mode, n, p.overLimit))
 	c.notBack = c.back >= 0 && total-end-c.back < 500*time.Millisecond
 	return c
 }
@@ -224,6 +235,23 @@ func markdown(cells []cell, p plan) string {
 		fmt.Fprintf(&b, "| %s | %d | %s | %d of %d (%.2f%%) | %d of %d sent (≤ %d) | %d | %s | %s | %s |\n",
 			c.weather, c.servers, c.mode, c.underDen, c.underCalls, share, c.overAdm, c.overSent, c.overAllowed,
 			c.errors, backText(c), strings.Join(fails, ", "), fig)
+	}
+	b.WriteString("\nThe weathers, each for the time given:\n\n")
+	seen := map[string]bool{}
+	for _, c := range cells {
+		if seen[c.weather] {
+			continue
+		}
+		seen[c.weather] = true
+		for _, wx := range weathers {
+			if wx.name == c.weather {
+				d := wx.short
+				if *fullMatrix {
+					d = wx.full
+				}
+				fmt.Fprintf(&b, "- %s (%v): %s\n", wx.name, d, wx.what)
+			}
+		}
 	}
 	return b.String()
 }
