@@ -288,14 +288,17 @@ func TestAdminOverFiles(t *testing.T) {
 		t.Fatalf("the file: %q, %v", b, err)
 	}
 	eventually(t, "the pushed file in force", func() bool { return limit(t, s, "acme") == 300 })
-	if out, err := f.cli(t, 0, testWriteSecret, "rules", "rollback", "api", "1"); err == nil || !strings.Contains(out, "HTTP 404") {
-		t.Fatalf("rollback to a version never written through the API: %v\n%s", err, out)
+	// The rules the server started with are version 1 of the history,
+	// and can be rolled back to (issue 35: they were not, HTTP 404).
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "rollback", "api", "1"); err != nil || !strings.Contains(out, "api: is now version 3") {
+		t.Fatalf("rollback to the rules the server started with: %v\n%s", err, out)
 	}
+	eventually(t, "the starting rules in force again", func() bool { return limit(t, s, "acme") == 100 })
 	writeFile(t, file, tenantDoc(400))
-	if out, err := f.cli(t, 0, testWriteSecret, "rules", "push", "--if-match", `"v2"`, file); err != nil {
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "push", "--if-match", `"v3"`, file); err != nil {
 		t.Fatalf("push: %v\n%s", err, out)
 	}
-	if out, err := f.cli(t, 0, testWriteSecret, "rules", "rollback", "api", "2"); err != nil || !strings.Contains(out, "api: is now version 4") {
+	if out, err := f.cli(t, 0, testWriteSecret, "rules", "rollback", "api", "2"); err != nil || !strings.Contains(out, "api: is now version 5") {
 		t.Fatalf("rollback: %v\n%s", err, out)
 	}
 	eventually(t, "the rollback in force", func() bool { return limit(t, s, "acme") == 300 })

@@ -329,9 +329,13 @@ func (db *DB) historyFile(domain string) (string, error) {
 	return inside(filepath.Join(db.dir, metaDir, "history"), domain, ".json")
 }
 
-// History returns the versions of domain the admin API wrote, oldest
-// first.
+// History returns the versions of domain, oldest first: those the admin
+// API wrote, and the one in its file now when the admin API did not write
+// it (the rules the server started with, or an edit made outside the admin
+// API), so that it can be rolled back to.
 func (db *DB) History(_ context.Context, domain string) ([]control.Doc, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
 	hf, err := db.historyFile(domain)
 	if err != nil {
 		return nil, err
@@ -340,7 +344,26 @@ func (db *DB) History(_ context.Context, domain string) ([]control.Doc, error) {
 	if err := readCapped(hf, &docs); err != nil {
 		return nil, unavailable(err)
 	}
-	return docs, nil
+	st, err := db.state()
+	if err != nil {
+		return nil, err
+	}
+	return withCurrent(docs, st, domain), nil
+}
+
+// withCurrent returns hist with domain's version in st appended when hist
+// lacks it: a version in the domain's own file (DOMAIN.yaml) that the admin
+// API did not write. A domain in a file it does not own (version 0) or
+// deleted adds nothing.
+func withCurrent(hist []control.Doc, st *control.State, domain string) []control.Doc {
+	cur, ok := st.Domain(domain)
+	if !ok || cur.Version == 0 || cur.Deleted || (len(hist) > 0 && hist[len(hist)-1].Version == cur.Version) {
+		return hist
+	}
+	if cur.Note == "" {
+		cur.Note = "in " + domain + ".yaml, not written through the admin API"
+	}
+	return append(hist, cur)
 }
 
 // Commit writes a change if the generation is still gen: a domain's new
@@ -403,7 +426,9 @@ func (db *DB) commitDoc(m *meta, d control.Doc) error {
 	if err := readCapped(hf, &hist); err != nil {
 		return unavailable(err)
 	}
-	hist = append(hist, d)
+	// The version d replaces stays in the history even when the admin API
+	// did not write it (the rules the server started with).
+	hist = append(withCurrent(hist, st, d.Domain), d)
 	if len(hist) > historyKept {
 		hist = hist[len(hist)-historyKept:]
 	}

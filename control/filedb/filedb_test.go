@@ -276,3 +276,60 @@ func TestPathsInside(t *testing.T) {
 		t.Fatalf("the rules directory holds %v", ents)
 	}
 }
+
+// TestHistoryStartingRules: the rules a directory held before the admin
+// API wrote anything (those the server started with) are in the domain's
+// history, and rolling back to them writes them back; so is an edit made
+// outside the admin API between two of its changes. Before, the history
+// began with the admin API's first change: the starting rules could not
+// be rolled back to (issue 35).
+func TestHistoryStartingRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "api.yaml")
+	write(t, file, tenantDoc(5))
+	db, err := filedb.Open(dir, rules.Loader{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ed, err := control.NewEditor(control.EditorConfig{DB: db, Now: func() time.Time { return t0 }, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist, err := ed.History(ctx, "api")
+	if err != nil || len(hist) != 1 || hist[0].Version != 1 || hist[0].Text != tenantDoc(5) {
+		t.Fatalf("History before any change = %+v, %v; want version 1, the file's rules", hist, err)
+	}
+	if _, err := ed.PutDomain(ctx, "alice", "api", []byte(tenantDoc(9)), "", false); err != nil {
+		t.Fatal(err)
+	}
+	write(t, file, tenantDoc(11)) // outside the admin API
+	if _, err := ed.PutDomain(ctx, "alice", "api", []byte(userDoc), "", false); err != nil {
+		t.Fatal(err)
+	}
+	hist, err = ed.History(ctx, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, h := range hist {
+		got = append(got, fmt.Sprintf("%d %s", h.Version, h.Author))
+	}
+	if want := []string{"4 alice", "3 ", "2 alice", "1 "}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("History = %q, want %q (newest first)", got, want)
+	}
+	if hist[3].Text != tenantDoc(5) || hist[1].Text != tenantDoc(11) {
+		t.Errorf("History's versions 1 and 3 = %q, %q; want the starting rules and the edit outside", hist[3].Text, hist[1].Text)
+	}
+	res, err := ed.Rollback(ctx, "bob", "api", 1, "", false)
+	if err != nil {
+		t.Fatalf("Rollback to the starting rules: %v", err)
+	}
+	if res.Doc.Version != 5 {
+		t.Errorf("Rollback made version %d, want 5", res.Doc.Version)
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != tenantDoc(5) {
+		t.Errorf("api.yaml after the rollback = %q, %v; want the starting rules", b, err)
+	}
+}
