@@ -28,3 +28,28 @@ func CheckDomain(name string) error {
 	}
 	return nil
 }
+
+// MaxEnvoyDomainBytes caps the length of a domain's name that
+// CheckEnvoyDomain accepts: 512 bytes, room for Envoy Gateway's
+// namespace/gateway/listener.
+const MaxEnvoyDomainBytes = 512
+
+// CheckEnvoyDomain returns an error unless name is a domain's name as
+// Envoy's ratelimit takes it from xDS: 1 to MaxEnvoyDomainBytes printable
+// ASCII bytes, no space. Envoy Gateway names its domains after its
+// listeners, "namespace/gateway/listener", which CheckDomain refuses: such
+// names are never file names.
+func CheckEnvoyDomain(name string) error {
+	if name == "" {
+		return fmt.Errorf("domain: must not be empty")
+	}
+	if len(name) > MaxEnvoyDomainBytes {
+		return fmt.Errorf("domain: %d bytes; want at most %d", len(name), MaxEnvoyDomainBytes)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("domain %q: byte %d (%q) is not allowed; a domain is printable ASCII without spaces", name, i+1, name[i:i+1])
+		}
+	}
+	return nil
+}

@@ -53,6 +53,11 @@ type Loader struct {
 	// top-level descriptors are joined, in file order, and must not repeat
 	// a key and value. False (the default) refuses a repeated domain.
 	MergeDomains bool
+	// EnvoyDomainNames lets NewSet take domain names as Envoy's ratelimit
+	// does (CheckEnvoyDomain: Envoy Gateway names its domains
+	// namespace/gateway/listener), for rules that are never kept in files
+	// or a rules database (xDS). False (the default) takes CheckDomain's.
+	EnvoyDomainNames bool
 }
 
 // maxFile returns the cap on one file, the default when unset.

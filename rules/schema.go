@@ -135,7 +135,7 @@ func NewSet(domains ...DomainSpec) (*Set, error) { return Loader{}.NewSet(domain
 func (ld Loader) NewSet(domains ...DomainSpec) (*Set, error) {
 	var errs Errors
 	rp := &report{errs: &errs}
-	c := &checker{rp: rp, budget: maxRules}
+	c := &checker{rp: rp, budget: maxRules, envoyDomains: ld.EnvoyDomainNames}
 	var parsed []*parsedDomain
 	for i := range domains {
 		if rp.over {
@@ -217,6 +217,9 @@ type checker struct {
 	// budget is how many more descriptors and limits the source may
 	// state: YAML's node cap bounds a file, this bounds Go values alike.
 	budget int
+	// envoyDomains checks domain names by CheckEnvoyDomain
+	// (Loader.EnvoyDomainNames), not CheckDomain.
+	envoyDomains bool
 }
 
 // Caps on rules as data, whatever their source.
@@ -345,7 +348,11 @@ func (c *checker) domain(ds *DomainSpec, where string) *parsedDomain {
 	if path == "" {
 		path = where
 	}
-	if err := CheckDomain(ds.Domain); err != nil && !c.bad(ds, "domain") {
+	check := CheckDomain
+	if c.envoyDomains {
+		check = CheckEnvoyDomain
+	}
+	if err := check(ds.Domain); err != nil && !c.bad(ds, "domain") {
 		c.errorf(c.line(ds, "domain"), path, "%v", err)
 	}
 	p.rules = c.descriptors(ds.Descriptors, p, nil, path)

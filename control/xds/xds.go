@@ -102,7 +102,8 @@ type Config struct {
 	// DefaultMaxMessageBytes.
 	MaxMessageBytes int
 	// Loader reads the rules as it reads rules documents; its caps and
-	// MergeDomains apply.
+	// MergeDomains apply, and domains are named as Envoy's ratelimit takes
+	// them (EnvoyDomainNames).
 	Loader rules.Loader
 	// Check is the store's veto on limits: a response with a limit it
 	// refuses is refused. Nil accepts every limit.
@@ -189,6 +190,7 @@ func Subscribe(c Config) (*Subscription, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Loader.EnvoyDomainNames = true // Envoy Gateway's are namespace/gateway/listener
 	if c.TLS != nil {
 		if _, err := c.TLS.config(); err != nil { // a mistake in the files is the operator's, at the start
 			return nil, err

@@ -362,3 +362,34 @@ func BenchmarkPush(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
+
+// TestEnvoyGatewayNames takes rules named as Envoy Gateway names them: the
+// domain after the listener (namespace/gateway/listener), descriptors after
+// the route's rule and match, a distinct client by key alone.
+func TestEnvoyGatewayNames(t *testing.T) {
+	route := "httproute/default/backend/rule/0/match/0/www_example_com"
+	rc := &rlconf.RateLimitConfig{Name: "default/eg/http", Domain: "default/eg/http", Descriptors: []*rlconf.RateLimitDescriptor{
+		{Key: route, Value: route, Descriptors: []*rlconf.RateLimitDescriptor{
+			{Key: "rule-0-match-0", Value: "rule-0-match-0", RateLimit: &rlconf.RateLimitPolicy{Unit: rlconf.RateLimitUnit_HOUR, RequestsPerUnit: 3}},
+			{Key: "rule-0-match-1", RateLimit: &rlconf.RateLimitPolicy{Unit: rlconf.RateLimitUnit_SECOND, RequestsPerUnit: 10}},
+		}},
+	}}
+	m := newMgmt(t, "")
+	m.push("1", rc)
+	s, ch := subscribe(t, xds.Config{Server: m.Addr})
+	if u := next(t, ch); u.err != nil {
+		t.Fatal(u.err)
+	}
+	for _, tc := range []struct {
+		entries []rules.Entry
+		want    int64
+	}{
+		{[]rules.Entry{{Key: route, Value: route}, {Key: "rule-0-match-0", Value: "rule-0-match-0"}}, 3},
+		{[]rules.Entry{{Key: route, Value: route}, {Key: "rule-0-match-1", Value: "10.0.0.1"}}, 10},
+	} {
+		r, err := s.Current().Match("default/eg/http", tc.entries)
+		if err != nil || r == nil || r.Limits[0].Limit.Rate != tc.want {
+			t.Errorf("Match %v = %v, %v; want a limit of %d", tc.entries, r, err, tc.want)
+		}
+	}
+}
