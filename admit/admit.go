@@ -34,7 +34,8 @@ type Config struct {
 	Slots slots.Counter
 	// Fail says how to admit while Slots fails, as decide's Config.Fail:
 	// FailOpen admits without a slot, FailClosed denies, FailLocal counts
-	// on the node's own slots.Memory. Give decide's. Default FailOpen.
+	// on the node's own slots.Memory. Give decide's. Default FailLocal,
+	// as decide's.
 	Fail decide.Fail
 	// Timeout bounds each call of a Slots given (the default slots.Memory
 	// is called without one); give decide's StoreTimeout. Default 50ms.
@@ -62,7 +63,7 @@ type Config struct {
 // Slots: what every zero field of a Config means.
 func DefaultConfig() Config {
 	return Config{
-		Fail:        decide.FailOpen,          // as decide's
+		Fail:        decide.FailLocal,         // as decide's
 		Timeout:     50 * time.Millisecond,    // as decide's StoreTimeout: a Redis round trip is ~0.1-1ms
 		Lease:       time.Second,              // decision APIs: a slot per request for a second
 		HoldLease:   10 * time.Minute,         // proxy, middleware: freed at the response's end, or then
@@ -77,7 +78,7 @@ func DefaultConfig() Config {
 func (c Config) withDefaults() (Config, error) {
 	def := DefaultConfig()
 	switch {
-	case c.Fail > decide.FailLocal:
+	case c.Fail > decide.FailClosed:
 		return c, fmt.Errorf("admit: unknown fail mode %d", c.Fail)
 	case c.Lease < 0 || c.HoldLease < 0:
 		return c, fmt.Errorf("admit: Lease %v and HoldLease %v must not be negative", c.Lease, c.HoldLease)

@@ -164,7 +164,7 @@ func TestConcurrencyFail(t *testing.T) {
 			clk := newClock()
 			cfg := decide.DefaultConfig()
 			mem := newMemory(t, clk)
-			cfg.Store, cfg.Local, cfg.Fail = mem, mem, tc.fail
+			cfg.Store, cfg.Fail = mem, tc.fail
 			ac := admit.DefaultConfig()
 			ac.Slots = failingSlots{}
 			svc := newService(t, set, clk, cfg, ac)

@@ -12,24 +12,31 @@ import (
 )
 
 // Fail says how the Service decides while its store fails: it refuses or
-// resets connections, errs, or the breaker keeps decisions away from it. A
-// store that is only slow is not failing: see ModeSlow.
+// resets connections, errs, does not answer within the store timeout, or
+// the breaker keeps decisions away from it.
 type Fail uint8
 
 const (
+	// FailLocal decides on this server, bounded, from what it knows (the
+	// default): the last count the store returned for a key, this server's
+	// share of the limit among the servers it counts, and the hits it
+	// admitted itself, which it writes back to the store once the store
+	// answers (Config.WriteBack). A client under its limit is admitted; a
+	// client over it gets at most the bound docs/stores.md states.
+	FailLocal Fail = iota
 	// FailOpen admits every request the store cannot decide: the limits
-	// lapse while the store is down (the default).
-	FailOpen Fail = iota
+	// lapse while the store is down. A store that is only slow keeps them:
+	// a call over the store timeout is denied (ModeSlow) until the
+	// breaker opens.
+	FailOpen
 	// FailClosed denies every limited request the store cannot decide.
 	FailClosed
-	// FailLocal decides from Config.Local, an in-process store with the same
-	// rules: each node then enforces the limits on its own.
-	FailLocal
 )
 
-var failNames = [...]string{FailOpen: "open", FailClosed: "closed", FailLocal: "local"}
+var failNames = [...]string{FailLocal: "local", FailOpen: "open", FailClosed: "closed"}
 
-// String returns the mode as written in flags: "open", "closed" or "local".
+// String returns the mode as written in flags: "local", "open" or
+// "closed".
 func (f Fail) String() string {
 	if int(f) < len(failNames) {
 		return failNames[f]
@@ -37,14 +44,14 @@ func (f Fail) String() string {
 	return fmt.Sprintf("Fail(%d)", uint8(f))
 }
 
-// ParseFail returns the fail mode named s: "open", "closed" or "local".
+// ParseFail returns the fail mode named s: "local", "open" or "closed".
 func ParseFail(s string) (Fail, error) {
 	for f, name := range failNames {
 		if s == name {
 			return Fail(f), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown fail mode %q (want open, closed or local)", s)
+	return 0, fmt.Errorf("unknown fail mode %q (want local, open or closed)", s)
 }
 
 // MarshalText implements encoding.TextMarshaler.
@@ -77,12 +84,14 @@ const (
 	ModeOpen
 	// ModeClosed denies: the store failed and Config.Fail is FailClosed.
 	ModeClosed
-	// ModeLocal decides from Config.Local: the store failed, or was slow,
-	// and Config.Fail is FailLocal.
+	// ModeLocal decides on this server (see FailLocal): the store failed,
+	// or did not answer within the store timeout, and Config.Fail is
+	// FailLocal.
 	ModeLocal
-	// ModeSlow denies: the store is alive but did not answer within
-	// Config.StoreTimeout, and Config.Fail is not FailLocal. A slow store
-	// keeps its limits; only a failing one (or the breaker) lifts them.
+	// ModeSlow denies: the store is alive but did not answer within the
+	// store timeout, and Config.Fail is FailOpen or FailClosed, chosen
+	// (never with the default, FailLocal). A slow store keeps its limits;
+	// only a failing one (or the breaker) lifts them.
 	ModeSlow
 
 	// MaxMode is the largest Mode, for loops over every mode.
@@ -105,10 +114,10 @@ func (f Fail) Mode() Mode {
 	switch f {
 	case FailClosed:
 		return ModeClosed
-	case FailLocal:
-		return ModeLocal
+	case FailOpen:
+		return ModeOpen
 	}
-	return ModeOpen
+	return ModeLocal
 }
 
 // Config configures a Service. Start from DefaultConfig, or from the zero
@@ -122,17 +131,50 @@ type Config struct {
 	Rules func() *rules.Set
 	// Store keeps the counters. Required.
 	Store sluice.Store
-	// StoreTimeout bounds the store calls of one decision together; what
-	// the store has not answered by then is denied (ModeSlow), or decided
-	// by Local with FailLocal. Default 50ms. Negative means no timeout
-	// beyond the caller's context. A store that is NonBlocking is called
-	// without one.
+	// StoreTimeout is the least the store calls of one decision together
+	// wait for the store: the timeout follows the store's latency, twice
+	// the 99th percentile of its recent calls, at least StoreTimeout and at
+	// most StoreMaxTimeout. What the store has not answered by then is
+	// decided locally (FailLocal; the call goes on in the background, see
+	// StoreHardTimeout), or denied (ModeSlow) with FailOpen and
+	// FailClosed. Default 50ms. Negative means no timeout beyond the
+	// caller's context. A store that is NonBlocking is called without one.
 	StoreTimeout time.Duration
-	// Fail says how to decide while the store fails. Default FailOpen.
+	// StoreMaxTimeout is the most the store timeout grows to, following a
+	// slow store. Default 200ms; below StoreTimeout it is StoreTimeout: a
+	// fixed timeout.
+	StoreMaxTimeout time.Duration
+	// StoreHardTimeout bounds a store call that went on past the store
+	// timeout (FailLocal): its decision was made locally, and if the call
+	// ends within this the store has counted it (nothing is written back);
+	// if it fails, the hits admitted locally are written back. Default
+	// 10s, longer than a stall of Redis (a fork, DEBUG SLEEP, a paused
+	// host) lasts.
+	StoreHardTimeout time.Duration
+	// MaxLateCalls is the most store calls that may go on past the store
+	// timeout at once (FailLocal); beyond it, decisions are made locally
+	// without calling the store. Each holds a goroutine, about 8 KiB.
+	// Default 1024.
+	MaxLateCalls int
+	// Fail says how to decide while the store fails or is slow. Default
+	// FailLocal.
 	Fail Fail
-	// Local is the in-process store FailLocal decides from (store/memory).
-	// Required with FailLocal, unused otherwise.
-	Local sluice.Store
+	// LedgerBytes bounds what FailLocal keeps per key, keys included: the
+	// last count the store returned for the keys near their limits, the
+	// local shares and the hits to write back. Default 8 MiB (about
+	// 28,000 keys of 32 bytes).
+	LedgerBytes int64
+	// Servers returns how many servers share the store (store/stack's
+	// count, from the heartbeats in Redis), at least 1: FailLocal admits
+	// a key's limit divided among them. Default nil: 1.
+	Servers func() int64
+	// WriteBack writes to the store the hits FailLocal admitted that the
+	// store did not count: reqs[i].Cost hits of reqs[i].Limit on
+	// reqs[i].Key, admitted in the window that starts at windows[i] (µs
+	// since the Unix epoch; 0 for a bucket limit), added whether or not
+	// they fit (store/stack's WriteBack). Probe calls it once the store
+	// answers. Default nil: such hits are not written back.
+	WriteBack func(ctx context.Context, reqs []sluice.Request, windows []int64) error
 	// BreakerFailures is how many store calls in a row must fail before
 	// the Service stops calling the store for BreakerCoolDown and decides
 	// by Fail alone. Default 5. Negative disables the breaker: every
@@ -140,8 +182,9 @@ type Config struct {
 	BreakerFailures int
 	// BreakerWindow is how long store calls that time out must go on
 	// failing, with no success among them, before they open the breaker
-	// too: a store slower than StoreTimeout for less than this is slow
-	// (its decisions denied), not down. Default 2s.
+	// too: a store slower than the store timeout for less than this is
+	// slow (its decisions local, or denied with FailOpen and FailClosed),
+	// not down. Default 2s.
 	BreakerWindow time.Duration
 	// BreakerCoolDown is how long the Service leaves the store alone once
 	// the breaker opens; then one decision probes the store and, if it
@@ -204,11 +247,16 @@ type Config struct {
 // or Store: what every zero field of a Config means.
 func DefaultConfig() Config {
 	return Config{
-		StoreTimeout:    50 * time.Millisecond, // a Redis round trip is ~0.1-1ms
-		Fail:            FailOpen,              // a store outage lifts the limits, not the service
-		BreakerFailures: 5,                     // in a row
-		BreakerWindow:   2 * time.Second,       // longer than a fork's or a busy host's stall
-		BreakerCoolDown: time.Second,           // then one probe
+		StoreTimeout:     50 * time.Millisecond,  // the least: a Redis round trip is ~0.1-1ms, a busy one's p99 a few ms
+		StoreMaxTimeout:  200 * time.Millisecond, // the most: past it a slow store's decisions are local
+		StoreHardTimeout: 10 * time.Second,       // a store call decided locally goes on this long
+		MaxLateCalls:     1024,                   // 8 MiB of goroutines at most
+		Fail:             FailLocal,              // decide locally, bounded: neither deny nor lift the limits
+		LedgerBytes:      8 << 20,                // 8 MiB
+		// Servers: nil, 1; WriteBack: nil, none
+		BreakerFailures: 5,               // in a row
+		BreakerWindow:   2 * time.Second, // longer than a fork's or a busy host's stall
+		BreakerCoolDown: time.Second,     // then one probe
 		Logger:          slog.Default(),
 		Now:             time.Now,
 		MaxDescriptors:  64,                       // Envoy's filters send a handful
@@ -225,10 +273,10 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.Store == nil:
 		return c, errors.New("decide: no store")
-	case c.Fail > FailLocal:
+	case c.Fail > FailClosed:
 		return c, fmt.Errorf("decide: unknown fail mode %d", c.Fail)
-	case c.Fail == FailLocal && c.Local == nil:
-		return c, errors.New("decide: fail mode local needs a local store")
+	case c.StoreMaxTimeout < 0 || c.StoreHardTimeout < 0 || c.MaxLateCalls < 0 || c.LedgerBytes < 0:
+		return c, errors.New("decide: StoreMaxTimeout, StoreHardTimeout, MaxLateCalls and LedgerBytes must not be negative")
 	case c.BreakerCoolDown < 0 || c.BreakerWindow < 0:
 		return c, fmt.Errorf("decide: BreakerCoolDown %v and BreakerWindow %v must not be negative", c.BreakerCoolDown, c.BreakerWindow)
 	case c.MaxDescriptors < 0 || c.MaxEntries < 0 || c.MaxValueBytes < 0 || c.DigestAbove < 0:
@@ -240,6 +288,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = def.StoreTimeout
 	}
+	setZero(&c.StoreMaxTimeout, def.StoreMaxTimeout)
+	setZero(&c.StoreHardTimeout, def.StoreHardTimeout)
+	setZero(&c.MaxLateCalls, def.MaxLateCalls)
+	setZero(&c.LedgerBytes, def.LedgerBytes)
 	if c.BreakerFailures == 0 {
 		c.BreakerFailures = def.BreakerFailures
 	}
@@ -268,4 +320,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.DigestAbove = def.DigestAbove
 	}
 	return c, nil
+}
+
+// setZero sets *v to def when it is zero.
+func setZero[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }

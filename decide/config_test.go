@@ -2,6 +2,8 @@ package decide_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +13,8 @@ import (
 
 // TestZeroConfig checks that zero fields mean their defaults: a store that
 // hangs is left after the default StoreTimeout (before, zero meant no
-// timeout and the decision hung with the store), and the breaker opens
+// timeout and the decision hung with the store), its call going on in the
+// background for at most the default StoreHardTimeout, and the breaker opens
 // after the default BreakerFailures (before, zero disabled it) once they
 // span the default BreakerWindow; and that the negative values disable
 // them.
@@ -22,8 +25,8 @@ func TestZeroConfig(t *testing.T) {
 		name     string
 		cfg      decide.Config
 		deadline bool // the caller's context has one
-		// want: whether the store's call had a deadline of about the
-		// default StoreTimeout, and the calls that reach the store in
+		// want: whether the store's call had a deadline of the default
+		// StoreHardTimeout (not the caller's, 4 × StoreTimeout), and the calls that reach the store in
 		// def.BreakerFailures+3 decisions.
 		timeout bool
 		calls   int64
@@ -38,10 +41,14 @@ func TestZeroConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			clk := newClock()
+			var mu sync.Mutex
 			var bounded []bool
 			fake := &fakeStore{takeAll: func(ctx context.Context, _ []sluice.Request, _ []sluice.Decision) error {
 				dl, ok := ctx.Deadline()
-				bounded = append(bounded, ok && time.Until(dl) <= def.StoreTimeout)
+				mu.Lock()
+				left := time.Until(dl)
+				bounded = append(bounded, ok && left > 4*def.StoreTimeout && left <= def.StoreHardTimeout)
+				mu.Unlock()
 				<-ctx.Done()
 				return ctx.Err()
 			}}
@@ -57,7 +64,9 @@ func TestZeroConfig(t *testing.T) {
 				}
 				done := make(chan *decide.Response, 1)
 				go func() {
-					resp, _ := s.Decide(ctx, req("api", []string{"user", "alice"}))
+					// A key of its own each: a key with hits in flight is
+					// decided locally until the store has them.
+					resp, _ := s.Decide(ctx, req("api", []string{"user", fmt.Sprint("alice", i)}))
 					done <- resp
 				}()
 				select {
@@ -75,9 +84,11 @@ func TestZeroConfig(t *testing.T) {
 			if got := fake.calls.Load(); got != tt.calls {
 				t.Errorf("%d calls reached the store, want %d", got, tt.calls)
 			}
+			mu.Lock()
+			defer mu.Unlock()
 			for i, b := range bounded {
 				if b != tt.timeout {
-					t.Errorf("call %d bounded by the default store timeout: %v, want %v", i, b, tt.timeout)
+					t.Errorf("call %d bounded by the default hard store timeout: %v, want %v", i, b, tt.timeout)
 				}
 			}
 		})
@@ -90,8 +101,11 @@ func TestConfigErrors(t *testing.T) {
 	mem := newMemory(t, newClock())
 	for _, cfg := range []decide.Config{
 		{},
-		{Store: mem, Fail: decide.FailLocal},
-		{Store: mem, Fail: decide.FailLocal + 1},
+		{Store: mem, Fail: decide.FailClosed + 1},
+		{Store: mem, StoreMaxTimeout: -1},
+		{Store: mem, StoreHardTimeout: -1},
+		{Store: mem, MaxLateCalls: -1},
+		{Store: mem, LedgerBytes: -1},
 		{Store: mem, BreakerCoolDown: -1},
 		{Store: mem, BreakerWindow: -1},
 		{Store: mem, MaxDescriptors: -1},

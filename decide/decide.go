@@ -47,13 +47,27 @@ type Ready interface {
 }
 
 // Service decides requests against the rules in force and a store. It is
-// safe for concurrent use and starts no goroutines.
+// safe for concurrent use. With the fail mode local over a store that
+// blocks, each store call runs in a goroutine of its own, which ends
+// within Config.StoreHardTimeout; Close waits for them. Otherwise it
+// starts no goroutines.
 type Service struct {
 	rules        func() *rules.Set
 	store        sluice.Store
-	local        sluice.Store
-	timeout      time.Duration
+	timeout      time.Duration // 0: no store timeout; the one in force is latency's
+	latency      *latency
 	fail         Fail
+	ledger       *ledger                                                // what the fail mode local knows
+	learns       bool                                                   // the ledger learns from the store's decisions
+	writeBack    func(context.Context, []sluice.Request, []int64) error // Config.WriteBack
+	hardTimeout  time.Duration                                          // Config.StoreHardTimeout
+	late         sync.WaitGroup                                         // the store calls in flight of the fail mode local, the write-backs
+	lateMu       sync.Mutex                                             // guards closed, and late's Add against Close's Wait
+	closed       bool                                                   // Close has begun
+	writing      atomic.Bool                                            // a write-back is in flight
+	lateSlots    slots                                                  // Config.MaxLateCalls
+	base         context.Context                                        // ends when Close cuts the store calls short
+	stop         context.CancelFunc                                     // ends base
 	coolDown     time.Duration
 	log          *slog.Logger
 	br           breaker
@@ -87,9 +101,12 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		rules:        cfg.Rules,
 		store:        cfg.Store,
-		local:        cfg.Local,
 		timeout:      max(cfg.StoreTimeout, 0),
+		latency:      newLatency(max(cfg.StoreTimeout, 0), cfg.StoreMaxTimeout),
 		fail:         cfg.Fail,
+		writeBack:    cfg.WriteBack,
+		hardTimeout:  cfg.StoreHardTimeout,
+		lateSlots:    slots{k: cfg.MaxLateCalls},
 		coolDown:     cfg.BreakerCoolDown,
 		log:          cfg.Logger,
 		fallbackMode: cfg.Fail.Mode(),
@@ -112,9 +129,17 @@ func New(cfg Config) (*Service, error) {
 			s.starters = append(s.starters, st)
 		}
 	}
+	nonBlocking := false
 	if nb, ok := cfg.Store.(NonBlocking); ok && nb.NonBlocking() {
-		s.timeout = 0
+		s.timeout, nonBlocking = 0, true
 	}
+	servers := cfg.Servers
+	if servers == nil {
+		servers = func() int64 { return 1 }
+	}
+	s.ledger = newLedger(cfg.LedgerBytes, servers)
+	s.learns = s.fail == FailLocal && !nonBlocking
+	s.base, s.stop = context.WithCancel(context.Background())
 	if r, ok := cfg.Store.(Ready); ok {
 		s.ready = r.Ready
 	}
@@ -124,11 +149,14 @@ func New(cfg Config) (*Service, error) {
 
 // Mode returns where decisions come from now: ModeStore; the fail mode's
 // Mode while the circuit breaker keeps decisions away from the store or the
-// store is not Ready; ModeSlow while the store's last calls timed out.
+// store is not Ready; while the store's last calls timed out, ModeLocal
+// with the fail mode local, else ModeSlow.
 func (s *Service) Mode() Mode {
 	switch {
 	case s.br.open() || (s.ready != nil && !s.ready()):
 		return s.fallbackMode
+	case s.br.slowNow() && s.fail == FailLocal:
+		return ModeLocal
 	case s.br.slowNow():
 		return ModeSlow
 	}
@@ -142,26 +170,34 @@ const probeTimeout = time.Second
 // circuit breaker open or the store not Ready, and closes the breaker when
 // the ping succeeds within the store timeout: so Mode, and the readiness a
 // server reports from it, follows the store without waiting for traffic.
-// It returns the ping's error, and nil without a ping when the store
-// decides or there is no Ping. A failed ping leaves the breaker as it is.
-// The caller calls it every second or so, from a goroutine of its own.
+// Then, while the store decides, it writes back the hits the fail mode
+// local admitted that the store did not count (Config.WriteBack). It
+// returns the ping's or the write-back's error, and nil when there was
+// nothing to do. A failed ping leaves the breaker as it is. The caller
+// calls it every second or so, from a goroutine of its own: decisions go
+// back to a store that answers again within that, and so do the hits.
 func (s *Service) Probe(ctx context.Context) error {
-	if s.ping == nil || (!s.br.open() && (s.ready == nil || s.ready())) {
+	if !s.br.open() && (s.ready == nil || s.ready()) {
+		return s.writePending(ctx)
+	}
+	if s.ping == nil {
 		return nil
 	}
-	timeout := s.timeout
+	timeout := s.latency.now()
 	if timeout <= 0 {
 		timeout = probeTimeout
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if err := s.ping(ctx); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	err := s.ping(pctx)
+	cancel()
+	if err != nil || (s.ready != nil && !s.ready()) {
 		return err
 	}
-	if s.ready == nil || s.ready() {
-		s.br.success(false)
-	}
-	return nil
+	// The hits admitted locally go first: the store counts them before it
+	// decides anew.
+	err = s.writePending(ctx)
+	s.br.success(false)
+	return err
 }
 
 // ref ties one store request of a batch to its descriptor and limit.
@@ -537,10 +573,7 @@ func replaced(l *rules.Limit, resp *Response) bool {
 // the store timeout.
 func (s *Service) take(ctx, tctx context.Context, resp *Response, b *batch, lo, hi int, shadow bool) {
 	reqs, ds := b.reqs[lo:hi], b.ds[lo:hi]
-	o := s.fromStore(ctx, tctx, reqs, ds)
-	if o != decided {
-		o = s.fallback(ctx, resp, reqs, ds, o)
-	}
+	o := s.decideFrom(ctx, tctx, resp, reqs, ds)
 	switch {
 	case o == decided:
 		s.settle(resp, b, lo, hi)
@@ -563,11 +596,11 @@ const (
 )
 
 // fallback decides reqs that the store did not (o is failed or slow),
-// notes the mode in resp, and returns decided (by the local store, into
-// ds), denied or admitted. A store that is slow but alive keeps its limits:
-// what it did not answer in time is denied, or decided by the local store
-// with FailLocal. A failing store, and one the breaker keeps away, is
-// decided by the fail mode.
+// notes the mode in resp, and returns decided (locally, into ds), denied
+// or admitted. With FailOpen and FailClosed, a store that is slow but
+// alive keeps its limits: what it did not answer in time is denied. A
+// failing store, and one the breaker keeps away, is decided by the fail
+// mode.
 func (s *Service) fallback(ctx context.Context, resp *Response, reqs []sluice.Request, ds []sluice.Decision, o outcome) outcome {
 	if o == slow && s.fail != FailLocal {
 		resp.Mode = ModeSlow
@@ -576,11 +609,7 @@ func (s *Service) fallback(ctx context.Context, resp *Response, reqs []sluice.Re
 	resp.Mode = s.fallbackMode
 	switch s.fail {
 	case FailLocal:
-		err := s.local.TakeAll(ctx, reqs, ds)
-		if err == nil {
-			return decided
-		}
-		s.log.Debug("local store failed", "err", err)
+		return s.local(resp, reqs, ds, false)
 	case FailClosed:
 		return denied
 	}
@@ -597,10 +626,20 @@ func (s *Service) fromStore(ctx, tctx context.Context, reqs []sluice.Request, ds
 	if !ok {
 		return failed
 	}
+	var start time.Time
+	if s.timeout > 0 {
+		start = s.br.now()
+	}
 	err := s.store.TakeAll(tctx, reqs, ds)
 	switch {
 	case err == nil:
 		s.br.success(probe)
+		if s.timeout > 0 {
+			s.latency.observe(s.br.now().Sub(start))
+		}
+		if s.learns {
+			s.ledger.learn(reqs, ds, s.br.now().UnixMicro())
+		}
 		return decided
 	case ctx.Err() != nil: // the caller gave up: not the store's fault
 		s.br.cancel(probe)
@@ -611,7 +650,8 @@ func (s *Service) fromStore(ctx, tctx context.Context, reqs []sluice.Request, ds
 		s.log.Debug("store refused a limit", "err", err, "fail", s.fail)
 	case timedOut(tctx, err): // the store timeout passed: slow, not down
 		s.br.failure(probe, err, true)
-		s.log.Debug("store slow", "err", err, "timeout", s.timeout)
+		s.latency.observe(s.latency.now()) // at least that long
+		s.log.Debug("store slow", "err", err, "timeout", s.latency.now())
 		return slow
 	default:
 		s.br.failure(probe, err, false)

@@ -89,11 +89,7 @@ func elasticStatus(st *Status, l *rules.Limit, d sluice.Decision) {
 // noting the mode in resp.
 func (s *Service) takeOne(ctx, tctx context.Context, resp *Response, req sluice.Request) sluice.Decision {
 	reqs, ds := []sluice.Request{req}, make([]sluice.Decision, 1)
-	o := s.fromStore(ctx, tctx, reqs, ds)
-	if o != decided {
-		o = s.fallback(ctx, resp, reqs, ds, o)
-	}
-	switch o {
+	switch s.decideFrom(ctx, tctx, resp, reqs, ds) {
 	case decided:
 		return ds[0]
 	case denied:
@@ -106,7 +102,7 @@ func (s *Service) takeOne(ctx, tctx context.Context, resp *Response, req sluice.
 // store calls.
 func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.timeout > 0 {
-		return context.WithTimeout(ctx, s.timeout)
+		return context.WithTimeout(ctx, s.latency.now())
 	}
 	return ctx, func() {}
 }

@@ -1,6 +1,7 @@
 package decide_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,13 +54,17 @@ func TestFailModes(t *testing.T) {
 		want [2]decide.Code
 		mode decide.Mode
 		now  decide.Mode
+		// calls: the store calls, when not 4 (each request's enforcing
+		// TakeAll and its shadow one): the fail mode local leaves a store
+		// call it has no time left for.
+		calls int64
 	}{
 		// A store that times out is slow, not down: its limits hold.
 		{name: "open, timeout", fail: decide.FailOpen, store: hang, want: [2]decide.Code{decide.OverLimit, decide.OverLimit}, mode: decide.ModeSlow, now: decide.ModeSlow},
 		{name: "open, error", fail: decide.FailOpen, store: func(*testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error { return refuse }, want: [2]decide.Code{decide.OK, decide.OK}, mode: decide.ModeOpen},
 		{name: "closed, timeout", fail: decide.FailClosed, store: hang, want: [2]decide.Code{decide.OverLimit, decide.OverLimit}, mode: decide.ModeSlow, now: decide.ModeSlow},
 		{name: "closed, error", fail: decide.FailClosed, store: func(*testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error { return refuse }, want: [2]decide.Code{decide.OverLimit, decide.OverLimit}, mode: decide.ModeClosed},
-		{name: "local, timeout", fail: decide.FailLocal, store: hang, want: [2]decide.Code{decide.OK, decide.OverLimit}, mode: decide.ModeLocal, now: decide.ModeSlow},
+		{name: "local, timeout", fail: decide.FailLocal, store: hang, want: [2]decide.Code{decide.OK, decide.OverLimit}, mode: decide.ModeLocal, now: decide.ModeLocal, calls: 2},
 		{name: "local, error", fail: decide.FailLocal, store: func(*testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error { return refuse }, want: [2]decide.Code{decide.OK, decide.OverLimit}, mode: decide.ModeLocal},
 	}
 	for _, tt := range tests {
@@ -70,9 +75,6 @@ func TestFailModes(t *testing.T) {
 			cfg := decide.DefaultConfig()
 			cfg.Store, cfg.Fail, cfg.StoreTimeout = fake, tt.fail, 10*time.Millisecond
 			cfg.BreakerFailures = -1 // no breaker: every decision goes to the store
-			if tt.fail == decide.FailLocal {
-				cfg.Local = newMemory(t, clk)
-			}
 			s := newService(t, set, clk, cfg)
 			for i, code := range tt.want {
 				resp := decideOK(t, s, req("api", []string{"user", "alice"}, []string{"export", "x"}))
@@ -99,8 +101,9 @@ func TestFailModes(t *testing.T) {
 				}
 			}
 			// Two descriptors: one enforcing TakeAll and one for the shadow one.
-			if got := fake.calls.Load(); got != 4 {
-				t.Errorf("store called %d times, want 4", got)
+			want := cmp.Or(tt.calls, 4)
+			if got := fake.calls.Load(); got != want {
+				t.Errorf("store called %d times, want %d", got, want)
 			}
 			if s.Mode() != tt.now {
 				t.Errorf("Mode() = %v without a breaker, want %v", s.Mode(), tt.now)
@@ -144,9 +147,6 @@ func TestBreaker(t *testing.T) {
 			cfg := decide.DefaultConfig()
 			cfg.Store, cfg.Fail = st, tt.fail
 			cfg.BreakerFailures, cfg.BreakerCoolDown = 3, 10*time.Second
-			if tt.fail == decide.FailLocal {
-				cfg.Local = newMemory(t, clk)
-			}
 			s := newService(t, loadRules(t, oneLimit), clk, cfg)
 			r := func() *decide.Request { return withCost(req("api", []string{"user", "alice"}), 0) }
 
@@ -195,7 +195,7 @@ func TestBreakerIgnoresCallerCancel(t *testing.T) {
 	clk := newClock()
 	fake := &fakeStore{takeAll: func(ctx context.Context, _ []sluice.Request, _ []sluice.Decision) error { return ctx.Err() }}
 	cfg := decide.DefaultConfig()
-	cfg.Store, cfg.BreakerFailures = fake, 1
+	cfg.Store, cfg.BreakerFailures, cfg.Fail = fake, 1, decide.FailOpen
 	s := newService(t, loadRules(t, oneLimit), clk, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -219,7 +219,7 @@ func TestDecideConcurrentOutage(t *testing.T) {
 	clk := newClock()
 	fake := &fakeStore{takeAll: hang(t)}
 	cfg := decide.DefaultConfig()
-	cfg.Store, cfg.StoreTimeout, cfg.BreakerFailures = fake, 5*time.Millisecond, 4
+	cfg.Store, cfg.StoreTimeout, cfg.BreakerFailures, cfg.Fail = fake, 5*time.Millisecond, 4, decide.FailOpen
 	s := newService(t, loadRules(t, oneLimit), clk, cfg)
 	const workers, each = 8, 10
 	round := func(code decide.Code, mode decide.Mode) {
@@ -275,7 +275,6 @@ func TestNew(t *testing.T) {
 		cfg  decide.Config
 	}{
 		{name: "no store", cfg: decide.Config{}},
-		{name: "local without a local store", cfg: decide.Config{Store: mem, Fail: decide.FailLocal}},
 		{name: "unknown fail mode", cfg: decide.Config{Store: mem, Fail: decide.Fail(9)}},
 	}
 	for _, tt := range tests {
@@ -377,7 +376,7 @@ func TestFailDecisions(t *testing.T) {
 	var logs strings.Builder
 	cfg := decide.DefaultConfig()
 	cfg.Rules = func() *rules.Set { return loadRules(t, oneLimit) }
-	cfg.Store = &fakeStore{takeAll: refuse}
+	cfg.Store, cfg.Fail = &fakeStore{takeAll: refuse}, decide.FailOpen
 	cfg.BreakerFailures = -1
 	cfg.Now = clk.Now
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
@@ -400,10 +399,66 @@ func TestFailDecisions(t *testing.T) {
 	if got := s.FailDecisions(); got[decide.ModeOpen] != 4 || got[decide.ModeStore] != 0 {
 		t.Errorf("FailDecisions() = %v, want 4 in fail_open", got)
 	}
-	want := `level=WARN msg="decided without the store; fail open admitted requests without their limits" fail_open=1 mode=store
-level=WARN msg="decided without the store; fail open admitted requests without their limits" fail_open=3 since=1m0s mode=store
+	want := `level=WARN msg="decided without the store: fail open admitted requests without their limits" fail_open=1 mode=store
+level=WARN msg="decided without the store: fail open admitted requests without their limits" fail_open=3 since=1m0s mode=store
 `
 	if logs.String() != want {
 		t.Errorf("logged\n%s\nwant\n%s", logs.String(), want)
+	}
+}
+
+// TestFailLogSaysWhatHappened checks that the warning of decisions made
+// without the store names the modes that made them since the last line,
+// and only those: slow denials are not "fail open admitted requests".
+func TestFailLogSaysWhatHappened(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		fail  decide.Fail
+		store func(t *testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error
+		want  string
+	}{
+		{name: "open, slow", fail: decide.FailOpen, store: hang,
+			want: `level=WARN msg="decided without the store: denied requests the store did not answer in time" slow=1 mode=slow`},
+		{name: "local, refused", fail: decide.FailLocal, store: func(*testing.T) func(context.Context, []sluice.Request, []sluice.Decision) error { return refuse },
+			want: `level=WARN msg="decided without the store: decided locally, within this server's share of the limits" local=1 mode=store`},
+		{name: "local, slow", fail: decide.FailLocal, store: hang,
+			want: `level=WARN msg="decided without the store: decided locally, within this server's share of the limits" local=1 mode=local`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			var logs syncBuilder
+			cfg := decide.DefaultConfig()
+			cfg.Rules = func() *rules.Set { return loadRules(t, oneLimit) }
+			cfg.Store, cfg.Fail = &fakeStore{takeAll: tt.store(t)}, tt.fail
+			// A store that hangs is left at once; one that refuses has
+			// all the time it needs, however loaded the machine.
+			cfg.StoreTimeout, cfg.StoreMaxTimeout = time.Millisecond, time.Millisecond
+			if tt.name == "local, refused" {
+				cfg.StoreTimeout, cfg.StoreMaxTimeout = time.Minute, time.Minute
+			}
+			cfg.BreakerFailures = -1
+			cfg.Now = clk.Now
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
+				Level: slog.LevelWarn,
+				ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+					if a.Key == slog.TimeKey {
+						return slog.Attr{}
+					}
+					return a
+				},
+			}))
+			s, err := decide.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeNow(s)
+			decideOK(t, s, req("api", []string{"user", "alice"}))
+			if got := strings.TrimSpace(logs.String()); got != tt.want {
+				t.Errorf("logged\n%s\nwant\n%s", got, tt.want)
+			}
+		})
 	}
 }

@@ -13,6 +13,15 @@ type fallbacks struct {
 	logged [MaxMode + 1]atomic.Uint64 // n as the last line logged it
 }
 
+// modeSays says in the log what a decision in each Mode other than
+// ModeStore did.
+var modeSays = [MaxMode + 1]string{
+	ModeOpen:   "fail open admitted requests without their limits",
+	ModeClosed: "fail closed denied requests",
+	ModeLocal:  "decided locally, within this server's share of the limits",
+	ModeSlow:   "denied requests the store did not answer in time",
+}
+
 // warnEvery is how often at most the Service says at Warn level that it
 // decides without the store.
 const warnEvery = time.Minute
@@ -29,20 +38,20 @@ func (s *Service) note(m Mode) {
 		return
 	}
 	attrs := make([]any, 0, 2*MaxMode+4)
+	msg := "decided without the store:"
+	sep := " "
 	for mo := ModeOpen; mo <= MaxMode; mo++ {
 		n := f.n[mo].Load()
 		if d := n - f.logged[mo].Swap(n); d > 0 {
 			attrs = append(attrs, mo.String(), d)
+			msg += sep + modeSays[mo]
+			sep = "; "
 		}
 	}
 	if last != 0 {
 		attrs = append(attrs, "since", time.Duration(now-last)*time.Microsecond)
 	}
 	attrs = append(attrs, "mode", s.Mode().String())
-	msg := "decided without the store"
-	if f.n[ModeOpen].Load() > 0 {
-		msg = "decided without the store; fail open admitted requests without their limits"
-	}
 	s.log.Warn(msg, attrs...)
 }
 

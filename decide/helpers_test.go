@@ -120,7 +120,35 @@ func newService(t testing.TB, set *rules.Set, clk *clock, cfg decide.Config) *de
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { closeNow(s) })
 	return s
+}
+
+// closeNow closes s, cutting short at once the store calls of the fail
+// mode local still in flight.
+func closeNow(s *decide.Service) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = s.Close(ctx)
+}
+
+// syncBuilder is a strings.Builder safe for concurrent use: a log that
+// goroutines of the fail mode local write to.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuilder) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuilder) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // req builds a request in domain with one descriptor per list of

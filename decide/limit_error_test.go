@@ -101,7 +101,7 @@ func TestLimitErrorProbe(t *testing.T) {
 	set := loadRules(t, inexactRules)
 	sw := &switchable{Store: &refusing{Store: newMemory(t, clk), refuse: set.Rules("api")[1].Limits[0].Enforced()}}
 	cfg := decide.DefaultConfig()
-	cfg.Store, cfg.BreakerFailures, cfg.BreakerCoolDown = sw, 1, time.Second
+	cfg.Store, cfg.BreakerFailures, cfg.BreakerCoolDown, cfg.Fail = sw, 1, time.Second, decide.FailOpen
 	s := newService(t, set, clk, cfg)
 	sw.down.Store(true)
 	decideOK(t, s, req("api", []string{"user", "alice"})) // opens the breaker

@@ -18,7 +18,7 @@ func TestProbe(t *testing.T) {
 	store.down.Store(true)
 	var pings atomic.Int64
 	cfg := decide.DefaultConfig()
-	cfg.Store, cfg.BreakerFailures = store, 2
+	cfg.Store, cfg.BreakerFailures, cfg.Fail = store, 2, decide.FailOpen
 	cfg.Ping = func(context.Context) error {
 		pings.Add(1)
 		if store.down.Load() {

@@ -29,12 +29,13 @@ descriptors:
 `
 
 // TestSlowStoreKeepsLimit hammers one key of 1,000 an hour with 6,000
-// calls spread over three decision services (three servers) on one real
-// Redis, with the server's defaults (fail open, a 50ms store timeout),
-// while Redis is paused (CLIENT PAUSE ALL of 500ms, shorter than the
-// breaker's window): Redis is slow, not gone, and the limit holds. Exact
-// mode never admits more than the limit, nor does lease mode. (Before,
-// the breaker opened after 5 timeouts and fail open admitted all 6,000.)
+// calls spread over three decision services (three servers, which count
+// three) on one real Redis, with the server's defaults (fail local, a
+// store timeout of 50ms and up), while Redis is paused (CLIENT PAUSE ALL
+// of 500ms): each server decides locally from its share, and the limit
+// holds within the bound of the fail mode local, in exact and lease mode.
+// (Before, the breaker opened after 5 timeouts and fail open admitted all
+// 6,000.)
 func TestSlowStoreKeepsLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses a Redis of its own")
@@ -91,8 +92,17 @@ func TestSlowStoreKeepsLimit(t *testing.T) {
 			}
 			t.Logf("%s: admitted %d of %d calls at a limit of %d (denied %d); by mode: %v",
 				mode, admitted.Load(), calls, limit, denied.Load(), byMode)
-			if admitted.Load() > limit {
-				t.Errorf("%s: admitted %d, more than the limit of %d", mode, admitted.Load(), limit)
+			// The fail mode local's bound (docs/stores.md): the limit, what
+			// a key under 1/20 of it has counted unseen, and a hit a server
+			// for the rounding of the shares; in lease mode also each
+			// server's lease, which the count it reads leaves out (at most
+			// a sixteenth of the limit).
+			bound := int64(limit + limit/20 + servers)
+			if mode == "lease" {
+				bound += servers * limit / 16
+			}
+			if admitted.Load() > bound {
+				t.Errorf("%s: admitted %d, more than the bound of %d on a limit of %d", mode, admitted.Load(), bound, limit)
 			}
 			if admitted.Load() == 0 {
 				t.Errorf("%s: admitted none", mode)
@@ -127,6 +137,11 @@ func slowService(t *testing.T, addr, prefix, mode string, set *rules.Set) *decid
 	cfg := decide.DefaultConfig()
 	cfg.Rules = func() *rules.Set { return set }
 	cfg.Store = st
+	cfg.Servers = func() int64 { return 3 }
+	cfg.WriteBack = func(ctx context.Context, reqs []sluice.Request, windows []int64) error {
+		_, _, err := rst.SyncCounts(ctx, reqs, windows)
+		return err
+	}
 	// The pause is a quarter of the default window; a loaded machine
 	// running -race once stretched Redis's catching up after it past the
 	// window (then the breaker opens, rightly: fail open). What is checked
@@ -137,5 +152,12 @@ func slowService(t *testing.T, addr, prefix, mode string, set *rules.Set) *decid
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	})
 	return s
 }

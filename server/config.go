@@ -41,8 +41,8 @@ type Config struct {
 	Store    stack.Config
 	StoreTLS StoreTLSConfig
 
-	// Fail says how to decide while the store fails (--fail). Default
-	// decide.FailOpen.
+	// Fail says how to decide while the store fails or is slow (--fail).
+	// Default decide.FailLocal: each server decides locally, bounded.
 	Fail decide.Fail
 	// FailExplicit says the operator chose Fail (--fail, SLUICE_FAIL, the
 	// config file) rather than leaving it to its default. A server whose
@@ -51,8 +51,10 @@ type Config struct {
 	// at Warn every minute that it admits without limits until the store
 	// answers. Default false.
 	FailExplicit bool
-	// StoreTimeout bounds the store calls of one decision (--store-timeout);
-	// negative: no bound. Default 50ms (decide's).
+	// StoreTimeout is the least the store calls of one decision wait for
+	// the store (--store-timeout): the timeout follows the store's latency
+	// (twice its p99) up to decide's StoreMaxTimeout, 200ms; negative: no
+	// bound. Default 50ms (decide's).
 	StoreTimeout time.Duration
 	// ConcurrencyLease is how long a request of the decision APIs, which
 	// report no end, holds a slot of a concurrency limit
@@ -295,7 +297,7 @@ func DefaultConfig() Config {
 			XDS:          defaultXDS(),              // Envoy ratelimit's: node "default", retry 3s to 60s
 		},
 		Store:            stack.DefaultConfig(),       // memory: one node, exact, 256 MiB; on Redis an 8 MiB near cache, exact sync
-		Fail:             decide.FailOpen,             // a store outage does not stop traffic
+		Fail:             decide.FailLocal,            // a store outage neither stops traffic nor lifts the limits
 		StoreTimeout:     dc.StoreTimeout,             // 50ms: a slow store costs a decision little
 		ConcurrencyLease: admit.DefaultConfig().Lease, // 1s: the decision APIs never say when a request ends
 		ResponseHeaders:  respond.AllHeaders,          // the IETF draft's fields, X-RateLimit-* and Retry-After

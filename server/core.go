@@ -161,8 +161,9 @@ func (co *core) openStore(c Config) error {
 // log, and the decision metrics. It is the one place that knows them.
 func (co *core) wireDecider(c Config) error {
 	dc := decide.DefaultConfig()
-	dc.Rules, dc.Store, dc.Local = co.rules.Current, co.stores, co.stores.Local()
+	dc.Rules, dc.Store = co.rules.Current, co.stores
 	dc.StoreTimeout, dc.Fail, dc.Logger, dc.Ping = c.StoreTimeout, c.Fail, c.Logger, co.stores.Ping
+	dc.Servers, dc.WriteBack = co.stores.Servers, co.stores.WriteBack
 	dc.EnvoyKeys, dc.Shadow = c.Store.EnvoyKeys, c.Shadow
 	oc := observe.DefaultConfig()
 	oc.MaxKeys, oc.Sketch.Width = c.Observe.TopKeys, c.Observe.TopWidth
@@ -189,10 +190,22 @@ func (co *core) wireDecider(c Config) error {
 		return fmt.Errorf("decision service: %w", err)
 	}
 	co.m.WatchMode(co.svc.Mode)
+	co.closers = append(co.closers, func() error {
+		// The store calls still going on end, and the hits admitted
+		// without the store go back to it, before the store closes.
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		return co.svc.Close(ctx)
+	})
 	co.unreachedOK = c.Fail == decide.FailOpen && c.FailExplicit
 	co.startProbe(c.Logger)
 	return nil
 }
+
+// closeTimeout bounds how long closing the decision service waits for the
+// store calls still going on and writes back the hits admitted without the
+// store.
+const closeTimeout = 5 * time.Second
 
 // probeEvery is how often the server pings a store it decides without
 // (decide.Service.Probe), and checks whether it has reached it.

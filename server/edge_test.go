@@ -535,8 +535,9 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 }
 
 // TestServeFailOpenUnreached starts sluice serve on a Redis that never
-// answers: with --fail open by default it is not ready; with --fail open
-// given it is, and says at Warn that limits are off.
+// answers: with --fail open from a default (before the default was local)
+// it is not ready; with --fail open given it is, and says at Warn that
+// limits are off.
 func TestServeFailOpenUnreached(t *testing.T) {
 	t.Parallel()
 	r := testenv.StartRedis(t)
@@ -545,7 +546,7 @@ func TestServeFailOpenUnreached(t *testing.T) {
 		t.Run(fmt.Sprintf("explicit %v", explicit), func(t *testing.T) {
 			rules := copyRules(t, exampleRules)
 			c := testConfig(rules)
-			c.Store.URL, c.FailExplicit = "redis://"+r.Addr, explicit
+			c.Store.URL, c.Fail, c.FailExplicit = "redis://"+r.Addr, decide.FailOpen, explicit
 			s := startServer(t, c)
 			res := s.do(t, "GET", "/readyz", "")
 			if want := map[bool]int{false: 503, true: 200}[explicit]; res.code != want || !strings.Contains(res.body, `"mode":"fail_open"`) {

@@ -42,7 +42,7 @@ func settingsOf(t *testing.T, cmd string, getenv func(string) string, args ...st
 // from DefaultConfig.
 func TestSettings(t *testing.T) {
 	t.Parallel()
-	file := writeTemp(t, "sluice.yaml", "rules: from-file.yaml\nops-addr: [\"127.0.0.1:1\", \"127.0.0.1:2\"]\nstore-timeout: 75ms\nfail: open\n")
+	file := writeTemp(t, "sluice.yaml", "rules: from-file.yaml\nops-addr: [\"127.0.0.1:1\", \"127.0.0.1:2\"]\nstore-timeout: 75ms\nfail: local\n")
 	tests := []struct {
 		name string
 		cmd  string
@@ -76,7 +76,7 @@ func TestSettings(t *testing.T) {
 		{name: "a config file, under the environment", args: []string{"--config", file}, env: []string{"SLUICE_STORE_TIMEOUT=1s"},
 			want: func(c *server.Config) {
 				c.Rules.Source, c.OpsAddrs, c.StoreTimeout = "from-file.yaml", []string{"127.0.0.1:1", "127.0.0.1:2"}, time.Second
-				c.FailExplicit = true // fail: open, the default, given
+				c.FailExplicit = true // fail: local, the default, given
 			}},
 		{name: "Envoy's environment", env: []string{"REDIS_URL=r:6379", "PORT=9000", "USE_STATSD=false", "GRPC_UDS=/rl.sock", "SHADOW_MODE=true"},
 			want: func(c *server.Config) {

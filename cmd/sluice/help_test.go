@@ -134,7 +134,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"serve", "--rule", "x.yaml"}, "serve: unknown flag --rule (did you mean --rules?)"},
 		{[]string{"serve", "--bogus"}, "serve: unknown flag --bogus"},
-		{[]string{"serve", "--fail", "sideways"}, `serve: --fail: unknown fail mode "sideways" (want open, closed or local)`},
+		{[]string{"serve", "--fail", "sideways"}, `serve: --fail: unknown fail mode "sideways" (want local, open or closed)`},
 		{[]string{"serve", "--rules-poll"}, "serve: --rules-poll: missing value"},
 		{[]string{"override", "set", "--limt", "5/s"}, "override set: unknown flag --limt (did you mean --limit?)"},
 		{[]string{"rules"}, "rules: want a command: run `sluice rules --help` for them"},

@@ -347,7 +347,22 @@ type Stack struct {
 	pings       []func(context.Context) error
 	nonBlocking bool
 	stats       []func() Stats
+	writeBacks  []writeBack                   // the Redis stores that take back hits, by the limits they keep
 	closers     []func(context.Context) error // closed last first
+}
+
+// writeBack is a Redis store that takes back hits admitted without it, and
+// the limits it keeps.
+type writeBack struct {
+	store syncer
+	keeps func(sluice.Limit) bool
+}
+
+// syncer is a store that takes back hits admitted without it
+// (store/redis's SyncCounts).
+type syncer interface {
+	Syncable(l sluice.Limit) bool
+	SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error)
 }
 
 var _ sluice.Store = (*Stack)(nil)
@@ -440,6 +455,39 @@ func (s *Stack) Stats() Stats {
 	}
 	sum.AsyncServers = max(sum.AsyncServers, 1) // one node: no layer counts more
 	return sum
+}
+
+// Servers returns how many servers share the store, as the heartbeats in
+// Redis count them (Stats' AsyncServers), at least 1: what decide's fail
+// mode local divides a limit by (decide.Config.Servers).
+func (s *Stack) Servers() int64 { return s.Stats().AsyncServers }
+
+// WriteBack writes to Redis hits admitted without it (decide.Config's
+// WriteBack): reqs[i].Cost hits of reqs[i].Limit on reqs[i].Key, admitted
+// in the window that starts at windows[i] (µs since the Unix epoch; 0 for
+// a bucket limit), added whether or not they fit, each to the Redis that
+// keeps its limit, beneath the local-first layers. Hits of a limit Redis
+// cannot take back (a sliding_log, a sliding_window of sub-windows) are
+// left out, as is everything on the memory store, which never fails. It
+// returns the errors of the stores that failed, joined.
+func (s *Stack) WriteBack(ctx context.Context, reqs []sluice.Request, windows []int64) error {
+	var err error
+	for _, wb := range s.writeBacks {
+		var rs []sluice.Request
+		var ws []int64
+		for i, r := range reqs {
+			if wb.keeps(r.Limit) && wb.store.Syncable(r.Limit) && r.Cost > 0 {
+				rs, ws = append(rs, r), append(ws, windows[i])
+			}
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		if _, _, e := wb.store.SyncCounts(ctx, rs, ws); e != nil {
+			err = errors.Join(err, e)
+		}
+	}
+	return err
 }
 
 // Regions is what the regions layer says of itself (store/regions's
@@ -555,6 +603,7 @@ func (s *Stack) redis(cfg Config, p parts) error {
 		s.check = vetoes(s.check, func(l sluice.Limit) error { return regions.CheckLimit(l, vetoOf(b)) })
 	}
 	if cfg.PerSecond == "" {
+		s.addWriteBack(b, func(sluice.Limit) bool { return true })
 		return nil
 	}
 	short, sb, err := s.redisLayers(cfg, p, redisSpec{"PerSecond", cfg.PerSecond, "PerSecondSentinelAuth", cfg.PerSecondSentinelAuth})
@@ -566,6 +615,8 @@ func (s *Stack) redis(cfg Config, p parts) error {
 		return err
 	}
 	s.top = rt
+	s.addWriteBack(b, func(l sluice.Limit) bool { return !rt.Short(l) })
+	s.addWriteBack(sb, rt.Short)
 	shortCheck, longCheck := vetoOf(sb), s.check
 	s.check = func(l sluice.Limit) error {
 		c := longCheck
@@ -593,6 +644,14 @@ func vetoes(vs ...func(sluice.Limit) error) func(sluice.Limit) error {
 			}
 		}
 		return nil
+	}
+}
+
+// addWriteBack adds b to the stores WriteBack writes to, for the limits
+// keeps says it keeps, if b takes back hits.
+func (s *Stack) addWriteBack(b sluice.Store, keeps func(sluice.Limit) bool) {
+	if sy, ok := b.(syncer); ok {
+		s.writeBacks = append(s.writeBacks, writeBack{store: sy, keeps: keeps})
 	}
 }
 

@@ -1,0 +1,458 @@
+package decide
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice"
+)
+
+// ledger is what a Service knows of keys when its store does not decide
+// them (the fail mode local): per key, the last decision the store made on
+// it (how much of the limit it had counted, and when that count resets),
+// this server's share of the limit as it decides it locally, seeded from
+// that count, and the hits it admitted locally that the store has not
+// counted (pending, written back by Service.Probe; in flight, while the
+// store call that carries them has not ended). It holds at most maxBytes,
+// keys included. It is safe for concurrent use.
+type ledger struct {
+	shards  [ledgerShards]ledgerShard
+	hash    maphash.Seed
+	bytes   int64        // per shard
+	nodes   func() int64 // the servers counted, at least 1
+	pending atomic.Int64 // entries with pending hits
+	flying  atomic.Int64 // entries with hits in flight
+	dropped atomic.Int64 // pending hits forgotten: evicted unwritten, or of a window that ended
+}
+
+// ledgerShards is the number of shards of a ledger, a power of two.
+const ledgerShards = 64
+
+// ledgerOverhead is what an entry costs besides its key's bytes, rounded
+// up: the map's slot, the entry and its pointer.
+const ledgerOverhead = 256
+
+// learnAbove is the share of a limit, as 1/learnAbove, that a key's count
+// must pass before a decision of the store makes it an entry: keys far
+// under their limit are left out (an entry already there is kept up to
+// date), so a key decided locally without an entry had counted at most
+// capacity/learnAbove, which is the part of the bound it adds.
+const learnAbove = 20
+
+type ledgerShard struct {
+	mu    sync.Mutex
+	m     map[string]*ledgerEntry
+	bytes int64
+}
+
+// ledgerEntry is what a ledger knows of one key. Times are µs since the
+// Unix epoch on the Service's clock.
+type ledgerEntry struct {
+	req   sluice.Request // Key, Group, Limit, Sync, Scope of the key's last request
+	used  int64          // hits the store had counted at at (Decision.Limit − Remaining)
+	at    int64          // when the store decided
+	reset int64          // when the store's count is whole again: at + ResetAfter
+	// seeded says local is this server's share since the store's last
+	// decision on the key; the next local decision seeds it again
+	// otherwise.
+	seeded   bool
+	hasLocal bool         // local is a share this server decided from
+	share    sluice.Limit // the limit local follows: req.Limit over the servers counted
+	local    sluice.State
+	// pending hits were admitted locally, never counted by the store; in
+	// window limits in the window that starts at window.
+	pending, window int64
+	// inflight hits were admitted locally while the store call that
+	// carries them goes on.
+	inflight int64
+}
+
+func newLedger(maxBytes int64, nodes func() int64) *ledger {
+	l := &ledger{hash: maphash.MakeSeed(), bytes: max(maxBytes/ledgerShards, 1), nodes: nodes}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*ledgerEntry)
+	}
+	return l
+}
+
+// shardOf returns the index of key's shard.
+func (l *ledger) shardOf(key string) int {
+	return int(maphash.String(l.hash, key) & (ledgerShards - 1))
+}
+
+// usedAt returns what the store's count of e is at now, as far as its last
+// decision tells: a bucket drains to 0 by e.reset, a window keeps its
+// count until then (a sliding_window's weighs less, so this is an upper
+// bound).
+func (e *ledgerEntry) usedAt(now int64) int64 {
+	switch {
+	case now >= e.reset || e.used <= 0:
+		return 0
+	case !e.req.Limit.Algorithm.HasBurst() || now <= e.at:
+		return e.used
+	}
+	return ceilDiv(e.used*(e.reset-now), e.reset-e.at)
+}
+
+// ceilDiv returns ⌈a/b⌉ for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a-1)/b + 1
+}
+
+// learn records the store's decisions ds on reqs, made at now: the count
+// of each key the ledger holds, or whose count passed 1/learnAbove of its
+// limit. The local share of each is seeded again at its next local
+// decision.
+func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now int64) {
+	for i := range reqs {
+		r, d := &reqs[i], ds[i]
+		used := d.Limit - d.Remaining
+		sh := &l.shards[l.shardOf(r.Key)]
+		sh.mu.Lock()
+		e := sh.m[r.Key]
+		if e == nil && used*learnAbove > d.Limit {
+			e = l.insert(sh, *r, now)
+		}
+		if e != nil {
+			if e.req.Limit != r.Limit {
+				l.forget(e, *r)
+			}
+			e.used, e.at, e.reset, e.seeded = used, now, now+d.ResetAfter.Microseconds(), false
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// insert adds an entry for r to sh, evicting others when sh is full, and
+// returns it. sh is locked.
+func (l *ledger) insert(sh *ledgerShard, r sluice.Request, now int64) *ledgerEntry {
+	size := int64(len(r.Key)) + ledgerOverhead
+	l.evict(sh, now, size)
+	r.Cost, r.Envoy = 0, sluice.Descriptor{}
+	e := &ledgerEntry{req: r}
+	sh.m[r.Key] = e
+	sh.bytes += size
+	return e
+}
+
+// evict drops entries of sh until size more bytes fit: first those that
+// say nothing any more (their count reset, nothing pending or in flight),
+// then any, their pending hits counted in dropped. sh is locked.
+func (l *ledger) evict(sh *ledgerShard, now, size int64) {
+	for pass := 0; pass < 2 && sh.bytes+size > l.bytes; pass++ {
+		for k, e := range sh.m { // in random order
+			if sh.bytes+size <= l.bytes {
+				return
+			}
+			if pass == 0 && (now < e.reset || e.pending != 0 || e.inflight != 0) {
+				continue
+			}
+			l.remove(sh, k, e)
+		}
+	}
+}
+
+// remove drops e, under key k, from sh. sh is locked.
+func (l *ledger) remove(sh *ledgerShard, k string, e *ledgerEntry) {
+	if e.pending != 0 {
+		l.dropped.Add(e.pending)
+		l.pending.Add(-1)
+	}
+	if e.inflight != 0 {
+		l.flying.Add(-1)
+	}
+	delete(sh.m, k)
+	sh.bytes -= int64(len(k)) + ledgerOverhead
+}
+
+// forget makes e an entry of r, whose limit is not e's (the rules
+// changed): what e knew is of another limit. The lock of e's shard is
+// held.
+func (l *ledger) forget(e *ledgerEntry, r sluice.Request) {
+	if e.pending != 0 {
+		l.dropped.Add(e.pending)
+		l.pending.Add(-1)
+	}
+	r.Cost, r.Envoy = 0, sluice.Descriptor{}
+	*e = ledgerEntry{req: r, inflight: e.inflight}
+}
+
+// busy reports whether a key of reqs has hits admitted locally that the
+// store has not counted yet: pending, or in flight. Such a key is decided
+// locally until the store has them, so that the store counts them before
+// it decides anew.
+func (l *ledger) busy(reqs []sluice.Request) bool {
+	if l.pending.Load() == 0 && l.flying.Load() == 0 {
+		return false
+	}
+	for i := range reqs {
+		sh := &l.shards[l.shardOf(reqs[i].Key)]
+		sh.mu.Lock()
+		e := sh.m[reqs[i].Key]
+		b := e != nil && (e.pending != 0 || e.inflight != 0)
+		sh.mu.Unlock()
+		if b {
+			return true
+		}
+	}
+	return false
+}
+
+// shareOf returns l over n servers: rate and burst divided, rounded up.
+func shareOf(l sluice.Limit, n int64) sluice.Limit {
+	if n <= 1 {
+		return l
+	}
+	l.Rate = ceilDiv(l.Rate, n)
+	if l.Burst > 0 {
+		l.Burst = ceilDiv(l.Burst, n)
+	}
+	return l
+}
+
+// windowOf returns the start of the window of limit lim that holds now,
+// or 0 for a bucket limit, whose hits belong to no window.
+func windowOf(lim sluice.Limit, now int64) int64 {
+	if lim.Algorithm.HasBurst() {
+		return 0
+	}
+	p := lim.Period.Microseconds()
+	if p <= 0 {
+		return 0
+	}
+	m := now % p
+	if m < 0 {
+		m += p
+	}
+	return now - m
+}
+
+// seed sets e's local share from the store's last count of it, the
+// servers counted now, and the hits of this server the store has not
+// counted yet. A share this server already decided from, of the same
+// limit, is kept when it has less left: hits admitted here that a count
+// read before they reached the store does not hold are never forgotten.
+// The lock of e's shard is held.
+func (l *ledger) seed(e *ledgerEntry, now int64) {
+	n := max(l.nodes(), 1)
+	share, st := shareOf(e.req.Limit, n), sluice.State{}
+	hits := ceilDiv(e.usedAt(now), n) + e.inflight
+	if e.pending != 0 && (e.window == windowOf(e.req.Limit, now)) {
+		hits += e.pending
+	}
+	if hits = min(hits, share.Capacity()); hits > 0 {
+		share.TakeMicros(&st, now, hits)
+	}
+	if e.hasLocal && e.share == share {
+		old, seeded := e.local.Clone(), st.Clone()
+		if share.TakeMicros(&old, now, 0).Remaining < share.TakeMicros(&seeded, now, 0).Remaining {
+			st = e.local
+		}
+	}
+	e.share, e.local, e.seeded, e.hasLocal = share, st, true, true
+}
+
+// take decides reqs locally at now into ds, all or none, as TakeAll does:
+// each key against this server's share of its limit, seeded from what the
+// store last counted. The decisions report the share as the limit. An
+// admitted hit is in flight when inflight (a store call carries it), else
+// pending when record (a store to write it back to), else forgotten.
+func (l *ledger) take(reqs []sluice.Request, ds []sluice.Decision, now int64, inflight, record bool) bool {
+	idx := make([]int, 0, 4)
+	for i := range reqs {
+		idx = append(idx, l.shardOf(reqs[i].Key))
+	}
+	locked := lockShards(l, idx)
+	defer func() {
+		for _, i := range locked {
+			l.shards[i].mu.Unlock()
+		}
+	}()
+	entries := make([]*ledgerEntry, len(reqs))
+	states := make([]sluice.State, len(reqs))
+	allowed := true
+	for i := range reqs {
+		r := &reqs[i]
+		sh := &l.shards[idx[i]]
+		e := sh.m[r.Key]
+		if e == nil {
+			e = l.insert(sh, *r, now)
+		}
+		if e.req.Limit != r.Limit {
+			l.forget(e, *r)
+		}
+		if !e.seeded {
+			l.seed(e, now)
+		}
+		st := e.local
+		for j := range i { // the same key twice in one call
+			if entries[j] == e {
+				st = states[j]
+			}
+		}
+		st = st.Clone()
+		ds[i] = e.share.TakeMicros(&st, now, r.Cost)
+		entries[i], states[i] = e, st
+		allowed = allowed && ds[i].Allowed
+	}
+	if !allowed {
+		return false
+	}
+	for i, e := range entries {
+		e.local = states[i]
+		cost := reqs[i].Cost
+		switch {
+		case inflight:
+			if e.inflight == 0 && cost > 0 {
+				l.flying.Add(1)
+			}
+			e.inflight += cost
+		case record:
+			l.addPending(e, cost, now)
+		}
+	}
+	return true
+}
+
+// addPending adds cost hits admitted at now to e's pending hits. Those of
+// a window that has ended are dropped: they no longer count against the
+// limit. The lock of e's shard is held.
+func (l *ledger) addPending(e *ledgerEntry, cost, now int64) {
+	if cost <= 0 {
+		return
+	}
+	w := windowOf(e.req.Limit, now)
+	if e.pending != 0 && e.window != w {
+		l.dropped.Add(e.pending)
+		e.pending = 0
+		l.pending.Add(-1)
+	}
+	if e.pending == 0 {
+		l.pending.Add(1)
+	}
+	e.pending += cost
+	e.window = w
+}
+
+// lockShards locks the distinct shards of idx in ascending order and
+// returns them.
+func lockShards(l *ledger, idx []int) []int {
+	var set [ledgerShards]bool
+	for _, i := range idx {
+		set[i] = true
+	}
+	locked := make([]int, 0, len(idx))
+	for i, ok := range set {
+		if ok {
+			l.shards[i].mu.Lock()
+			locked = append(locked, i)
+		}
+	}
+	return locked
+}
+
+// ended settles the hits of reqs admitted locally while the store call
+// that carried them went on, now that it has ended at now: with err nil
+// the store counted what it allowed (ds), and the rest, admitted here, is
+// pending when record; with an error every hit is pending when record.
+func (l *ledger) ended(reqs []sluice.Request, ds []sluice.Decision, err error, now int64, record bool) {
+	stored := err == nil
+	for i := range reqs {
+		stored = stored && ds[i].Allowed
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		sh := &l.shards[l.shardOf(r.Key)]
+		sh.mu.Lock()
+		e := sh.m[r.Key]
+		if e == nil && !stored && record {
+			e = l.insert(sh, *r, now)
+		}
+		if e != nil {
+			if e.inflight > 0 && e.inflight <= r.Cost {
+				l.flying.Add(-1)
+			}
+			e.inflight = max(e.inflight-r.Cost, 0)
+			if !stored && record {
+				l.addPending(e, r.Cost, now)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if err == nil {
+		l.learn(reqs, ds, now)
+	}
+}
+
+// drain takes every pending hit out of the ledger, as requests of Cost
+// the hits with the start of their windows (0 for a bucket limit), for a
+// write-back; they are in flight until written puts them back, as pending
+// if the write-back failed. Pending hits of a window that has ended are
+// dropped: they count no more.
+func (l *ledger) drain(now int64) (reqs []sluice.Request, windows []int64) {
+	if l.pending.Load() == 0 {
+		return nil, nil
+	}
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			if e.pending == 0 {
+				continue
+			}
+			if w := windowOf(e.req.Limit, now); e.window != w {
+				l.dropped.Add(e.pending)
+			} else {
+				r := e.req
+				r.Cost = e.pending
+				reqs, windows = append(reqs, r), append(windows, e.window)
+				if e.inflight == 0 {
+					l.flying.Add(1)
+				}
+				e.inflight += e.pending
+			}
+			e.pending = 0
+			l.pending.Add(-1)
+		}
+		sh.mu.Unlock()
+	}
+	return reqs, windows
+}
+
+// written ends the write-back of the hits drain took out: ok says the
+// store has them; otherwise they are pending again.
+func (l *ledger) written(reqs []sluice.Request, windows []int64, now int64, ok bool) {
+	for i := range reqs {
+		r := &reqs[i]
+		sh := &l.shards[l.shardOf(r.Key)]
+		sh.mu.Lock()
+		e := sh.m[r.Key]
+		switch {
+		case e == nil && ok:
+		case e == nil:
+			l.dropped.Add(r.Cost) // evicted meanwhile
+		default:
+			if e.inflight > 0 && e.inflight <= r.Cost {
+				l.flying.Add(-1)
+			}
+			e.inflight = max(e.inflight-r.Cost, 0)
+			if ok {
+				break
+			}
+			if e.req.Limit != r.Limit || (e.pending != 0 && e.window != windows[i]) {
+				l.dropped.Add(r.Cost)
+				break
+			}
+			if e.pending == 0 {
+				l.pending.Add(1)
+			}
+			e.pending += r.Cost
+			e.window = windows[i]
+		}
+		sh.mu.Unlock()
+	}
+}
