@@ -53,6 +53,31 @@ func (s *Store) Syncable(l sluice.Limit) bool { return Syncable(l) }
 // all keys) go in one atomic script call (async.lua); the calls go
 // pipelined.
 func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error) {
+	return s.syncCounts(ctx, reqs, windows, false)
+}
+
+// RestoreCounts puts back counts Redis lost (a restart without
+// persistence, a failover to a replica that lagged), as a node knew them
+// (store/localfirst): reqs[i].Cost is what reqs[i].Limit, a
+// fixed_window or sliding_window, counted at least on reqs[i].Key in the
+// window that starts at windows[i] (µs on the store's clock), the
+// current window or a sliding_window's previous one. A count below it is
+// raised to it; one at or above it is left alone, so that servers that
+// each put back what they knew never add up (a merge by maximum, in
+// async.lua). It returns the script's time, µs since the Unix epoch.
+// Bucket limits are an error.
+func (s *Store) RestoreCounts(ctx context.Context, reqs []sluice.Request, windows []int64) (int64, error) {
+	for _, r := range reqs {
+		if r.Limit.Algorithm.HasBurst() {
+			return 0, fmt.Errorf("redis restore %s: %v is not a window limit", r.Key, r.Limit)
+		}
+	}
+	_, at, err := s.syncCounts(ctx, reqs, windows, true)
+	return at, err
+}
+
+// syncCounts is SyncCounts, or RestoreCounts if merge.
+func (s *Store) syncCounts(ctx context.Context, reqs []sluice.Request, windows []int64, merge bool) ([]int64, int64, error) {
 	if len(windows) < len(reqs) {
 		return nil, 0, fmt.Errorf("redis sync: %d windows for %d requests", len(windows), len(reqs))
 	}
@@ -70,6 +95,9 @@ func (s *Store) SyncCounts(ctx context.Context, reqs []sluice.Request, windows [
 	groups, execs := s.slotExecs(names, recs)
 	for g := range execs {
 		execs[g].Args = append(execs[g].Args, now, s.marginArg())
+		if merge {
+			execs[g].Args = append(execs[g].Args, "1")
+		}
 	}
 	if err := s.connected(); err != nil {
 		return nil, 0, fmt.Errorf("redis sync: %w", err)

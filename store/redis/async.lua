@@ -14,6 +14,10 @@
 -- ARGV[2]: now, in µs since the Unix epoch, or "" to read Redis's TIME.
 -- ARGV[3]: the margin, milliseconds a key lives at least past its reset
 --          time, as take.lua's ARGV[2].
+-- ARGV[4]: "1" to merge instead (window limits only): a record's hits are
+--          what its window counted at least, and a count below it is
+--          raised to it, a count at or above it left alone (a node puts
+--          back what Redis lost; nodes that each do never add up).
 --
 -- Windows: the state is first moved to the window that holds now, as a
 -- Take would (a state already in a later window, on a clock ahead of this
@@ -38,6 +42,7 @@
 local blob = ARGV[1]
 local now = clock(ARGV[2])
 local marginUs = tonumber(ARGV[3]) * 1000
+local merge = ARGV[4] == '1'
 local out = { now }
 local pos = 1
 
@@ -95,7 +100,16 @@ for i = 1, #KEYS do
       end
       t = cur
     end
-    if hits > 0 then
+    if merge then
+      -- hits is a count: written only where it raises one
+      if w == t and hits > n then
+        n = hits
+      elseif alg == 1 and w == t - period and hits > x then
+        x = hits
+      else
+        hits = 0
+      end
+    elseif hits > 0 then
       if w == t then
         n = n + hits
       elseif alg == 1 and w == t - period then

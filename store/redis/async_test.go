@@ -163,3 +163,57 @@ func TestSyncCountsOneRoundTrip(t *testing.T) {
 		t.Errorf("EVAL calls after SCRIPT FLUSH: %s, as before", got)
 	}
 }
+
+// TestRestoreCounts puts back counts on real Redis and Redis Cluster, as
+// servers that knew them do after Redis restarted empty: a count below
+// what a server knew is raised to it, in the window it was of (a
+// sliding_window's previous one too); a count at or above it stays, so
+// that servers that each put back the same count leave it once; a window
+// past is ignored; a bucket limit is refused.
+func TestRestoreCounts(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			clk := clocktest.New(t0)
+			s := open(t, b.url(t), testConfig(clk.Now))
+			ctx := context.Background()
+			fixed := sluice.Limit{Rate: 10, Period: time.Minute}
+			sliding := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 10, Period: time.Minute}
+			w := t0.Truncate(time.Minute).UnixMicro()
+			restore := func(r sluice.Request, window int64) {
+				t.Helper()
+				if _, err := s.RestoreCounts(ctx, []sluice.Request{r}, []int64{window}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			remaining := func(key string, l sluice.Limit, want int64) {
+				t.Helper()
+				if d, err := sluice.Take(ctx, s, key, l, 0); err != nil || d.Remaining != want {
+					t.Fatalf("%s: %+v, %v; want %d remaining", key, d, err, want)
+				}
+			}
+			restore(sluice.Request{Key: "{f}", Limit: fixed, Cost: 6}, w) // lost: from nothing
+			remaining("{f}", fixed, 4)
+			restore(sluice.Request{Key: "{f}", Limit: fixed, Cost: 6}, w) // a second server knew the same
+			remaining("{f}", fixed, 4)
+			restore(sluice.Request{Key: "{f}", Limit: fixed, Cost: 3}, w) // one that knew less
+			remaining("{f}", fixed, 4)
+			if d, err := sluice.Take(ctx, s, "{f}", fixed, 2); err != nil || !d.Allowed || d.Remaining != 2 {
+				t.Fatalf("a Take after the restore: %+v, %v", d, err)
+			}
+			restore(sluice.Request{Key: "{f}", Limit: fixed, Cost: 7}, w) // 8 counted: stays
+			remaining("{f}", fixed, 2)
+			restore(sluice.Request{Key: "{s}", Limit: sliding, Cost: 4}, w)
+			clk.Set(t0.Add(time.Minute)) // 30 s into the next window: the previous weighs half
+			remaining("{s}", sliding, 8)
+			restore(sluice.Request{Key: "{s}", Limit: sliding, Cost: 8}, w) // the previous window's
+			restore(sluice.Request{Key: "{s}", Limit: sliding, Cost: 1}, w+60e6)
+			remaining("{s}", sliding, 10-1-4)
+			restore(sluice.Request{Key: "{f}", Limit: fixed, Cost: 9}, w) // a window past
+			remaining("{f}", fixed, 10)
+			bucket := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1, Period: time.Second, Burst: 5}
+			if _, err := s.RestoreCounts(ctx, []sluice.Request{{Key: "{b}", Limit: bucket, Cost: 1}}, []int64{w}); err == nil {
+				t.Fatal("a bucket limit: no error")
+			}
+		})
+	}
+}
