@@ -590,7 +590,7 @@ func (s *Store) syncAsync(ctx context.Context, beat bool) error {
 	if err := s.writeBack(ctx, items); err != nil {
 		return errors.Join(errors.New("localfirst: async sync failed"), err, beatErr)
 	}
-	return beatErr
+	return errors.Join(beatErr, s.restoreIfLost(ctx))
 }
 
 // syncItem is what a sync writes of one key: the hits of its window, or
@@ -682,7 +682,9 @@ func (s *Store) writeBack(ctx context.Context, items []syncItem) error {
 			count = counts[i]
 		}
 		it.sh.mu.Lock()
-		a.land(it, count, at, after, err)
+		if a.land(it, count, at, after, err) {
+			s.lost()
+		}
 		it.sh.mu.Unlock()
 	}
 	return err
@@ -693,8 +695,15 @@ func (s *Store) writeBack(ctx context.Context, items []syncItem) error {
 // level) read at the store's time at, which the node's clock read as
 // after, or with the sync's error err. The hits admitted while the sync
 // was in flight count against the new allowance or grant. Requests
-// waiting for the sync (await) are woken. mu is held.
-func (a *asyncTable) land(it syncItem, count, at int64, after time.Time, err error) {
+// waiting for the sync (await) are woken. It reports whether the store
+// lost counts: a fixed_window key's count below what the node read of it
+// at its last sync in the same window (the store's clock still in it)
+// plus the hits this sync wrote,
+// which only a store that forgot it returns (a sliding_window's count
+// falls as the window slides; a bucket's level, as it drains); the node
+// then decides from what it knew, and the sync puts it back (restore).
+// mu is held.
+func (a *asyncTable) land(it syncItem, count, at int64, after time.Time, err error) (lost bool) {
 	e := it.e
 	e.syncing, e.failed = false, err
 	if e.landed != nil {
@@ -720,11 +729,16 @@ func (a *asyncTable) land(it syncItem, count, at int64, after time.Time, err err
 	case err != nil:
 		e.old += it.hits // the window turned meanwhile
 	case e.window == it.window:
+		p := l.Period.Microseconds()
+		if known := e.counted + it.hits; l.Algorithm == sluice.FixedWindow && at-at%p == it.window && count < known {
+			count, lost = known, true
+		}
 		e.counted, e.based = count, after
 		e.allow = max(a.allowance(l, count, e.window, at)-e.pending, 0)
 	default: // the window turned while the sync was in flight: a fresh share
 		e.allow = max(a.allowance(l, 0, e.window, max(at, e.window))-e.pending, 0)
 	}
+	return lost
 }
 
 // syncLoop calls SyncAsync every interval until stop is closed.

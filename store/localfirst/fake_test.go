@@ -176,3 +176,41 @@ func (m *memStore) Heartbeat(ctx context.Context, id string, ttl time.Duration) 
 	}
 	return int64(len(m.servers)), nil
 }
+
+var _ Restorer = (*memStore)(nil)
+
+// RestoreCounts raises each window key's count in its window to at least
+// the request's Cost, as async.lua's merge does: in the current window,
+// or a sliding_window's previous one; a window past is ignored.
+func (m *memStore) RestoreCounts(ctx context.Context, reqs []sluice.Request, windows []int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memstore restore: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at := m.now().UnixMicro()
+	for i, r := range reqs {
+		l := r.Limit
+		if l.Algorithm.HasBurst() {
+			return 0, fmt.Errorf("memstore restore: %v is not a window limit", l)
+		}
+		st := m.state(r.Key, l)
+		l.TakeMicros(&st, at, 0)
+		t, n, p := st.Fields()
+		switch {
+		case windows[i] == t:
+			n = max(n, r.Cost)
+		case l.Algorithm == sluice.SlidingWindow && windows[i] == t-l.Period.Microseconds():
+			p = max(p, r.Cost)
+		}
+		m.states[r.Key] = memState{l.Algorithm, sluice.StateOf(t, n, p)}
+	}
+	return at, nil
+}
+
+// forget drops every key, as Redis restarted without persistence does.
+func (m *memStore) forget() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clear(m.states)
+}

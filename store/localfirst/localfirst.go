@@ -49,7 +49,10 @@
 // server joining, the others may still share among fewer.
 //
 // With the store unreachable, a node admits what its lease, allowance or
-// grant still holds, then returns errors for the caller's fail mode. The
+// grant still holds, then returns errors for the caller's fail mode. A
+// store that comes back empty (a Restorer) is given back the window
+// counts the node holds, merged by maximum, once an async sync reads a
+// fixed_window count below what the node had read in that window. The
 // store decides by its own clock; the Store measures elapsed time by
 // Config.Now.
 package localfirst
@@ -191,7 +194,10 @@ type Store struct {
 	async       *asyncTable
 	syncer      Syncer      // next's when async mode may be used, or nil
 	beater      Heartbeater // next's when async mode may be used, or nil
-	id          string      // this node's ID among the servers that heartbeat
+	restorer    Restorer    // next's, or nil: counts the store lost stay lost
+	lostCounts  atomic.Bool // the store was seen to have lost counts since the last restore
+	restored    atomic.Uint64
+	id          string // this node's ID among the servers that heartbeat
 
 	syncEvery time.Duration
 	asyncHits atomic.Uint64
@@ -265,6 +271,7 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 		return s, nil
 	}
 	s.stater = st
+	s.restorer, _ = next.(Restorer)
 	if cfg.NearCacheBytes > 0 {
 		s.near = newNearCache(cfg.NearCacheBytes)
 	}
@@ -357,6 +364,9 @@ type Stats struct {
 	// StoreCalls counts the calls made to the decorated store: decisions,
 	// grants and returns.
 	StoreCalls uint64
+	// Restored counts the counts of keys written back to a store that
+	// had lost them (Restorer).
+	Restored uint64
 	// AsyncServers is N, the servers async mode shares its limits among
 	// now: the most of those the store counts (Heartbeater) and
 	// Config.AsyncNodes; 1 when async mode is off.
@@ -369,7 +379,7 @@ func (s *Store) Stats() Stats {
 		NearHits: s.hits.Load(), NearMisses: s.misses.Load(),
 		LeaseHits: s.leaseHits.Load(), AsyncDecisions: s.asyncHits.Load(), Grants: s.grants.Load(),
 		Returned: s.returned.Load(), ReturnErrors: s.returnErrors.Load(),
-		StoreCalls: s.calls.Load(), AsyncServers: 1,
+		StoreCalls: s.calls.Load(), Restored: s.restored.Load(), AsyncServers: 1,
 	}
 	if s.async != nil {
 		st.AsyncServers = s.async.nodes()
@@ -434,7 +444,7 @@ func (s *Store) learn(r sluice.Request, d sluice.Decision, st sluice.State, at i
 			s.near.drop(r.Key)
 		}
 	case ok && r.Cost > 0 && d.RetryAfter > 0 && d.RetryAfter != sluice.Never:
-		s.near.put(r.Key, &nearEntry{limit: r.Limit, cost: r.Cost, state: st, at: at, sent: sent, until: sent.Add(d.RetryAfter)})
+		s.near.put(r.Key, &nearEntry{group: r.Group, limit: r.Limit, cost: r.Cost, state: st, at: at, sent: sent, until: sent.Add(d.RetryAfter)})
 	}
 }
 

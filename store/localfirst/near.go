@@ -12,9 +12,9 @@ import (
 const nearShards = 32
 
 // entryOverhead is what a near cache entry costs besides its key's bytes:
-// the entry (limit, state, times: about 130 bytes), its pointer and the
+// the entry (group, limit, state, times: 152 bytes), its pointer and the
 // map's share of a bucket (about 50 bytes), rounded up.
-const entryOverhead = 192
+const entryOverhead = 208
 
 // nearCache holds, per key, the state a store's denial left and until when
 // that denial holds. It is bounded in bytes: a shard that is full drops
@@ -35,6 +35,7 @@ type nearShard struct {
 
 // nearEntry is one denial the store gave.
 type nearEntry struct {
+	group string // the request's Group: where the store keeps the key
 	limit sluice.Limit
 	cost  int64        // the denied cost: the entry answers this cost or more
 	state sluice.State // the key's state after the denial (no sliding log)

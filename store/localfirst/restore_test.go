@@ -1,0 +1,95 @@
+package localfirst
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// TestAsyncRestartEmpty fills a window limit of 1,000 an hour on 3 async
+// nodes with a client at many times it, then has the store forget every
+// key (a real Redis killed and started again without persistence; the
+// fake's forget), and goes on: the nodes see a count below what they had
+// read, decide from what they knew and put it back (RestoreCounts, merged
+// by maximum), so the window admits no more than its bound across the
+// restart, and the store counts the window full again. Before issue 31
+// the nodes took the store's empty count at their next sync and admitted
+// the limit a second time. A key no node held (one decided by the store
+// alone) starts from nothing: that is the bound's other part.
+func TestAsyncRestartEmpty(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testAsyncRestartEmpty(t, memURL, nil) })
+	t.Run("redis", func(t *testing.T) {
+		srv := testenv.StartRedis(t)
+		testAsyncRestartEmpty(t, "redis://"+srv.Addr+"/0", func() { srv.Kill(); srv.Restart() })
+	})
+}
+
+func testAsyncRestartEmpty(t *testing.T, url string, restart func()) {
+	const interval = 100 * time.Millisecond
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	prefix := fmt.Sprintf("restart:%x:", rand.Uint64())
+	if url == memURL {
+		// the fake of this prefix, which restart forgets
+		m, _ := memStores.LoadOrStore(prefix, newMemStore(clk.Now))
+		restart = func() { m.(*memStore).forget() }
+	}
+	nodes := openAsyncNodes(t, url, prefix, clk.Now, 3, Config{SyncInterval: interval})
+	l := sluice.Limit{Rate: 1000, Period: time.Hour}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	round := func() (admitted int64) {
+		for i := range 90 {
+			d, err := sluice.Take(ctx, nodes[i%3], "{hot}", l, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		clk.Advance(interval)
+		for _, s := range nodes {
+			if err := s.SyncAsync(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return admitted
+	}
+	var before int64
+	for range 30 { // 2,700 requests: the window fills
+		before += round()
+	}
+	restart()
+	for _, s := range nodes { // the clients reconnect
+		waitFor(t, 10*time.Second, "a sync after the restart", func() bool { return s.SyncAsync(ctx) == nil })
+	}
+	var after int64
+	for range 30 {
+		after += round()
+	}
+	bound := l.Rate + asyncOver(l, 3, defaultAsyncShare, interval)
+	var restored uint64
+	for _, s := range nodes {
+		restored += s.Stats().Restored
+	}
+	t.Logf("admitted %d before the restart, %d after (bound %d in all); %d counts put back", before, after, bound, restored)
+	if before < l.Rate {
+		t.Fatalf("admitted %d before the restart: the window did not fill", before)
+	}
+	if before+after > bound {
+		t.Fatalf("admitted %d in the window across an empty restart, more than the bound %d", before+after, bound)
+	}
+	if restored == 0 {
+		t.Fatal("no count put back")
+	}
+	r := nodes[0].next
+	if d, err := sluice.Take(ctx, r, "{hot}", l, 1); err != nil || d.Allowed {
+		t.Fatalf("the store after the restore: %+v, %v; want the window full", d, err)
+	}
+}
