@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/store/stack"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -393,7 +394,7 @@ func TestNodeVeto(t *testing.T) {
 // following it.
 func TestCluster(t *testing.T) {
 	addrs := testenv.RedisClusterAddrs(t)
-	db, err := redisdb.Open("redis+cluster://"+strings.Join(addrs, ","), redisdb.Config{Name: fmt.Sprintf("test:cluster:%d", time.Now().UnixNano())})
+	db, err := redisdb.Open("redis+cluster://"+strings.Join(addrs, ","), redisdb.Config{Name: fmt.Sprintf("test:cluster:%d", time.Now().UnixNano()), ClientOption: stack.ClientOption})
 	if err != nil {
 		t.Fatal(err)
 	}

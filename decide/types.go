@@ -12,17 +12,8 @@ import (
 type Entry = rules.Entry
 
 // Descriptor is an ordered list of entries that the rules match, with the
-// hits this request adds to the matched limits.
-type Descriptor struct {
-	Entries []Entry
-	// Cost is the hits the request adds: 0 checks without counting. The
-	// transport resolves Envoy's defaults (an unset hits_addend is 1).
-	Cost int64
-	// Limit, when not nil, is the descriptor's own limit (Envoy's
-	// RateLimitDescriptor.limit), which takes the place of the rules' for
-	// it in a domain the rules define (rules.RequestRule).
-	Limit *rules.RequestLimit
-}
+// hits this request adds to the matched limits: rules.Descriptor.
+type Descriptor = rules.Descriptor
 
 // Request asks for a decision on the descriptors of one request in Domain.
 type Request struct {

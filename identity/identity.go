@@ -17,13 +17,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
 )
 
 // Descriptor is one descriptor of a request: the entries its actions
 // produced and the hits it adds, ready for a decide.Request.
-type Descriptor = decide.Descriptor
+type Descriptor = rules.Descriptor
 
 // Identity produces descriptors from requests. Its configuration is
 // immutable; it is safe for concurrent use.

@@ -7,6 +7,21 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
+// Descriptor is one descriptor of a request: an ordered list of entries
+// that the rules match, with the hits the request adds to the matched
+// limits. Transports and package identity make them; package decide
+// decides them.
+type Descriptor struct {
+	Entries []Entry
+	// Cost is the hits the request adds: 0 checks without counting. The
+	// transport resolves Envoy's defaults (an unset hits_addend is 1).
+	Cost int64
+	// Limit, when not nil, is the descriptor's own limit (Envoy's
+	// RateLimitDescriptor.limit), which takes the place of the rules' for
+	// it in a domain the rules define (RequestRule).
+	Limit *RequestLimit
+}
+
 // RequestLimit is a limit that a request sets for one of its descriptors:
 // Envoy's RateLimitDescriptor.limit, which Envoy's rate limit filter fills
 // from dynamic metadata. It takes the place of whatever the rules say of

@@ -16,7 +16,6 @@ import (
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/observe"
 	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/store/redis"
 	"github.com/sluicehq/sluice/store/stack"
 	"github.com/sluicehq/sluice/tracing"
 	"github.com/sluicehq/sluice/ui"
@@ -84,7 +83,7 @@ func newCore(c Config) (_ *core, err error) {
 	if sub, ok := src.(xdsSource); ok {
 		co.rulesReady = xdsReady(sub.Subscription, c.Rules.XDS.StartWithoutRules)
 	}
-	c.Logger.Info("rules loaded", "rules", redis.Redact(c.Rules.Source), "version", src.Current().Version(), "domains", src.Current().Domains())
+	c.Logger.Info("rules loaded", "rules", stack.Redact(c.Rules.Source), "version", src.Current().Version(), "domains", src.Current().Domains())
 	warnRules(c.Logger, src.Current())
 	if err := co.wireDecider(c); err != nil {
 		return nil, err

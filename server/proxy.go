@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/shed"
-	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/stack"
 	"github.com/sluicehq/sluice/transport/httpapi"
 	"github.com/sluicehq/sluice/transport/proxy"
 	"github.com/sluicehq/sluice/transport/respond"
@@ -111,7 +111,7 @@ func (f *proxyFront) start(errc chan<- error) int {
 func (f *proxyFront) listening() {
 	s := f.s
 	s.log.Info("proxying", "listen", f.ln.Addr().String(), "ops_addr", strings.Join(s.opsSrv.addrs, ","), "tls", s.tls.loader != nil,
-		"upstream", f.up.Redacted(), "store", redis.Redact(s.cfg.Store.URL))
+		"upstream", f.up.Redacted(), "store", stack.Redact(s.cfg.Store.URL))
 }
 
 func (f *proxyFront) failed(err error) {

@@ -8,7 +8,6 @@ import (
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/observe"
-	"github.com/sluicehq/sluice/store/regions"
 	"github.com/sluicehq/sluice/store/stack"
 )
 
@@ -70,7 +69,7 @@ func readyRegions(st *stack.Stack) func() any {
 			if p.Err != nil {
 				pr.Error = p.Err.Error()
 			}
-			if p.State == regions.Unreachable {
+			if p.State == stack.PeerUnreachable {
 				out.Unreachable = append(out.Unreachable, p.Name)
 			}
 			out.Peers = append(out.Peers, pr)

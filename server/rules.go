@@ -16,7 +16,7 @@ import (
 	"github.com/sluicehq/sluice/control/xds"
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/stack"
 )
 
 // Loader returns the rules loader c asks for (what `sluice check` reads with too): a cap of MaxFileBytes on a
@@ -105,10 +105,10 @@ func openRules(log *slog.Logger, c Config, check func(sluice.Limit) error, h rul
 		h.rm.Reload(set, source, gen, err)
 		h.onReload(set, err)
 		if err != nil {
-			log.Error("rules reload failed; the rules in force stay", "rules", redis.Redact(rc.Source), "source", source, "err", err)
+			log.Error("rules reload failed; the rules in force stay", "rules", stack.Redact(rc.Source), "source", source, "err", err)
 			return
 		}
-		log.Info("rules reloaded", "rules", redis.Redact(rc.Source), "source", source, "version", set.Version(), "generation", gen,
+		log.Info("rules reloaded", "rules", stack.Redact(rc.Source), "source", source, "version", set.Version(), "generation", gen,
 			"domains", set.Domains(), "overrides", set.NumOverrides())
 		warnRules(log, set)
 	}
@@ -129,7 +129,7 @@ func openRules(log *slog.Logger, c Config, check func(sluice.Limit) error, h rul
 			return nil, nil, nil, err
 		}
 	}
-	db, err := redisdb.Open(rc.Source, redisdb.Config{TLS: tc})
+	db, err := redisdb.Open(rc.Source, redisdb.Config{TLS: tc, ClientOption: stack.ClientOption})
 	if err != nil {
 		return nil, nil, nil, configError("--rules: %v", err)
 	}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/stack"
 	"github.com/sluicehq/sluice/transport/envoyrls"
 	"github.com/sluicehq/sluice/transport/httpapi"
 	"github.com/sluicehq/sluice/transport/respond"
@@ -190,7 +190,7 @@ func (f *serveFront) listening() {
 	s := f.s
 	s.log.Info("listening", "grpc_addr", s.GRPCAddr(), "grpc_unix", s.cfg.GRPC.Unix, "http_addr", f.hln.Addr().String(),
 		"ops_addr", strings.Join(s.opsSrv.addrs, ","), "tls", s.tls.loader != nil,
-		"store", redis.Redact(s.cfg.Store.URL), "fail", s.cfg.Fail.String())
+		"store", stack.Redact(s.cfg.Store.URL), "fail", s.cfg.Fail.String())
 }
 
 func (f *serveFront) failed(err error) {

@@ -28,7 +28,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/store/stack"
 	"github.com/sluicehq/sluice/transport/admin"
 	"github.com/sluicehq/sluice/transport/httpapi"
 	"github.com/sluicehq/sluice/transport/respond"
@@ -192,7 +192,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 func (s *Server) Reload(ctx context.Context) error {
 	err := s.co.rules.Reload(ctx)
 	if err != nil {
-		s.log.Error("reload: the rules in force stay", "rules", redis.Redact(s.cfg.Rules.Source), "err", err)
+		s.log.Error("reload: the rules in force stay", "rules", stack.Redact(s.cfg.Rules.Source), "err", err)
 	}
 	if s.tls.loader != nil {
 		if terr := s.tls.loader.Reload(); terr != nil {
@@ -202,7 +202,7 @@ func (s *Server) Reload(ctx context.Context) error {
 	}
 	if err == nil {
 		cur := s.co.rules.Current()
-		s.log.Info("reloaded", "rules", redis.Redact(s.cfg.Rules.Source), "version", cur.Version(), "domains", cur.Domains(),
+		s.log.Info("reloaded", "rules", stack.Redact(s.cfg.Rules.Source), "version", cur.Version(), "domains", cur.Domains(),
 			"tls", s.tls.loader != nil)
 	}
 	return err

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/metrics"
-	"github.com/sluicehq/sluice/store/localfirst"
 	"github.com/sluicehq/sluice/store/stack"
 )
 
@@ -33,7 +32,7 @@ func LimitCheck(rawURL string) (func(sluice.Limit) error, error) {
 // SyncInterval (--sync-interval): d, or its default when 0.
 func SyncInterval(d time.Duration) time.Duration {
 	if d <= 0 {
-		return localfirst.DefaultSyncInterval
+		return stack.DefaultConfig().SyncInterval
 	}
 	return d
 }

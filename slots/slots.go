@@ -15,34 +15,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
-// Grant is the answer to an Acquire.
-type Grant struct {
-	// OK reports that a slot was taken; Token then names it for Release.
-	OK    bool
-	Token uint64
-	// InFlight is how many slots of the key are held, this one included
-	// when OK.
-	InFlight int64
-	// RetryAfter is, when refused, how long until the earliest lease ends:
-	// a slot may free sooner, when its holder releases it.
-	RetryAfter time.Duration
-}
+// Grant is the answer to an Acquire: sluice.Grant.
+type Grant = sluice.Grant
 
 // ErrFull is returned by Acquire when the Memory is at its MaxKeys or
 // MaxHolds and none of its holds has expired.
 var ErrFull = errors.New("slots: table full")
 
-// Counter keeps the requests in flight of concurrency limits (a rule's
-// Concurrency): Memory on one node, store/redis's SlotCounter across
-// nodes. Acquire takes a slot of key for at most lease unless limit are
-// held; Release gives it back early. Implementations are safe for
-// concurrent use.
-type Counter interface {
-	Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (Grant, error)
-	Release(ctx context.Context, key string, token uint64) error
-}
+// Counter keeps the requests in flight of concurrency limits:
+// sluice.SlotCounter, which Memory implements on one node and
+// store/redis's SlotCounter across nodes.
+type Counter = sluice.SlotCounter
 
 var _ Counter = (*Memory)(nil)
 

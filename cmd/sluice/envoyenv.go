@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/peterbourgon/ff/v4"
-	"github.com/sluicehq/sluice/store/redis"
+
+	"github.com/sluicehq/sluice/server"
 )
 
 // Envoy ratelimit's environment, read by `sluice serve` so that a
@@ -670,7 +671,7 @@ func (e *envoyEnv) redactedSettings() []string {
 		v := s.value
 		switch s.flag {
 		case "store", "store-per-second":
-			v = redis.Redact(v)
+			v = server.Redact(v)
 		case "store-sentinel-auth", "store-per-second-sentinel-auth":
 			v = "xxxxx"
 		}

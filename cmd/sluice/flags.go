@@ -15,10 +15,7 @@ import (
 	"github.com/peterbourgon/ff/v4"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/server"
-	"github.com/sluicehq/sluice/store/stack"
-	"github.com/sluicehq/sluice/transport/respond"
 )
 
 // settings is what the flags of serve and proxy set: the server's Config,
@@ -47,7 +44,7 @@ type setting struct {
 }
 
 // headersUsage is the help of --response-headers, the one vocabulary of
-// every way in (respond.ParseHeaders).
+// every way in (server.ParseHeaders).
 const headersUsage = "rate limit headers sent: all, none, or a list of ratelimit, x-ratelimit, retry-after"
 
 // settingsTable is every flag of serve and proxy, in the order of their
@@ -121,7 +118,7 @@ var settingsTable = []setting{
 	{"decisions", forServe, "identity", "identity file (Envoy rate_limits actions): serves forward-auth on GET /v1/auth", func(s *settings) flag.Value { return str(&s.cfg.Identity) }},
 	{"decisions", forProxy, "identity", "identity file (Envoy rate_limits actions); default: one limit per client IP", func(s *settings) flag.Value { return str(&s.cfg.Identity) }},
 	{"decisions", forProxy, "domain", "rules domain of the default per-IP identity (unused with --identity)", func(s *settings) flag.Value { return str(&s.cfg.Proxy.Domain) }},
-	{"decisions", forBoth, "response-headers", headersUsage, func(s *settings) flag.Value { return parsed(&s.cfg.ResponseHeaders, respond.ParseHeaders) }},
+	{"decisions", forBoth, "response-headers", headersUsage, func(s *settings) flag.Value { return parsed(&s.cfg.ResponseHeaders, server.ParseHeaders) }},
 	{"decisions", forBoth, "retry-jitter", "most random time added to Retry-After, in whole seconds", func(s *settings) flag.Value { return zeroOff(&s.cfg.RetryJitter) }},
 	{"decisions", forProxy, "max-delay", "longest a request a leaky_bucket admits is held for its turn; one whose turn is further gets 429 at once (0: never hold)", func(s *settings) flag.Value { return duration(&s.cfg.Proxy.MaxDelay) }},
 	{"decisions", forProxy, "max-waiting", "most requests waiting for their turn at once", func(s *settings) flag.Value { return integer(&s.cfg.Proxy.MaxWaiting) }},
@@ -315,9 +312,9 @@ func positive[T number](p *T) flag.Value {
 // --config), it also says the operator chose it (server.Config.FailExplicit:
 // --fail open, given, serves before the store is reached).
 func failMode(s *settings) flag.Value {
-	return &value[decide.Fail]{p: &s.cfg.Fail, ph: "STRING", show: decide.Fail.String,
-		parse: func(v string) (decide.Fail, error) {
-			f, err := decide.ParseFail(v)
+	return &value[server.Fail]{p: &s.cfg.Fail, ph: "STRING", show: server.Fail.String,
+		parse: func(v string) (server.Fail, error) {
+			f, err := server.ParseFail(v)
 			if err == nil {
 				s.cfg.FailExplicit = true
 			}
@@ -415,16 +412,16 @@ func list(p *[]string) flag.Value {
 // it (redis+cluster://h1:p1,h2:p2). Given back the list it held before its
 // last value, it goes back to it: a config file's value is checked so
 // against a flag's, which it does not replace (setChecked).
-func peerRegions(p *[]stack.Peer) flag.Value {
-	show := func(ps []stack.Peer) string {
+func peerRegions(p *[]server.Peer) flag.Value {
+	show := func(ps []server.Peer) string {
 		s := make([]string, len(ps))
 		for i, pr := range ps {
 			s[i] = pr.Name + "=" + pr.URL
 		}
 		return strings.Join(s, ",")
 	}
-	var prev []stack.Peer
-	return &value[[]stack.Peer]{p: p, ph: "NAME=URL", show: show, parse: func(s string) ([]stack.Peer, error) {
+	var prev []server.Peer
+	return &value[[]server.Peer]{p: p, ph: "NAME=URL", show: show, parse: func(s string) ([]server.Peer, error) {
 		if len(*p) > 0 && s == show(prev) {
 			return prev, nil
 		}
@@ -438,12 +435,12 @@ func peerRegions(p *[]stack.Peer) flag.Value {
 }
 
 // parsePeers reads NAME=URL items, comma-separated (see peerRegions).
-func parsePeers(s string) ([]stack.Peer, error) {
-	var out []stack.Peer
+func parsePeers(s string) ([]server.Peer, error) {
+	var out []server.Peer
 	for _, part := range strings.Split(s, ",") {
 		name, rest, ok := strings.Cut(part, "=")
 		if ok && validRegion(name) && strings.Contains(rest, "://") {
-			out = append(out, stack.Peer{Name: name, URL: rest})
+			out = append(out, server.Peer{Name: name, URL: rest})
 			continue
 		}
 		if len(out) == 0 {

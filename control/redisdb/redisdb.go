@@ -19,7 +19,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/control"
-	"github.com/sluicehq/sluice/store/redis"
 )
 
 // Config configures a DB. A zero field means its default.
@@ -36,6 +35,11 @@ type Config struct {
 	// TLS, if not nil, is the TLS configuration of a rediss:// URL (nil:
 	// the system's roots and the URL's host name).
 	TLS *tls.Config
+	// ClientOption reads Open's URL with TLS as the store reads its own
+	// (store/stack.ClientOption, which the server passes: redis+cluster://,
+	// redis+sentinel:// and the store's query parameters). Default nil:
+	// rueidis.ParseURL, which reads redis://, rediss:// and unix:// URLs.
+	ClientOption func(rawURL string, tls *tls.Config) (rueidis.ClientOption, error)
 	// MaxStateBytes caps the state a read returns (the domains' and the
 	// overrides' JSON, and a domain's history); zero means
 	// control.MaxStateBytes. A state above it is refused before it is
@@ -159,7 +163,17 @@ func Open(rawURL string, cfg Config) (*DB, error) {
 		cfg.Timeout = 2 * time.Second // per call to Redis
 	}
 	cfg = withCaps(cfg)
-	opt, err := redis.ClientOption(rawURL, redis.Config{TLS: cfg.TLS})
+	parse := cfg.ClientOption
+	if parse == nil {
+		parse = func(rawURL string, tc *tls.Config) (rueidis.ClientOption, error) {
+			opt, err := rueidis.ParseURL(rawURL)
+			if tc != nil && opt.TLSConfig != nil { // rediss://
+				opt.TLSConfig = tc
+			}
+			return opt, err
+		}
+	}
+	opt, err := parse(rawURL, cfg.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("rules database: %w", err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice/slots"
+	"github.com/sluicehq/sluice"
 )
 
 //go:embed slots.lua
@@ -21,7 +21,7 @@ var slotsSource string
 // slotsScript runs slots.lua. It is immutable and shared.
 var slotsScript = rueidis.NewLuaScript(slotsSource)
 
-// SlotCounter is the slots.Counter of concurrency limits in Redis, for
+// SlotCounter is the sluice.SlotCounter of concurrency limits in Redis, for
 // admit's Config.Slots: each key is a sorted set of the holders' tokens
 // scored by the ends of their leases, acquired and released by one atomic
 // script (slots.lua) on the key's node. A holder is this SlotCounter's
@@ -43,6 +43,8 @@ type SlotCounter struct {
 	token atomic.Uint64
 }
 
+var _ sluice.SlotCounter = (*SlotCounter)(nil)
+
 // SlotCounter returns a SlotCounter of s; until s has connected, it fails as
 // TakeAll does.
 func (s *Store) SlotCounter() *SlotCounter { return newSlotCounter(s) }
@@ -61,12 +63,12 @@ func (sl *SlotCounter) store() (*Store, error) {
 	return sl.st, nil
 }
 
-// Acquire implements slots.Counter: it takes a slot of key for lease
+// Acquire implements sluice.SlotCounter: it takes a slot of key for lease
 // unless limit are held, dropping expired holders first.
-func (sl *SlotCounter) Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (slots.Grant, error) {
+func (sl *SlotCounter) Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (sluice.Grant, error) {
 	st, err := sl.store()
 	if err != nil {
-		return slots.Grant{}, fmt.Errorf("redis slots %s: %w", key, err)
+		return sluice.Grant{}, fmt.Errorf("redis slots %s: %w", key, err)
 	}
 	now := ""
 	if st.cfg.Now != nil {
@@ -78,20 +80,20 @@ func (sl *SlotCounter) Acquire(ctx context.Context, key string, limit int64, lea
 	args := []string{"a", sl.member(tok), strconv.FormatInt(limit, 10), strconv.FormatInt(max(lease.Milliseconds(), 1), 10), now}
 	vs, err := slotsScript.Exec(ctx, st.client, []string{sl.name(st, key)}, args).ToArray()
 	if err != nil {
-		return slots.Grant{}, fmt.Errorf("redis slots %s: %w", key, err)
+		return sluice.Grant{}, fmt.Errorf("redis slots %s: %w", key, err)
 	}
 	if len(vs) < 2 {
-		return slots.Grant{}, fmt.Errorf("redis slots %s: %d values from the script", key, len(vs))
+		return sluice.Grant{}, fmt.Errorf("redis slots %s: %d values from the script", key, len(vs))
 	}
 	ok, err1 := vs[0].AsInt64()
 	n, err2 := vs[1].AsInt64()
 	if err1 != nil || err2 != nil {
-		return slots.Grant{}, fmt.Errorf("redis slots %s: script answered %v %v", key, err1, err2)
+		return sluice.Grant{}, fmt.Errorf("redis slots %s: script answered %v %v", key, err1, err2)
 	}
 	if ok == 1 {
-		return slots.Grant{OK: true, Token: tok, InFlight: n}, nil
+		return sluice.Grant{OK: true, Token: tok, InFlight: n}, nil
 	}
-	g := slots.Grant{InFlight: n}
+	g := sluice.Grant{InFlight: n}
 	if len(vs) > 2 {
 		if ms, err := vs[2].AsInt64(); err == nil {
 			g.RetryAfter = time.Duration(ms) * time.Millisecond
@@ -100,7 +102,7 @@ func (sl *SlotCounter) Acquire(ctx context.Context, key string, limit int64, lea
 	return g, nil
 }
 
-// Release implements slots.Counter: it removes the slot token of key.
+// Release implements sluice.SlotCounter: it removes the slot token of key.
 func (sl *SlotCounter) Release(ctx context.Context, key string, token uint64) error {
 	st, err := sl.store()
 	if err != nil {

@@ -305,6 +305,17 @@ func kind(field, rawURL string) (string, error) {
 	return "", configError(field, " %q: unknown store (want memory or a redis:// URL)", rawURL)
 }
 
+// Redact returns a store URL with its password masked, as logs and
+// errors show it (redis.Redact).
+func Redact(rawURL string) string { return redis.Redact(rawURL) }
+
+// ClientOption returns the rueidis options of the Redis rawURL names, read
+// exactly as the store reads its URL, with tc for rediss:// (nil: the
+// system's roots): for another client of a Redis, the rules database's.
+func ClientOption(rawURL string, tc *tls.Config) (rueidis.ClientOption, error) {
+	return redis.ClientOption(rawURL, redis.Config{TLS: tc})
+}
+
 // LimitCheck returns the veto on limits of the store rawURL names, without
 // opening it (what `sluice check --store` applies): store/redis's for a
 // Redis, nil for the memory store, which applies every valid limit.
@@ -496,6 +507,11 @@ type Regions interface {
 	Status() regions.Status
 	Usage(key string) (regions.Use, bool)
 }
+
+// PeerUnreachable is the state of a peer region that the regions layer
+// could not read in its last round, as Regions' Status reports it
+// (regions.Unreachable).
+const PeerUnreachable = regions.Unreachable
 
 // Regions returns the regions layer, or nil without Config.Region.
 func (s *Stack) Regions() Regions { return s.regions }
