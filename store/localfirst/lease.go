@@ -369,12 +369,80 @@ func sameLimit(a, b sluice.Request) bool {
 
 // tryLease is takeLease's one attempt: when wait is set and a grant of the
 // key is in flight, it returns that grant's channel instead of deciding.
+// It decides from the lease the node holds, or says what the request
+// needs (leaseStep); asks the store for a lease (grantLease); and keeps
+// what the store granted (landGrant).
 func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, wait bool) (sluice.Decision, chan struct{}, error) {
+	sh := s.leases.shard(r.Key)
+	sh.mu.Lock()
+	st := s.leaseStep(sh, r, now, wait)
+	sh.mu.Unlock()
+	switch st.next {
+	case leased:
+		s.leaseHits.Add(1)
+		return st.d, nil, nil
+	case leaseWait:
+		return sluice.Decision{}, st.inFlight, nil
+	case leaseExact:
+		s.giveBack(ctx, st.back)
+		d, err := s.exact(ctx, r, now)
+		s.seen(sh, r.Key, st.e, d, err, now)
+		return d, nil, err
+	}
+	s.giveBack(ctx, st.back)
+	g := s.grantLease(ctx, r, st.want)
+	out, granted := s.landGrant(sh, st.e, r, now, g)
+	key, l := r.Key, r.Limit
+	switch {
+	case g.err != nil:
+		return sluice.Decision{}, nil, g.err
+	case granted:
+		if s.near != nil { // a denial this node knew of is over
+			s.near.drop(key)
+		}
+		return out, nil, nil
+	case g.d.Allowed && g.want > r.Cost && g.ok:
+		// granted, but the key's entry moved on meanwhile (the rules
+		// changed): the surplus goes back
+		s.giveBack(ctx, []returning{{sluice.Request{Key: key, Group: r.Group, Limit: l, Cost: g.want - r.Cost}, g.st}})
+	case !g.d.Allowed && g.want > r.Cost && !g.ok:
+		// no state to answer this request from
+		d, err := s.exact(ctx, r, now)
+		return d, nil, err
+	}
+	s.learn(r, g.d, g.st, g.at, g.ok, now)
+	return g.d, nil, nil
+}
+
+// leaseNext is what a request of a lease key needs after leaseStep.
+type leaseNext int
+
+const (
+	leased     leaseNext = iota // admitted from the node's lease
+	leaseWait                   // a grant of the key is in flight: wait for it
+	leaseExact                  // decided by the store, no lease
+	leaseGrant                  // a lease of want hits is asked for (the entry's granting is set)
+)
+
+// leaseStepped is leaseStep's answer.
+type leaseStepped struct {
+	next     leaseNext
+	d        sluice.Decision // leased's decision
+	inFlight chan struct{}   // leaseWait's grant
+	e        *leaseEntry     // the key's entry, nil when the table is full
+	back     []returning     // a lease that ended, to give back first
+	want     int64           // leaseGrant's size
+}
+
+// leaseStep decides r at now from the lease the node holds on its key,
+// or says what it needs: a key seen once goes to the store; with wait, a
+// grant in flight is waited for; a key whose demand calls for a lease
+// asks for one (and its entry's granting is set), and one whose does not
+// goes to the store. sh holds r's key; mu is held.
+func (s *Store) leaseStep(sh *leaseShard, r sluice.Request, now time.Time, wait bool) leaseStepped {
 	ls := s.leases
 	key, l, cost := r.Key, r.Limit, r.Cost
 	id := sluice.Request{Key: r.Key, Group: r.Group, Limit: r.Limit} // the entry's request
-	sh := ls.shard(key)
-	sh.mu.Lock()
 	e := sh.m[key]
 	if e == nil {
 		size := int64(len(key)) + leaseOverhead
@@ -382,11 +450,7 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 			sh.m[key] = &leaseEntry{req: id, seen: now, since: now, count: cost}
 			sh.bytes += size
 		}
-		e = sh.m[key]
-		sh.mu.Unlock()
-		d, err := s.exact(ctx, r, now) // a key seen once goes to the store
-		s.seen(sh, key, e, d, err, now)
-		return d, nil, err
+		return leaseStepped{next: leaseExact, e: sh.m[key]} // a key seen once goes to the store
 	}
 	if !sameLimit(e.req, id) { // the rules changed: a new lease of the new limit
 		if back, ok := ls.end(e, now); ok {
@@ -401,36 +465,48 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 				e.until = minTime(now.Add(ls.life(l)), e.end)
 			}
 			e.seen = now
-			sh.mu.Unlock()
-			s.leaseHits.Add(1)
-			return d, nil, nil
+			return leaseStepped{next: leased, d: d, e: e}
 		}
 	}
 	if e.granting != nil && wait {
-		ch := e.granting
-		sh.mu.Unlock()
-		return sluice.Decision{}, ch, nil
+		return leaseStepped{next: leaseWait, inFlight: e.granting, e: e}
 	}
-	var back []returning
+	st := leaseStepped{next: leaseGrant, e: e}
 	if b, ok := ls.end(e, now); ok {
-		back = append(back, b)
+		st.back = append(st.back, b)
 	}
 	e.seen = now
-	want := max(ls.demand(e, now), cost)
+	st.want = max(ls.demand(e, now), cost)
 	if l.Algorithm.HasBurst() {
-		want = min(want, ls.usable(e, now))
+		st.want = min(st.want, ls.usable(e, now))
 	}
-	if e.granting != nil || want < minLease {
-		sh.mu.Unlock()
-		s.giveBack(ctx, back)
-		d, err := s.exact(ctx, r, now)
-		s.seen(sh, key, e, d, err, now)
-		return d, nil, err
+	if e.granting != nil || st.want < minLease {
+		st.next = leaseExact
+		return st
 	}
 	e.granting = make(chan struct{})
-	sh.mu.Unlock()
+	return st
+}
 
-	s.giveBack(ctx, back)
+// granted is the store's answer to a lease asked for: its decision on
+// want hits, the state it left, its instant (µs), whether it has the
+// state, and its error.
+type granted struct {
+	want  int64
+	d     sluice.Decision
+	st    sluice.State
+	at    int64
+	ok    bool
+	err   error
+	back0 time.Time // when the answer came back, by the node's clock
+}
+
+// grantLease asks the store for a lease of want hits for r. When the
+// store has less left than want, it decides r alone at the same instant
+// from the state the denial left, and a window's lease then takes what is
+// left, a bucket's half of it.
+func (s *Store) grantLease(ctx context.Context, r sluice.Request, want int64) granted {
+	l, cost := r.Limit, r.Cost
 	g := r
 	g.Cost = want
 	d, st, at, ok, err := s.stater.TakeState(ctx, g)
@@ -455,57 +531,50 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 			s.calls.Add(1)
 		}
 	}
-	back0 := s.now()
+	return granted{want: want, d: d, st: st, at: at, ok: ok, err: err, back0: s.now()}
+}
+
+// landGrant keeps in e, r's entry, the lease g the store granted at the
+// node's now, or what its denial says, ends the grant in flight, and
+// returns r's decision from the lease and whether there is one: none when
+// the store denied, erred or had no state, or when e moved on to other
+// rules meanwhile.
+func (s *Store) landGrant(sh *leaseShard, e *leaseEntry, r sluice.Request, now time.Time, g granted) (sluice.Decision, bool) {
+	ls, l := s.leases, r.Limit
+	id := sluice.Request{Key: r.Key, Group: r.Group, Limit: r.Limit}
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	close(e.granting)
 	e.granting = nil
-	granted := err == nil && d.Allowed && ok && want > cost && sameLimit(e.req, id)
+	if g.err == nil {
+		e.seenLocked(g.d, now)
+	}
+	if g.err != nil || !g.d.Allowed || !g.ok || g.want <= r.Cost || !sameLimit(e.req, id) {
+		if g.err == nil && !g.d.Allowed && l.Algorithm.HasBurst() {
+			// a drained bucket refills slowly; a window's next one is whole
+			e.size = max(e.size/2, 1)
+		}
+		return sluice.Decision{}, false
+	}
+	e.granted, e.left, e.grant, e.st, e.gat, e.at, e.rtt = g.want, g.want-r.Cost, g.d, g.st, g.at, now, g.back0.Sub(now)
 	var out sluice.Decision
-	if err == nil {
-		e.seenLocked(d, now)
-	}
-	if granted {
-		e.granted, e.left, e.grant, e.st, e.gat, e.at, e.rtt = want, want-cost, d, st, at, now, back0.Sub(now)
-		if l.Algorithm.HasBurst() {
-			// the request is the lease's first hit, at the grant's instant
-			var leased bool
-			if out, leased = l.LeaseTake(st, want, at, cost); !leased {
-				out = d // a state no bucket of l leaves: the grant's own decision
-			}
-			e.window = 0
-			e.due()
-		} else {
-			p := l.Period.Microseconds()
-			e.window = at - at%p
-			e.end = now.Add(time.Duration(e.window+p-at) * time.Microsecond)
-			out = e.decision(now)
+	if l.Algorithm.HasBurst() {
+		// the request is the lease's first hit, at the grant's instant
+		var ok bool
+		if out, ok = l.LeaseTake(g.st, g.want, g.at, r.Cost); !ok {
+			out = g.d // a state no bucket of l leaves: the grant's own decision
 		}
-		e.until = minTime(now.Add(ls.life(l)), e.end)
-		s.grants.Add(1)
-	} else if err == nil && !d.Allowed && l.Algorithm.HasBurst() {
-		// a drained bucket refills slowly; a window's next one is whole
-		e.size = max(e.size/2, 1)
+		e.window = 0
+		e.due()
+	} else {
+		p := l.Period.Microseconds()
+		e.window = g.at - g.at%p
+		e.end = now.Add(time.Duration(e.window+p-g.at) * time.Microsecond)
+		out = e.decision(now)
 	}
-	sh.mu.Unlock()
-	switch {
-	case err != nil:
-		return sluice.Decision{}, nil, err
-	case granted:
-		if s.near != nil { // a denial this node knew of is over
-			s.near.drop(key)
-		}
-		return out, nil, nil
-	case d.Allowed && want > cost && ok:
-		// granted, but the key's entry moved on meanwhile (the rules
-		// changed): the surplus goes back
-		s.giveBack(ctx, []returning{{sluice.Request{Key: key, Group: r.Group, Limit: l, Cost: want - cost}, st}})
-	case !d.Allowed && want > cost && !ok:
-		// no state to answer this request from
-		d, err := s.exact(ctx, r, now)
-		return d, nil, err
-	}
-	s.learn(r, d, st, at, ok, now)
-	return d, nil, nil
+	e.until = minTime(now.Add(ls.life(l)), e.end)
+	s.grants.Add(1)
+	return out, true
 }
 
 // exact decides r by the store, through the near cache.
