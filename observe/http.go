@@ -44,6 +44,14 @@ type hitJSON struct {
 	Value     string `json:"value"`
 	Count     uint64 `json:"count"`
 	Truncated bool   `json:"truncated,omitempty"`
+	// Rule and Descriptor are, for a client denied lately with a
+	// descriptor of several entries, the rule that denied it last and the
+	// whole descriptor (user=alice and path=/login), which GET /v1/keys
+	// looks up; absent when the key and value say it all (one entry), or
+	// when not remembered (a value another took the place of, a long
+	// descriptor).
+	Rule       string         `json:"rule,omitempty"`
+	Descriptor []decide.Entry `json:"descriptor,omitempty"`
 }
 
 // TopHandler serves GET /v1/top?domain=D&key=K&by=requests|denied&window=1m|1h&n=N:
@@ -98,7 +106,11 @@ func (o *Watcher) TopHandler() http.Handler {
 		} else {
 			t.Span, t.Total, t.ErrorBound, t.Confidence = top.Span.String(), top.Total, top.ErrorBound, top.Confidence
 			for _, h := range top.Hits {
-				t.Clients = append(t.Clients, hitJSON(h))
+				hj := hitJSON{Value: h.Value, Count: h.Count, Truncated: h.Truncated}
+				if d := o.lastDenial(t.Domain, t.Key, h.Value); d != nil && !h.Truncated {
+					hj.Rule, hj.Descriptor = d.rule, unpack(d.entries)
+				}
+				t.Clients = append(t.Clients, hj)
 			}
 		}
 		writeJSON(w, http.StatusOK, t)

@@ -8,7 +8,9 @@ package observe
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,6 +73,8 @@ type Watcher struct {
 	// limiter's lock, as the limiter would refuse it too.
 	quiet atomic.Int64
 
+	seed maphash.Seed // of counters.last's slots
+
 	mu   sync.Mutex                                      // held to add keys
 	keys atomic.Pointer[map[string]map[string]*counters] // domain -> key; copied on write
 	nkey int
@@ -82,6 +86,101 @@ type Watcher struct {
 // (sketch.TopOf), so a decision updates one sketch.
 type counters struct {
 	admitted, denied *sketch.Counter
+	// last remembers, by the value's hash, the descriptor a value of this
+	// key was last denied with and its rule, for a descriptor of several
+	// entries: what the key's value alone does not say (user=alice denied
+	// under api.user.path_/login was denied with path=/login). A slot
+	// holds one value; another value whose hash falls there takes its
+	// place.
+	last [lastSlots]atomic.Pointer[denial]
+}
+
+// lastSlots is how many values of one key counters.last remembers, and
+// maxDenialBytes the most bytes of one remembered descriptor (its values,
+// keys and rule); a longer one is not remembered. With MaxKeys 16:
+// 16 x 256 x (512 + 64) bytes, 2.3 MiB at most.
+const (
+	lastSlots      = 256
+	maxDenialBytes = 512
+)
+
+// denial is a descriptor denied: the value of the counted key, the rule
+// that denied it and the descriptor's entries down to the rule's depth,
+// packed in one string (each key and value as its length, ':' and its
+// bytes) so that remembering one takes two allocations.
+type denial struct {
+	value, rule, entries string // value and rule are the start of entries' backing string
+}
+
+// remember records in c that value was denied with entries (more than one)
+// under rule, allocating only when that is not what its slot holds
+// already.
+func (c *counters) remember(seed maphash.Seed, value, rule string, entries []decide.Entry) {
+	slot := &c.last[maphash.String(seed, value)%lastSlots]
+	if d := slot.Load(); d != nil && d.value == value && d.rule == rule && packedEqual(d.entries, entries) {
+		return
+	}
+	n := len(value) + len(rule)
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2*(1+len(strconv.Itoa(max(len(e.Key), len(e.Value)))))
+	}
+	if n > maxDenialBytes {
+		return
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(value)
+	b.WriteString(rule)
+	for _, e := range entries {
+		for _, s := range []string{e.Key, e.Value} {
+			b.WriteString(strconv.Itoa(len(s)))
+			b.WriteByte(':')
+			b.WriteString(s)
+		}
+	}
+	all := b.String()
+	v, r := len(value), len(value)+len(rule)
+	slot.Store(&denial{value: all[:v], rule: all[v:r], entries: all[r:]})
+}
+
+// packedEqual reports whether packed (denial.entries) holds entries.
+func packedEqual(packed string, entries []decide.Entry) bool {
+	for _, e := range entries {
+		for _, s := range []string{e.Key, e.Value} {
+			l := strconv.Itoa(len(s))
+			if !strings.HasPrefix(packed, l) || len(packed) < len(l)+1+len(s) || packed[len(l)] != ':' || packed[len(l)+1:len(l)+1+len(s)] != s {
+				return false
+			}
+			packed = packed[len(l)+1+len(s):]
+		}
+	}
+	return packed == ""
+}
+
+// unpack returns the entries packed holds (denial.entries).
+func unpack(packed string) []decide.Entry {
+	var out []decide.Entry
+	var kv [2]string
+	for i := 0; packed != ""; i++ {
+		l, rest, ok := strings.Cut(packed, ":")
+		n, err := strconv.Atoi(l)
+		if !ok || err != nil || n > len(rest) {
+			return nil
+		}
+		kv[i%2], packed = rest[:n], rest[n:]
+		if i%2 == 1 {
+			out = append(out, decide.Entry{Key: kv[0], Value: kv[1]})
+		}
+	}
+	return out
+}
+
+// recall returns what remember recorded of value, or nil.
+func (c *counters) recall(seed maphash.Seed, value string) *denial {
+	if d := c.last[maphash.String(seed, value)%lastSlots].Load(); d != nil && d.value == value {
+		return d
+	}
+	return nil
 }
 
 // New returns a Watcher: give it to decide.Config.Observers.
@@ -102,7 +201,7 @@ func New(cfg Config) (*Watcher, error) {
 	if _, err := sketch.New(cfg.Sketch); err != nil {
 		return nil, fmt.Errorf("observe: %w", err)
 	}
-	o := &Watcher{cfg: cfg}
+	o := &Watcher{cfg: cfg, seed: maphash.MakeSeed()}
 	if cfg.Now == nil {
 		c := coarseclock.New(clockResolution)
 		o.clock = c
@@ -125,10 +224,13 @@ func (o *Watcher) Close() error {
 	return nil
 }
 
-// Observe implements decide.Observer: it counts every entry of each
-// descriptor of r that matched a rule under its domain and key, as a
-// request and, when the descriptor was over its limit (or would have been,
-// in shadow mode), as a denial, and logs a sample of the denials. An
+// Observe implements decide.Observer: it counts the entries that name a
+// client (those of levels without a fixed value, or all when every level
+// has one) of each descriptor of r that matched a rule under its domain
+// and key, as a request and, when the descriptor was over its limit (or
+// would have been, in shadow mode), as a denial, remembering the
+// descriptor and rule of the denial for GET /v1/top, and logs a sample of
+// the denials. An
 // invalid request (err) is not counted.
 func (o *Watcher) Observe(_ context.Context, r *decide.Request, resp *decide.Response, err error) {
 	if err != nil || resp == nil {
@@ -153,13 +255,29 @@ func (o *Watcher) count(r *decide.Request, resp *decide.Response) {
 		denied := st.Code == decide.OverLimit || st.ShadowOverLimit
 		entries := r.Descriptors[i].Entries
 		entries = entries[:min(len(entries), st.Rule.Depth())]
-		for _, e := range entries {
+		// The entries that name a client: not those of a level that
+		// matches one value (path=/login under user), the same for every
+		// client of the rule; all when every level does (a rule of one
+		// route alone).
+		named := 0
+		for j := range entries {
+			if !st.Rule.Fixed(j) {
+				named++
+			}
+		}
+		for j, e := range entries {
+			if named > 0 && st.Rule.Fixed(j) {
+				continue
+			}
 			c := o.counters(st.Rule.Domain, e.Key)
 			if c == nil {
 				continue
 			}
 			if denied {
 				c.denied.Add(now, e.Value)
+				if len(entries) > 1 { // one entry says it all: key=value
+					c.remember(o.seed, e.Value, st.Rule.Path, entries)
+				}
 			} else {
 				c.admitted.Add(now, e.Value)
 			}
@@ -267,6 +385,16 @@ func (o *Watcher) Bytes() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return 2 * o.nkey * sketch.BytesFor(o.cfg.Sketch)
+}
+
+// lastDenial returns the descriptor and rule value of domain's key was
+// last denied with, if remembered.
+func (o *Watcher) lastDenial(domain, key, value string) *denial {
+	c := (*o.keys.Load())[domain][key]
+	if c == nil {
+		return nil
+	}
+	return c.recall(o.seed, value)
 }
 
 // Top returns the heaviest n clients of domain and key, by requests (the

@@ -499,3 +499,60 @@ func FuzzTopQuery(f *testing.F) {
 }
 
 var _ = fmt.Sprint
+
+// TestTopNamesDenyingRule: a client denied by a nested rule (user=alice
+// with api=send, 2 a minute) is listed under its own key with the rule
+// and the whole descriptor that denied it, which the dashboard looks up;
+// the fixed level (api=send, the same for every user) is not listed as a
+// client. Before, api=send topped the list and a lookup of it alone
+// matched no rule: "admitted" (issue 35).
+func TestTopNamesDenyingRule(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, observe.Config{})
+	for range 4 {
+		s.decide(t, req("api", "user", "alice", "api", "send"))
+	}
+	s.decide(t, req("api", "user", "bob", "api", "send"))
+	type topJSON struct {
+		Counted bool
+		Clients []struct {
+			Value      string
+			Count      uint64
+			Rule       string
+			Descriptor []decide.Entry
+		}
+	}
+	var top topJSON
+	get(t, s.srv.URL+"/v1/top?domain=api&key=api", http.StatusOK, &top)
+	if top.Counted || len(top.Clients) != 0 {
+		t.Errorf("key api (a fixed level) counted as clients: %+v", top)
+	}
+	top = topJSON{}
+	get(t, s.srv.URL+"/v1/top?domain=api&key=user", http.StatusOK, &top)
+	if len(top.Clients) != 1 {
+		t.Fatalf("denied users: %+v, want alice alone", top.Clients)
+	}
+	c := top.Clients[0]
+	want := []decide.Entry{{Key: "user", Value: "alice"}, {Key: "api", Value: "send"}}
+	if c.Value != "alice" || c.Count != 2 || c.Rule != "api.user.api_send" || fmt.Sprint(c.Descriptor) != fmt.Sprint(want) {
+		t.Errorf("top client %+v, want alice denied twice under api.user.api_send with %v", c, want)
+	}
+	// A descriptor of one entry is its key and value: nothing more to say.
+	for range 6 {
+		s.decide(t, req("api", "user", "carol"))
+	}
+	top = topJSON{}
+	get(t, s.srv.URL+"/v1/top?domain=api&key=user", http.StatusOK, &top)
+	found := false
+	for _, c := range top.Clients {
+		if c.Value == "carol" {
+			found = true
+			if c.Rule != "" || c.Descriptor != nil {
+				t.Errorf("carol: %+v, want neither rule nor descriptor", c)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("carol not listed: %+v", top.Clients)
+	}
+}

@@ -100,6 +100,14 @@ func (r *Rule) Depth() int { return r.depth + 1 }
 // Wildcard reports whether r's value holds a * wildcard.
 func (r *Rule) Wildcard() bool { return r.glob.parts != nil }
 
+// Fixed reports whether level i (from 0, the top) of the way to r matches
+// one value only (a value without a wildcard, as path=/login): the
+// entries there are the same for every client of r, so they name no
+// client. False for i beyond r's depth.
+func (r *Rule) Fixed(i int) bool {
+	return i >= 0 && i < len(r.path) && r.path[i].Value != "" && !r.path[i].Wildcard()
+}
+
 // AppendKey appends to dst the store key of limit l of r for a descriptor's
 // entries that Match resolved to r, and returns the extended slice. The key
 // is l.ID followed by the entries' values, each length-prefixed so that no

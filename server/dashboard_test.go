@@ -29,6 +29,14 @@ const pathRule = `  - key: path
     rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
+// signupRule, nested under dashboardRules' user, limits each user's
+// /signup to 1 a minute.
+const signupRule = `    descriptors:
+      - key: path
+        value: /signup
+        rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
 // decidePath asks s's HTTP API for a decision on path and returns its
 // overall code.
 func decidePath(c *http.Client, url, path string) (string, error) {
@@ -134,10 +142,18 @@ func chromiumPath(t *testing.T) string {
 func TestDashboardBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "rules.yaml"), dashboardRules+pathRule)
+	writeFile(t, filepath.Join(dir, "rules.yaml"), dashboardRules+signupRule+pathRule)
 	c := testConfig(dir)
 	c.Observe.DenyLogRate = -1
 	s := startServer(t, c)
+	signup := func(user string) error { // user with path=/signup: the nested rule
+		body := fmt.Sprintf(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":%q},{"key":"path","value":"/signup"}]}]}`, user)
+		resp, err := s.http.Post(s.httpURL+"/v1/decide", "application/json", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		return resp.Body.Close()
+	}
 
 	// The load: mallory sends five times as often as each of 50 others,
 	// and path /login (a value with a slash) half as often as mallory.
@@ -158,6 +174,12 @@ func TestDashboardBrowser(t *testing.T) {
 			}
 			if i%12 == 0 { // denied half as often as mallory, more than any other user
 				if _, err := decidePath(s.http, s.httpURL, "/login"); err != nil && loadCtx.Err() == nil {
+					t.Errorf("load: %v", err)
+					return
+				}
+			}
+			if i%12 == 6 { // eve on /signup: denied by the nested rule, third
+				if err := signup("eve"); err != nil && loadCtx.Err() == nil {
 					t.Errorf("load: %v", err)
 					return
 				}
@@ -283,6 +305,26 @@ func TestDashboardBrowser(t *testing.T) {
 		}
 	}
 	lookedUp("/login looked up from the top", "path=/login", "api.path_/login")
+
+	// A client denied by a nested rule is listed by the key that names it
+	// (user=eve, not path=/signup, the same for every user) with that rule,
+	// and "why?" looks up the descriptor it was denied with (issue 35: the
+	// row was path=/signup, whose lookup alone matched no rule: "admitted").
+	poll("eve listed with the nested rule", `[...document.querySelectorAll("#top tbody tr.top-row")].some(r => r.cells[1].textContent === "user=eve" && r.cells[3].textContent === "api.user.path_/signup" && r.cells[4].textContent === "1/1m0s")`)
+	if got := eval(`[...document.querySelectorAll("#top tbody tr.top-row td.client")].map(c => c.textContent).join(",")`); strings.Contains(got, "path=/signup") {
+		t.Errorf("top clients %q list path=/signup, the nested rule's fixed value", got)
+	}
+	run("why? of eve", chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll("#top tbody tr")].find(r => r.cells[1].textContent === "user=eve").querySelector("button.why").click()`))
+	lookedUp("eve looked up from the top", "user=eve, path=/signup", "api.user.path_/signup")
+
+	// A lookup that fails (the store down for a moment) says so and is
+	// asked again at the next poll, not kept as "no rule" until the rules
+	// change (issue 35).
+	eval(`ruleOf.clear(); window.failKeys = 3; window.realFetch = window.realFetch || window.fetch; ` +
+		`window.fetch = (u, o) => String(u).includes("/v1/keys/") && window.failKeys-- > 0 ? ` +
+		`Promise.resolve(new Response('{"error":"store unavailable"}', {status: 503, headers: {"Content-Type": "application/json"}})) : window.realFetch(u, o); ""`)
+	poll("a failed lookup shown", `[...document.querySelectorAll("#top tbody tr.top-row td.limit")].some(c => c.textContent.startsWith("lookup failed: store unavailable"))`)
+	poll("the rule named again once lookups work", `window.failKeys < 0 && (document.querySelector("#top tbody tr.top-row td.rule") || {}).textContent === "api.user"`)
 
 	// Typed: a value as sent, a slash and all.
 	typed := func(what, key, value string) {

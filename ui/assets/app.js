@@ -134,7 +134,9 @@ function update(s) {
 // denials across every domain and key counted.
 const TOP = 10;
 // ruleOf caches, per rules version, the rule and limit that the lookup
-// names for a client: "version\0domain\0key\0value" -> {rule, limit}.
+// names for a client: "version\0domain\0key\0value..." -> {rule, limit}.
+// Only answers are cached: a lookup that failed (the store down for a
+// moment) is asked again at the next poll.
 const ruleOf = new Map();
 let rulesVersion = "";
 
@@ -145,22 +147,33 @@ function keysURL(domain, pairs) {
 }
 
 // describe names the rule and the limit GET /v1/keys reports for one
-// client, or the rules below it with limits when its own rule has none
-// (a nested descriptor: the client is limited with more keys).
-async function describe(domain, key, value, rules) {
-  const id = [rulesVersion, domain, key, value].join("\0");
+// client, given as the descriptor it was denied with (pairs: user=alice
+// and path=/login, as /v1/top remembers it), or the rules below it with
+// limits when its own rule has none (a nested descriptor: the client is
+// limited with more keys). A failed lookup says so and is not cached.
+async function describe(domain, pairs, rules) {
+  const id = [rulesVersion, domain, ...pairs.flat()].join("\0");
   if (ruleOf.has(id)) return ruleOf.get(id);
   let out = {rule: "", limit: ""};
-  const r = await fetch(keysURL(domain, [[key, value]]));
-  if (r.ok) {
-    const d = (await r.json()).descriptors[0];
-    if (d && d.rule) {
-      out.rule = d.rule;
-      out.limit = d.limit || "";
-      if (!d.limit) {
-        const below = rules.filter(x => x.path.startsWith(d.rule + ".") && x.limits).map(x => x.path);
-        out.limit = below.length ? "in rules below: " + below.slice(0, 3).join(", ") : "none";
-      }
+  let r;
+  try {
+    r = await fetch(keysURL(domain, pairs));
+  } catch (e) {
+    return {rule: "", limit: "lookup failed: " + e.message};
+  }
+  if (!r.ok) {
+    let why = "HTTP " + r.status;
+    try { why = (await r.json()).error || why; } catch (e) { /* not JSON */ }
+    return {rule: "", limit: "lookup failed: " + why};
+  }
+  // One descriptor for each prefix of pairs: the whole one is the last.
+  const d = (await r.json()).descriptors.at(-1);
+  if (d && d.rule) {
+    out.rule = d.rule;
+    out.limit = d.limit || "";
+    if (!d.limit) {
+      const below = rules.filter(x => x.path.startsWith(d.rule + ".") && x.limits).map(x => x.path);
+      out.limit = below.length ? "in rules below: " + below.slice(0, 3).join(", ") : "none";
     }
   }
   if (ruleOf.size > 1000) ruleOf.clear();
@@ -194,7 +207,10 @@ async function updateTop(s) {
     if (!r.ok) return;
     const top = await r.json();
     for (const c of top.clients) {
-      if (c.count > 0) hits.push({domain: k.domain, key: k.key, value: c.value, truncated: c.truncated, count: c.count, bound: top.error_bound});
+      // The descriptor the client was denied with, when /v1/top remembers
+      // it (user=alice with path=/login), else its key and value alone.
+      const pairs = c.descriptor && c.descriptor.length ? c.descriptor.map(e => [e.key, e.value]) : [[k.key, c.value]];
+      if (c.count > 0) hits.push({domain: k.domain, key: k.key, value: c.value, pairs, truncated: c.truncated, count: c.count, bound: top.error_bound});
     }
   }));
   hits.sort((a, b) => b.count - a.count || a.domain.localeCompare(b.domain) || a.key.localeCompare(b.key) || a.value.localeCompare(b.value));
@@ -205,12 +221,12 @@ async function updateTop(s) {
     cell(tr, h.domain);
     cell(tr, h.key + "=" + h.value + (h.truncated ? "…" : ""), "client");
     cell(tr, h.count + (h.bound ? " ±" + h.bound : ""), "n");
-    const d = h.truncated ? {rule: "", limit: ""} : await describe(h.domain, h.key, h.value, rules);
+    const d = h.truncated ? {rule: "", limit: ""} : await describe(h.domain, h.pairs, rules);
     cell(tr, d.rule, "rule"); cell(tr, d.limit, "limit");
     const b = document.createElement("button");
     b.type = "button"; b.className = "why"; b.textContent = "why?";
     b.disabled = h.truncated;
-    b.addEventListener("click", () => lookupOf(h.domain, [[h.key, h.value]]));
+    b.addEventListener("click", () => lookupOf(h.domain, h.pairs));
     tr.insertCell().append(b);
     return tr;
   }));
