@@ -155,6 +155,7 @@ descriptors:
 	dc := decide.DefaultConfig()
 	dc.Rules = func() *rules.Set { return set }
 	dc.Store = st
+	dc.Fail = decide.FailOpen // what the store-down step below checks (local is the default)
 	dc.Now = func() time.Time { return t0 }
 	dc.Logger = slog.New(slog.DiscardHandler)
 	svc, err := decide.New(dc)
@@ -179,8 +180,8 @@ descriptors:
 	for i := range 3 {
 		resp := ask(ip("50.0.0.5"))
 		s := resp.Statuses[0]
-		if resp.Overall != decide.OverLimit || s.Limit == nil || !s.Limit.Block || s.Decision.RetryAfter != time.Second {
-			t.Errorf("blocked IP, request %d: %v %+v; want OVER_LIMIT by the blocking limit, retry after 1s", i, resp.Overall, s)
+		if resp.Overall != decide.OverLimit || s.Limit == nil || !s.Limit.Block || s.Decision.RetryAfter != sluice.Never || s.Decision.ResetAfter != time.Second {
+			t.Errorf("blocked IP, request %d: %v %+v; want OVER_LIMIT by the blocking limit, no retry time (sluice.Never), reset after 1s", i, resp.Overall, s)
 		}
 	}
 	if n := st.reqs.Load(); n != 0 {
