@@ -52,6 +52,7 @@ func fullPlan() plan {
 type call struct {
 	sent     time.Duration // since the load began
 	mode     int           // index in modes
+	server   int           // index in world.servers
 	over     bool          // of the client over its limit
 	admitted bool
 	err      bool
@@ -115,8 +116,9 @@ func (l *load) stream(mode int, over bool, key, value string, rate float64, tota
 
 // one makes one call and records it.
 func (l *load) one(req *rlsv3.RateLimitRequest, mode int, over bool) {
-	s := l.w.servers[int(l.rr.Add(1))%len(l.w.servers)]
-	c := call{sent: time.Since(l.start), mode: mode, over: over}
+	i := int(l.rr.Add(1) % uint64(len(l.w.servers)))
+	s := l.w.servers[i]
+	c := call{sent: time.Since(l.start), mode: mode, server: i, over: over}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	resp, err := rlsv3.NewRateLimitServiceClient(s.conn).ShouldRateLimit(ctx, req)

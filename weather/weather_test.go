@@ -25,6 +25,8 @@ const (
 	// store after the weather ends (asserted in the full matrix only: a
 	// timed figure, which a loaded CI machine must not fail).
 	maxBack = time.Second
+	// backBin is the resolution of the time back to the store.
+	backBin = 250 * time.Millisecond
 )
 
 // overBound is the most a client over its limit of limit a window may be
@@ -55,9 +57,15 @@ type cell struct {
 	overSent, overAdm    int
 	overAllowed, limit   int
 	errors               int
-	back                 time.Duration // after the weather's end, the last call sent that the store did not decide
-	notBack              bool          // such calls until the run's end
-	fails                map[string]int
+	// back is when, after the weather's end, every server decided by the
+	// store again: the end of the last quarter second (of those from the
+	// weather's end) in which the store did not decide more than half of
+	// a server's calls; 0: none such. last is the last call sent after
+	// the end that the store did not decide (-1: none), which a loaded
+	// machine's slow store call can make at any time.
+	back, last time.Duration
+	notBack    bool // back is within the run's last second
+	fails      map[string]int
 }
 
 // TestWeather runs the matrix: the short one by default, the full one
@@ -121,7 +129,9 @@ func measure(t *testing.T, wx weather, n int, d time.Duration, p plan) []cell {
 
 // summarize measures mode m's calls of a run whose weather ended at end.
 func summarize(calls []call, m int, name string, n int, mode string, end, total time.Duration, start time.Time, p plan) cell {
-	c := cell{weather: name, servers: n, mode: mode, limit: p.overLimit, fails: map[string]int{}, back: -1}
+	c := cell{weather: name, servers: n, mode: mode, limit: p.overLimit, fails: map[string]int{}, last: -1}
+	type bin struct{ server, i int }
+	inBin, localInBin := map[bin]int{}, map[bin]int{}
 	var first, last time.Duration = total, 0
 	for _, k := range calls {
 		if k.mode != m {
@@ -131,11 +141,16 @@ func summarize(calls []call, m int, name string, n int, mode string, end, total 
 			c.errors++
 			continue
 		}
+		if k.sent >= end {
+			b := bin{k.server, int((k.sent - end) / backBin)}
+			inBin[b]++
+			if k.fail != "" {
+				localInBin[b]++
+				c.last = max(c.last, k.sent-end)
+			}
+		}
 		if k.fail != "" {
 			c.fails[k.fail]++
-			if k.sent >= end && k.sent-end > c.back {
-				c.back = k.sent - end
-			}
 		}
 		if k.over {
 			c.overSent++
@@ -154,7 +169,12 @@ func summarize(calls []call, m int, name string, n int, mode string, end, total 
 	// the hour may be admitted the limit in each.
 	windows := int(start.Add(last).Truncate(time.Hour).Sub(start.Add(first).Truncate(time.Hour))/time.Hour) + 1
 	c.overAllowed = windows * (p.overLimit + overBound(mode, n, p.overLimit))
-	c.notBack = c.back >= 0 && total-end-c.back < 500*time.Millisecond
+	for b, nl := range localInBin {
+		if 2*nl > inBin[b] {
+			c.back = max(c.back, time.Duration(b.i+1)*backBin)
+		}
+	}
+	c.notBack = c.back > 0 && total-end-c.back < time.Second
 	return c
 }
 
@@ -195,10 +215,12 @@ func backText(c cell) string {
 	switch {
 	case c.notBack:
 		return "not by the run's end"
-	case c.back < 0:
+	case c.last < 0:
 		return "at once"
+	case c.back == 0:
+		return fmt.Sprintf("at once (last %.2fs)", c.last.Seconds())
 	default:
-		return fmt.Sprintf("%.2fs", c.back.Seconds())
+		return fmt.Sprintf("%.2fs (last %.2fs)", c.back.Seconds(), c.last.Seconds())
 	}
 }
 
