@@ -20,6 +20,10 @@ var serversScript = rueidis.NewLuaScript(serversSource)
 // store's KeyPrefix; its hash tag keeps it on one node of a Redis Cluster.
 const serversKey = "{sluice-servers}"
 
+// fleetKey is the sorted set of every server that uses this Redis (Fleet),
+// async or not, under the store's KeyPrefix.
+const fleetKey = "{sluice-fleet}"
+
 // maxHeartbeat is the longest heartbeat Heartbeat takes: a day.
 const maxHeartbeat = 24 * time.Hour
 
@@ -30,6 +34,18 @@ const maxHeartbeat = 24 * time.Hour
 // that stops). store/localfirst's async mode counts the servers so, in
 // one small script (servers.lua) on one key.
 func (s *Store) Heartbeat(ctx context.Context, id string, ttl time.Duration) (int64, error) {
+	return s.beat(ctx, serversKey, id, ttl)
+}
+
+// Fleet is Heartbeat in a set of its own, which every server that uses this
+// Redis joins, whatever its sync modes: store/stack counts the servers so,
+// for decide's fail mode local, which divides a limit among them.
+func (s *Store) Fleet(ctx context.Context, id string, ttl time.Duration) (int64, error) {
+	return s.beat(ctx, fleetKey, id, ttl)
+}
+
+// beat is Heartbeat in the set under key.
+func (s *Store) beat(ctx context.Context, key, id string, ttl time.Duration) (int64, error) {
 	if id == "" || ttl < 0 || ttl > maxHeartbeat {
 		return 0, fmt.Errorf("redis heartbeat %q: a server ID and a heartbeat of 0 to %v", id, maxHeartbeat)
 	}
@@ -46,7 +62,7 @@ func (s *Store) Heartbeat(ctx context.Context, id string, ttl time.Duration) (in
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	n, err := serversScript.Exec(ctx, s.client, []string{s.cfg.KeyPrefix + serversKey},
+	n, err := serversScript.Exec(ctx, s.client, []string{s.cfg.KeyPrefix + key},
 		[]string{id, strconv.FormatInt(ms, 10), now}).AsInt64()
 	if err != nil {
 		return 0, fmt.Errorf("redis heartbeat: %w", err)

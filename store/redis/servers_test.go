@@ -48,3 +48,20 @@ func TestHeartbeat(t *testing.T) {
 		})
 	}
 }
+
+// TestFleet checks that the fleet's set (every server using the Redis) is
+// not async mode's: a server counted in one is not in the other.
+func TestFleet(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktest.New(t0)
+	s := open(t, backends()[0].url(t), testConfig(clk.Now))
+	if n, err := s.Fleet(ctx, "f", time.Second); err != nil || n != 1 {
+		t.Fatalf("Fleet: %d, %v; want 1", n, err)
+	}
+	if n, err := s.Heartbeat(ctx, "a", time.Second); err != nil || n != 1 {
+		t.Fatalf("Heartbeat beside a fleet of 1: %d, %v; want 1", n, err)
+	}
+	if n, err := s.Fleet(ctx, "g", time.Second); err != nil || n != 2 {
+		t.Fatalf("Fleet: %d, %v; want 2", n, err)
+	}
+}

@@ -39,12 +39,14 @@ package stack
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -359,6 +361,7 @@ type Stack struct {
 	nonBlocking bool
 	stats       []func() Stats
 	writeBacks  []writeBack                   // the Redis stores that take back hits, by the limits they keep
+	fleet       *fleetCount                   // the servers counted on the main Redis, or nil
 	closers     []func(context.Context) error // closed last first
 }
 
@@ -469,9 +472,16 @@ func (s *Stack) Stats() Stats {
 }
 
 // Servers returns how many servers share the store, as the heartbeats in
-// Redis count them (Stats' AsyncServers), at least 1: what decide's fail
+// Redis count them (every server beats once a second in a set of its own,
+// store/redis's Fleet; the last count read while Redis does not answer),
+// at least 1: what decide's fail
 // mode local divides a limit by (decide.Config.Servers).
-func (s *Stack) Servers() int64 { return s.Stats().AsyncServers }
+func (s *Stack) Servers() int64 {
+	if s.fleet != nil {
+		return max(s.fleet.n.Load(), 1)
+	}
+	return s.Stats().AsyncServers
+}
 
 // WriteBack writes to Redis hits admitted without it (decide.Config's
 // WriteBack): reqs[i].Cost hits of reqs[i].Limit on reqs[i].Key, admitted
@@ -663,6 +673,63 @@ func vetoes(vs ...func(sluice.Limit) error) func(sluice.Limit) error {
 	}
 }
 
+// fleeter is a store that counts the servers using it (store/redis's
+// Fleet).
+type fleeter interface {
+	Fleet(ctx context.Context, id string, ttl time.Duration) (int64, error)
+}
+
+// fleetEvery is how often a server beats in the fleet's set; it stays
+// counted fleetTTL after its last beat (a paused server a while longer).
+const (
+	fleetEvery = time.Second
+	fleetTTL   = 10 * time.Second
+)
+
+// fleetCount beats in a Redis's fleet set every fleetEvery, from a
+// goroutine that close stops, and holds the last count of servers read.
+type fleetCount struct {
+	n    atomic.Int64
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// startFleet starts beating in f's fleet set under an ID of its own.
+func startFleet(f fleeter) *fleetCount {
+	ctx, cancel := context.WithCancel(context.Background())
+	fc := &fleetCount{stop: cancel, done: make(chan struct{})}
+	id := rand.Text()
+	go func() {
+		defer close(fc.done)
+		t := time.NewTicker(fleetEvery)
+		defer t.Stop()
+		for {
+			bctx, bcancel := context.WithTimeout(ctx, fleetEvery)
+			if n, err := f.Fleet(bctx, id, fleetTTL); err == nil {
+				fc.n.Store(n)
+			}
+			bcancel()
+			select {
+			case <-ctx.Done():
+				// Leave the set, so that the others count one fewer now.
+				lctx, lcancel := context.WithTimeout(context.Background(), fleetEvery)
+				_, _ = f.Fleet(lctx, id, 0)
+				lcancel()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return fc
+}
+
+// close stops the beats and leaves the set.
+func (fc *fleetCount) close(context.Context) error {
+	fc.stop()
+	<-fc.done
+	return nil
+}
+
 // addWriteBack adds b to the stores WriteBack writes to, for the limits
 // keeps says it keeps, if b takes back hits.
 func (s *Stack) addWriteBack(b sluice.Store, keeps func(sluice.Limit) bool) {
@@ -708,6 +775,10 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 	}
 	s.closers = append(s.closers, closeStore(b))
 	s.ready, s.pings = append(s.ready, b.Ready), append(s.pings, b.Ping)
+	if f, ok := b.(fleeter); ok && s.fleet == nil {
+		s.fleet = startFleet(f)
+		s.closers = append(s.closers, s.fleet.close)
+	}
 	lc := localfirst.Config{
 		NearCacheBytes: cfg.NearCache, Sync: cfg.Sync, RequestSync: true,
 		LeaseLifetime: cfg.LeaseLifetime, MaxLease: cfg.MaxLease,

@@ -152,3 +152,25 @@ func TestRedisDown(t *testing.T) {
 		t.Errorf("Local: %+v, %v; want allowed", d, err)
 	}
 }
+
+// TestServers checks that the stacks on one Redis count each other (every
+// one beats in the fleet's set, async mode or not), and that one that
+// closes leaves the count.
+func TestServers(t *testing.T) {
+	t.Parallel()
+	r := testenv.StartRedis(t)
+	open := func() *stack.Stack {
+		s, err := stack.New(stack.Config{URL: "redis://" + r.Addr, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, b := open(), open()
+	defer a.Close(context.Background())
+	testenv.WaitFor(t, "two servers counted by each", func() bool { return a.Servers() == 2 && b.Servers() == 2 })
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "one server counted once the other left", func() bool { return a.Servers() == 1 })
+}
