@@ -209,7 +209,13 @@ func (s *Service) kick() {
 	}
 	if !s.spawn(func() {
 		defer s.writing.Store(false)
-		s.writePending(s.base) //nolint:errcheck // kept for the next write; the store's failures are the breaker's
+		// Again while hits came meanwhile (decided locally while the
+		// last write was in flight), a few times at most.
+		for range 3 {
+			if s.writePending(s.base) != nil || s.ledger.pending.Load() == 0 || s.br.open() {
+				return
+			}
+		}
 	}) {
 		s.writing.Store(false)
 	}
@@ -269,6 +275,9 @@ func (s *Service) writePending(ctx context.Context) error {
 	err := s.writeBack(ctx, reqs, windows)
 	s.ledger.written(reqs, windows, s.br.now().UnixMicro(), err == nil)
 	if err != nil {
+		// A store that takes no hits back is failing: enough such writes
+		// open the breaker, which stops them until a ping succeeds.
+		s.br.failure(false, err, timedOut(ctx, err))
 		return err
 	}
 	var hits int64

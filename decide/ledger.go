@@ -181,19 +181,20 @@ func (l *ledger) forget(e *ledgerEntry, r sluice.Request) {
 	*e = ledgerEntry{req: r, inflight: e.inflight}
 }
 
-// busy reports whether a key of reqs has hits admitted locally that the
-// store has not counted yet: pending, or in flight. Such a key is decided
-// locally until the store has them, so that the store counts them before
-// it decides anew.
+// busy reports whether a key of reqs has hits admitted locally while a
+// store call that carries them (or writes them back) goes on. Such a key
+// is decided locally until the call ends, so that the store counts those
+// hits before it decides anew on the key (pending hits, which no call
+// carries yet, are written back at once instead: Service.kick).
 func (l *ledger) busy(reqs []sluice.Request) bool {
-	if l.pending.Load() == 0 && l.flying.Load() == 0 {
+	if l.flying.Load() == 0 {
 		return false
 	}
 	for i := range reqs {
 		sh := &l.shards[l.shardOf(reqs[i].Key)]
 		sh.mu.Lock()
 		e := sh.m[reqs[i].Key]
-		b := e != nil && (e.pending != 0 || e.inflight != 0)
+		b := e != nil && e.inflight != 0
 		sh.mu.Unlock()
 		if b {
 			return true

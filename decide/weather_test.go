@@ -1,0 +1,282 @@
+package decide_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+)
+
+// weatherRules: 100 a minute per user.
+const weatherRules = `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`
+
+// The weathers of a weatherStore.
+const (
+	fine    = iota
+	refused // every call refused at once
+	stalled // every call waits for release (or its context)
+)
+
+// weatherStore is a real memory store with faults put in by hand: calls
+// refused, or stalled until released, then counted (or failed with
+// stallErr). Its write-back (decide.Config.WriteBack) adds hits to the
+// memory store, whether or not they fit, and tallies them.
+type weatherStore struct {
+	sluice.Store
+	weather  atomic.Int32
+	release  chan struct{} // closed: stalled calls go on
+	stallErr error
+	calls    atomic.Int64
+
+	mu      sync.Mutex
+	written map[string]int64 // hits written back, by key
+	writes  int
+}
+
+func newWeatherStore(t *testing.T, clk *clock) *weatherStore {
+	return &weatherStore{Store: newMemory(t, clk), release: make(chan struct{}), written: map[string]int64{}}
+}
+
+func (w *weatherStore) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	w.calls.Add(1)
+	switch w.weather.Load() {
+	case refused:
+		return errRefused
+	case stalled:
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.release:
+		}
+		if w.stallErr != nil {
+			return w.stallErr
+		}
+	}
+	return w.Store.TakeAll(ctx, reqs, ds)
+}
+
+// ping is the store's Ping: it answers unless refused or stalled.
+func (w *weatherStore) ping(context.Context) error {
+	if w.weather.Load() != fine {
+		return errRefused
+	}
+	return nil
+}
+
+func (w *weatherStore) writeBack(ctx context.Context, reqs []sluice.Request, _ []int64) error {
+	if w.weather.Load() != fine {
+		return errRefused
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes++
+	for _, r := range reqs {
+		w.written[r.Key] += r.Cost
+		// Debited whatever is left, one hit at a time: what fits counts.
+		for range r.Cost {
+			if _, err := sluice.Take(ctx, w.Store, r.Key, r.Limit, 1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// counted returns the hits the memory store holds on user's key under
+// 100 a minute.
+func (w *weatherStore) counted(t *testing.T, user string) int64 {
+	t.Helper()
+	d, err := sluice.Take(context.Background(), w.Store, userKey(t, user), sluice.Limit{Rate: 100, Period: time.Minute}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Limit - d.Remaining
+}
+
+// userKey returns the store key of user under weatherRules, as decide
+// names it.
+func userKey(t *testing.T, user string) string {
+	t.Helper()
+	rec := &recorder{Store: newMemory(t, newClock())}
+	s := newService(t, loadRules(t, weatherRules), newClock(), decide.Config{Store: rec})
+	decideOK(t, s, req("api", []string{"user", user}))
+	return rec.requests()[0].Key
+}
+
+// weatherService returns a Service with the defaults (fail local) over w,
+// counting n servers.
+func weatherService(t *testing.T, w *weatherStore, clk *clock, n int64) *decide.Service {
+	cfg := decide.DefaultConfig()
+	cfg.Store, cfg.Ping, cfg.WriteBack = w, w.ping, w.writeBack
+	// Long enough for a healthy call on a loaded machine running -race;
+	// a stalled call is left after it.
+	cfg.StoreTimeout, cfg.StoreMaxTimeout = 200*time.Millisecond, 200*time.Millisecond
+	cfg.BreakerFailures, cfg.BreakerCoolDown = 3, time.Second
+	cfg.Servers = func() int64 { return n }
+	return newService(t, loadRules(t, weatherRules), clk, cfg)
+}
+
+// ask decides n requests of user on s and returns how many were admitted,
+// and the modes they were decided in.
+func ask(t *testing.T, s *decide.Service, user string, n int) (admitted int, modes map[decide.Mode]int) {
+	t.Helper()
+	modes = map[decide.Mode]int{}
+	for range n {
+		resp := decideOK(t, s, req("api", []string{"user", user}))
+		modes[resp.Mode]++
+		if resp.Overall == decide.OK {
+			admitted++
+		}
+	}
+	return admitted, modes
+}
+
+// TestWeatherRefused: a store that refuses every call, then answers again.
+// A client under its limit is never denied; one over it gets what the
+// store had left, no more; when the store answers, one Probe (the server's
+// each second) writes back the hits admitted without it, once, and
+// decisions go back to it.
+func TestWeatherRefused(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	s := weatherService(t, w, clk, 1)
+
+	ask(t, s, "under", 10)
+	if got, _ := ask(t, s, "over", 60); got != 60 {
+		t.Fatalf("over: %d of 60 admitted on a healthy store", got)
+	}
+	w.weather.Store(refused)
+	if got, modes := ask(t, s, "under", 20); got != 20 || modes[decide.ModeLocal] != 20 {
+		t.Errorf("under, refused: %d of 20 admitted in modes %v, want all, locally", got, modes)
+	}
+	if got, _ := ask(t, s, "over", 100); got != 40 {
+		t.Errorf("over, refused: %d of 100 admitted, want 40: what the store had left", got)
+	}
+	if s.Mode() != decide.ModeLocal {
+		t.Errorf("Mode() = %v while refused, want local", s.Mode())
+	}
+	if err := s.Probe(context.Background()); err == nil {
+		t.Error("Probe succeeded on a store that refuses")
+	}
+
+	w.weather.Store(fine)
+	clk.Advance(time.Second) // the server's next Probe
+	if err := s.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s.Mode() != decide.ModeStore {
+		t.Errorf("Mode() = %v after a Probe on a store that answers, want store", s.Mode())
+	}
+	w.mu.Lock()
+	writes, under, over := w.writes, w.written[userKey(t, "under")], w.written[userKey(t, "over")]
+	w.mu.Unlock()
+	if writes != 1 || under != 20 || over != 40 {
+		t.Errorf("written back in %d writes: under %d, over %d; want 20 and 40 in one", writes, under, over)
+	}
+	if got, modes := ask(t, s, "over", 10); got != 0 || modes[decide.ModeStore] != 10 {
+		t.Errorf("over, back: %d of 10 admitted in modes %v, want none, by the store", got, modes)
+	}
+	if got, modes := ask(t, s, "under", 10); got != 10 || modes[decide.ModeStore] != 10 {
+		t.Errorf("under, back: %d of 10 admitted in modes %v, want all, by the store", got, modes)
+	}
+	if err := s.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if w.writes != 1 {
+		t.Errorf("%d writes back, want 1: nothing is written twice", w.writes)
+	}
+	if n := w.counted(t, "under"); n != 40 {
+		t.Errorf("the store counts %d hits of under, want 40: each once", n)
+	}
+}
+
+// TestWeatherStall: the store stalls; calls over the timeout are decided
+// locally and go on. When the stall ends and they are counted, nothing is
+// written back; when they fail instead, their hits are written back once.
+func TestWeatherStall(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		err     error
+		written int64
+	}{
+		// The call that went on is counted by the store; the 4 decided
+		// after it without a call are written back.
+		{name: "counted late", written: 4},
+		{name: "failed late", err: errors.New("connection reset"), written: 5},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			w := newWeatherStore(t, clk)
+			w.stallErr = tt.err
+			s := weatherService(t, w, clk, 1)
+			ask(t, s, "u", 10)
+			w.weather.Store(stalled)
+			if got, modes := ask(t, s, "u", 5); got != 5 || modes[decide.ModeLocal] != 5 {
+				t.Errorf("stalled: %d of 5 admitted in modes %v, want all, locally", got, modes)
+			}
+			// The first call goes on to the store; the key, with a hit in
+			// flight, is decided locally until the store has it.
+			if n := w.calls.Load(); n != 11 {
+				t.Errorf("%d store calls, want 11", n)
+			}
+			w.weather.Store(fine)
+			close(w.release)
+			if err := s.Close(context.Background()); err != nil { // waits for the call, writes back
+				t.Fatal(err)
+			}
+			w.mu.Lock()
+			written := w.written[userKey(t, "u")]
+			w.mu.Unlock()
+			if counted := w.counted(t, "u"); counted != 15 || written != tt.written {
+				t.Errorf("the store counts %d hits (%d written back), want 15 (%d written back)", counted, written, tt.written)
+			}
+		})
+	}
+}
+
+// TestWeatherServers: three servers on a store that fails, each counting
+// three. A client at a tenth of its limit, spread over them, is never
+// denied; a client at many times its limit gets at most the limit and a hit
+// a server for the rounding of the shares.
+func TestWeatherServers(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	const servers = 3
+	var svcs [servers]*decide.Service
+	for i := range svcs {
+		svcs[i] = weatherService(t, w, clk, servers)
+	}
+	for i := range 30 { // the over client's count is known
+		decideOK(t, svcs[i%servers], req("api", []string{"user", "over"}))
+	}
+	w.weather.Store(refused)
+	under, over := 0, 30
+	for i := range 600 {
+		if i%60 == 0 {
+			n, _ := ask(t, svcs[(i/60)%servers], "under", 1)
+			under += n
+		}
+		n, _ := ask(t, svcs[i%servers], "over", 1)
+		over += n
+	}
+	if under != 10 {
+		t.Errorf("under: %d of 10 admitted, want all", under)
+	}
+	if bound := 100 + servers; over > bound || over < 100-servers {
+		t.Errorf("over: %d admitted, want about the limit of 100, at most %d", over, bound)
+	}
+}
