@@ -80,6 +80,9 @@ type Config struct {
 	// OpsAddrs are listeners serving only /healthz, /readyz, /healthcheck
 	// and /metrics (and the dashboard) (--ops-addr). Default: none.
 	OpsAddrs []string
+	// OpsPprof serves Go's profiles under /debug/pprof/ on the ops
+	// listeners alone, as Envoy's debug port does (--ops-pprof).
+	OpsPprof bool
 	TLS      TLSConfig
 	Admin    AdminConfig
 	UI       UIConfig

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice"
@@ -15,8 +16,27 @@ import (
 // beside its profiles: GET /rlconfig, the rules in force as Envoy's prints
 // them (rlconfig), and, when m counts Envoy's counters (--envoy-metrics),
 // GET /stats, each of them by its statsd name with its total, a "name:
-// value" line each, as Envoy's prints its stats.
-func mountEnvoyDebug(h handlerMux, set func() *rules.Set, m *metrics.Metrics, stats bool) error {
+// value" line each, as Envoy's prints its stats; and GET /, the list of
+// them, /debug/pprof/ too when pprof says the profiles are served.
+func mountEnvoyDebug(h handlerMux, set func() *rules.Set, m *metrics.Metrics, stats, pprof bool) error {
+	// GET / lists the endpoints as Envoy's debug port lists them, with its
+	// words: "PATH: what it is", sorted.
+	list := []string{"/rlconfig: print out the currently loaded configuration for debugging"}
+	if stats {
+		list = append(list, "/stats: print out stats")
+	}
+	if pprof {
+		list = append(list, "/debug/pprof/: root of various pprof endpoints. hit for help.",
+			"/debug/pprof/profile: CPU profiling endpoint", "/debug/pprof/trace: trace endpoint")
+	}
+	slices.Sort(list)
+	index := strings.Join(list, "\n") + "\n"
+	if err := h.Handle("GET /{$}", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, index) //nolint:errcheck // the client went away
+	})); err != nil {
+		return err
+	}
 	if err := h.Handle("GET /rlconfig", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		rlconfig(w, set())

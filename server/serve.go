@@ -77,7 +77,7 @@ func newServeFront(s *Server, rw *respond.Writer) (*serveFront, error) {
 	if err := s.mountDashboard(f.api, s.ops); err != nil {
 		return nil, err
 	}
-	if err := mountEnvoyDebug(s.ops, co.rules.Current, co.m, c.Envoy.Metrics); err != nil { // Envoy's debug port
+	if err := mountEnvoyDebug(s.ops, co.rules.Current, co.m, c.Envoy.Metrics, c.HTTP.Pprof || c.OpsPprof); err != nil { // Envoy's debug port
 		return nil, err
 	}
 	if c.Identity != "" {
@@ -90,8 +90,13 @@ func newServeFront(s *Server, rw *respond.Writer) (*serveFront, error) {
 			return nil, err
 		}
 	}
-	if c.HTTP.Pprof {
+	switch {
+	case c.HTTP.Pprof:
 		if err := mountPprof(f.api, s.ops); err != nil {
+			return nil, err
+		}
+	case c.OpsPprof:
+		if err := mountPprof(s.ops); err != nil {
 			return nil, err
 		}
 	}

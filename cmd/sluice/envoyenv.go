@@ -108,8 +108,14 @@ var envoyTable = []envoyGroup{
 		{"grpc-max-connection-age", vars("GRPC_MAX_CONNECTION_AGE"), plain("GRPC_MAX_CONNECTION_AGE", "24h")},
 		{"grpc-max-connection-age-grace", vars("GRPC_MAX_CONNECTION_AGE_GRACE"), plain("GRPC_MAX_CONNECTION_AGE_GRACE", "1h")},
 		{"ops-addr", vars("DEBUG_HOST", "DEBUG_PORT", "USE_PROMETHEUS", "PROMETHEUS_ADDR"), opsAddr},
+		{"ops-pprof", vars("DEBUG_HOST", "DEBUG_PORT"), constant("true")}, // Envoy's debug port serves them
 		{"log-level", vars("LOG_LEVEL"), logLevel},
-		{"log-format", vars("LOG_FORMAT"), func(r *envoyReader) (string, bool) { return strings.ToLower(r.get("LOG_FORMAT", "text")), true }},
+		{"log-format", vars("LOG_FORMAT"), func(r *envoyReader) (string, bool) {
+			if f := strings.ToLower(r.get("LOG_FORMAT", "text")); f != "json" {
+				return f, true
+			}
+			return "envoy", true // JSON with Envoy's field names
+		}},
 	}},
 	{when: isSet("GRPC_UDS"), rows: []envoyRow{ // a unix socket instead of GRPC_HOST:GRPC_PORT, as in Envoy
 		{"grpc-unix", vars("GRPC_UDS"), plain("GRPC_UDS", "")},

@@ -27,6 +27,7 @@ func TestEnvoySettings(t *testing.T) {
 		"http-addr":                     "0.0.0.0:8080",
 		"grpc-addr":                     "0.0.0.0:8081",
 		"ops-addr":                      "0.0.0.0:6070",
+		"ops-pprof":                     "true",
 		"log-level":                     "warn",
 		"log-format":                    "text",
 		"rules":                         "/srv/runtime_data/current/config",
@@ -70,7 +71,7 @@ func TestEnvoySettings(t *testing.T) {
 			env2: []string{"GRPC_MAX_CONNECTION_AGE=10m", "GRPC_MAX_CONNECTION_AGE_GRACE=30s"},
 			want: map[string]string{"http-addr": "127.0.0.1:9000", "grpc-addr": "[::]:9001", "ops-addr": "0.0.0.0:9002",
 				"grpc-max-connection-age": "10m", "grpc-max-connection-age-grace": "30s",
-				"log-format": "json", "store": "redis://r:1", "rules": "/srv/runtime_data/current/rules"},
+				"log-format": "envoy", "store": "redis://r:1", "rules": "/srv/runtime_data/current/rules"},
 		},
 		{
 			name:    "gRPC on a unix socket instead of TCP",
@@ -409,8 +410,8 @@ func TestServeEnvoyEnvironment(t *testing.T) {
 	var rec map[string]any
 	eventually(t, "serve listens", func() bool { rec = logs.Find("listening"); return rec != nil })
 	warn := logs.Find("Envoy ratelimit's variables without effect in sluice")
-	if warn == nil || warn["level"] != "WARN" {
-		t.Fatalf("no warning about ignored variables; logs:\n%s", logs)
+	if warn == nil || warn["level"] != "warning" || warn["@timestamp"] == nil || warn["msg"] != nil {
+		t.Fatalf("no warning about ignored variables in Envoy's JSON (level warning, @timestamp, @message); logs:\n%s", logs)
 	}
 	if got, _ := warn["variables"].([]any); len(got) != 2 || got[0] != "EXTRA_TAGS" || got[1] != "STATSD_HOST" {
 		t.Errorf("ignored variables %v, want [EXTRA_TAGS STATSD_HOST] (statsd is off)", warn["variables"])
@@ -460,6 +461,9 @@ func TestServeEnvoyEnvironment(t *testing.T) {
 			"api.user: unit=SECOND requests_per_unit=30, shadow_mode: false, quota_mode: false, algorithm: token_bucket, burst: 100\n"},
 		"/stats": {"ratelimit.service.rate_limit.api.user.path_/login.total_hits: 1\n",
 			"ratelimit.service.rate_limit.api.user.path_/login.within_limit: 1\n", "ratelimit.service.config_load_success: 1\n"},
+		"/": {"/debug/pprof/: root of various pprof endpoints. hit for help.\n/debug/pprof/profile: CPU profiling endpoint\n" +
+			"/debug/pprof/trace: trace endpoint\n/rlconfig: print out the currently loaded configuration for debugging\n/stats: print out stats\n"},
+		"/debug/pprof/": {"goroutine"},
 	} {
 		resp, err := c.Get("http://" + opsAddr + path)
 		if err != nil {

@@ -60,6 +60,7 @@ var settingsTable = []setting{
 	{"listeners", forServe, "grpc-max-connection-age", "close gRPC connections this old, gracefully, so that clients reconnect and spread over replicas (0: never)", func(s *settings) flag.Value { return duration(&s.cfg.GRPC.MaxConnectionAge) }},
 	{"listeners", forServe, "grpc-max-connection-age-grace", "how long calls on a connection past --grpc-max-connection-age may take to finish (0: no bound)", func(s *settings) flag.Value { return duration(&s.cfg.GRPC.MaxConnectionAgeGrace) }},
 	{"listeners", forServe, "grpc-reflection", "serve gRPC server reflection (for grpcurl and ghz)", func(s *settings) flag.Value { return notBool(&s.cfg.GRPC.NoReflection) }},
+	{"listeners", forServe, "ops-pprof", "serve Go's profiles under /debug/pprof/ on the --ops-addr listeners alone (on in Envoy's environment: its debug port serves them)", func(s *settings) flag.Value { return boolean(&s.cfg.OpsPprof) }},
 	{"listeners", forServe, "pprof", "serve Go's profiles under /debug/pprof/ on the HTTP address", func(s *settings) flag.Value { return boolean(&s.cfg.HTTP.Pprof) }},
 	{"listeners", forServe, "shutdown-timeout", "how long a shutdown waits for calls in flight", func(s *settings) flag.Value { return zeroOff(&s.cfg.ShutdownTimeout) }},
 	{"listeners", forProxy, "shutdown-timeout", "how long a shutdown waits for requests in flight", func(s *settings) flag.Value { return zeroOff(&s.cfg.ShutdownTimeout) }},
@@ -125,7 +126,7 @@ var settingsTable = []setting{
 	{"decisions", forProxy, "shed", "adaptive load shedding: an adaptive limit on requests in flight to the upstream, which sheds by the rules' priority (503) when it is saturated; critical and default requests wait up to --max-delay (1s when 0) for a slot", func(s *settings) flag.Value { return boolean(&s.cfg.Proxy.Shed) }},
 
 	{"observability", forBoth, "log-level", "debug, info, warn or error", func(s *settings) flag.Value { return slogLevel(&s.logLevel) }},
-	{"observability", forBoth, "log-format", "text or json", func(s *settings) flag.Value { return oneOf(&s.logFormat, "log format", "text", "json") }},
+	{"observability", forBoth, "log-format", "text, json, or envoy: JSON with Envoy ratelimit's field names (@timestamp, @message, level as logrus names it)", func(s *settings) flag.Value { return oneOf(&s.logFormat, "log format", "text", "json", "envoy") }},
 	{"observability", forBoth, "deny-log-rate", "most denials logged a second, each with domain, descriptor, limit and retry time (10); the next line logged counts those left out; negative logs none", func(s *settings) flag.Value { return zeroOff(&s.cfg.Observe.DenyLogRate) }},
 	{"observability", forBoth, "top-keys", "most domain and descriptor key pairs whose heavy hitters GET /v1/top counts (16: 6.5 MiB at most with --top-width 1024)", func(s *settings) flag.Value { return positive(&s.cfg.Observe.TopKeys) }},
 	{"observability", forBoth, "top-width", "counters per row of each count-min sketch: /v1/top's counts are at most e/width of a window's total too high, with 98% confidence (1024: 0.27%)", func(s *settings) flag.Value { return positive(&s.cfg.Observe.TopWidth) }},

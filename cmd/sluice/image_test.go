@@ -197,7 +197,7 @@ func runImage(t *testing.T, root string, argv, env []string, uid, gid uint32, sl
 		sc := bufio.NewScanner(io.TeeReader(stderr, logs))
 		for sc.Scan() {
 			var rec map[string]any
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == "listening" {
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && testenv.Message(rec) == "listening" {
 				listening <- rec
 			}
 		}

@@ -131,6 +131,34 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "envoy":
+		opts.ReplaceAttr = envoyLogNames
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, usageError("--log-format %q: want text or json", format)
+	return nil, usageError("--log-format %q: want text, json or envoy", format)
+}
+
+// envoyLogLevels are the names Envoy ratelimit's JSON logs (logrus's) give
+// slog's levels.
+var envoyLogLevels = map[slog.Level]string{slog.LevelDebug: "debug", slog.LevelInfo: "info", slog.LevelWarn: "warning", slog.LevelError: "error"}
+
+// envoyLogNames names a record's own fields as Envoy ratelimit's JSON logs
+// do: @timestamp, @message, and level in logrus's words.
+func envoyLogNames(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) > 0 {
+		return a
+	}
+	switch a.Key {
+	case slog.TimeKey:
+		a.Key = "@timestamp"
+	case slog.MessageKey:
+		a.Key = "@message"
+	case slog.LevelKey:
+		if lv, ok := a.Value.Any().(slog.Level); ok {
+			if name, ok := envoyLogLevels[lv]; ok {
+				a.Value = slog.StringValue(name)
+			}
+		}
+	}
+	return a
 }

@@ -27,7 +27,8 @@ func (l *Logs) String() string {
 	return l.b.String()
 }
 
-// Find returns the first log record whose msg is msg, or nil.
+// Find returns the first log record whose message (Message) is msg, or
+// nil.
 func (l *Logs) Find(msg string) map[string]any {
 	return l.FindFunc(msg, func(map[string]any) bool { return true })
 }
@@ -39,9 +40,20 @@ func (l *Logs) FindFunc(msg string, ok func(rec map[string]any) bool) map[string
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var rec map[string]any
-		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == msg && ok(rec) {
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && Message(rec) == msg && ok(rec) {
 			return rec
 		}
 	}
 	return nil
+}
+
+// Message returns a JSON log record's message: slog's "msg", or
+// "@message" as Envoy ratelimit's logs (sluice's --log-format envoy) name
+// it.
+func Message(rec map[string]any) string {
+	if m, ok := rec["msg"].(string); ok {
+		return m
+	}
+	m, _ := rec["@message"].(string)
+	return m
 }
