@@ -72,7 +72,10 @@ func TestServeXDSRules(t *testing.T) {
 	// A new domain beside api, whose limit is unchanged: its counts stay.
 	x.Push(xdsNode, "2", testenv.RateLimitConfig("api", "user", 10, rlconf.RateLimitUnit_DAY),
 		testenv.RateLimitConfig("ai", "user", 1000, rlconf.RateLimitUnit_MINUTE))
-	eventually(t, "the new domain deciding", func() bool { return len(s.askUser(t, "ai").Statuses) == 1 })
+	eventually(t, "the new domain deciding", func() bool {
+		st := s.askUser(t, "ai").Statuses
+		return len(st) == 1 && st[0].GetCurrentLimit().GetRequestsPerUnit() == 1000
+	})
 	if got := s.askUser(t, "api").Statuses[0].LimitRemaining; got != 6 {
 		t.Fatalf("after a push that left api's limit alone: remaining %d, want 6 (counts kept)", got)
 	}
