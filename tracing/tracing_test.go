@@ -46,7 +46,7 @@ func traced(t testing.TB, tp trace.TracerProvider) *decide.Service {
 	t.Cleanup(func() { st.Close(context.Background()) })
 	dc := decide.DefaultConfig()
 	dc.Rules = func() *rules.Set { return set }
-	dc.Store, dc.Local = st, st.Local()
+	dc.Store = st
 	dc.Logger = slog.New(slog.DiscardHandler)
 	dc.Observers = []decide.Observer{tr}
 	svc, err := decide.New(dc)
