@@ -56,6 +56,12 @@ type Config struct {
 	// (twice its p99) up to decide's StoreMaxTimeout, 200ms; negative: no
 	// bound. Default 50ms (decide's).
 	StoreTimeout time.Duration
+	// StoreHardTimeout is the longest a store call goes on past the store
+	// timeout, with Fail decide.FailLocal, before it counts as failed and
+	// the hits decided locally are written back later
+	// (--store-hard-timeout; Envoy's REDIS_TIMEOUT). Default 10s
+	// (decide's).
+	StoreHardTimeout time.Duration
 	// ConcurrencyLease is how long a request of the decision APIs, which
 	// report no end, holds a slot of a concurrency limit
 	// (--concurrency-lease). Default 1s (admit's).
@@ -302,6 +308,7 @@ func DefaultConfig() Config {
 		Store:            stack.DefaultConfig(),       // memory: one node, exact, 256 MiB; on Redis an 8 MiB near cache, exact sync
 		Fail:             decide.FailLocal,            // a store outage neither stops traffic nor lifts the limits
 		StoreTimeout:     dc.StoreTimeout,             // 50ms: a slow store costs a decision little
+		StoreHardTimeout: dc.StoreHardTimeout,         // 10s: longer than a stall of Redis lasts, as Envoy's REDIS_TIMEOUT
 		ConcurrencyLease: admit.DefaultConfig().Lease, // 1s: the decision APIs never say when a request ends
 		ResponseHeaders:  respond.AllHeaders,          // the IETF draft's fields, X-RateLimit-* and Retry-After
 		RetryJitter:      time.Second,                 // denied clients do not retry in lockstep
@@ -370,6 +377,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.Rules.XDS.MaxMessageBytes, d.Rules.XDS.MaxMessageBytes)
 	setDefault(&c.Store.URL, d.Store.URL) // for the logs; store/stack sets the Store's other defaults
 	setDefault(&c.StoreTimeout, d.StoreTimeout)
+	setDefault(&c.StoreHardTimeout, d.StoreHardTimeout)
 	setDefault(&c.ConcurrencyLease, d.ConcurrencyLease)
 	setDefault(&c.ResponseHeaders, d.ResponseHeaders)
 	setDefault(&c.RetryJitter, d.RetryJitter)
@@ -410,6 +418,9 @@ func setDefault[T comparable](v *T, def T) {
 
 // check refuses settings that are out of range whatever else is set.
 func (c Config) check() error {
+	if c.StoreHardTimeout < 0 {
+		return configError("--store-hard-timeout %v: must not be negative", c.StoreHardTimeout)
+	}
 	if c.ConcurrencyLease < 0 {
 		return configError("--concurrency-lease %v: must be above 0", c.ConcurrencyLease)
 	}

@@ -162,6 +162,7 @@ func (co *core) wireDecider(c Config) error {
 	dc := decide.DefaultConfig()
 	dc.Rules, dc.Store = co.rules.Current, co.stores
 	dc.StoreTimeout, dc.Fail, dc.Logger, dc.Ping = c.StoreTimeout, c.Fail, c.Logger, co.stores.Ping
+	dc.StoreHardTimeout = c.StoreHardTimeout
 	dc.Servers, dc.WriteBack = co.stores.Servers, co.stores.WriteBack
 	dc.EnvoyKeys, dc.Shadow = c.Store.EnvoyKeys, c.Shadow
 	oc := observe.DefaultConfig()

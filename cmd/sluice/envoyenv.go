@@ -55,12 +55,12 @@ var envoyIgnored = []string{
 	// Redis settings that sluice's client sets itself (it pipelines, and
 	// --store-timeout bounds a decision's wait)
 	"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "REDIS_CLUSTER_PIPELINE_PARALLELISM",
-	"REDIS_TIMEOUT", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
 	"REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL", "REDIS_STARTUP_MAX_ELAPSED_TIME",
 	// the per-second Redis's settings that sluice's client sets itself
 	"REDIS_PERSECOND_POOL_SIZE",
 	"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT",
-	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM", "REDIS_PERSECOND_TIMEOUT",
+	"REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
 	"REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
 	// memcache (BACKEND_TYPE=memcache is refused)
 	"MEMCACHE_HOST_PORT", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_TLS",
@@ -210,7 +210,13 @@ var envoyTable = []envoyGroup{
 		}},
 	{rows: []envoyRow{ // not with a memory store (envoyWhen)
 		{"store-expiry-jitter", vars("EXPIRATION_JITTER_MAX_SECONDS"), expiryJitter},
+		// How long Envoy's Redis clients wait for an answer: the longest a
+		// store call goes on (a decision waits --store-timeout's adaptive
+		// wait at most, then is decided locally).
+		{"store-hard-timeout", vars("REDIS_TIMEOUT", "REDIS_PERSECOND_TIMEOUT"), redisTimeout},
 	}},
+	// the per-second Redis's timeout, without a per-second Redis
+	{when: isTrue("REDIS_PERSECOND", false), unused: vars("REDIS_PERSECOND_TIMEOUT")},
 	{rows: []envoyRow{ // decisions, headers and metrics
 		{"shadow", vars("SHADOW_MODE"), boolOf("SHADOW_MODE", false)},
 		{"response-headers", vars("LIMIT_RESPONSE_HEADERS_ENABLED"), func(r *envoyReader) (string, bool) {
@@ -539,6 +545,28 @@ func expiryJitter(r *envoyReader) (string, bool) {
 		return "", false
 	}
 	return (time.Duration(n) * time.Second).String(), true
+}
+
+// redisTimeout is the longest of Envoy's REDIS_TIMEOUT and, with
+// REDIS_PERSECOND, REDIS_PERSECOND_TIMEOUT (10s each by default): one
+// bound for a decision's store calls, which may go to both Redis. Envoy's
+// 0 (no timeout) is refused: a call that never ends holds its goroutine.
+func redisTimeout(r *envoyReader) (string, bool) {
+	names := []string{"REDIS_TIMEOUT"}
+	if r.boolean("REDIS_PERSECOND", false) {
+		names = append(names, "REDIS_PERSECOND_TIMEOUT")
+	}
+	var longest time.Duration
+	for _, name := range names {
+		v := r.get(name, "10s")
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			r.fail(envoyError(name, v, "want a duration above 0, such as 10s"))
+			return "", false
+		}
+		longest = max(longest, d)
+	}
+	return longest.String(), true
 }
 
 func otlpProtocol(r *envoyReader) string {

@@ -45,6 +45,7 @@ func TestEnvoySettings(t *testing.T) {
 		"store":                         "unix:///var/run/nutcracker/ratelimit.sock", // Envoy's REDIS_URL
 		"envoy-redis-keys":              "true",
 		"store-expiry-jitter":           "5m0s",
+		"store-hard-timeout":            "10s", // Envoy's REDIS_TIMEOUT
 	}
 	statsdOff := map[string]string{"statsd-addr": "", "statsd-flush-interval": ""} // "": unset
 	tests := []struct {
@@ -173,6 +174,21 @@ func TestEnvoySettings(t *testing.T) {
 				"store-per-second-sentinel-auth": "x"},
 		},
 		{
+			name: "Redis timeouts",
+			env:  []string{"REDIS_URL=r:1", "REDIS_TIMEOUT=300ms"},
+			want: map[string]string{"store": "redis://r:1", "store-hard-timeout": "300ms"},
+		},
+		{
+			name: "the per-second Redis's timeout, the longer",
+			env:  []string{"REDIS_URL=r:1", "REDIS_TIMEOUT=1s", "REDIS_PERSECOND=true", "REDIS_PERSECOND_URL=ps:6380", "REDIS_PERSECOND_TIMEOUT=2s"},
+			want: map[string]string{"store": "redis://r:1", "store-per-second": "redis://ps:6380", "store-hard-timeout": "2s"},
+		},
+		{
+			name: "the per-second Redis's timeout without REDIS_PERSECOND",
+			env:  []string{"REDIS_URL=r:1", "REDIS_PERSECOND_TIMEOUT=2s"},
+			want: map[string]string{"store": "redis://r:1"}, ignored: []string{"REDIS_PERSECOND_TIMEOUT"},
+		},
+		{
 			name: "per-second settings without REDIS_PERSECOND",
 			env:  []string{"REDIS_URL=r:1", "REDIS_PERSECOND_URL=ps:6380", "REDIS_PERSECOND_AUTH=pw"},
 			want: map[string]string{"store": "redis://r:1"}, ignored: []string{"REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_URL"},
@@ -281,6 +297,8 @@ func TestEnvoySettings(t *testing.T) {
 		{name: "a bad log level", env: []string{"REDIS_URL=r:1", "LOG_LEVEL=loud"}, err: "LOG_LEVEL"},
 		{name: "a bad Redis type", env: []string{"REDIS_URL=r:1", "REDIS_TYPE=ring"}, err: "REDIS_TYPE"},
 		{name: "a bad per-second Redis type", env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=1", "REDIS_PERSECOND_TYPE=ring"}, err: "REDIS_PERSECOND_TYPE"},
+		{name: "no Redis timeout", env: []string{"REDIS_URL=r:1", "REDIS_TIMEOUT=0"}, err: "REDIS_TIMEOUT"},
+		{name: "a bad per-second Redis timeout", env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=true", "REDIS_PERSECOND_TIMEOUT=soon"}, err: "REDIS_PERSECOND_TIMEOUT"},
 		{name: "a bad expiry jitter", env: []string{"REDIS_URL=r:1", "EXPIRATION_JITTER_MAX_SECONDS=-1"}, err: "EXPIRATION_JITTER_MAX_SECONDS"},
 		{name: "a bad REDIS_PERSECOND", env: []string{"REDIS_URL=r:1", "REDIS_PERSECOND=on"}, err: "REDIS_PERSECOND"},
 		{name: "two hosts, single", env: []string{"REDIS_URL=a:1,b:2"}, err: "REDIS_URL"},
