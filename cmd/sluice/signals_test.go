@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -239,4 +240,48 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Errorf("after SIGTERM: exit status %d, want 0", code)
 	}
 	p.waitLog(t, "stopped", nil)
+}
+
+// TestSIGHUPReloadsCertificates: SIGHUP reads the TLS files again; a pair
+// that does not match (a new key before its certificate) is logged and the
+// certificate in force stays, and the process goes on; the matching pair
+// is served after the next SIGHUP.
+func TestSIGHUPReloadsCertificates(t *testing.T) {
+	t.Parallel()
+	ca := testenv.NewCA(t, "test CA")
+	a, b := ca.Issue(t, false, "127.0.0.1", "localhost"), ca.Issue(t, false, "127.0.0.1", "localhost")
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	writeFile(t, cert, string(a.CertPEM))
+	writeFile(t, key, string(a.KeyPEM))
+	p := startProcess(t, "listening", "serve", "--rules", exampleRules, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
+		"--ops-addr", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key, "--tls-listeners", "ops")
+	ops := p.logs.Find("listening")["ops_addr"].(string)
+	serial := func() string {
+		c, err := tls.Dial("tcp", ops, &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"})
+		if err != nil {
+			t.Fatalf("TLS to the ops listener: %v", err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
+	if got := serial(); got != a.Serial.String() {
+		t.Fatalf("serial %s, want %s", got, a.Serial)
+	}
+	writeFile(t, key, string(b.KeyPEM)) // the key of b with the certificate of a
+	p.signal(t, syscall.SIGHUP)
+	p.waitLog(t, "reload: TLS certificates", nil)
+	if got := serial(); got != a.Serial.String() {
+		t.Errorf("after a broken pair: serial %s, want %s still", got, a.Serial)
+	}
+	writeFile(t, cert, string(b.CertPEM))
+	p.signal(t, syscall.SIGHUP)
+	p.waitLog(t, "reloaded", func(rec map[string]any) bool { return rec["tls"] == true })
+	if got := serial(); got != b.Serial.String() {
+		t.Errorf("after the reload: serial %s, want %s", got, b.Serial)
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.exit(t); code != 0 {
+		t.Errorf("after SIGTERM: exit status %d, want 0", code)
+	}
 }
