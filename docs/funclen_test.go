@@ -25,8 +25,6 @@ var longFuncs = map[string]string{
 	"store/redis/redis.go parseURL":               "to be split as a table of query parameters (issue 34.5)",
 	"transport/proxy/proxy.go New":                "to be split (issue 34.5)",
 	"decide/inspect.go (*Service).Inspect":        "to be split (issue 34.5)",
-	"simulate/simulate.go Caps.ParseTraffic":      "to be split (issue 34.5)",
-	"simulate/svg.go WriteSVG":                    "to be split (issue 34.5)",
 	"rules/override.go (*Set).WithOverrides":      "to be split (issue 34.5)",
 	"decide/decide.go (*Service).decide":          "to be split, its fail path one helper (issue 34.5)",
 }

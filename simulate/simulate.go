@@ -111,25 +111,7 @@ func (c Caps) ParseTraffic(spec string) (Pattern, error) {
 	if len(spec) > MaxSpecLen {
 		return Pattern{}, fmt.Errorf("%w: spec longer than %d bytes", ErrSpec, MaxSpecLen)
 	}
-	var (
-		evs     []Event
-		at      time.Duration
-		clients = 1
-		next    int
-		names   []string // the clients' keys, made once each
-	)
-	emit := func(t time.Duration) error {
-		if len(evs) >= c.Events {
-			return fmt.Errorf("%w: more than %d requests", ErrSpec, c.Events)
-		}
-		i := next % clients
-		for len(names) <= i {
-			names = append(names, "client-"+strconv.Itoa(len(names)+1))
-		}
-		evs = append(evs, Event{At: t, Key: names[i]})
-		next++
-		return nil
-	}
+	tp := &trafficParser{c: c, clients: 1}
 	for i, ph := range strings.Split(spec, ";") {
 		f := strings.Fields(ph)
 		if len(f) == 0 {
@@ -145,68 +127,108 @@ func (c Caps) ParseTraffic(spec string) (Pattern, error) {
 		if len(f) != want {
 			return Pattern{}, bad("want %d words", want)
 		}
-		var err error
-		switch f[0] {
-		case "steady", "ramp":
-			from, err1 := parseRate(f[1])
-			to := from
-			if f[0] == "ramp" {
-				to, err = parseRate(f[2])
-			}
-			d, err2 := parseDuration(f[len(f)-1])
-			if err = cmp.Or(err1, err, err2); err != nil {
-				return Pattern{}, bad("%v", err)
-			}
-			if at+d > c.Duration {
-				return Pattern{}, bad("the pattern lasts more than %v", c.Duration)
-			}
-			// The phase's first request comes at its start, the k+1-th
-			// when the rate's integral reaches k: found in steps of a
-			// millisecond, or a 100,000th of a longer phase (the tolerance
-			// absorbs the sum's rounding).
-			acc := 1.0
-			step := max(time.Millisecond, d/100_000)
-			for t := time.Duration(0); t < d; t += step {
-				for ; acc >= 1-1e-9; acc-- {
-					if err := emit(at + t); err != nil {
-						return Pattern{}, err
-					}
-				}
-				r := from + (to-from)*float64(t)/float64(d)
-				acc += r * step.Seconds()
-			}
-			at += d
-		case "burst", "clients":
-			n, err := strconv.Atoi(f[1])
-			if err != nil || n < 1 || n > c.Events {
-				return Pattern{}, bad("want a count from 1 to %d", c.Events)
-			}
-			if f[0] == "clients" {
-				if n > c.Keys {
-					return Pattern{}, bad("at most %d clients", c.Keys)
-				}
-				clients = n
-				continue
-			}
-			for range n {
-				if err := emit(at); err != nil {
-					return Pattern{}, err
-				}
-			}
-		case "idle":
-			d, err := parseDuration(f[1])
-			if err != nil {
-				return Pattern{}, bad("%v", err)
-			}
-			if at += d; at > c.Duration {
-				return Pattern{}, bad("the pattern lasts more than %v", c.Duration)
-			}
+		if err := tp.phase(f, bad); err != nil {
+			return Pattern{}, err
 		}
 	}
-	if len(evs) == 0 {
+	if len(tp.evs) == 0 {
 		return Pattern{}, fmt.Errorf("%w: no requests", ErrSpec)
 	}
-	return Pattern{Events: evs, Length: at}, nil
+	return Pattern{Events: tp.evs, Length: tp.at}, nil
+}
+
+// trafficParser is ParseTraffic's pattern being read: the requests so
+// far, the time the next phase starts, and the clients they go to.
+type trafficParser struct {
+	c       Caps
+	evs     []Event
+	at      time.Duration
+	clients int
+	next    int
+	names   []string // the clients' keys, made once each
+}
+
+// phase reads one phase, f (its words, as many as its kind takes); bad
+// makes the error that names the phase.
+func (tp *trafficParser) phase(f []string, bad func(format string, a ...any) error) error {
+	c := tp.c
+	switch f[0] {
+	case "steady", "ramp":
+		from, err1 := parseRate(f[1])
+		to, err := from, error(nil)
+		if f[0] == "ramp" {
+			to, err = parseRate(f[2])
+		}
+		d, err2 := parseDuration(f[len(f)-1])
+		if err = cmp.Or(err1, err, err2); err != nil {
+			return bad("%v", err)
+		}
+		if tp.at+d > c.Duration {
+			return bad("the pattern lasts more than %v", c.Duration)
+		}
+		return tp.rate(from, to, d)
+	case "burst", "clients":
+		n, err := strconv.Atoi(f[1])
+		if err != nil || n < 1 || n > c.Events {
+			return bad("want a count from 1 to %d", c.Events)
+		}
+		if f[0] == "clients" {
+			if n > c.Keys {
+				return bad("at most %d clients", c.Keys)
+			}
+			tp.clients = n
+			return nil
+		}
+		for range n {
+			if err := tp.emit(tp.at); err != nil {
+				return err
+			}
+		}
+	case "idle":
+		d, err := parseDuration(f[1])
+		if err != nil {
+			return bad("%v", err)
+		}
+		if tp.at += d; tp.at > c.Duration {
+			return bad("the pattern lasts more than %v", c.Duration)
+		}
+	}
+	return nil
+}
+
+// rate emits the requests of a phase of d whose rate grows evenly from
+// from to to (a second): its first request comes at its start, the k+1-th
+// when the rate's integral reaches k, found in steps of a millisecond, or
+// a 100,000th of a longer phase (the tolerance absorbs the sum's
+// rounding).
+func (tp *trafficParser) rate(from, to float64, d time.Duration) error {
+	acc := 1.0
+	step := max(time.Millisecond, d/100_000)
+	for t := time.Duration(0); t < d; t += step {
+		for ; acc >= 1-1e-9; acc-- {
+			if err := tp.emit(tp.at + t); err != nil {
+				return err
+			}
+		}
+		r := from + (to-from)*float64(t)/float64(d)
+		acc += r * step.Seconds()
+	}
+	tp.at += d
+	return nil
+}
+
+// emit adds a request at t, from the next client in turn.
+func (tp *trafficParser) emit(t time.Duration) error {
+	if len(tp.evs) >= tp.c.Events {
+		return fmt.Errorf("%w: more than %d requests", ErrSpec, tp.c.Events)
+	}
+	i := tp.next % tp.clients
+	for len(tp.names) <= i {
+		tp.names = append(tp.names, "client-"+strconv.Itoa(len(tp.names)+1))
+	}
+	tp.evs = append(tp.evs, Event{At: t, Key: tp.names[i]})
+	tp.next++
+	return nil
 }
 
 func parseRate(s string) (float64, error) {

@@ -44,102 +44,128 @@ func SVGColumns(seconds int) (bucket, columns int) {
 // only. It needs nothing else to be viewed.
 func WriteSVG(w io.Writer, title string, r Result) error {
 	bucket, cols := SVGColumns(r.Seconds)
-	plotW := float64(svgWidth - svgLeft - svgRight)
-	colW := plotW / float64(cols)
-	sum := func(v []int64, c int) int64 {
-		var n int64
-		for _, x := range v[c*bucket : min((c+1)*bucket, len(v))] {
-			n += x
-		}
-		return n
-	}
+	sr := &svgReport{bw: bufio.NewWriter(w), bucket: bucket, cols: cols, plotW: float64(svgWidth - svgLeft - svgRight), top: 1, top0: svgTop}
+	sr.colW = sr.plotW / float64(cols)
 	reached, others := r.ReachedSeries()
-	var top int64 = 1
 	for _, s := range r.Series {
 		for c := range cols {
-			top = max(top, sum(s.Admitted, c)+sum(s.Denied, c))
+			sr.top = max(sr.top, sr.sum(s.Admitted, c)+sr.sum(s.Denied, c))
 		}
 	}
-	top0 := svgTop
 	if len(others) > 0 {
-		top0 += 20
+		sr.top0 += 20
 	}
-	height := top0 + len(reached)*(svgPanel+svgPanelGap) + 8
-	unit := "a second"
-	if bucket > 1 {
-		unit = "per " + strconv.Itoa(bucket) + " s"
-	}
-
-	bw := bufio.NewWriter(w)
-	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
-	esc := func(s string) string {
-		var b strings.Builder
-		_ = xml.EscapeText(&b, []byte(s)) // a strings.Builder never fails
-		return b.String()
-	}
-	num := func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) }
-	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
-		svgWidth, height, svgWidth, height)
-	p("<title>sluice simulate: %s</title>\n", esc(title))
-	p(`<rect width="100%%" height="100%%" fill="#fff"/>` + "\n")
-	p(`<text x="%d" y="20" font-size="14">%s</text>`+"\n", svgLeft, esc(fmt.Sprintf("sluice simulate: %s (%d requests over %d s)", title, r.Requests, r.Seconds)))
-	p(`<text x="%d" y="40"><tspan fill="%s">■ admitted</tspan> <tspan fill="%s">■ denied</tspan> (requests %s)</text>`+"\n",
-		svgLeft, admittedColour, deniedColour, unit)
-	if len(others) > 0 {
-		what := "Not reached (every request admitted; not charted): "
-		if len(reached) == 0 {
-			what = "The traffic reached no limit: "
-		}
-		names := make([]string, len(others))
-		for i, s := range others {
-			names[i] = fmt.Sprintf("%s (most in a period %d)", s.Name, s.MaxAdmittedWindow)
-		}
-		p(`<text class="others" x="%d" y="%d" fill="#555">%s</text>`+"\n", svgLeft, svgTop+4, esc(what+strings.Join(names, "; ")))
-	}
+	sr.head(title, r, reached, others)
 	for i, s := range reached {
-		var adm, den int64
-		for k := range s.Admitted {
-			adm, den = adm+s.Admitted[k], den+s.Denied[k]
-		}
-		y0 := top0 + i*(svgPanel+svgPanelGap) + 24 // the panel's top
-		base := float64(y0 + svgPanel)
-		scale := float64(svgPanel) / float64(top)
-		p(`<g class="series" data-limit="%s" data-admitted="%d" data-denied="%d">`+"\n", esc(s.Limit), adm, den)
-		p(`<text x="%d" y="%d">%s</text>`+"\n", svgLeft, y0-8,
-			esc(fmt.Sprintf("%s: admitted %d, denied %d; most in a second %d, in one period %d", s.Name, adm, den, s.MaxAdmitted, s.MaxAdmittedWindow)))
-		p(`<rect x="%d" y="%d" width="%s" height="%d" fill="none" stroke="#ccc"/>`+"\n", svgLeft, y0, num(plotW), svgPanel)
-		p(`<text x="%d" y="%d" text-anchor="end">%d</text>`+"\n", svgLeft-6, y0+10, top)
-		p(`<text x="%d" y="%s" text-anchor="end">0</text>`+"\n", svgLeft-6, num(base))
-		p(`<text x="%d" y="%s">0 s</text>`+"\n", svgLeft, num(base+16))
-		p(`<text x="%s" y="%s" text-anchor="end">%d s</text>`+"\n", num(float64(svgLeft)+plotW), num(base+16), r.Seconds)
-		// Each path starts at the baseline's left end and, column by
-		// column, goes to its top (V) and across it (H); the admitted
-		// columns stand on the baseline, the denied ones on the
-		// admitted.
-		for _, kind := range []struct {
-			class, colour string
-			from, to      func(c int) int64
-		}{
-			{"admitted", admittedColour, func(int) int64 { return 0 }, func(c int) int64 { return sum(s.Admitted, c) }},
-			{"denied", deniedColour, func(c int) int64 { return sum(s.Admitted, c) }, func(c int) int64 { return sum(s.Admitted, c) + sum(s.Denied, c) }},
-		} {
-			p(`<path class="%s" fill="%s" d="`, kind.class, kind.colour)
-			// The outline: along the tops left to right, back along
-			// the bottoms right to left.
-			p("M%s %s", num(float64(svgLeft)), num(base-float64(kind.from(0))*scale))
-			for c := range cols {
-				p(" V%s H%s", num(base-float64(kind.to(c))*scale), num(float64(svgLeft)+float64(c+1)*colW))
-			}
-			for c := cols - 1; c >= 0; c-- {
-				p(" V%s H%s", num(base-float64(kind.from(c))*scale), num(float64(svgLeft)+float64(c)*colW))
-			}
-			p(` Z"/>` + "\n")
-		}
-		p("</g>\n")
+		sr.panel(i, s, r.Seconds)
 	}
-	p("</svg>\n")
-	if err := bw.Flush(); err != nil {
+	sr.p("</svg>\n")
+	if err := sr.bw.Flush(); err != nil {
 		return fmt.Errorf("svg report: %w", err)
 	}
 	return nil
+}
+
+// svgReport is WriteSVG's report being written: its layout, and the
+// scale all panels share.
+type svgReport struct {
+	bw          *bufio.Writer
+	bucket      int     // seconds a column
+	cols        int     // columns a panel
+	plotW, colW float64 // a panel's width, a column's
+	top         int64   // the most requests in a column of any series: the panels' scale
+	top0        int     // the first panel's heading
+}
+
+// p writes a formatted piece of the report.
+func (sr *svgReport) p(format string, a ...any) { fmt.Fprintf(sr.bw, format, a...) }
+
+// sum returns the requests of v in column c.
+func (sr *svgReport) sum(v []int64, c int) int64 {
+	var n int64
+	for _, x := range v[c*sr.bucket : min((c+1)*sr.bucket, len(v))] {
+		n += x
+	}
+	return n
+}
+
+// svgEscape returns s escaped for XML text and attributes.
+func svgEscape(s string) string {
+	var b strings.Builder
+	_ = xml.EscapeText(&b, []byte(s)) // a strings.Builder never fails
+	return b.String()
+}
+
+// svgNum formats a coordinate.
+func svgNum(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) }
+
+// head writes the report's opening: its size, title, legend and the line
+// that lists the series the traffic did not reach.
+func (sr *svgReport) head(title string, r Result, reached, others []Series) {
+	height := sr.top0 + len(reached)*(svgPanel+svgPanelGap) + 8
+	unit := "a second"
+	if sr.bucket > 1 {
+		unit = "per " + strconv.Itoa(sr.bucket) + " s"
+	}
+	sr.p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
+		svgWidth, height, svgWidth, height)
+	sr.p("<title>sluice simulate: %s</title>\n", svgEscape(title))
+	sr.p(`<rect width="100%%" height="100%%" fill="#fff"/>` + "\n")
+	sr.p(`<text x="%d" y="20" font-size="14">%s</text>`+"\n", svgLeft, svgEscape(fmt.Sprintf("sluice simulate: %s (%d requests over %d s)", title, r.Requests, r.Seconds)))
+	sr.p(`<text x="%d" y="40"><tspan fill="%s">■ admitted</tspan> <tspan fill="%s">■ denied</tspan> (requests %s)</text>`+"\n",
+		svgLeft, admittedColour, deniedColour, unit)
+	if len(others) == 0 {
+		return
+	}
+	what := "Not reached (every request admitted; not charted): "
+	if len(reached) == 0 {
+		what = "The traffic reached no limit: "
+	}
+	names := make([]string, len(others))
+	for i, s := range others {
+		names[i] = fmt.Sprintf("%s (most in a period %d)", s.Name, s.MaxAdmittedWindow)
+	}
+	sr.p(`<text class="others" x="%d" y="%d" fill="#555">%s</text>`+"\n", svgLeft, svgTop+4, svgEscape(what+strings.Join(names, "; ")))
+}
+
+// panel writes the i-th panel, series s's, of a report of seconds
+// seconds.
+func (sr *svgReport) panel(i int, s Series, seconds int) {
+	var adm, den int64
+	for k := range s.Admitted {
+		adm, den = adm+s.Admitted[k], den+s.Denied[k]
+	}
+	y0 := sr.top0 + i*(svgPanel+svgPanelGap) + 24 // the panel's top
+	base := float64(y0 + svgPanel)
+	sr.p(`<g class="series" data-limit="%s" data-admitted="%d" data-denied="%d">`+"\n", svgEscape(s.Limit), adm, den)
+	sr.p(`<text x="%d" y="%d">%s</text>`+"\n", svgLeft, y0-8,
+		svgEscape(fmt.Sprintf("%s: admitted %d, denied %d; most in a second %d, in one period %d", s.Name, adm, den, s.MaxAdmitted, s.MaxAdmittedWindow)))
+	sr.p(`<rect x="%d" y="%d" width="%s" height="%d" fill="none" stroke="#ccc"/>`+"\n", svgLeft, y0, svgNum(sr.plotW), svgPanel)
+	sr.p(`<text x="%d" y="%d" text-anchor="end">%d</text>`+"\n", svgLeft-6, y0+10, sr.top)
+	sr.p(`<text x="%d" y="%s" text-anchor="end">0</text>`+"\n", svgLeft-6, svgNum(base))
+	sr.p(`<text x="%d" y="%s">0 s</text>`+"\n", svgLeft, svgNum(base+16))
+	sr.p(`<text x="%s" y="%s" text-anchor="end">%d s</text>`+"\n", svgNum(float64(svgLeft)+sr.plotW), svgNum(base+16), seconds)
+	// The admitted columns stand on the baseline, the denied ones on the
+	// admitted.
+	admitted := func(c int) int64 { return sr.sum(s.Admitted, c) }
+	sr.columns("admitted", admittedColour, base, func(int) int64 { return 0 }, admitted)
+	sr.columns("denied", deniedColour, base, admitted, func(c int) int64 { return admitted(c) + sr.sum(s.Denied, c) })
+	sr.p("</g>\n")
+}
+
+// columns writes the path of one kind of columns of a panel whose
+// baseline is at base: each column from from(c) up to to(c). The path
+// starts at the baseline's left end and, column by column, goes to its
+// top (V) and across it (H), then back along the bottoms right to left.
+func (sr *svgReport) columns(class, colour string, base float64, from, to func(c int) int64) {
+	scale := float64(svgPanel) / float64(sr.top)
+	sr.p(`<path class="%s" fill="%s" d="`, class, colour)
+	sr.p("M%s %s", svgNum(float64(svgLeft)), svgNum(base-float64(from(0))*scale))
+	for c := range sr.cols {
+		sr.p(" V%s H%s", svgNum(base-float64(to(c))*scale), svgNum(float64(svgLeft)+float64(c+1)*sr.colW))
+	}
+	for c := sr.cols - 1; c >= 0; c-- {
+		sr.p(" V%s H%s", svgNum(base-float64(from(c))*scale), svgNum(float64(svgLeft)+float64(c)*sr.colW))
+	}
+	sr.p(` Z"/>` + "\n")
 }
