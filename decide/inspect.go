@@ -104,6 +104,30 @@ func (s *Service) Inspect(ctx context.Context, r *Request) (*Inspection, error) 
 		ins.UnknownDomain = true
 		return ins, nil
 	}
+	ins.limits(resp, replaces)
+
+	b := s.batches.Get().(*batch)
+	defer s.release(b)
+	b.reset(n)
+	s.collect(b, r, resp, replaces, digest)
+	reqs := inspectRequests(b)
+	ds := make([]sluice.Decision, len(reqs))
+	if len(reqs) > 0 {
+		tctx, cancel := s.bound(ctx)
+		err := s.store.TakeAll(tctx, reqs, ds)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("inspect: %w", err)
+		}
+	}
+	ins.fill(b, reqs, ds)
+	ins.bind()
+	return ins, nil
+}
+
+// limits writes the limits of the rule each descriptor matched (resp's
+// statuses), each marked when another limit of the request replaces it.
+func (ins *Inspection) limits(resp *Response, replaces bool) {
 	for i := range ins.Descriptors {
 		rule := resp.Statuses[i].Rule
 		ds := &ins.Descriptors[i]
@@ -116,22 +140,12 @@ func (s *Service) Inspect(ctx context.Context, r *Request) (*Inspection, error) 
 			ds.Limits[j] = LimitState{Limit: l, Replaced: replaces && replaced(l, resp)}
 		}
 	}
-	at := func(desc int, l *rules.Limit) *LimitState {
-		for j := range ins.Descriptors[desc].Limits {
-			if ls := &ins.Descriptors[desc].Limits[j]; ls.Limit == l {
-				return ls
-			}
-		}
-		return nil // collect takes only the rule's limits
-	}
+}
 
-	b := s.batches.Get().(*batch)
-	defer s.release(b)
-	b.reset(n)
-	s.collect(b, r, resp, replaces, digest)
-	// Every counter in one TakeAll of cost 0: b.reqs as collect made them,
-	// then each elastic limit's own, excess and pool counters, as
-	// Service.elastic takes them.
+// inspectRequests returns every counter of b in one TakeAll of cost 0:
+// b.reqs as collect made them, then each elastic limit's own, excess and
+// pool counters, as Service.elastic takes them.
+func inspectRequests(b *batch) []sluice.Request {
 	reqs := make([]sluice.Request, 0, len(b.reqs)+3*len(b.elastic))
 	for _, q := range b.reqs {
 		q.Cost = 0
@@ -144,32 +158,44 @@ func (s *Service) Inspect(ctx context.Context, r *Request) (*Inspection, error) 
 			sluice.Request{Key: excessPrefix + e.key, Group: e.group, Limit: l.Excess()},
 			sluice.Request{Key: l.Pool.ID, Group: l.Pool.ID, Limit: l.Pool.Limit})
 	}
-	ds := make([]sluice.Decision, len(reqs))
-	if len(reqs) > 0 {
-		tctx, cancel := s.bound(ctx)
-		err := s.store.TakeAll(tctx, reqs, ds)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("inspect: %w", err)
+	return reqs
+}
+
+// at returns the state of limit l of descriptor desc, or nil.
+func (ins *Inspection) at(desc int, l *rules.Limit) *LimitState {
+	for j := range ins.Descriptors[desc].Limits {
+		if ls := &ins.Descriptors[desc].Limits[j]; ls.Limit == l {
+			return ls
 		}
 	}
+	return nil // collect takes only the rule's limits
+}
+
+// fill writes the decisions ds of inspectRequests' reqs of b into the
+// limits' states, and those of the limits that block every request.
+func (ins *Inspection) fill(b *batch, reqs []sluice.Request, ds []sluice.Decision) {
 	for k, ref := range b.refs {
-		if ls := at(ref.desc, ref.limit); ls != nil {
+		if ls := ins.at(ref.desc, ref.limit); ls != nil {
 			ls.Decision, ls.Key = nominal(ref.limit, ds[k]), reqs[k].Key
 		}
 	}
 	for k, e := range b.elastic {
-		if ls := at(e.desc, e.limit); ls != nil {
+		if ls := ins.at(e.desc, e.limit); ls != nil {
 			d := ds[len(b.refs)+3*k:]
 			ls.Decision, ls.Excess, ls.Pool = d[0], d[1], d[2]
 		}
 	}
 	for _, br := range b.blocked {
-		if ls := at(br.desc, br.limit); ls != nil {
+		if ls := ins.at(br.desc, br.limit); ls != nil {
 			p := br.limit.Limit.Period
 			ls.Decision = sluice.Decision{ResetAfter: p, RetryAfter: p}
 		}
 	}
+}
+
+// bind sets each descriptor's binding limit: the one that binds tightest
+// of those neither unlimited nor replaced.
+func (ins *Inspection) bind() {
 	for i := range ins.Descriptors {
 		ds := &ins.Descriptors[i]
 		for j := range ds.Limits {
@@ -182,5 +208,4 @@ func (s *Service) Inspect(ctx context.Context, r *Request) (*Inspection, error) 
 			}
 		}
 	}
-	return ins, nil
 }
