@@ -2,7 +2,7 @@
 # Runs every test of sluice on a fresh Debian machine: installs what the
 # tests need (Redis, nginx, chromium, python3) from Debian's packages when missing, starts a
 # standalone Redis and a Redis Cluster on free loopback ports, runs gofmt,
-# go vet and all tests with the race detector, and stops the servers.
+# go vet, staticcheck and all tests with the race detector, and stops the servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin" # nginx lives in /usr/sbin
@@ -66,6 +66,14 @@ if ! command -v caddy >/dev/null && [ ! -x "$gobin/caddy" ]; then
   GOFLAGS= GOBIN="$gobin" go install "github.com/caddyserver/caddy/v2/cmd/caddy@$caddy_version"
 fi
 
+# staticcheck, at the version the house style's checks are made with, into the
+# same directory (a minute or so to build with an empty module cache).
+staticcheck_version=v0.8.2
+if ! "$gobin/staticcheck" -version 2>/dev/null | grep -q "(${staticcheck_version#v})"; then
+  echo "installing staticcheck $staticcheck_version"
+  GOFLAGS= GOBIN="$gobin" go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
+fi
+
 if [ -x scripts/test-env.sh ]; then
   env_out=$(scripts/test-env.sh start)
   eval "$env_out"
@@ -78,6 +86,7 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
+"$gobin/staticcheck" ./...
 go test -race -shuffle=on -timeout 15m "$@" ./...
 # deploy/ is a module of its own, so that the Kubernetes types its tests
 # decode the manifests into stay out of sluice's dependencies; its image
