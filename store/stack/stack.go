@@ -368,8 +368,15 @@ type Stack struct {
 // writeBack is a Redis store that takes back hits admitted without it, and
 // the limits it keeps.
 type writeBack struct {
-	store syncer
-	keeps func(sluice.Limit) bool
+	store   syncer
+	restore restorer // store's, or nil
+	keeps   func(sluice.Limit) bool
+}
+
+// restorer is a store that puts back counts it lost, merged by maximum
+// (store/redis's RestoreCounts).
+type restorer interface {
+	RestoreCounts(ctx context.Context, reqs []sluice.Request, windows []int64) (int64, error)
 }
 
 // syncer is a store that takes back hits admitted without it
@@ -505,6 +512,40 @@ func (s *Stack) WriteBack(ctx context.Context, reqs []sluice.Request, windows []
 			continue
 		}
 		if _, _, e := wb.store.SyncCounts(ctx, rs, ws); e != nil {
+			err = errors.Join(err, e)
+		}
+	}
+	return err
+}
+
+// RestoreCounts puts back counts a Redis store lost (a restart without
+// persistence, a failover to a replica that lagged), as this server knew
+// them: reqs[i].Cost is what reqs[i].Limit, a fixed_window or
+// sliding_window, counted at least on reqs[i].Key in the window that
+// starts at windows[i] (µs, aligned to the limit's period as the store
+// aligns it), routed to the Redis that keeps the limit, as WriteBack
+// routes hits. A count below it is raised to it and one at or above it
+// left alone, so servers that each put back what they knew never add up.
+// Other limits, and stores that cannot, are skipped. For decide's ledger
+// (decide.Config's Restore).
+func (s *Stack) RestoreCounts(ctx context.Context, reqs []sluice.Request, windows []int64) error {
+	var err error
+	for _, wb := range s.writeBacks {
+		if wb.restore == nil {
+			continue
+		}
+		var rs []sluice.Request
+		var ws []int64
+		for i, r := range reqs {
+			a := r.Limit.Algorithm
+			if wb.keeps(r.Limit) && wb.store.Syncable(r.Limit) && (a == sluice.FixedWindow || a == sluice.SlidingWindow) && r.Cost > 0 {
+				rs, ws = append(rs, r), append(ws, windows[i])
+			}
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		if _, e := wb.restore.RestoreCounts(ctx, rs, ws); e != nil {
 			err = errors.Join(err, e)
 		}
 	}
@@ -734,7 +775,8 @@ func (fc *fleetCount) close(context.Context) error {
 // keeps says it keeps, if b takes back hits.
 func (s *Stack) addWriteBack(b sluice.Store, keeps func(sluice.Limit) bool) {
 	if sy, ok := b.(syncer); ok {
-		s.writeBacks = append(s.writeBacks, writeBack{store: sy, keeps: keeps})
+		re, _ := b.(restorer)
+		s.writeBacks = append(s.writeBacks, writeBack{store: sy, restore: re, keeps: keeps})
 	}
 }
 

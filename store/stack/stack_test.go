@@ -174,3 +174,45 @@ func TestServers(t *testing.T) {
 	}
 	testenv.WaitFor(t, "one server counted once the other left", func() bool { return a.Servers() == 1 })
 }
+
+// TestRestoreCounts restarts a stack's Redis and its per-second Redis
+// empty and has the stack put back what it knew of a key of each: each
+// count goes back to the Redis that keeps its limit, and a second restore
+// of the same counts leaves them as they are.
+func TestRestoreCounts(t *testing.T) {
+	t.Parallel()
+	main, perSecond := testenv.StartRedis(t), testenv.StartRedis(t)
+	s, err := stack.New(stack.Config{URL: "redis://" + main.Addr, PerSecond: "redis://" + perSecond.Addr, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	testenv.WaitFor(t, "the stack ready", s.Ready)
+	ctx := context.Background()
+	hour, half := sluice.Limit{Rate: 10, Period: time.Hour}, sluice.Limit{Rate: 10, Period: 30 * time.Second}
+	window := func(l sluice.Limit) int64 { now := time.Now().UnixMicro(); return now - now%l.Period.Microseconds() }
+	start := window(half)
+	for _, l := range []sluice.Limit{hour, half} {
+		if d, err := sluice.Take(ctx, s, "k"+l.Period.String(), l, 4); err != nil || !d.Allowed {
+			t.Fatalf("%v: %+v, %v", l, d, err)
+		}
+	}
+	main.Kill()
+	perSecond.Kill()
+	main.Restart()
+	perSecond.Restart()
+	reqs := []sluice.Request{{Key: "k" + hour.Period.String(), Limit: hour, Cost: 4}, {Key: "k" + half.Period.String(), Limit: half, Cost: 4}}
+	windows := []int64{window(hour), start}
+	testenv.WaitFor(t, "a restore once Redis is back", func() bool { return s.RestoreCounts(ctx, reqs, windows) == nil })
+	if err := s.RestoreCounts(ctx, reqs, windows); err != nil {
+		t.Fatal(err)
+	}
+	if window(half) != start {
+		t.Skip("the 30 s window turned during the test")
+	}
+	for _, l := range []sluice.Limit{hour, half} {
+		if d, err := sluice.Take(ctx, s, "k"+l.Period.String(), l, 0); err != nil || d.Remaining != 6 {
+			t.Errorf("%v after the restore: %+v, %v; want 6 remaining", l, d, err)
+		}
+	}
+}
