@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -283,5 +285,38 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 	p.signal(t, syscall.SIGTERM)
 	if code := p.exit(t); code != 0 {
 		t.Errorf("after SIGTERM: exit status %d, want 0", code)
+	}
+}
+
+// TestSIGHUPReadsRulesDatabase: with a rules database and no polling,
+// a change written to it without a notification (a restored dump, a
+// script) is read at SIGHUP.
+func TestSIGHUPReadsRulesDatabase(t *testing.T) {
+	t.Parallel()
+	r := testenv.StartRedis(t)
+	write := func(gen, n int) {
+		doc, err := json.Marshal(map[string]any{"domain": "api", "version": gen, "author": "test", "time": "2026-11-28T00:00:00Z",
+			"text": fmt.Sprintf("domain: api\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.CLI("HSET", "{sluice:rules}:domains", "api", string(doc))
+		r.CLI("SET", "{sluice:rules}:gen", strconv.Itoa(gen))
+	}
+	write(1, 1000)
+	p := startProcess(t, "listening", "serve", "--rules", "redis://"+r.Addr, "--rules-poll", "-1s",
+		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0")
+	url := "http://" + p.logs.Find("listening")["http_addr"].(string) + "/json"
+	ask := func(tenant string) int {
+		return post(t, url, `{"domain":"api","descriptors":[{"entries":[{"key":"tenant","value":"`+tenant+`"}]}]}`)
+	}
+	write(2, 1) // no notification, no poll: unseen until asked
+	if a, b := ask("acme"), ask("acme"); a != http.StatusOK || b != http.StatusOK {
+		t.Fatalf("before SIGHUP: %d %d, want the 1000 an hour in force", a, b)
+	}
+	p.signal(t, syscall.SIGHUP)
+	p.waitLog(t, "rules reloaded", func(rec map[string]any) bool { return rec["source"] == "signal" })
+	if a, b := ask("bolt"), ask("bolt"); a != http.StatusOK || b != http.StatusTooManyRequests {
+		t.Errorf("after SIGHUP: bolt %d then %d, want 200 then 429 (1 an hour)", a, b)
 	}
 }
