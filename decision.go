@@ -39,6 +39,14 @@ type Decision struct {
 // such an error as a store failure.
 var ErrLimit = errors.New("limit not supported by the store")
 
+// ErrStoreFull is wrapped by the errors a Store returns when it refused to
+// write a count for want of memory: a Redis at its maxmemory under the
+// noeviction policy answers every script call that writes with OOM instead
+// of evicting counts. The store is healthy but full; the metrics count such
+// errors under their own reason (sluice_store_errors_total{reason="oom"}),
+// and package decide answers them with the fail mode as any store error.
+var ErrStoreFull = errors.New("store full")
+
 // LimitChecker is an optional interface of a Store that cannot apply every
 // limit that Limit.Validate accepts. CheckLimit returns nil for a limit the
 // store decides as the Limit transitions do, and otherwise an error that

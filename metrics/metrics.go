@@ -40,6 +40,7 @@ type Metrics struct {
 	storeErrors   *prometheus.CounterVec
 	timeouts      prometheus.Counter
 	cancels       prometheus.Counter
+	ooms          prometheus.Counter
 	errs          prometheus.Counter
 	reloads       *prometheus.CounterVec
 	reloadOK      prometheus.Gauge
@@ -78,7 +79,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"op"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total",
-			Help: "Store calls that failed, by reason (timeout, canceled, error).",
+			Help: "Store calls that failed, by reason (timeout, canceled, oom: the store is full, Redis at maxmemory refusing writes; error).",
 		}, []string{"reason"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rules_reloads_total",
@@ -109,6 +110,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.timeouts = m.storeErrors.WithLabelValues(reasonTimeout)
 	m.errs = m.storeErrors.WithLabelValues(reasonError)
 	m.cancels = m.storeErrors.WithLabelValues(reasonCanceled)
+	m.ooms = m.storeErrors.WithLabelValues(reasonOOM)
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
 	return m, nil

@@ -222,6 +222,9 @@ func TestStoreFailures(t *testing.T) {
 		// for its window, and the limits hold.
 		{name: "timeout, fail open", err: context.DeadlineExceeded, fail: decide.FailOpen, reason: "timeout", mode: "slow", calls: 3},
 		{name: "refused, fail closed", err: errors.New("connection refused"), fail: decide.FailClosed, reason: "error", mode: "fail_closed", calls: 2},
+		// Redis at its maxmemory under noeviction: counted apart, so that
+		// an alert can tell a full store from a failing one.
+		{name: "full, fail closed", err: fmt.Errorf("%w: OOM command not allowed", sluice.ErrStoreFull), fail: decide.FailClosed, reason: "oom", mode: "fail_closed", calls: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,7 +243,7 @@ func TestStoreFailures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, reason := range []string{"timeout", "error"} {
+			for _, reason := range []string{"timeout", "oom", "error"} {
 				want := 0.0
 				if reason == tt.reason {
 					want = tt.calls

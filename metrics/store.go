@@ -13,6 +13,7 @@ import (
 const (
 	reasonTimeout  = "timeout"  // the context's deadline passed
 	reasonCanceled = "canceled" // the caller gave up
+	reasonOOM      = "oom"      // the store is full (sluice.ErrStoreFull: Redis at maxmemory)
 	reasonError    = "error"    // anything else: refused, reset, a script error
 )
 
@@ -51,6 +52,8 @@ func (m *Metrics) storeError(err error) {
 		m.timeouts.Inc()
 	case errors.Is(err, context.Canceled):
 		m.cancels.Inc()
+	case errors.Is(err, sluice.ErrStoreFull):
+		m.ooms.Inc()
 	default:
 		m.errs.Inc()
 	}

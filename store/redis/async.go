@@ -109,7 +109,7 @@ func (s *Store) syncCounts(ctx context.Context, reqs []sluice.Request, windows [
 	for g, res := range asyncScript.execMulti(ctx, s.client, execs...) {
 		vs, err := res.AsIntSlice()
 		if err != nil {
-			return nil, 0, fmt.Errorf("redis sync: %w", err)
+			return nil, 0, fmt.Errorf("redis sync: %w", full(err))
 		}
 		if len(vs) != 1+len(groups[g]) {
 			return nil, 0, fmt.Errorf("redis sync: the script returned %d values for %d keys", len(vs), len(groups[g]))

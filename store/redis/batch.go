@@ -80,7 +80,7 @@ func (s *Store) direct(ctx context.Context, c *call) error {
 	}
 	out, err := r.AsBytes()
 	if err != nil {
-		return err
+		return full(err)
 	}
 	return split([]*call{c}, out)
 }
@@ -334,7 +334,7 @@ func (s *Store) exec(b *batch) {
 	})
 	for i, r := range results {
 		out, err := r.AsBytes()
-		s.finish(groups[i].calls, out, err)
+		s.finish(groups[i].calls, out, full(err))
 		clear(groups[i].calls)
 	}
 }

@@ -114,7 +114,7 @@ func (s *Store) ReturnLeases(ctx context.Context, rets []sluice.Request, grants 
 	for i, res := range leaseScript.execMulti(ctx, s.client, execs...) {
 		n, err := res.AsInt64()
 		if err != nil {
-			return given, fmt.Errorf("redis return %s: %w", execs[i].Keys[0], err)
+			return given, fmt.Errorf("redis return %s: %w", execs[i].Keys[0], full(err))
 		}
 		given += n
 	}

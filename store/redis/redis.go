@@ -202,6 +202,17 @@ var ErrClosed = errors.New("redis store closed")
 // its first connection to Redis succeeds.
 var ErrConnecting = errors.New("redis store not connected yet")
 
+// full returns err, wrapped with sluice.ErrStoreFull when it is Redis's
+// OOM: a server at its maxmemory under the noeviction policy refuses every
+// write, and with it every script call that counts, rather than evict a
+// count. The error's text stays Redis's own.
+func full(err error) error {
+	if rerr, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(rerr.Error(), "OOM ") {
+		return fmt.Errorf("%w: %w", sluice.ErrStoreFull, err)
+	}
+	return err
+}
+
 // Store keeps the states of rate-limited keys in Redis. It is safe for
 // concurrent use. Close stops its goroutines and its connections.
 //
