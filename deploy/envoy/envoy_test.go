@@ -220,6 +220,7 @@ func TestCompose(t *testing.T) {
 			Volumes     []string          `yaml:"volumes"`
 			Ports       []string          `yaml:"ports"`
 			DependsOn   []string          `yaml:"depends_on"`
+			MemLimit    string            `yaml:"mem_limit"`
 			Build       struct {
 				Context    string `yaml:"context"`
 				Dockerfile string `yaml:"dockerfile"`

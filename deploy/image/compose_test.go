@@ -52,7 +52,7 @@ func TestEnvoyCompose(t *testing.T) {
 	if err := os.WriteFile(override, []byte(`services:
   redis:
     image: `+redisImg+`
-    command: ["redis-server", "--save", "", "--appendonly", "no", "--protected-mode", "no"]
+    command: ["redis-server", "--save", "", "--appendonly", "no", "--maxmemory", "192mb", "--maxmemory-policy", "noeviction", "--protected-mode", "no"]
   sluice:
     image: `+img+`
 `), 0o644); err != nil {
