@@ -24,6 +24,18 @@ ARG VERSION=
 RUN deploy/image/rootfs.sh /out
 
 FROM scratch
+# The OCI annotations of the image: scripts/release.sh passes the version,
+# the commit and its time; a plain build leaves them empty.
+ARG VERSION=
+ARG REVISION=
+ARG CREATED=
+LABEL org.opencontainers.image.title="sluice" \
+      org.opencontainers.image.description="A distributed rate limiter: Envoy's rate limit service, an HTTP API, a proxy" \
+      org.opencontainers.image.source="https://github.com/sluicehq/sluice" \
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}"
 COPY --from=build /out/ /
 ENV SLUICE_CONFIG=/etc/sluice/sluice.yaml
 USER 65532:65532

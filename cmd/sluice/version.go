@@ -17,29 +17,37 @@ func versionCommand(stdout io.Writer) *ff.Command {
 		LongHelp: "Prints the module version sluice was built from: v1.2.3 for `go install ...@v1.2.3`, a\n" +
 			"pseudo-version (v0.0.0-TIME-COMMIT) for `go build` in a git checkout, (devel) for `go run`\n" +
 			"or a build with -buildvcs=false; then the commit and its time, +dirty with uncommitted\n" +
-			"changes, when the build recorded them, and the Go version.",
+			"changes, when the build recorded them, and the Go version. A release (scripts/release.sh)\n" +
+			"has its version, commit and date stamped in.",
 		Flags: ff.NewFlagSet("version"),
 		Exec: func(context.Context, []string) error {
 			bi, _ := debug.ReadBuildInfo()
-			fmt.Fprintln(stdout, versionString(version, bi))
+			fmt.Fprintln(stdout, versionString(stamp{version, commit, date}, bi))
 			return nil
 		},
 	}
 }
 
-// version, when not empty, takes the place of the module version in the
-// build information: go build -ldflags "-X main.version=v1.2.3" (the
-// Dockerfile sets it).
-var version = ""
+// version, commit and date, when not empty, take the place of the module
+// version and of the commit and its time in the build information:
+// scripts/release.sh stamps all three (go build -ldflags "-X
+// main.version=v1.2.3 -X main.commit=SHA -X main.date=2026-11-28T20:00:00Z"),
+// building from an export of the commit without version control
+// information; the Dockerfile and deploy/image/build.sh set the version.
+var version, commit, date = "", "", ""
+
+// stamp is what the linker set: version, commit and date above.
+type stamp struct{ version, commit, date string }
 
 // versionString returns "sluice VERSION [(commit REV[+dirty], TIME)] GOVERSION"
-// from override, if not empty, else the main module's version in bi, and the
-// version control settings in bi ("vcs.revision", "vcs.time",
-// "vcs.modified"), which go build records in a checkout and go install
-// from the module proxy does not. A nil bi (a binary built without module
-// support) gives "(devel)" and an unknown Go version.
-func versionString(override string, bi *debug.BuildInfo) string {
-	v, gover := override, "unknown Go version"
+// from the stamp's fields where they are not empty, else from bi: the main
+// module's version and the version control settings ("vcs.revision",
+// "vcs.time", "vcs.modified"), which go build records in a checkout and go
+// install from the module proxy does not. A stamped commit is never
+// dirty: the release builds a commit's files. A nil bi (a binary built
+// without module support) gives "(devel)" and an unknown Go version.
+func versionString(st stamp, bi *debug.BuildInfo) string {
+	v, gover := st.version, "unknown Go version"
 	var rev, at string
 	dirty := false
 	if bi != nil {
@@ -57,6 +65,9 @@ func versionString(override string, bi *debug.BuildInfo) string {
 				dirty = s.Value == "true"
 			}
 		}
+	}
+	if st.commit != "" {
+		rev, at, dirty = st.commit, st.date, false
 	}
 	if v == "" {
 		v = "(devel)"

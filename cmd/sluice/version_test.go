@@ -21,7 +21,7 @@ func TestVersionString(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		override string
+		override stamp
 		bi       *debug.BuildInfo
 		want     string
 	}{
@@ -45,10 +45,17 @@ func TestVersionString(t *testing.T) {
 		},
 		{
 			name:     "ldflags override",
-			override: "v2.0.0",
+			override: stamp{version: "v2.0.0"},
 			bi: &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"},
 				Settings: vcs("vcs.revision", "abc", "vcs.time", "2026-11-23T13:00:00Z")},
 			want: "sluice v2.0.0 (commit abc, 2026-11-23T13:00:00Z) go1.26.8",
+		},
+		{
+			name:     "release stamp",
+			override: stamp{"v0.1.0", "5907ab3abcdef0123456789abcdef0123456789a", "2026-11-28T19:00:00Z"},
+			bi: &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"},
+				Settings: vcs("vcs.revision", "abc", "vcs.modified", "true")},
+			want: "sluice v0.1.0 (commit 5907ab3abcde, 2026-11-28T19:00:00Z) go1.26.8",
 		},
 		{
 			name: "pseudo-version",

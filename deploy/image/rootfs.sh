@@ -6,12 +6,18 @@
 # an empty /tmp, the image's settings (deploy/image/sluice.yaml) and the
 # example rules. The Dockerfile's build stage runs it in golang; build.sh
 # beside it runs it with the Go toolchain of the machine. VERSION, when
-# set, is what `sluice version` prints.
+# set, is what `sluice version` prints. BINARY, when set, is a static
+# linux binary of sluice to use instead of building one (scripts/release.sh
+# gives the one it stamped with the version, commit and date).
 set -eu
 out=$1
 cd "$(dirname "$0")/../.."
 mkdir -p "$out/bin" "$out/etc/ssl/certs" "$out/etc/sluice/rules" "$out/tmp"
-CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION:-}" -o "$out/sluice" ./cmd/sluice
+if [ -n "${BINARY:-}" ]; then
+  cp "$BINARY" "$out/sluice"
+else
+  CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X main.version=${VERSION:-}" -o "$out/sluice" ./cmd/sluice
+fi
 ln -sfn /sluice "$out/bin/ratelimit"
 cp /etc/ssl/certs/ca-certificates.crt "$out/etc/ssl/certs/ca-certificates.crt"
 printf 'root:x:0:0:root:/root:/sbin/nologin\nsluice:x:65532:65532:sluice:/nonexistent:/sbin/nologin\n' >"$out/etc/passwd"
