@@ -90,5 +90,8 @@ go vet ./...
 go test -race -shuffle=on -timeout 15m "$@" ./...
 # deploy/ is a module of its own, so that the Kubernetes types its tests
 # decode the manifests into stay out of sluice's dependencies; its image
-# tests run containers (about 3 minutes on a busy 2-core machine).
+# tests run containers (about 3 minutes on a busy 2-core machine), its
+# release test runs scripts/release.sh twice for linux/amd64 (reproducible,
+# checksums, SBOM, image labels), its upgrade test builds the previous
+# version from git and upgrades three servers to this one under load.
 (cd deploy && go vet ./... && go test -shuffle=on "$@" ./...)
