@@ -46,7 +46,7 @@ func Regions(reg prometheus.Registerer, status func() RegionStatus, now func() t
 
 // peerStates are the states sluice_region_peer_state reports, 1 for the
 // peer's and 0 for the others.
-var peerStates = []string{"live", "lagging", "dead", "unreachable", "unknown", "mismatch"}
+var peerStates = []string{"live", "lagging", "dead", "unreachable", "unknown", "mismatch", "refused"}
 
 var (
 	regionsDesc   = prometheus.NewDesc("sluice_regions", "Regions the caps of global limits divide by: this one and every peer alive or cut off.", nil, nil)

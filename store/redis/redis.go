@@ -143,6 +143,14 @@ type Config struct {
 	// ConnectFailed, if set, is told of each failed attempt of a Store
 	// made by New to connect, from the goroutine that tries. Default nil.
 	ConnectFailed func(error)
+	// MaxReply bounds each reply from Redis, in bytes as they arrive plus
+	// what the client holds for each element an aggregate announces,
+	// checked before the client reads the reply: a larger or malformed
+	// one fails the connection (ErrReplyTooLarge) and the calls on it,
+	// which are not sent again.
+	// For a Redis that is input, as a peer region's is (store/regions).
+	// Default 0: no bound.
+	MaxReply int64
 }
 
 // DefaultConfig returns the default configuration: what every zero field
@@ -162,6 +170,7 @@ func DefaultConfig() Config {
 		Retry:        time.Second,           // while Redis does not answer (New)
 		// SentinelUsername, SentinelPassword: "", no AUTH to the sentinels
 		// ConnectFailed: nil, told of nothing
+		// MaxReply: 0, no bound on a reply (this region's own Redis)
 	}
 }
 
@@ -362,6 +371,10 @@ func check(rawURL string, cfg Config) (Config, rueidis.ClientOption, bool, error
 	if err != nil {
 		return cfg, opt, cluster, err
 	}
+	if cfg.MaxReply > 0 {
+		// a refused reply fails its call: sent again, it would be refused again
+		opt.DialCtxFn, opt.DisableRetry = boundDial(opt.DialCtxFn, cfg.MaxReply), true
+	}
 	switch {
 	case strings.ContainsAny(cfg.KeyPrefix, "{}"):
 		err = fmt.Errorf("redis store: KeyPrefix %q must not contain '{' or '}'", cfg.KeyPrefix)
@@ -369,8 +382,8 @@ func check(rawURL string, cfg Config) (Config, rueidis.ClientOption, bool, error
 		err = fmt.Errorf("redis store: MaxBatch must be at least 1, got %d", cfg.MaxBatch)
 	case cfg.MaxInFlight < 1:
 		err = fmt.Errorf("redis store: MaxInFlight must be at least 1, got %d", cfg.MaxInFlight)
-	case cfg.Timeout < 0 || cfg.ExpiryMargin < 0 || cfg.DialTimeout < 0 || cfg.ExpiryJitter < 0:
-		err = errors.New("redis store: Timeout, ExpiryMargin, ExpiryJitter and DialTimeout must not be negative")
+	case cfg.Timeout < 0 || cfg.ExpiryMargin < 0 || cfg.DialTimeout < 0 || cfg.ExpiryJitter < 0 || cfg.MaxReply < 0:
+		err = errors.New("redis store: Timeout, ExpiryMargin, ExpiryJitter, DialTimeout and MaxReply must not be negative")
 	}
 	return cfg, opt, cluster, err
 }

@@ -1,6 +1,7 @@
 package regions
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -281,6 +282,69 @@ func TestCutAtStart(t *testing.T) {
 			rho := ceilDiv(perMinute.Rate, 2)
 			if next[0] < rho*9/10 || next[0] > rho || next[1] > rho {
 				t.Errorf("in the next window the regions admitted %v: want region 0 near its share %d, none past it", next, rho)
+			}
+		})
+	}
+}
+
+// liar is a peer's site whose counts are what lie makes of them: a
+// peer's Redis that holds counts no honest region could reach.
+type liar struct {
+	Site
+	lie func(int64) int64
+}
+
+func (l liar) Read(ctx context.Context, reqs []sluice.Request) (Reading, error) {
+	r, err := l.Site.Read(ctx, reqs)
+	for i := range r.Counts {
+		r.Counts[i] = l.lie(r.Counts[i])
+	}
+	return r, err
+}
+
+// TestHostileCounts: region 1's Redis, as region 0 reads it, holds a
+// negative sliding_window count (−5,000: before, region 0 admitted 3,000 of 1,000) or one
+// past the limit. Counts read are clamped to [0, L]: a negative one
+// costs region 0 nothing beyond the limit, one past it only fills the
+// view (the peer claims the limit, as it could honestly).
+func TestHostileCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		lie      func(int64) int64
+		min, max int64 // what region 0 admits alone
+	}{
+		{"negative", func(int64) int64 { return -5000 }, 900, perMinute.Rate},
+		{"past the limit", func(int64) int64 { return 1 << 40 }, 0, perMinute.Rate / (2 * defaultShare)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, 2, 1, nil)
+			w.nodes[0][0].Close()
+			w.nodes[0] = nil
+			s, err := New(w.sites[0], Config{Region: regionName(0), Node: "r0-0", Home: w.links[0][0], SyncInterval: -1,
+				Now: w.clock.Now, Peers: []Peer{{Name: regionName(1), Site: liar{w.links[0][1], tc.lie}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			w.nodes[0] = []*Store{s}
+			l := perMinute
+			l.Algorithm = sluice.SlidingWindow
+			w.clock.Advance(time.Second)
+			var got int64
+			for range 500 { // 50 s of rounds, 50 requests a round
+				w.clock.Advance(100 * time.Millisecond)
+				w.sync()
+				for range 50 {
+					if w.take(0, 0, "k", l, 1).Allowed {
+						got++
+					}
+				}
+			}
+			if got < tc.min || got > tc.max {
+				t.Errorf("region 0 admitted %d alone: want %d to %d", got, tc.min, tc.max)
+			}
+			if u, _ := s.Usage("k"); u.Regions[1].Count < 0 || u.Regions[1].Count > perMinute.Rate {
+				t.Errorf("region 1's count is seen as %d", u.Regions[1].Count)
 			}
 		})
 	}

@@ -25,12 +25,38 @@ const probeRate = 1 << 32
 // the counts are read from the region's memory store by a TakeAll of cost
 // 0, the board is a map.
 type memSite struct {
-	store *memory.Store
+	t     testing.TB
 	clock *clocktest.Clock
+	store atomic.Pointer[memory.Store]
 
 	mu    sync.Mutex
 	board map[string]memRecord
+	inc   string // the incarnation: a new one at each restart
 	reads atomic.Int64
+}
+
+// TakeAll is the region's store's: what its nodes decide on.
+func (m *memSite) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	return m.store.Load().TakeAll(ctx, reqs, ds)
+}
+
+// restart empties the site, as a Redis restarted without persistence:
+// its counts and board are gone, its incarnation new.
+func (m *memSite) restart() {
+	m.store.Store(newMemory(m.t, m.clock))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.board = make(map[string]memRecord)
+	m.inc = ""
+}
+
+func newMemory(t testing.TB, clock *clocktest.Clock) *memory.Store {
+	st, err := memory.New(memory.Config{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 type memRecord struct {
@@ -39,12 +65,9 @@ type memRecord struct {
 }
 
 func newMemSite(t testing.TB, clock *clocktest.Clock) *memSite {
-	st, err := memory.New(memory.Config{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return &memSite{store: st, clock: clock, board: make(map[string]memRecord)}
+	m := &memSite{t: t, clock: clock, board: make(map[string]memRecord)}
+	m.store.Store(newMemory(t, clock))
+	return m
 }
 
 func (m *memSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, error) {
@@ -57,7 +80,7 @@ func (m *memSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, err
 	}
 	ds := make([]sluice.Decision, len(reqs))
 	if len(reqs) > 0 {
-		if err := m.store.TakeAll(ctx, probe, ds); err != nil {
+		if err := m.store.Load().TakeAll(ctx, probe, ds); err != nil {
 			return Reading{}, err
 		}
 	}
@@ -67,7 +90,7 @@ func (m *memSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r.Known = len(m.board) > 0
+	r.Known, r.Incarnation = len(m.board) > 0, m.inc
 	for _, rec := range m.board {
 		if rec.exp >= r.Now {
 			r.Nodes = append(r.Nodes, rec.n)
@@ -80,6 +103,9 @@ func (m *memSite) Beat(_ context.Context, n Node, ttl time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n.Seen = clone(n.Seen)
+	if m.inc == "" { // the first beat of a board sets its incarnation
+		m.inc = fmt.Sprintf("inc-%d", m.clock.Now().UnixNano())
+	}
 	m.board[n.ID] = memRecord{n, m.clock.Now().Add(ttl).UnixMicro()}
 	return nil
 }
@@ -159,7 +185,7 @@ func (w *world) node(a, i int, tune func(*Config)) *Store {
 	if tune != nil {
 		tune(&cfg)
 	}
-	s, err := New(w.sites[a].store, cfg)
+	s, err := New(w.sites[a], cfg)
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -31,10 +32,11 @@ type Counter interface {
 // records that have expired and keeps the board for its life; a board
 // without a live record is a dead region's.
 type RedisSite struct {
-	counts Counter
-	client func() (rueidis.Client, error) // an error until the Redis store has connected
-	board  string
-	life   time.Duration
+	counts  Counter
+	client  func() (rueidis.Client, error) // an error until the Redis store has connected
+	refused func(error) bool               // whether an error is a reply the client refused
+	board   string
+	life    time.Duration
 }
 
 // DefaultBoardLife is how long a board outlives its last beat unless
@@ -48,13 +50,15 @@ const DefaultBoardLife = 7 * 24 * time.Hour
 // KeyPrefix, the same in every region). conn is called at each read and
 // beat, and returns an error while the Redis has not connected
 // (store/redis's Store.Conn), which the read or beat returns: a server
-// starts whatever its peers' state. A zero boardLife means
-// DefaultBoardLife.
-func NewRedisSite(counts Counter, conn func() (rueidis.Client, error), region, prefix string, boardLife time.Duration) *RedisSite {
+// starts whatever its peers' state. refused, if not nil, tells the errors
+// of replies the client refused (store/redis's ErrReplyTooLarge, with
+// Config.MaxReply set to MaxPeerReply), which Read wraps in ErrRefused. A
+// zero boardLife means DefaultBoardLife.
+func NewRedisSite(counts Counter, conn func() (rueidis.Client, error), refused func(error) bool, region, prefix string, boardLife time.Duration) *RedisSite {
 	if boardLife <= 0 {
 		boardLife = DefaultBoardLife
 	}
-	return &RedisSite{counts: counts, client: conn, board: prefix + "regions:board:" + region, life: boardLife}
+	return &RedisSite{counts: counts, client: conn, refused: refused, board: prefix + "regions:board:" + region, life: boardLife}
 }
 
 var _ Site = (*RedisSite)(nil)
@@ -126,11 +130,11 @@ func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, 
 	res := client.DoMulti(ctx, client.B().Time().Build(), client.B().Hgetall().Key(rs.board).Build())
 	c := <-done
 	if c.err != nil {
-		return Reading{}, fmt.Errorf("read counts: %w", c.err)
+		return Reading{}, fmt.Errorf("read counts: %w", rs.wrap(c.err))
 	}
 	r, err := readBoard(res)
 	if err != nil {
-		return Reading{}, fmt.Errorf("read %s: %w", rs.board, err)
+		return Reading{}, fmt.Errorf("read %s: %w", rs.board, rs.wrap(err))
 	}
 	r.Counts = c.c
 	if c.at > 0 {
@@ -139,25 +143,45 @@ func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, 
 	return r, nil
 }
 
-// The most a board read is trusted with: records, and bytes a record.
+// wrap returns err, wrapped in ErrRefused when it is a reply the client
+// refused.
+func (rs *RedisSite) wrap(err error) error {
+	if rs.refused != nil && rs.refused(err) && !errors.Is(err, ErrRefused) {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
+	return err
+}
+
+// The most a board read is trusted with: fields (records live or expired,
+// and the incarnation), live records, bytes a record, bytes a name (a
+// node's ID, a region's), regions a record lists. A node's record echoes
+// the live nodes of every other board, so these bound its own record too:
+// 128 IDs of at most 64 bytes per peer.
 const (
-	maxBoardNodes  = 1024
+	maxBoardFields = 1024
+	maxBoardNodes  = 128
 	maxRecordBytes = 64 << 10
+	maxNameBytes   = 64
+	maxRecRegions  = 64
 )
 
-// readBoard returns the Reading of a TIME and an HGETALL of the board.
+// readBoard returns the Reading of a TIME and an HGETALL of the board. A
+// board over the bounds above, or malformed, is refused (ErrRefused).
 func readBoard(res []rueidis.RedisResult) (Reading, error) {
+	refuse := func(format string, args ...any) (Reading, error) {
+		return Reading{}, fmt.Errorf("%w: "+format, append([]any{ErrRefused}, args...)...)
+	}
 	t, err := res[0].AsStrSlice()
 	if err != nil {
 		return Reading{}, err
 	}
 	if len(t) != 2 {
-		return Reading{}, fmt.Errorf("TIME returned %d values", len(t))
+		return refuse("TIME returned %d values", len(t))
 	}
 	sec, err1 := strconv.ParseInt(t[0], 10, 64)
 	us, err2 := strconv.ParseInt(t[1], 10, 64)
-	if err1 != nil || err2 != nil {
-		return Reading{}, fmt.Errorf("TIME returned %q", t)
+	if err1 != nil || err2 != nil || sec < 0 || sec > 1<<40 || us < 0 || us >= 1_000_000 {
+		return refuse("TIME returned %.40q", t)
 	}
 	r := Reading{Now: sec*1_000_000 + us}
 	m, err := res[1].AsStrMap()
@@ -165,31 +189,58 @@ func readBoard(res []rueidis.RedisResult) (Reading, error) {
 		return Reading{}, err
 	}
 	r.Known = len(m) > 0
-	if len(m) > maxBoardNodes {
-		return Reading{}, fmt.Errorf("%d records, more than the %d a board may hold", len(m), maxBoardNodes)
+	if len(m) > maxBoardFields {
+		return refuse("%d records, more than the %d a board may hold", len(m), maxBoardFields)
 	}
 	r.Incarnation = m["incarnation"]
+	if len(r.Incarnation) > maxNameBytes {
+		return refuse("an incarnation of %d bytes", len(r.Incarnation))
+	}
 	for f, v := range m {
 		id, ok := strings.CutPrefix(f, "n:")
 		if !ok {
 			continue
 		}
-		if len(v) > maxRecordBytes {
-			return Reading{}, fmt.Errorf("record of %q is %d bytes, more than %d", id, len(v), maxRecordBytes)
+		n, live, err := readRecord(id, v, r.Now)
+		if err != nil {
+			return refuse("record of %.64q: %v", id, err)
 		}
-		exp, rec, ok := strings.Cut(v, " ")
-		e, err := strconv.ParseInt(exp, 10, 64)
-		if !ok || err != nil {
-			return Reading{}, fmt.Errorf("record of %q is malformed", id)
-		}
-		if e < r.Now {
+		if !live {
 			continue
 		}
-		var n Node
-		if err := json.Unmarshal([]byte(rec), &n); err != nil {
-			return Reading{}, fmt.Errorf("record of %q: %w", id, err)
+		if len(r.Nodes) == maxBoardNodes {
+			return refuse("more than %d live records", maxBoardNodes)
 		}
 		r.Nodes = append(r.Nodes, n)
 	}
 	return r, nil
+}
+
+// readRecord returns the node of a record, v, under field "n:" + id, and
+// whether it is live at now (µs, the board's clock).
+func readRecord(id, v string, now int64) (Node, bool, error) {
+	var n Node
+	if len(id) > maxNameBytes || len(v) > maxRecordBytes {
+		return n, false, fmt.Errorf("%d bytes of name, %d of record: over %d, %d", len(id), len(v), maxNameBytes, maxRecordBytes)
+	}
+	exp, rec, ok := strings.Cut(v, " ")
+	e, err := strconv.ParseInt(exp, 10, 64)
+	if !ok || err != nil {
+		return n, false, errors.New("malformed")
+	}
+	if e < now {
+		return n, false, nil
+	}
+	if err := json.Unmarshal([]byte(rec), &n); err != nil {
+		return n, false, err
+	}
+	if len(n.ID) > maxNameBytes || len(n.Region) > maxNameBytes || len(n.Regions) > maxRecRegions || len(n.Seen) > maxBoardNodes*maxRecRegions {
+		return n, false, errors.New("names or lists over their bounds")
+	}
+	for _, name := range n.Regions {
+		if len(name) > maxNameBytes {
+			return n, false, errors.New("a region's name over its bound")
+		}
+	}
+	return n, true, nil
 }

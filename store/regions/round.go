@@ -2,6 +2,7 @@ package regions
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -33,10 +34,14 @@ const (
 	// they may not read this region at all, so it is charged the whole
 	// limit until the configurations agree.
 	Mismatch
+	// Refused: its reply was refused (ErrRefused: over its bounds in
+	// bytes, malformed, or counts that do not match the keys asked): cut
+	// off for the round, and charged as an unreachable one.
+	Refused
 )
 
 var peerStateNames = [...]string{Live: "live", Lagging: "lagging", Dead: "dead", Unreachable: "unreachable",
-	Unknown: "unknown", Mismatch: "mismatch"}
+	Unknown: "unknown", Mismatch: "mismatch", Refused: "refused"}
 
 // String returns the state's name, such as "unreachable".
 func (p PeerState) String() string {
@@ -193,7 +198,7 @@ func (s *Store) readPeers(ctx context.Context, reqs []sluice.Request) []peerRead
 			defer cancel()
 			r, err := p.Site.Read(pctx, reqs)
 			if err == nil && len(r.Counts) != len(reqs) {
-				err = fmt.Errorf("%d counts for %d keys", len(r.Counts), len(reqs))
+				err = fmt.Errorf("%w: %d counts for %d keys", ErrRefused, len(r.Counts), len(reqs))
 			}
 			out[i] = peerRead{r, err}
 		})
@@ -216,6 +221,9 @@ func (s *Store) account(reads []peerRead, start time.Time, readHome int64) facts
 			ps.state = s.judge(r.Reading, seen)
 		} else {
 			ps.state, ps.err = Unreachable, r.err
+			if errors.Is(r.err, ErrRefused) {
+				ps.state = Refused
+			}
 			ps.errors++
 		}
 		switch ps.state {
@@ -280,14 +288,14 @@ func (s *Store) grantFor(e *entry, i int, read int64, reads []peerRead, f facts)
 	alpha := share(l.Rate, f.regions, s.cfg.Share)
 	rho := ceilDiv(l.Rate, int64(len(s.names)))
 	g := &grant{window: w, at: f.start, cut: f.cut, counts: make([]int64, 1+len(reads))}
-	e.own.update(read, w, w, f.inc, sliding, f.start)
+	e.own.update(clampCount(read, l.Rate), w, w, f.inc, sliding, f.start) // the cap below stays on read, Redis's count
 	own := e.own.count
 	g.counts[0] = own
 	view := own
 	for j, r := range reads {
 		k := &e.last[j]
 		if f.fresh[j] {
-			k.update(r.Counts[i], windowStart(r.Now, p), w, r.Incarnation, sliding, f.start)
+			k.update(clampCount(r.Counts[i], l.Rate), windowStart(r.Now, p), w, r.Incarnation, sliding, f.start)
 			view += k.count
 			g.counts[1+j] = k.count
 			continue
@@ -370,6 +378,12 @@ func (s *Store) charge(k *known, ps *peerState, slop, w, since int64, l sluice.L
 	}
 	return l.Rate
 }
+
+// clampCount returns a region's count c of a limit of rate, as its Redis
+// reported it, within what a window allows: never negative, never past
+// the rate (no region's cap ever is), so that no count read, a peer's
+// above all, moves a view by more than the limit.
+func clampCount(c, rate int64) int64 { return min(max(c, 0), rate) }
 
 // maxSkew is how far apart the regions' clocks may be for a fixed_window
 // to start after a peer was last read by every clock.

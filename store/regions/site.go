@@ -2,6 +2,7 @@ package regions
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -26,6 +27,18 @@ type Site interface {
 	// is beaten.
 	Beat(ctx context.Context, n Node, ttl time.Duration) error
 }
+
+// ErrRefused is wrapped by the error of a reading the layer refuses: a
+// reply over its bounds in bytes (MaxPeerReply, a board's records), one
+// malformed, or counts that do not match the keys asked. The peer is then
+// Refused for the round: cut off, and charged as an unreachable one.
+var ErrRefused = errors.New("regions: reply refused")
+
+// MaxPeerReply is the most bytes a reply from a peer's Redis may take
+// (store/redis's Config.MaxReply, which store/stack sets on the peers'
+// connections): a board of 128 live records of 32 KB, or the counts of
+// about 60,000 keys.
+const MaxPeerReply = 4 << 20
 
 // Reading is what Site.Read returns.
 type Reading struct {

@@ -150,10 +150,16 @@ func (w *wanWorld) cutOff(a int, cut bool) {
 
 // open opens a store of the Redis at addr, closed when the test ends.
 // Safe to call from any goroutine.
-func (w *wanWorld) open(addr string) (*redisstore.Store, error) {
+func (w *wanWorld) open(addr string) (*redisstore.Store, error) { return w.openWith(addr, nil) }
+
+// openWith is open with tune applied to the store's Config.
+func (w *wanWorld) openWith(addr string, tune func(*redisstore.Config)) (*redisstore.Store, error) {
 	cfg := redisstore.DefaultConfig()
 	cfg.KeyPrefix, cfg.Now, cfg.ExpiryMargin = w.prefix, w.now, 10*time.Minute
 	cfg.DialTimeout, cfg.Timeout = 10*time.Second, 10*time.Second
+	if tune != nil {
+		tune(&cfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s, err := redisstore.Open(ctx, "redis://"+addr+"/0", cfg)
@@ -162,6 +168,12 @@ func (w *wanWorld) open(addr string) (*redisstore.Store, error) {
 	}
 	w.t.Cleanup(func() { s.Close() })
 	return s, nil
+}
+
+// openPeer opens a store of a peer's Redis at addr, its replies bounded
+// as store/stack bounds them.
+func (w *wanWorld) openPeer(addr string) (*redisstore.Store, error) {
+	return w.openWith(addr, func(c *redisstore.Config) { c.MaxReply = MaxPeerReply })
 }
 
 // node starts node i of region a: decisions on its region's Redis, rounds
@@ -174,14 +186,14 @@ func (w *wanWorld) node(a, i int, tune func(*Config)) (*Store, error) {
 		return nil, err
 	}
 	cfg := Config{Region: regionName(a), Node: fmt.Sprintf("%s-%d", regionName(a), i), Now: w.now, PeerTimeout: 2 * time.Second,
-		Home: NewRedisSite(home, home.Conn, regionName(a), w.prefix, 0)}
+		Home: NewRedisSite(home, home.Conn, nil, regionName(a), w.prefix, 0)}
 	for b := range w.proxies {
 		if b != a {
-			peer, err := w.open(w.proxies[a][b].Listen)
+			peer, err := w.openPeer(w.proxies[a][b].Listen)
 			if err != nil {
 				return nil, err
 			}
-			cfg.Peers = append(cfg.Peers, Peer{Name: regionName(b), Site: NewRedisSite(peer, peer.Conn, regionName(b), w.prefix, 0)})
+			cfg.Peers = append(cfg.Peers, Peer{Name: regionName(b), Site: NewRedisSite(peer, peer.Conn, refusedReply, regionName(b), w.prefix, 0)})
 		}
 	}
 	if tune != nil {
@@ -471,3 +483,6 @@ func (w *wanWorld) views(key string) [][]int64 {
 	}
 	return out
 }
+
+// refusedReply tells the replies store/redis refused (Config.MaxReply).
+func refusedReply(err error) bool { return errors.Is(err, redisstore.ErrReplyTooLarge) }

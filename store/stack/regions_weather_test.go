@@ -3,7 +3,9 @@ package stack_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,5 +130,100 @@ func TestRegionsVeto(t *testing.T) {
 		if err := s.CheckLimit(sluice.Limit{Rate: 1 << 60, Period: time.Second}); err == nil {
 			t.Errorf("%s: Redis's own veto was not applied", tc.name)
 		}
+	}
+}
+
+// TestRegionsHostilePeer: a peer region's "Redis" that lies (a small fake
+// server speaking RESP): a header of 2^31−1 elements (before: the process
+// died out of memory), a board of 1,000 records of 60 KB (before: 90 MB
+// more held and decisions 50 times slower), a malformed clock. Each reply
+// is refused before it is read, the peer is named refused and cut off,
+// the region decides its global keys, and the heap keeps less than 16 MB
+// more (a peer's reply is at most regions.MaxPeerReply, 4 MiB; each refused
+// one costs a new connection's buffers, garbage: 27-67 MB more at the
+// peak, the garbage collector's pace, under 128 MB).
+func TestRegionsHostilePeer(t *testing.T) {
+	t.Parallel()
+	home := testenv.StartRedis(t)
+	now := func() []byte {
+		us := time.Now().UnixMicro()
+		s, u := strconv.FormatInt(us/1e6, 10), strconv.FormatInt(us%1e6, 10)
+		return []byte("*2\r\n$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n$" + strconv.Itoa(len(u)) + "\r\n" + u + "\r\n")
+	}
+	counts := func(cmd []string) []byte { // EVALSHA sha numkeys keys...: the time, then a count per key
+		n, _ := strconv.Atoi(cmd[2])
+		out := []byte("*" + strconv.Itoa(n+1) + "\r\n:" + strconv.FormatInt(time.Now().UnixMicro(), 10) + "\r\n")
+		for range n {
+			out = append(out, ":0\r\n"...)
+		}
+		return out
+	}
+	var board []byte
+	board = append(board, "%1000\r\n"...)
+	rec := strings.Repeat("x", 60_000)
+	for i := range 1000 {
+		f := "n:" + strconv.Itoa(i)
+		board = append(board, "$"+strconv.Itoa(len(f))+"\r\n"+f+"\r\n$"+strconv.Itoa(len(rec))+"\r\n"+rec+"\r\n"...)
+	}
+	for _, tc := range []struct {
+		name   string
+		answer func(cmd []string) []byte
+	}{
+		{"a header of 2^31-1 elements", func([]string) []byte { return []byte("*2147483647\r\n") }},
+		{"a board of 1,000 records of 60 KB", func(cmd []string) []byte {
+			switch cmd[0] {
+			case "TIME":
+				return now()
+			case "EVALSHA":
+				return counts(cmd)
+			}
+			return board
+		}},
+		{"a malformed clock", func(cmd []string) []byte {
+			switch cmd[0] {
+			case "TIME":
+				return []byte("*2\r\n$2\r\n-1\r\n$1\r\n0\r\n")
+			case "EVALSHA":
+				return counts(cmd)
+			}
+			return []byte("%0\r\n")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ms runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			base := ms.HeapInuse // the test's own board included
+			fake := testenv.StartFakeRedis(t, tc.answer)
+			s, err := stack.New(stack.Config{URL: "redis://" + home.Addr, Region: "eu", Peers: []stack.Peer{{Name: "us", URL: "redis://" + fake.Addr}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			testenv.WaitFor(t, "ready", s.Ready)
+			l := sluice.Limit{Rate: 100, Period: time.Hour}
+			var heap uint64
+			testenv.WaitFor(t, "the peer refused, in 10 rounds", func() bool {
+				var d [1]sluice.Decision
+				if err := s.TakeAll(context.Background(), []sluice.Request{{Key: "g", Limit: l, Cost: 1, Scope: sluice.GlobalScope}}, d[:]); err != nil {
+					t.Fatal(err)
+				}
+				runtime.ReadMemStats(&ms)
+				heap = max(heap, ms.HeapInuse-min(base, ms.HeapInuse))
+				st := s.Regions().Status()
+				return st.Rounds >= 10 && st.Peers[0].State == regions.Refused
+			})
+			st := s.Regions().Status()
+			if p := st.Peers[0]; !errors.Is(p.Err, regions.ErrRefused) || !st.Cut {
+				t.Errorf("status %+v: want the peer's error refused, the region cut off", st)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			kept := ms.HeapInuse - min(base, ms.HeapInuse)
+			if heap > 128<<20 || kept > 16<<20 {
+				t.Errorf("the heap grew by %d MB at most, %d MB kept", heap>>20, kept>>20)
+			}
+			t.Logf("the heap grew by %d MB at most, %d MB kept; peer us: %v", heap>>20, kept>>20, st.Peers[0].Err)
+		})
 	}
 }

@@ -857,6 +857,7 @@ func (s *Stack) regionsOver(cfg Config, p parts, home backend, rcfg redis.Config
 	for _, pr := range cfg.Peers {
 		pc := rcfg
 		pc.ConnectFailed = connectFailed(cfg.Logger, pr.URL)
+		pc.MaxReply = regions.MaxPeerReply // a peer's replies are input: bounded before they are read
 		b, err := p.redis(pr.URL, pc)
 		if err != nil {
 			return nil, configError("Peers", ": region %s: %v", pr.Name, err)
@@ -976,7 +977,8 @@ func openRegions(home backend, peers []peerBackend, cfg regions.Config, prefix s
 		if !ok {
 			return nil, fmt.Errorf("regions: the store of region %s cannot read counts", name)
 		}
-		return regions.NewRedisSite(c, b.Conn, name, prefix, 0), nil // Conn: an error until connected
+		refused := func(err error) bool { return errors.Is(err, redis.ErrReplyTooLarge) }
+		return regions.NewRedisSite(c, b.Conn, refused, name, prefix, 0), nil // Conn: an error until connected
 	}
 	var err error
 	if cfg.Home, err = site(cfg.Region, home); err != nil {
