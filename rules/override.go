@@ -68,57 +68,73 @@ func (s *Set) WithOverrides(now time.Time, ovs ...Override) (*Set, error) {
 		if !o.Expires.IsZero() && !o.Expires.After(now) {
 			continue
 		}
-		where := fmt.Sprintf("overrides[%d]", i)
-		base, ok := c.overridden(s, o, where)
-		if !ok {
-			continue
-		}
-		ob := out[o.Domain]
-		if ob == nil {
-			ob = newOverrideBuilder()
-			out[o.Domain] = ob
-		}
-		if ob.has(o.Entries) {
-			c.errorf(0, where, "a second override of %s", entriesString(o.Entries))
-			continue
-		}
-		if len(o.Limits) == 0 {
-			c.errorf(0, where, "rate_limits: empty; want one or more limits")
-			continue
-		}
-		spec, err := json.Marshal(o.Limits)
+		ok, err := c.addOverride(s, out, o, i)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
+			return nil, err
 		}
-		key := overrideRuleKey{base: base, limits: string(spec)}
-		if r, ok := ob.rule(key); ok { // the same limits for the same rule: one Rule
-			ob.add(o.Entries, key, r, i, o.Expires)
+		if ok {
 			kept = append(kept, *o)
-			continue
 		}
-		p := &parsedDomain{name: o.Domain, rp: rp, names: map[string]bool{}}
-		r := *base // the overridden rule's place, settings and metric names
-		r.Limits, r.Overrides, r.errPath = nil, base, "overrides"
-		r.Descriptors, r.sub = nil, level{} // Match never goes below an override
-		r.Limits = c.rateLimits(o.Limits, p, where)
-		if len(r.Limits) != len(o.Limits) {
-			continue // reported
-		}
-		named := false
-		for _, l := range r.Limits {
-			named = named || len(l.Replaces) > 0 || l.Name != ""
-		}
-		if named {
-			c.errorf(0, where, "rate_limits: an override's limits have no name and replace nothing")
-			continue
-		}
-		setIDs(&r)
-		ob.add(o.Entries, key, &r, i, o.Expires)
-		kept = append(kept, *o)
 	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
+	return s.withIndexes(out, kept)
+}
+
+// addOverride checks o, the i-th override, against s's rules and adds its
+// rule to its domain's builder in out, and reports whether it did; what
+// is wrong with o is reported to c.
+func (c *checker) addOverride(s *Set, out map[string]*overrideBuilder, o *Override, i int) (bool, error) {
+	where := fmt.Sprintf("overrides[%d]", i)
+	base, ok := c.overridden(s, o, where)
+	if !ok {
+		return false, nil
+	}
+	ob := out[o.Domain]
+	if ob == nil {
+		ob = newOverrideBuilder()
+		out[o.Domain] = ob
+	}
+	if ob.has(o.Entries) {
+		c.errorf(0, where, "a second override of %s", entriesString(o.Entries))
+		return false, nil
+	}
+	if len(o.Limits) == 0 {
+		c.errorf(0, where, "rate_limits: empty; want one or more limits")
+		return false, nil
+	}
+	spec, err := json.Marshal(o.Limits)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", where, err)
+	}
+	key := overrideRuleKey{base: base, limits: string(spec)}
+	if r, ok := ob.rule(key); ok { // the same limits for the same rule: one Rule
+		ob.add(o.Entries, key, r, i, o.Expires)
+		return true, nil
+	}
+	p := &parsedDomain{name: o.Domain, rp: c.rp, names: map[string]bool{}}
+	r := *base // the overridden rule's place, settings and metric names
+	r.Limits, r.Overrides, r.errPath = nil, base, "overrides"
+	r.Descriptors, r.sub = nil, level{} // Match never goes below an override
+	r.Limits = c.rateLimits(o.Limits, p, where)
+	if len(r.Limits) != len(o.Limits) {
+		return false, nil // reported
+	}
+	for _, l := range r.Limits {
+		if len(l.Replaces) > 0 || l.Name != "" {
+			c.errorf(0, where, "rate_limits: an override's limits have no name and replace nothing")
+			return false, nil
+		}
+	}
+	setIDs(&r)
+	ob.add(o.Entries, key, &r, i, o.Expires)
+	return true, nil
+}
+
+// withIndexes returns a copy of s whose domains have the overrides of
+// out's builders, and whose Version covers kept, the overrides in force.
+func (s *Set) withIndexes(out map[string]*overrideBuilder, kept []Override) (*Set, error) {
 	b, err := json.Marshal(kept)
 	if err != nil {
 		return nil, fmt.Errorf("overrides: %w", err)

@@ -124,11 +124,44 @@ var _ http.Handler = (*Proxy)(nil)
 
 // New returns a Proxy for cfg; zero fields take DefaultConfig's values.
 func New(cfg Config) (*Proxy, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	g, err := respond.NewGuard("proxy", respond.GuardConfig{
+		Identity: cfg.Identity, Decider: cfg.Decider, Respond: cfg.Respond,
+		FailClosed: cfg.FailClosed, Logger: cfg.Logger, Shed: cfg.Shed,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		guard:      g,
+		maxDelay:   cfg.MaxDelay,
+		maxWaiting: int64(cfg.MaxWaiting),
+		bodyIdle:   cfg.BodyIdleTimeout,
+		log:        cfg.Logger,
+		sleep:      cfg.Sleep,
+		shed:       cfg.Shed,
+	}
+	rt := cfg.Transport
+	pool := &bufferPool{}
+	if rt == nil {
+		rt = p.ownTransport(cfg, pool)
+	}
+	p.rp = p.reverseProxy(cfg, rt, pool)
+	return p, nil
+}
+
+// withDefaults returns cfg with every zero field set to its default, and
+// refuses an upstream that is not an http or https URL with a host and a
+// negative MaxDelay.
+func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Upstream == nil || cfg.Upstream.Host == "" || (cfg.Upstream.Scheme != "http" && cfg.Upstream.Scheme != "https") {
-		return nil, fmt.Errorf("proxy: upstream %v: want an http or https URL with a host", cfg.Upstream)
+		return cfg, fmt.Errorf("proxy: upstream %v: want an http or https URL with a host", cfg.Upstream)
 	}
 	if cfg.MaxDelay < 0 {
-		return nil, fmt.Errorf("proxy: MaxDelay %v is negative", cfg.MaxDelay)
+		return cfg, fmt.Errorf("proxy: MaxDelay %v is negative", cfg.MaxDelay)
 	}
 	def := DefaultConfig()
 	if cfg.MaxWaiting <= 0 {
@@ -152,55 +185,47 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = def.Sleep
 	}
-	g, err := respond.NewGuard("proxy", respond.GuardConfig{
-		Identity: cfg.Identity, Decider: cfg.Decider, Respond: cfg.Respond,
-		FailClosed: cfg.FailClosed, Logger: cfg.Logger, Shed: cfg.Shed,
-	})
-	if err != nil {
-		return nil, err
+	return cfg, nil
+}
+
+// ownTransport makes the Proxy's own transport to the upstream (p.own),
+// and for an http:// upstream its forwarder (p.fw), which share pool, and
+// returns the transport.
+func (p *Proxy) ownTransport(cfg Config, pool *bufferPool) http.RoundTripper {
+	d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	p.own = &http.Transport{
+		Proxy:                 nil, // the upstream is reached directly
+		DialContext:           d.DialContext,
+		MaxIdleConns:          cfg.MaxIdleConns,
+		MaxIdleConnsPerHost:   cfg.MaxIdleConns,
+		IdleConnTimeout:       idleConnTimeout,
+		TLSHandshakeTimeout:   cfg.DialTimeout,
+		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // bodies pass as they are
 	}
-	p := &Proxy{
-		guard:      g,
-		maxDelay:   cfg.MaxDelay,
-		maxWaiting: int64(cfg.MaxWaiting),
-		bodyIdle:   cfg.BodyIdleTimeout,
-		log:        cfg.Logger,
-		sleep:      cfg.Sleep,
-		shed:       cfg.Shed,
-	}
-	rt := cfg.Transport
-	pool := &bufferPool{}
-	if rt == nil {
-		d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
-		p.own = &http.Transport{
-			Proxy:                 nil, // the upstream is reached directly
-			DialContext:           d.DialContext,
-			MaxIdleConns:          cfg.MaxIdleConns,
-			MaxIdleConnsPerHost:   cfg.MaxIdleConns,
-			IdleConnTimeout:       idleConnTimeout,
-			TLSHandshakeTimeout:   cfg.DialTimeout,
-			ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
-			ExpectContinueTimeout: time.Second,
-			DisableCompression:    true, // bodies pass as they are
-		}
-		rt = p.own
-		if cfg.Upstream.Scheme == "http" {
-			p.fw = &forwarder{
-				addr:       hostPort(cfg.Upstream),
-				host:       cfg.Upstream.Host,
-				upstream:   cfg.Upstream,
-				preserve:   cfg.PreserveHost,
-				dial:       d.DialContext,
-				headerWait: cfg.ResponseHeaderTimeout,
-				idleLife:   idleConnTimeout,
-				maxIdle:    cfg.MaxIdleConns,
-				bufs:       pool,
-				failed:     p.upstreamError,
-			}
+	if cfg.Upstream.Scheme == "http" {
+		p.fw = &forwarder{
+			addr:       hostPort(cfg.Upstream),
+			host:       cfg.Upstream.Host,
+			upstream:   cfg.Upstream,
+			preserve:   cfg.PreserveHost,
+			dial:       d.DialContext,
+			headerWait: cfg.ResponseHeaderTimeout,
+			idleLife:   idleConnTimeout,
+			maxIdle:    cfg.MaxIdleConns,
+			bufs:       pool,
+			failed:     p.upstreamError,
 		}
 	}
+	return p.own
+}
+
+// reverseProxy returns the ReverseProxy that sends requests upstream
+// through rt, for what the forwarder does not send.
+func (p *Proxy) reverseProxy(cfg Config, rt http.RoundTripper, pool *bufferPool) *httputil.ReverseProxy {
 	upstream, preserve := cfg.Upstream, cfg.PreserveHost
-	p.rp = &httputil.ReverseProxy{
+	return &httputil.ReverseProxy{
 		// Rewrite takes the same URL and X-Forwarded fields as the
 		// forwarder; ReverseProxy has removed the hop-by-hop fields and the
 		// client's Forwarded and X-Forwarded fields from pr.Out.
@@ -227,7 +252,6 @@ func New(cfg Config) (*Proxy, error) {
 		ErrorHandler:  p.upstreamError,
 		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
-	return p, nil
 }
 
 // Close closes the idle upstream connections of the Proxy's own transport.
