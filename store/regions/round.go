@@ -121,7 +121,7 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 	rs.seq++
 	rs.rounds++
 	p := &pending{start: s.cfg.Now()}
-	p.keys = s.tab.active(rs.lastStart, p.start.Add(-s.idle()).UnixMicro())
+	p.keys = s.tab.active(rs.lastStart, p.start.Add(-s.idle()).UnixMicro(), p.start.UnixMicro()+s.offset.Load())
 	rs.lastStart = p.start.UnixMicro()
 	p.reqs = make([]sluice.Request, len(p.keys))
 	for i, e := range p.keys {

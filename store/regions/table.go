@@ -124,16 +124,18 @@ func (sh *tableShard) evictOne() bool {
 
 // active returns the entries a round reads: those asked for since
 // since (µs on Config.Now), and those without a cap. It forgets those
-// not asked for since idle.
-func (t *table) active(since, idle int64) []*entry {
+// not asked for since idle whose counts' window has ended by homeNow (µs,
+// the home clock; see entry.keeps). Rounds call it, holding roundMu.
+func (t *table) active(since, idle, homeNow int64) []*entry {
 	var out []*entry
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		for _, e := range sh.m {
 			switch seen := e.seen.Load(); {
-			case seen < idle:
+			case seen < idle && !e.keeps(homeNow):
 				sh.drop(e)
+			case seen < idle: // kept for its window, not read
 			case seen >= since || e.grant.Load() == nil:
 				out = append(out, e)
 			}
@@ -141,6 +143,25 @@ func (t *table) active(since, idle int64) []*entry {
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// keeps reports whether e stays in the table, however idle, at homeNow
+// (µs, the home clock): while the window its own count was last read in
+// has not ended, with a sliding_window's next one, where that count
+// still weighs. So an empty restart of a Redis in that window (a new
+// incarnation) finds what the region had counted, and adds it to what the
+// new one counts (known.update), however long the key idled before.
+// Rounds call it, holding roundMu.
+func (e *entry) keeps(homeNow int64) bool {
+	if !e.own.ok {
+		return false
+	}
+	p := e.req.Limit.Period.Microseconds()
+	end := e.own.window + p
+	if e.req.Limit.Algorithm == sluice.SlidingWindow {
+		end += p
+	}
+	return homeNow < end
 }
 
 // lookup returns key's entry, or nil.
