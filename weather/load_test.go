@@ -27,9 +27,12 @@ type plan struct {
 	underClients int
 	underLimit   int
 	underRate    float64
-	// One client per mode sends overTimes × overLimit calls, evenly over
-	// the run, under a limit of overLimit an hour: it reaches its limit a
-	// sixth into the run, after warm, so while the weather is on.
+	// One client per mode sends overTimes × overLimit calls under a limit
+	// of overLimit an hour, evenly from an instant chosen so that it has
+	// sent half its limit when the weather begins (the store counted them)
+	// and reaches its limit soon after, while the weather is on; in a
+	// weather so long that this instant would come before the start, it
+	// starts at once and has sent less by then.
 	overLimit int
 	overTimes float64
 }
@@ -83,29 +86,32 @@ func (l *load) run(p plan, total time.Duration, started chan<- time.Time) []call
 	l.start = time.Now()
 	started <- l.start
 	var streams sync.WaitGroup
-	overRate := p.overTimes * float64(p.overLimit) / total.Seconds()
+	// Half the limit sent by warm: overTimes × (warm − from)/(total − from) = 1/2.
+	k := 2 * p.overTimes
+	from := max(0, time.Duration((k*float64(p.warm)-float64(total))/(k-1)))
+	overRate := p.overTimes * float64(p.overLimit) / (total - from).Seconds()
 	for m, mode := range modes {
 		for c := range p.underClients {
-			streams.Go(func() { l.stream(m, false, "under_"+mode, fmt.Sprintf("c%d", c), p.underRate, total) })
+			streams.Go(func() { l.stream(m, false, "under_"+mode, fmt.Sprintf("c%d", c), 0, p.underRate, total) })
 		}
-		streams.Go(func() { l.stream(m, true, "over_"+mode, "o", overRate, total) })
+		streams.Go(func() { l.stream(m, true, "over_"+mode, "o", from, overRate, total) })
 	}
 	streams.Wait()
 	l.wg.Wait()
 	return l.calls
 }
 
-// stream sends calls for one client at rate a second until total has
-// passed since the start, from a random phase, each in a goroutine of its
-// own.
-func (l *load) stream(mode int, over bool, key, value string, rate float64, total time.Duration) {
+// stream sends calls for one client at rate a second from from until
+// total has passed since the start, at a random phase, each in a
+// goroutine of its own.
+func (l *load) stream(mode int, over bool, key, value string, from time.Duration, rate float64, total time.Duration) {
 	req := &rlsv3.RateLimitRequest{Domain: "weather", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: value}},
 	}}}
 	period := time.Duration(float64(time.Second) / rate)
 	phase := time.Duration(rand.Int64N(int64(period)))
 	for k := 0; ; k++ {
-		at := phase + time.Duration(k)*period
+		at := from + phase + time.Duration(k)*period
 		if at >= total {
 			return
 		}

@@ -228,7 +228,7 @@ func backText(c cell) string {
 func markdown(cells []cell, p plan) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Each mode at once on its own keys: %d clients at %.0f a second under a limit of %d a second, "+
-		"one client at %.0f× a limit of %d an hour; weather after %v, then %v more.\n\n",
+		"one client sending %.0f× a limit of %d an hour, half the limit before the weather (which starts after %v) and the rest while it lasts and %v after.\n\n",
 		p.underClients, p.underRate, p.underLimit, p.overTimes, p.overLimit, p.warm, p.after)
 	b.WriteString("| weather | servers | mode | under-limit calls denied | over-limit client admitted (allowed) | errors | back to the store | not decided by the store | figures |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")

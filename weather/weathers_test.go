@@ -64,6 +64,11 @@ var weathers = []weather{
 			time.Sleep(d)
 			w.redis.Restart()
 		}},
+	{name: "restart at once", what: "redis-server killed and started again at once without persistence (a failover to a replica that lagged)",
+		full: time.Millisecond, apply: func(w *world, _ time.Duration) {
+			w.redis.Kill()
+			w.redis.Restart()
+		}},
 	{name: "host stall", what: "SIGSTOP of one sluice server, then SIGCONT",
 		short: 2 * time.Second, full: 3 * time.Second, shortServers: []int{3},
 		apply: func(w *world, d time.Duration) {
