@@ -24,7 +24,7 @@ const DefaultNearLimitRatio = 0.8
 // ratelimit_service_rate_limit_{total_hits,within_limit,near_limit,
 // over_limit,shadow_mode} with the labels domain, key1 and key2, the
 // first three dot-separated parts of Envoy's stat name of the descriptor
-// (key2 is empty for a descriptor of one level), and
+// (a descriptor of one level has no key2, as in Envoy's sink), and
 // ratelimit_service_config_load_{success,error}. The counters count hits,
 // as Envoy's do: a descriptor with hits_addend 5 adds 5.
 type envoyStats struct {
@@ -78,11 +78,10 @@ func (m *Metrics) EnvoyStats(reg prometheus.Registerer, nearLimitRatio float64) 
 		return fmt.Errorf("near limit ratio %v: want a number between 0 and 1", nearLimitRatio)
 	}
 	labels := []string{"domain", "key1", "key2"}
+	helps := map[string]string{}
 	vec := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_service_rate_limit_" + name,
-			Help: help + " (Envoy ratelimit's name; domain, key1 and key2 are the first parts of its stat name of the descriptor).",
-		}, labels)
+		helps[name] = help + " (Envoy ratelimit's name; domain, key1 and key2 are the first parts of its stat name of the descriptor)."
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: helps[name]}, labels)
 	}
 	e := &envoyStats{
 		ratio:  nearLimitRatio,
@@ -104,7 +103,12 @@ func (m *Metrics) EnvoyStats(reg prometheus.Registerer, nearLimitRatio float64) 
 		held:   map[[3]string]int{},
 		fixed:  map[[3]string]bool{},
 	}
-	for _, c := range []prometheus.Collector{e.total, e.within, e.near, e.over, e.shadow, e.loadSuccess, e.loadFailed} {
+	cs := []prometheus.Collector{e.loadSuccess, e.loadFailed}
+	for name, v := range map[string]*prometheus.CounterVec{"total_hits": e.total, "within_limit": e.within,
+		"near_limit": e.near, "over_limit": e.over, "shadow_mode": e.shadow} {
+		cs = append(cs, newOneLevel(v, "ratelimit_service_rate_limit_"+name, helps[name]))
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register Envoy metrics: %w", err)
 		}

@@ -43,6 +43,9 @@ type core struct {
 	// rulesReady, if not nil, says whether the rules source is ready: an
 	// xDS server's first rules came.
 	rulesReady func() error
+	// envoyGRPC counts the gRPC calls under Envoy's names (with
+	// Envoy.Metrics); nil: not counted.
+	envoyGRPC *envoyGRPCStats
 	closers    []func() error // in the order of opening; close calls them last first
 }
 
@@ -114,6 +117,9 @@ func (co *core) openMetrics(c Config) error {
 	if e.Metrics {
 		if err := m.EnvoyStats(co.reg, e.NearLimitRatio); err != nil {
 			return configError("--near-limit-ratio: %v", err)
+		}
+		if co.envoyGRPC, err = newEnvoyGRPCStats(co.reg); err != nil {
+			return err
 		}
 	}
 	// The series named by request values take their part of --max-memory

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 
 	"github.com/sluicehq/sluice/store/stack"
 	"github.com/sluicehq/sluice/transport/envoyrls"
@@ -135,9 +136,13 @@ func mountPprof(hs ...handlerMux) error {
 	return errors.Join(errs...)
 }
 
-// grpcOptions returns the gRPC server's options for c and its TLS.
-func grpcOptions(c GRPCConfig, t tlsSetup) []grpc.ServerOption {
+// grpcOptions returns the gRPC server's options for c and its TLS, with
+// sh watching the calls if not nil.
+func grpcOptions(c GRPCConfig, t tlsSetup, sh stats.Handler) []grpc.ServerOption {
 	opts := envoyrls.ServerOptions() // requests up to envoyrls.MaxRequestBytes; InvalidArgument for undecodable ones
+	if sh != nil {
+		opts = append(opts, grpc.StatsHandler(sh)) // Envoy's server stats
+	}
 	if c.MaxConnectionAge > 0 {
 		// A zero grace is gRPC's default: no bound.
 		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
@@ -162,7 +167,11 @@ func grpcOptions(c GRPCConfig, t tlsSetup) []grpc.ServerOption {
 func (f *serveFront) start(errc chan<- error) int {
 	// The gRPC server starts its workers when made: made only once
 	// nothing can fail before it serves, so that it is always stopped.
-	f.gsrv = grpc.NewServer(grpcOptions(f.s.cfg.GRPC, f.s.tls)...)
+	var sh stats.Handler
+	if f.s.co.envoyGRPC != nil {
+		sh = f.s.co.envoyGRPC
+	}
+	f.gsrv = grpc.NewServer(grpcOptions(f.s.cfg.GRPC, f.s.tls, sh)...)
 	f.rls.Register(f.gsrv)
 	if !f.s.cfg.GRPC.NoReflection {
 		reflection.Register(f.gsrv)
