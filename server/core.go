@@ -46,7 +46,7 @@ type core struct {
 	// envoyGRPC counts the gRPC calls under Envoy's names (with
 	// Envoy.Metrics); nil: not counted.
 	envoyGRPC *envoyGRPCStats
-	closers    []func() error // in the order of opening; close calls them last first
+	closers   []func() error // in the order of opening; close calls them last first
 }
 
 // newCore opens the store, loads and watches the rules and makes the

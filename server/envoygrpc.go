@@ -73,6 +73,10 @@ func (s *envoyGRPCStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
 	s.latency.WithLabelValues(m).Observe(end.EndTime.Sub(end.BeginTime).Seconds())
 }
 
-// TagConn and HandleConn watch no connection.
-func (s *envoyGRPCStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
-func (s *envoyGRPCStats) HandleConn(context.Context, stats.ConnStats)                       {}
+// TagConn watches no connection.
+func (s *envoyGRPCStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+
+// HandleConn watches no connection.
+func (s *envoyGRPCStats) HandleConn(context.Context, stats.ConnStats) {}
