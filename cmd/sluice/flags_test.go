@@ -81,7 +81,7 @@ func TestSettings(t *testing.T) {
 		{name: "Envoy's environment", env: []string{"REDIS_URL=r:6379", "PORT=9000", "USE_STATSD=false", "GRPC_UDS=/rl.sock", "SHADOW_MODE=true"},
 			want: func(c *server.Config) {
 				c.Rules.Source, c.Rules.EnvoyLayout = "/srv/runtime_data/current/config", true
-				c.HTTP.Addr, c.GRPC.Addr, c.GRPC.Unix, c.OpsAddrs = "0.0.0.0:9000", server.NoAddr, "/rl.sock", []string{"0.0.0.0:6070"}
+				c.HTTP.Addr, c.GRPC.Addr, c.GRPC.Unix, c.OpsAddrs, c.OpsPprof = "0.0.0.0:9000", server.NoAddr, "/rl.sock", []string{"0.0.0.0:6070"}, true
 				c.GRPC.MaxConnectionAge, c.GRPC.MaxConnectionAgeGrace = 24*time.Hour, time.Hour
 				c.Store.URL, c.Store.ExpiryJitter, c.Store.EnvoyKeys, c.Shadow = "redis://r:6379", 5*time.Minute, true, true
 				c.Envoy.Metrics, c.ResponseHeaders = true, respond.NoHeaders
