@@ -393,11 +393,12 @@ func (a *asyncTable) decideWindow(e *asyncEntry, cost int64, now time.Time, ever
 		e.allow -= cost
 		e.pending += cost
 		d.Allowed = true
+	case l.Rate-e.counted-e.pending < cost: // no room, as the store last counted: denied, reachable or not
 	case e.syncing:
 		next = await
 	case e.failed != nil:
 		next = unreachable
-	case l.Rate-e.counted-e.pending >= cost: // room, as the store last counted
+	default: // room, as the store last counted
 		next = refresh
 	}
 	if !d.Allowed && d.RetryAfter == 0 {
