@@ -459,20 +459,8 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 	if !ok {
 		return fail("want redis://, rediss://, redis+cluster://, redis+sentinel:// or unix://")
 	}
-	var tlsOn, cluster, sentinel, unix bool
-	switch scheme {
-	case "unix":
-		unix = true
-	case "redis":
-	case "rediss":
-		tlsOn = true
-	case "redis+cluster":
-		cluster = true
-	case "rediss+cluster":
-		cluster, tlsOn = true, true
-	case "redis+sentinel":
-		sentinel = true
-	default:
+	k, ok := urlSchemes[scheme]
+	if !ok {
 		return fail(fmt.Sprintf("unknown scheme %q", scheme))
 	}
 	if i := strings.IndexAny(rest, "?#"); i >= 0 {
@@ -487,38 +475,13 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 		DisableAutoPipelining: true,
 		Dialer:                netDialer(cfg.DialTimeout),
 	}
-	at := strings.LastIndexByte(rest, '@')
-	if unix {
-		// The user information ends where the socket's absolute path
-		// starts, which may hold '@' itself.
-		slash := strings.IndexByte(rest, '/')
-		if slash < 0 {
-			return fail("want unix:///path/to/redis.sock")
-		}
-		if at = -1; slash > 0 {
-			if rest[slash-1] != '@' {
-				return fail("want unix:///path/to/redis.sock or unix://user:password@/path/to/redis.sock")
-			}
-			at = slash - 1
-		}
-	}
-	if at >= 0 {
-		user, pass, hasPass := strings.Cut(rest[:at], ":")
-		var err error
-		if opt.Username, err = url.PathUnescape(user); err != nil {
-			return fail("bad user name")
-		}
-		if hasPass {
-			if opt.Password, err = url.PathUnescape(pass); err != nil {
-				return fail("bad password")
-			}
-		}
-		rest = rest[at+1:]
-	}
-	if !sentinel && (cfg.SentinelUsername != "" || cfg.SentinelPassword != "") {
+	rest, why := userInfo(&opt, rest, k.unix)
+	switch {
+	case why != "":
+		return fail(why)
+	case !k.sentinel && (cfg.SentinelUsername != "" || cfg.SentinelPassword != ""):
 		return fail("a sentinel's user or password is set, but the URL names no sentinel (want redis+sentinel://)")
-	}
-	if unix {
+	case k.unix:
 		// One Redis at a socket's path, on the connections of a dialer of
 		// unix sockets with the dial timeout; no database number (Redis
 		// has SELECT, the URL no place for it), no TLS.
@@ -530,13 +493,78 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 		opt.DialCtxFn = dialUnix
 		return opt, false, nil
 	}
+	if why := hostsAndPath(&opt, rest, k, cfg); why != "" {
+		return fail(why)
+	}
+	if k.tls {
+		if cfg.TLS != nil {
+			opt.TLSConfig = cfg.TLS.Clone()
+		} else {
+			host := opt.InitAddress[0][:strings.LastIndexByte(opt.InitAddress[0], ':')]
+			opt.TLSConfig = &tls.Config{ServerName: strings.Trim(host, "[]"), MinVersion: tls.VersionTLS12}
+		}
+	}
+	return opt, k.cluster, nil
+}
+
+// urlKind is what a store URL's scheme says of the Redis it names.
+type urlKind struct{ tls, cluster, sentinel, unix bool }
+
+// urlSchemes are the schemes of a store URL.
+var urlSchemes = map[string]urlKind{
+	"redis":          {},
+	"rediss":         {tls: true},
+	"redis+cluster":  {cluster: true},
+	"rediss+cluster": {cluster: true, tls: true},
+	"redis+sentinel": {sentinel: true},
+	"unix":           {unix: true},
+}
+
+// userInfo sets opt's user name and password from the user information
+// that begins rest, a store URL after its scheme, and returns the rest, or
+// why it cannot. In a unix:// URL the user information ends where the
+// socket's absolute path starts, which may hold '@' itself.
+func userInfo(opt *rueidis.ClientOption, rest string, unix bool) (string, string) {
+	at := strings.LastIndexByte(rest, '@')
+	if unix {
+		slash := strings.IndexByte(rest, '/')
+		if slash < 0 {
+			return "", "want unix:///path/to/redis.sock"
+		}
+		if at = -1; slash > 0 {
+			if rest[slash-1] != '@' {
+				return "", "want unix:///path/to/redis.sock or unix://user:password@/path/to/redis.sock"
+			}
+			at = slash - 1
+		}
+	}
+	if at < 0 {
+		return rest, ""
+	}
+	user, pass, hasPass := strings.Cut(rest[:at], ":")
+	var err error
+	if opt.Username, err = url.PathUnescape(user); err != nil {
+		return "", "bad user name"
+	}
+	if hasPass {
+		if opt.Password, err = url.PathUnescape(pass); err != nil {
+			return "", "bad password"
+		}
+	}
+	return rest[at+1:], ""
+}
+
+// hostsAndPath sets opt's addresses, sentinel master set and database
+// from rest, a store URL of kind k after its scheme and user information
+// (host:port,...[/master][/db]), or returns why it cannot.
+func hostsAndPath(opt *rueidis.ClientOption, rest string, k urlKind, cfg Config) string {
 	hosts, path, _ := strings.Cut(rest, "/")
 	if hosts == "" {
-		return fail("no host")
+		return "no host"
 	}
 	for _, h := range strings.Split(hosts, ",") {
 		if h == "" {
-			return fail("empty host")
+			return "empty host"
 		}
 		if !strings.Contains(h, ":") || strings.HasSuffix(h, "]") {
 			h += ":6379"
@@ -544,9 +572,9 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 		opt.InitAddress = append(opt.InitAddress, h)
 	}
 	parts := strings.Split(path, "/")
-	if sentinel {
+	if k.sentinel {
 		if parts[0] == "" {
-			return fail("want redis+sentinel://host:port/mastername")
+			return "want redis+sentinel://host:port/mastername"
 		}
 		opt.Sentinel.MasterSet = parts[0]
 		opt.Sentinel.Dialer = opt.Dialer
@@ -558,33 +586,25 @@ func parseURL(raw string, cfg Config) (rueidis.ClientOption, bool, error) {
 		parts = parts[1:]
 	}
 	if len(parts) > 1 {
-		return fail("too many path elements")
+		return "too many path elements"
 	}
 	if len(parts) == 1 && parts[0] != "" {
-		if cluster {
-			return fail("a cluster has no database number")
+		if k.cluster {
+			return "a cluster has no database number"
 		}
 		db, err := strconv.Atoi(parts[0])
 		if err != nil || db < 0 {
-			return fail(fmt.Sprintf("database %q is not a number", parts[0]))
+			return fmt.Sprintf("database %q is not a number", parts[0])
 		}
 		opt.SelectDB = db
 	}
-	if !cluster && !sentinel {
+	if !k.cluster && !k.sentinel {
 		if len(opt.InitAddress) > 1 {
-			return fail("several hosts: use redis+cluster:// or redis+sentinel://")
+			return "several hosts: use redis+cluster:// or redis+sentinel://"
 		}
 		opt.ForceSingleClient = true
 	}
-	if tlsOn {
-		if cfg.TLS != nil {
-			opt.TLSConfig = cfg.TLS.Clone()
-		} else {
-			host := opt.InitAddress[0][:strings.LastIndexByte(opt.InitAddress[0], ':')]
-			opt.TLSConfig = &tls.Config{ServerName: strings.Trim(host, "[]"), MinVersion: tls.VersionTLS12}
-		}
-	}
-	return opt, cluster, nil
+	return ""
 }
 
 // dialUnix connects to the unix socket at path with d: rueidis's dialer
