@@ -26,6 +26,10 @@ descriptors:
           - {unit: minute, unit_multiplier: 5, requests_per_unit: 100000000, algorithm: sliding_window}
 `
 
+// blocking hides a store's decide.NonBlocking, as a store that waits on
+// I/O (Redis) has none: the store timeout is armed for each call.
+type blocking struct{ sluice.Store }
+
 // nonBlocking declares a store decide.NonBlocking.
 type nonBlocking struct{ sluice.Store }
 
@@ -33,9 +37,10 @@ func (nonBlocking) NonBlocking() bool { return true }
 
 // BenchmarkDecide decides requests of 10,000 users on the memory store
 // (with its coarse clock, as the server runs it): one descriptor with one
-// limit, and three descriptors with four limits in one TakeAll; with the
-// store timeout's timer armed for each decision, and without it, as for a
-// store that declares itself decide.NonBlocking.
+// limit, and three descriptors with four limits in one TakeAll; as the
+// memory store (NonBlocking), and as a store that blocks (Redis), whose
+// calls the fail mode local makes in a goroutine each, under the store
+// timeout.
 func BenchmarkDecide(b *testing.B) {
 	set := loadRules(b, benchRules)
 	mem, err := memory.New(memory.DefaultConfig())
@@ -59,6 +64,8 @@ func BenchmarkDecide(b *testing.B) {
 	}{
 		{name: "descriptors=1/timeout=50ms", store: mem, reqs: one},
 		{name: "descriptors=3/timeout=50ms", store: mem, reqs: three},
+		{name: "descriptors=1/blocking", store: blocking{mem}, reqs: one},
+		{name: "descriptors=3/blocking", store: blocking{mem}, reqs: three},
 		{name: "descriptors=1/nonblocking", store: nonBlocking{mem}, reqs: one},
 		{name: "descriptors=3/nonblocking", store: nonBlocking{mem}, reqs: three},
 	} {
