@@ -121,7 +121,11 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 	rs.seq++
 	rs.rounds++
 	p := &pending{start: s.cfg.Now()}
-	p.keys = s.tab.active(rs.lastStart, p.start.Add(-s.idle()).UnixMicro(), p.start.UnixMicro()+s.offset.Load())
+	// a key asked for within a cap's life is read every round, so that what
+	// a peer's last reading says of it is of that round: charged from it
+	// (plus the slop) when the peer is not read, not the whole limit
+	since := min(rs.lastStart, p.start.Add(-s.cfg.CapLife).UnixMicro())
+	p.keys = s.tab.active(since, p.start.Add(-s.idle()).UnixMicro(), p.start.UnixMicro()+s.offset.Load())
 	rs.lastStart = p.start.UnixMicro()
 	p.reqs = make([]sluice.Request, len(p.keys))
 	for i, e := range p.keys {
