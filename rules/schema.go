@@ -575,39 +575,81 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 	}
 	l.Replaces = c.replaces(ls, p, path)
 	if ls.Unlimited {
-		l.Unlimited = true
-		// Envoy's ratelimit rejects a unit beside unlimited and ignores
-		// requests_per_unit; sluice's extensions make no sense there either.
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{
-			{"unit", ls.Unit != ""}, {"algorithm", ls.Algorithm != ""}, {"burst", ls.Burst != 0},
-			{"unit_multiplier", ls.UnitMultiplier != 0}, {"throttling", ls.Throttling != ""},
-			{"exceed_percent", ls.ExceedPercent != 0}, {"sync", ls.Sync != ""}, {"scope", ls.Scope != ""},
-			{"elastic_percent", ls.ElasticPercent != 0},
-		} {
-			if f.set && !c.bad(ls, f.name) {
-				c.errorf(c.keyLine(ls, f.name), path, "%s: not allowed with unlimited: true", f.name)
-			}
-		}
-		if c.rp.n > start || c.broken(ls) {
-			return nil
-		}
-		return l
+		return c.unlimited(ls, l, path, start)
 	}
+	lc := &limitCheck{c: c, ls: ls, l: l, what: what, path: path}
+	for _, field := range limitFields {
+		field(lc)
+	}
+	c.scope(ls, l, path)
+	switch {
+	case c.rp.n > start || c.broken(ls):
+		return nil
+	case l.Block:
+		return lc.blocked(start)
+	case !lc.valid() || !lc.pastLimit():
+		return nil
+	}
+	return l
+}
 
-	var period time.Duration
-	unitLine := c.line(ls, "unit")
+// unlimited checks an unlimited limit l: Envoy's ratelimit rejects a unit
+// beside unlimited and ignores requests_per_unit; sluice's extensions make
+// no sense there either.
+func (c *checker) unlimited(ls *RateLimitSpec, l *Limit, path string, start int) *Limit {
+	l.Unlimited = true
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"unit", ls.Unit != ""}, {"algorithm", ls.Algorithm != ""}, {"burst", ls.Burst != 0},
+		{"unit_multiplier", ls.UnitMultiplier != 0}, {"throttling", ls.Throttling != ""},
+		{"exceed_percent", ls.ExceedPercent != 0}, {"sync", ls.Sync != ""}, {"scope", ls.Scope != ""},
+		{"elastic_percent", ls.ElasticPercent != 0},
+	} {
+		if f.set && !c.bad(ls, f.name) {
+			c.errorf(c.keyLine(ls, f.name), path, "%s: not allowed with unlimited: true", f.name)
+		}
+	}
+	if c.rp.n > start || c.broken(ls) {
+		return nil
+	}
+	return l
+}
+
+// limitCheck is one limit being checked by rateLimit: its spec, the Limit
+// made of it, and the lines its messages point at.
+type limitCheck struct {
+	c          *checker
+	ls         *RateLimitSpec
+	l          *Limit
+	what, path string
+	period     time.Duration
+	// The lines of the fields Limit.Validate's errors name.
+	unitLine, rateLine, algLine, burstLine, precLine, throttleLine int
+}
+
+// limitFields check the fields of a limit, one concern each, in the order
+// their messages come.
+var limitFields = []func(*limitCheck){
+	(*limitCheck).unit, (*limitCheck).rate, (*limitCheck).algorithm, (*limitCheck).burst,
+	(*limitCheck).precision, (*limitCheck).throttling, (*limitCheck).elastic, (*limitCheck).exceed,
+	(*limitCheck).sync,
+}
+
+// unit checks unit and unit_multiplier, which make the period.
+func (lc *limitCheck) unit() {
+	c, ls, l, path := lc.c, lc.ls, lc.l, lc.path
+	lc.unitLine = c.line(ls, "unit")
 	switch {
 	case c.bad(ls, "unit"):
 	case ls.Unit == "":
-		c.errorf(c.line(ls, ""), path, "%s: missing unit (%s)", what, unitNames)
+		c.errorf(c.line(ls, ""), path, "%s: missing unit (%s)", lc.what, unitNames)
 	default:
 		l.Unit = strings.ToLower(ls.Unit) // Envoy's ratelimit reads SECOND as second
 		var ok bool
-		if period, ok = unitPeriod(l.Unit); !ok {
-			c.errorf(unitLine, path, "unit: unknown unit %q (want %s)", ls.Unit, unitNames)
+		if lc.period, ok = unitPeriod(l.Unit); !ok {
+			c.errorf(lc.unitLine, path, "unit: unknown unit %q (want %s)", ls.Unit, unitNames)
 		}
 	}
 	l.UnitMultiplier = 1
@@ -616,161 +658,205 @@ func (c *checker) rateLimit(ls *RateLimitSpec, what string, p *parsedDomain, pat
 		switch {
 		case m < 1:
 			c.errorf(line, path, "unit_multiplier: must be at least 1, got %d", m)
-		case period > 0 && m > math.MaxInt64/int64(period):
+		case lc.period > 0 && m > math.MaxInt64/int64(lc.period):
 			c.errorf(line, path, "unit_multiplier: %d %ss is too long", m, l.Unit)
 		default:
 			l.UnitMultiplier = m
-			unitLine = line
+			lc.unitLine = line
 		}
 	}
-	l.Limit.Period = period * time.Duration(l.UnitMultiplier)
+	l.Limit.Period = lc.period * time.Duration(l.UnitMultiplier)
+}
 
-	rateLine := c.line(ls, "requests_per_unit")
+// rate checks requests_per_unit: 0 blocks every request, as in Envoy.
+func (lc *limitCheck) rate() {
+	c, ls := lc.c, lc.ls
+	lc.rateLine = c.line(ls, "requests_per_unit")
 	switch v := ls.RequestsPerUnit; {
 	case c.bad(ls, "requests_per_unit"):
 	case v < 0:
-		c.errorf(rateLine, path, "requests_per_unit: must be at least 0 (0 denies every request), got %d", v)
+		c.errorf(lc.rateLine, lc.path, "requests_per_unit: must be at least 0 (0 denies every request), got %d", v)
 	case v == 0:
-		l.Block = true // Envoy's meaning: every request is over the limit
+		lc.l.Block = true // Envoy's meaning: every request is over the limit
 	default:
-		l.Limit.Rate = v
+		lc.l.Limit.Rate = v
 	}
-	algLine := c.line(ls, "algorithm")
+}
+
+// algorithm checks algorithm.
+func (lc *limitCheck) algorithm() {
+	c, ls := lc.c, lc.ls
+	lc.algLine = c.line(ls, "algorithm")
 	if ls.Algorithm != "" && !c.bad(ls, "algorithm") {
 		a, err := sluice.ParseAlgorithm(ls.Algorithm)
 		if err != nil {
-			c.errorf(algLine, path, "algorithm: %v", err)
+			c.errorf(lc.algLine, lc.path, "algorithm: %v", err)
 		}
-		l.Limit.Algorithm = a
+		lc.l.Limit.Algorithm = a
 	}
-	burstLine := c.line(ls, "burst")
+}
+
+// burst checks burst.
+func (lc *limitCheck) burst() {
+	c, ls := lc.c, lc.ls
+	lc.burstLine = c.line(ls, "burst")
 	if b := ls.Burst; b != 0 && !c.bad(ls, "burst") {
 		if b < 1 {
-			c.errorf(burstLine, path, "burst: must be at least 1, got %d", b)
+			c.errorf(lc.burstLine, lc.path, "burst: must be at least 1, got %d", b)
 		}
-		l.Limit.Burst = b
+		lc.l.Limit.Burst = b
 	}
-	precLine := c.line(ls, "precision")
+}
+
+// precision checks precision, a sliding window's.
+func (lc *limitCheck) precision() {
+	c, ls, l := lc.c, lc.ls, lc.l
+	lc.precLine = c.line(ls, "precision")
 	if v := ls.Precision; v != 0 && !c.bad(ls, "precision") {
 		switch {
 		case l.Limit.Algorithm != sluice.SlidingWindow:
-			c.errorf(c.keyLine(ls, "precision"), path, "precision: only with algorithm: sliding_window, not %s", l.Limit.Algorithm)
+			c.errorf(c.keyLine(ls, "precision"), lc.path, "precision: only with algorithm: sliding_window, not %s", l.Limit.Algorithm)
 		case v < 1 || v > sluice.MaxPrecision:
-			c.errorf(precLine, path, "precision: must be between 1 and %d, got %d", sluice.MaxPrecision, v)
+			c.errorf(lc.precLine, lc.path, "precision: must be between 1 and %d, got %d", sluice.MaxPrecision, v)
 		}
 		l.Limit.Precision = v
 	}
-	throttleLine := c.line(ls, "throttling")
-	switch ls.Throttling {
-	case "", "hard":
-		l.Throttling = Hard
-	case "soft":
-		l.Throttling = Soft
-	case "elastic":
-		l.Throttling = Elastic
-	default:
-		if !c.bad(ls, "throttling") {
-			c.errorf(throttleLine, path, "throttling: want hard, soft or elastic, got %q", ls.Throttling)
-		}
+}
+
+// throttlings are the values of throttling.
+var throttlings = map[string]Throttling{"": Hard, "hard": Hard, "soft": Soft, "elastic": Elastic}
+
+// throttling checks throttling.
+func (lc *limitCheck) throttling() {
+	c, ls := lc.c, lc.ls
+	lc.throttleLine = c.line(ls, "throttling")
+	t, ok := throttlings[ls.Throttling]
+	if !ok && !c.bad(ls, "throttling") {
+		c.errorf(lc.throttleLine, lc.path, "throttling: want hard, soft or elastic, got %q", ls.Throttling)
 	}
-	switch v := ls.ElasticPercent; {
-	case c.bad(ls, "elastic_percent"):
-	case v != 0 && l.Throttling != Elastic:
-		c.errorf(c.keyLine(ls, "elastic_percent"), path, "elastic_percent: only with throttling: elastic")
+	lc.l.Throttling = t
+}
+
+// elastic checks elastic_percent, which elastic throttling needs.
+func (lc *limitCheck) elastic() {
+	lc.percent("elastic_percent", lc.ls.ElasticPercent, Elastic, "throttling: elastic needs elastic_percent (how far past the limit the pool's spare may take it)")
+}
+
+// exceed checks exceed_percent, which soft throttling needs.
+func (lc *limitCheck) exceed() {
+	lc.percent("exceed_percent", lc.ls.ExceedPercent, Soft, "throttling: soft needs exceed_percent (how far past the limit to admit)")
+}
+
+// percent checks field, whose value is v, a percentage past the limit
+// that throttling t takes and needs (missing says so).
+func (lc *limitCheck) percent(field string, v int64, t Throttling, missing string) {
+	c, ls, l := lc.c, lc.ls, lc.l
+	switch {
+	case c.bad(ls, field):
+	case v != 0 && l.Throttling != t:
+		c.errorf(c.keyLine(ls, field), lc.path, "%s: only with throttling: %s", field, t)
 	case v != 0 && (v < 1 || v > 1_000_000):
-		c.errorf(c.line(ls, "elastic_percent"), path, "elastic_percent: must be between 1 and 1000000, got %d", v)
+		c.errorf(c.line(ls, field), lc.path, "%s: must be between 1 and 1000000, got %d", field, v)
 	case v != 0:
 		l.ExceedPercent = v
-	case l.Throttling == Elastic:
-		c.errorf(throttleLine, path, "throttling: elastic needs elastic_percent (how far past the limit the pool's spare may take it)")
+	case l.Throttling == t:
+		c.errorf(lc.throttleLine, lc.path, "%s", missing)
 	}
-	switch v := ls.ExceedPercent; {
-	case c.bad(ls, "exceed_percent"):
-	case v != 0 && l.Throttling != Soft:
-		c.errorf(c.keyLine(ls, "exceed_percent"), path, "exceed_percent: only with throttling: soft")
-	case v != 0 && (v < 1 || v > 1_000_000):
-		c.errorf(c.line(ls, "exceed_percent"), path, "exceed_percent: must be between 1 and 1000000, got %d", v)
-	case v != 0:
-		l.ExceedPercent = v
-	case l.Throttling == Soft:
-		c.errorf(throttleLine, path, "throttling: soft needs exceed_percent (how far past the limit to admit)")
-	}
+}
+
+// sync checks sync: lease and async are not for what only exact counts.
+func (lc *limitCheck) sync() {
+	c, ls, l := lc.c, lc.ls, lc.l
 	sync, err := sluice.ParseSync(ls.Sync)
 	switch {
 	case err != nil:
 		if !c.bad(ls, "sync") {
-			c.errorf(c.line(ls, "sync"), path, "sync: want exact, lease or async, got %q", ls.Sync)
+			c.errorf(c.line(ls, "sync"), lc.path, "sync: want exact, lease or async, got %q", ls.Sync)
 		}
 	case sync == sluice.Lease || sync == sluice.Async:
 		if a := l.Limit.Algorithm; a == sluice.SlidingLog && !c.bad(ls, "sync") {
-			c.errorf(c.line(ls, "sync"), path, "sync: %s is for every algorithm but sliding_log, which is exact only", ls.Sync)
+			c.errorf(c.line(ls, "sync"), lc.path, "sync: %s is for every algorithm but sliding_log, which is exact only", ls.Sync)
 		}
 		if l.Limit.SubWindows() > 1 && !c.bad(ls, "sync") {
-			c.errorf(c.line(ls, "sync"), path, "sync: %s keeps a sliding_window's two windows; precision above 1 is exact only", ls.Sync)
+			c.errorf(c.line(ls, "sync"), lc.path, "sync: %s keeps a sliding_window's two windows; precision above 1 is exact only", ls.Sync)
 		}
 	}
 	l.Sync = sync
-	c.scope(ls, l, path)
-	if c.rp.n > start || c.broken(ls) {
-		return nil
-	}
-	if l.Block {
-		// Nothing is counted: a burst or soft throttling would mean nothing.
-		if l.Limit.Burst != 0 {
-			c.errorf(c.keyLine(ls, "burst"), path, "burst: not allowed with requests_per_unit: 0 (every request is denied)")
-		}
-		if l.Throttling != Hard {
-			c.errorf(c.keyLine(ls, "throttling"), path, "throttling: %s is not allowed with requests_per_unit: 0 (every request is denied)", l.Throttling)
-		}
-		if c.rp.n > start {
-			return nil
-		}
-		// The period must still be one the algorithms could count in.
-		check := l.Limit
-		check.Rate = 1
-		if err := check.Validate(); err != nil {
-			c.errorf(unitLine, path, "unit: %v", err)
-			return nil
-		}
-		return l
-	}
-	if err := l.Limit.Validate(); err != nil {
-		var fe *sluice.FieldError
-		if errors.As(err, &fe) {
-			switch fe.Field {
-			case "Rate":
-				c.errorf(rateLine, path, "requests_per_unit: %s", fe.Reason)
-			case "Burst":
-				c.errorf(burstLine, path, "burst: %s", fe.Reason)
-			case "Period":
-				c.errorf(unitLine, path, "unit: %s", fe.Reason)
-			case "Algorithm":
-				c.errorf(algLine, path, "algorithm: %s", fe.Reason)
-			case "Precision":
-				c.errorf(precLine, path, "precision: %s", fe.Reason)
-			default:
-				c.errorf(l.Line, path, "%s: %s", what, err)
-			}
-		} else {
-			c.errorf(l.Line, path, "%s: %v", what, err)
-		}
-		return nil
+}
+
+// blocked checks a limit that denies every request (requests_per_unit:
+// 0): nothing is counted, so a burst or soft throttling would mean
+// nothing, but the period must still be one the algorithms could count
+// in.
+func (lc *limitCheck) blocked(start int) *Limit {
+	c, ls, l := lc.c, lc.ls, lc.l
+	if l.Limit.Burst != 0 {
+		c.errorf(c.keyLine(ls, "burst"), lc.path, "burst: not allowed with requests_per_unit: 0 (every request is denied)")
 	}
 	if l.Throttling != Hard {
-		field := "exceed_percent"
-		if l.Throttling == Elastic {
-			field = "elastic_percent"
-		}
-		if err := softLimit(l.Limit, l.ExceedPercent).Validate(); err != nil {
-			c.errorf(throttleLine, path, "%s: %d%% past %s is too large: %v", field, l.ExceedPercent, l.Limit, err)
-			return nil
-		}
-		if softLimit(l.Limit, l.ExceedPercent) == l.Limit || (l.Throttling == Elastic && l.Excess().Validate() != nil) {
-			c.errorf(throttleLine, path, "%s: %d%% past %s admits nothing more (the excess rounds down to 0); raise %s", field, l.ExceedPercent, l.Limit, field)
-			return nil
-		}
+		c.errorf(c.keyLine(ls, "throttling"), lc.path, "throttling: %s is not allowed with requests_per_unit: 0 (every request is denied)", l.Throttling)
+	}
+	if c.rp.n > start {
+		return nil
+	}
+	check := l.Limit
+	check.Rate = 1
+	if err := check.Validate(); err != nil {
+		c.errorf(lc.unitLine, lc.path, "unit: %v", err)
+		return nil
 	}
 	return l
+}
+
+// valid reports whether the limit's arithmetic accepts it
+// (sluice.Limit.Validate), and else reports why at the field it names.
+func (lc *limitCheck) valid() bool {
+	c, l := lc.c, lc.l
+	err := l.Limit.Validate()
+	if err == nil {
+		return true
+	}
+	var fe *sluice.FieldError
+	if !errors.As(err, &fe) {
+		c.errorf(l.Line, lc.path, "%s: %v", lc.what, err)
+		return false
+	}
+	fields := map[string]struct {
+		name string
+		line int
+	}{
+		"Rate": {"requests_per_unit", lc.rateLine}, "Burst": {"burst", lc.burstLine}, "Period": {"unit", lc.unitLine},
+		"Algorithm": {"algorithm", lc.algLine}, "Precision": {"precision", lc.precLine},
+	}
+	if f, ok := fields[fe.Field]; ok {
+		c.errorf(f.line, lc.path, "%s: %s", f.name, fe.Reason)
+	} else {
+		c.errorf(l.Line, lc.path, "%s: %s", lc.what, err)
+	}
+	return false
+}
+
+// pastLimit reports whether a soft or elastic limit's percentage past the
+// limit makes a limit the arithmetic accepts that admits more, and else
+// reports why.
+func (lc *limitCheck) pastLimit() bool {
+	c, l := lc.c, lc.l
+	if l.Throttling == Hard {
+		return true
+	}
+	field := "exceed_percent"
+	if l.Throttling == Elastic {
+		field = "elastic_percent"
+	}
+	if err := softLimit(l.Limit, l.ExceedPercent).Validate(); err != nil {
+		c.errorf(lc.throttleLine, lc.path, "%s: %d%% past %s is too large: %v", field, l.ExceedPercent, l.Limit, err)
+		return false
+	}
+	if softLimit(l.Limit, l.ExceedPercent) == l.Limit || (l.Throttling == Elastic && l.Excess().Validate() != nil) {
+		c.errorf(lc.throttleLine, lc.path, "%s: %d%% past %s admits nothing more (the excess rounds down to 0); raise %s", field, l.ExceedPercent, l.Limit, field)
+		return false
+	}
+	return true
 }
 
 // pool validates the domain's capacity and gives it to every elastic
