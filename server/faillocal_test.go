@@ -1,0 +1,72 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// TestServeStallDefaults runs sluice serve with every flag at its default
+// (--fail local, the adaptive --store-timeout) on a Redis of its own, and
+// stalls that Redis's host (SIGSTOP) while two clients of a limit of 100
+// an hour ask: one under its limit is never denied, one over it gets what
+// Redis had left and no more than the bound (100 + 100/20 + 1 on one
+// server), the calls left going on are counted by Redis once it resumes,
+// and decisions go back to it, which counts every hit once.
+func TestServeStallDefaults(t *testing.T) {
+	t.Parallel()
+	r := testenv.StartRedis(t)
+	rules := copyRules(t, exampleRules)
+	writeFile(t, rules, "domain: stall\ndescriptors:\n  - key: client\n    rate_limit: {unit: hour, requests_per_unit: 100}\n")
+	c := testConfig(rules)
+	c.Store.URL = "redis://" + r.Addr
+	s := startServer(t, c)
+	s.waitStore(t)
+	ask := func(client string, n int) (admitted int) {
+		t.Helper()
+		for range n {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+				Domain: "stall", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", client)},
+			})
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: %v", client, err)
+			}
+			if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	if got := ask("under", 10) + ask("over", 60); got != 70 {
+		t.Fatalf("%d of 70 admitted by a healthy Redis", got)
+	}
+	r.Pause()
+	under, over := ask("under", 20), ask("over", 100)
+	r.Resume()
+	if under != 20 {
+		t.Errorf("under its limit, Redis stalled: %d of 20 admitted, want all", under)
+	}
+	if bound := 100 + 100/20 + 1; 60+over > bound || 60+over < 100 {
+		t.Errorf("over its limit, Redis stalled: %d admitted in all, want the limit of 100, at most %d", 60+over, bound)
+	}
+	eventually(t, "decisions from Redis again", func() bool {
+		return strings.Contains(s.do(t, "GET", "/readyz", "").body, `"mode":"store"`) && ask("probe", 1) == 1
+	})
+	eventually(t, "the over client denied by Redis", func() bool { return ask("over", 1) == 0 })
+	// Its 30 hits counted once each: 70 more pass, the next does not.
+	if got, next := ask("under", 70), ask("under", 1); got != 70 || next != 0 {
+		t.Errorf("under, Redis back: %d of 70 admitted, then %d of 1; want 70, then none: each hit counted once", got, next)
+	}
+	if n := r.Do("DBSIZE"); n == "0" {
+		t.Errorf("Redis holds no key")
+	}
+	t.Logf("stalled: under %d of 20, over %d of 100 (60 before)", under, over)
+}
