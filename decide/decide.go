@@ -291,19 +291,7 @@ func (s *Service) decide(ctx context.Context, r *Request) (*Response, error) {
 		return nil, err
 	}
 	n := len(r.Descriptors)
-	var resp *Response
-	if n == 1 {
-		ro := new(responseOne)
-		resp = &ro.r
-		resp.Statuses = ro.s[:]
-	} else {
-		resp = &Response{Statuses: make([]Status, n)}
-	}
-	resp.Overall = OK
-	for i := range resp.Statuses {
-		resp.Statuses[i].Code = OK
-	}
-
+	resp := newResponse(n)
 	set := s.rules()
 	if set == nil {
 		resp.UnknownDomain = true
@@ -341,16 +329,48 @@ func (s *Service) decide(ctx context.Context, r *Request) (*Response, error) {
 
 	tctx, cancel := s.bound(ctx)
 	defer cancel()
-	// The enforcing descriptors come first in b.reqs, the ones taken alone
-	// (shadow and quota mode) after.
+	s.takeBatch(ctx, tctx, resp, b)
+	block(resp, b)
+	if len(b.elastic) > 0 && overall(resp) == OK {
+		s.elastic(ctx, tctx, r, resp, b)
+	}
+	resp.Overall = overall(resp)
+	if resp.Overall == OK {
+		s.admitStep(ctx, r, resp)
+	}
+	return resp, nil
+}
+
+// newResponse returns a Response of n statuses, all OK; the common
+// request of one descriptor takes one allocation.
+func newResponse(n int) *Response {
+	var resp *Response
+	if n == 1 {
+		ro := new(responseOne)
+		resp = &ro.r
+		resp.Statuses = ro.s[:]
+	} else {
+		resp = &Response{Statuses: make([]Status, n)}
+	}
+	resp.Overall = OK
+	for i := range resp.Statuses {
+		resp.Statuses[i].Code = OK
+	}
+	return resp
+}
+
+// takeBatch takes b.reqs with take: the enforcing descriptors, first in
+// b.reqs, in one call, then each descriptor taken alone (in shadow or
+// quota mode) in one of its own. A blocking limit of an enforcing
+// descriptor denies the request: the others then take nothing and only
+// report what is left, as when a limit of the TakeAll denies.
+func (s *Service) takeBatch(ctx, tctx context.Context, resp *Response, b *batch) {
 	main := 0
 	for main < len(b.refs) && !b.span[b.refs[main].desc].alone {
 		main++
 	}
 	for _, br := range b.blocked {
 		if st := &resp.Statuses[br.desc]; !st.Shadow && !st.Rule.QuotaMode {
-			// A blocking limit denies the request: the others only report
-			// what is left, as when a limit of the TakeAll denies.
 			for k := range b.reqs[:main] {
 				b.reqs[k].Cost = 0
 			}
@@ -366,15 +386,6 @@ func (s *Service) decide(ctx context.Context, r *Request) (*Response, error) {
 		s.take(ctx, tctx, resp, b, lo, hi, resp.Statuses[desc].Shadow)
 		lo = hi
 	}
-	block(resp, b)
-	if len(b.elastic) > 0 && overall(resp) == OK {
-		s.elastic(ctx, tctx, r, resp, b)
-	}
-	resp.Overall = overall(resp)
-	if resp.Overall == OK {
-		s.admitStep(ctx, r, resp)
-	}
-	return resp, nil
 }
 
 // match writes the rule each descriptor of r matches (rules.RequestRule's
