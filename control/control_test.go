@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -496,16 +497,24 @@ func TestGiganticDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Do(ctx, c.B().Del().Key(key).Build())
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	_, err = db.State(ctx)
-	runtime.ReadMemStats(&after)
-	if !errors.Is(err, control.ErrUnavailable) || !strings.Contains(err.Error(), `"big" holds`) {
-		t.Fatalf("State: %v", err)
+	// MemStats counts the allocations of the whole process, which goroutines
+	// other tests left (a client's pings, a poller) add to: the fewest bytes
+	// of five reads is the refused read's, within 1 MiB, where reading the
+	// 6 MiB value would allocate more than that every time.
+	least := uint64(math.MaxUint64)
+	for range 5 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, err = db.State(ctx)
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, control.ErrUnavailable) || !strings.Contains(err.Error(), `"big" holds`) {
+			t.Fatalf("State: %v", err)
+		}
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
 	}
-	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
-		t.Fatalf("the refused state read allocated %d bytes", n)
+	if least > 1<<20 {
+		t.Fatalf("the refused state read allocated %d bytes (the fewest of five reads)", least)
 	}
 	if _, _, err := e.Domains(ctx); !errors.Is(err, control.ErrUnavailable) {
 		t.Fatalf("Domains: %v", err)
