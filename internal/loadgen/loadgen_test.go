@@ -58,7 +58,7 @@ func TestRunRate(t *testing.T) {
 	if err := writeRules(c.Rules.Source); err != nil {
 		t.Fatal(err)
 	}
-	c.GRPC.Addr, c.Logger = "127.0.0.1:0", slog.New(slog.DiscardHandler)
+	c.GRPC.Addr, c.HTTP.Addr, c.Logger = "127.0.0.1:0", "127.0.0.1:0", slog.New(slog.DiscardHandler)
 	srv, err := server.New(c)
 	if err != nil {
 		t.Fatal(err)
