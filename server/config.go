@@ -298,7 +298,7 @@ type TracingConfig struct {
 // DefaultConfig returns the configuration of every zero field: what
 // `sluice serve` runs with when no flag is given (Rules.Source aside).
 func DefaultConfig() Config {
-	dc := decide.DefaultConfig()
+	dc, oc, tc := decide.DefaultConfig(), observe.DefaultConfig(), tracing.DefaultConfig() // their defaults are theirs
 	return Config{
 		Rules: RulesConfig{
 			MaxFileBytes: rules.DefaultMaxFileBytes, // 16 MiB: rules files are small; a directory 4 times that
@@ -321,18 +321,18 @@ func DefaultConfig() Config {
 		TLS:   TLSConfig{Listeners: []string{"all"}}, // a certificate, once given, serves every listener
 		Admin: AdminConfig{Addr: "127.0.0.1:8082"},   // loopback: it writes rules; off without Tokens
 		Observe: ObserveConfig{
-			DenyLogRate: 10,                           // lines a second: enough to see who, not a flood
-			TopKeys:     16,                           // a few domains' rules; 6.5 MiB at most
-			TopWidth:    sketch.DefaultConfig().Width, // 1024: counts at most 0.27% of a window's total too high
+			DenyLogRate: oc.DenialLogRate, // 10 lines a second: enough to see who, not a flood
+			TopKeys:     oc.MaxKeys,       // 16: a few domains' rules; 6.5 MiB at most
+			TopWidth:    oc.Sketch.Width,  // 1024: counts at most 0.27% of a window's total too high
 		},
 		Envoy: EnvoyConfig{
 			NearLimitRatio:      metrics.DefaultNearLimitRatio, // 0.8, Envoy's NEAR_LIMIT_RATIO
 			StatsdFlushInterval: 10 * time.Second,              // Envoy's STATS_FLUSH_INTERVAL
 		},
 		Tracing: TracingConfig{ // off without an Endpoint
-			Protocol:    "grpc",                     // OTLP/gRPC, the collectors' first
-			SampleRatio: tracing.DefaultSampleRatio, // 1%: spans cost; Envoy's sampled parents are always traced
-			ServiceName: "sluice",
+			Protocol:    tc.Protocol,    // OTLP/gRPC, the collectors' first
+			SampleRatio: tc.SampleRatio, // 1%: spans cost; Envoy's sampled parents are always traced
+			ServiceName: tc.ServiceName, // sluice
 		},
 		ShutdownTimeout: 10 * time.Second, // calls in flight finish; within Kubernetes' 30s grace
 		Logger:          slog.Default(),

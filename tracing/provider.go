@@ -41,6 +41,16 @@ type Config struct {
 	ServiceName string
 }
 
+// DefaultConfig returns the default configuration: what every zero field
+// of a Config means. Endpoint has none: it is required.
+func DefaultConfig() Config {
+	return Config{
+		Protocol:    "grpc",             // OTLP/gRPC, the collectors' first
+		SampleRatio: DefaultSampleRatio, // 1%: spans cost; Envoy's sampled parents are always traced
+		ServiceName: "sluice",
+	}
+}
+
 // NewProvider returns a TracerProvider that batches spans and exports them
 // to cfg.Endpoint. It does not connect until it exports; the caller calls
 // its Shutdown, which exports what is left.
@@ -63,7 +73,7 @@ func NewProvider(ctx context.Context, cfg Config) (*sdktrace.TracerProvider, err
 	}
 	name := cfg.ServiceName
 	if name == "" {
-		name = "sluice"
+		name = DefaultConfig().ServiceName
 	}
 	var exp *otlptrace.Exporter
 	switch strings.ToLower(cfg.Protocol) {

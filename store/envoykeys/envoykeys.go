@@ -68,6 +68,16 @@ type Config struct {
 	StopIncrementWhenOverLimit bool
 }
 
+// DefaultConfig returns the default configuration: what the zero Config
+// means.
+func DefaultConfig() Config {
+	return Config{
+		Now: time.Now, // the host's clock, as Envoy's ratelimit reads it
+		// Prefix: "", Envoy's; ExpiryJitter: 0, none;
+		// StopIncrementWhenOverLimit: off, as Envoy's
+	}
+}
+
 // Store counts the requests that carry an Envoy descriptor in Redis as
 // Envoy's ratelimit does, and passes the others to the store it decorates.
 // It is safe for concurrent use.
@@ -88,7 +98,7 @@ var _ sluice.Store = (*Store)(nil)
 // ErrNotConnected). The client is the caller's to close.
 func New(next sluice.Store, client func() rueidis.Client, cfg Config) *Store {
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = DefaultConfig().Now
 	}
 	return &Store{next: next, prefix: cfg.Prefix, client: client, now: cfg.Now, jitter: int64(cfg.ExpiryJitter / time.Second),
 		stop: cfg.StopIncrementWhenOverLimit}

@@ -152,9 +152,22 @@ type Config struct {
 	syncByHand bool
 }
 
-// DefaultSyncInterval is Config.SyncInterval's default, for callers that
-// judge a limit against it (sluice check).
-const DefaultSyncInterval = 100 * time.Millisecond
+// DefaultConfig returns the default configuration: what every zero field
+// of a Config means.
+func DefaultConfig() Config {
+	return Config{
+		NearCacheBytes: defaultNearCacheBytes, // 8 MiB of denials
+		Sync:           Exact,                 // every decision reaches the store
+		LeaseLifetime:  defaultLeaseLifetime,  // 500ms
+		MaxLease:       defaultMaxLease,       // 1000 hits
+		LeaseBytes:     defaultLeaseBytes,     // 8 MiB each for leases and async
+		SyncInterval:   defaultSyncInterval,   // 100ms
+		AsyncNodes:     defaultAsyncNodes,     // no floor beyond the servers counted
+		AsyncShare:     defaultAsyncShare,     // at most 2% over
+		Now:            time.Now,
+		// RequestSync: off; Backend: nil, next; Direct: nil, none
+	}
+}
 
 // The defaults of Config's fields.
 const (
@@ -170,7 +183,7 @@ const (
 	// keys of 30 bytes.
 	defaultLeaseBytes = 8 << 20
 	// defaultSyncInterval is SyncInterval's default.
-	defaultSyncInterval = DefaultSyncInterval
+	defaultSyncInterval = 100 * time.Millisecond
 	// defaultAsyncNodes is AsyncNodes's default: no floor beyond the
 	// servers counted.
 	defaultAsyncNodes = 1
@@ -236,29 +249,16 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	if cfg.LeaseLifetime < 0 || cfg.MaxLease < 0 || cfg.LeaseBytes < 0 || cfg.SyncInterval < 0 || cfg.AsyncNodes < 0 || cfg.AsyncShare < 0 {
 		return nil, errors.New("localfirst: LeaseLifetime, MaxLease, LeaseBytes, SyncInterval, AsyncNodes and AsyncShare must not be negative")
 	}
-	if cfg.SyncInterval == 0 {
-		cfg.SyncInterval = defaultSyncInterval
-	}
-	if cfg.AsyncNodes == 0 {
-		cfg.AsyncNodes = defaultAsyncNodes
-	}
-	if cfg.AsyncShare == 0 {
-		cfg.AsyncShare = defaultAsyncShare
-	}
-	if cfg.NearCacheBytes == 0 {
-		cfg.NearCacheBytes = defaultNearCacheBytes
-	}
-	if cfg.LeaseLifetime == 0 {
-		cfg.LeaseLifetime = defaultLeaseLifetime
-	}
-	if cfg.MaxLease == 0 {
-		cfg.MaxLease = defaultMaxLease
-	}
-	if cfg.LeaseBytes == 0 {
-		cfg.LeaseBytes = defaultLeaseBytes
-	}
+	d := DefaultConfig()
+	setDefault(&cfg.SyncInterval, d.SyncInterval)
+	setDefault(&cfg.AsyncNodes, d.AsyncNodes)
+	setDefault(&cfg.AsyncShare, d.AsyncShare)
+	setDefault(&cfg.NearCacheBytes, d.NearCacheBytes)
+	setDefault(&cfg.LeaseLifetime, d.LeaseLifetime)
+	setDefault(&cfg.MaxLease, d.MaxLease)
+	setDefault(&cfg.LeaseBytes, d.LeaseBytes)
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = d.Now
 	}
 	s := &Store{next: next, now: cfg.Now, sync: cfg.Sync, requestSync: cfg.RequestSync, syncEvery: cfg.SyncInterval,
 		direct: cfg.Direct}
@@ -524,4 +524,12 @@ func (s *Store) NonBlocking() bool {
 func (s *Store) Ready() bool {
 	r, ok := s.next.(interface{ Ready() bool })
 	return !ok || r.Ready()
+}
+
+// setDefault sets *v to def when it is zero.
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }

@@ -31,8 +31,13 @@ type Config struct {
 	Below time.Duration
 }
 
-// DefaultBelow is Config.Below's default.
-const DefaultBelow = time.Minute
+// DefaultConfig returns the default configuration: what the zero Config
+// means.
+func DefaultConfig() Config {
+	return Config{
+		Below: time.Minute, // Envoy's REDIS_PERSECOND: its limits of unit second
+	}
+}
 
 // Store sends each request to the short or the long store by its
 // limit's period. It is safe for concurrent use if both stores are. It
@@ -50,7 +55,7 @@ func New(short, long sluice.Store, cfg Config) (*Store, error) {
 		return nil, errors.New("persecond: a store is nil")
 	}
 	if cfg.Below == 0 {
-		cfg.Below = DefaultBelow
+		cfg.Below = DefaultConfig().Below
 	}
 	if cfg.Below < 0 {
 		return nil, fmt.Errorf("persecond: Below %v is negative", cfg.Below)

@@ -120,15 +120,24 @@ type Peer struct {
 	Site Site
 }
 
-// The defaults of Config's fields.
-const (
-	defaultSyncInterval = 100 * time.Millisecond
-	defaultPeerTimeout  = 500 * time.Millisecond
-	defaultShare        = 10
-	defaultEchoRounds   = 4
-	defaultNodeLife     = 2 * time.Second
-	defaultMaxBytes     = 8 << 20
-)
+// defaultShare is Share's default, which the tests' bounds use.
+const defaultShare = 10
+
+// DefaultConfig returns the default configuration: what every zero field
+// of a Config means. Region and Home have none: they are required.
+func DefaultConfig() Config {
+	return Config{
+		SyncInterval: 100 * time.Millisecond,  // a round ten times a second
+		PeerTimeout:  500 * time.Millisecond,  // a slow peer holds a round up at most this
+		Share:        defaultShare,            // overshoot at most a tenth of what is left
+		EchoRounds:   4,                       // a peer's echo may be 2 rounds late, and 2 more
+		CapLife:      1200 * time.Millisecond, // 2 × (PeerTimeout + SyncInterval), from those given
+		NodeLife:     2 * time.Second,         // a node that stops beating leaves the count then
+		MaxBytes:     8 << 20,                 // 8 MiB of global keys
+		Now:          time.Now,
+		// Node: 16 random hex digits; Peers: none; Errors: nil, not told
+	}
+}
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Region == "" {
@@ -152,26 +161,27 @@ func (c Config) withDefaults() (Config, error) {
 		_, _ = rand.Read(b[:])
 		c.Node = hex.EncodeToString(b[:])
 	}
-	set := func(d *time.Duration, def time.Duration) {
-		if *d == 0 {
-			*d = def
+	d := DefaultConfig()
+	set := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
 		}
 	}
-	set(&c.SyncInterval, defaultSyncInterval)
-	set(&c.PeerTimeout, defaultPeerTimeout)
+	set(&c.SyncInterval, d.SyncInterval)
+	set(&c.PeerTimeout, d.PeerTimeout)
 	set(&c.CapLife, 2*(c.PeerTimeout+max(c.SyncInterval, 0)))
-	set(&c.NodeLife, defaultNodeLife)
+	set(&c.NodeLife, d.NodeLife)
 	if c.Share <= 0 {
-		c.Share = defaultShare
+		c.Share = d.Share
 	}
 	if c.EchoRounds == 0 {
-		c.EchoRounds = defaultEchoRounds
+		c.EchoRounds = d.EchoRounds
 	}
 	if c.EchoRounds < 2 {
 		return c, fmt.Errorf("regions: EchoRounds %d: at least 2", c.EchoRounds)
 	}
 	if c.MaxBytes <= 0 {
-		c.MaxBytes = defaultMaxBytes
+		c.MaxBytes = d.MaxBytes
 	}
 	if c.Now == nil {
 		c.Now = time.Now

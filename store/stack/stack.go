@@ -163,15 +163,16 @@ type Peer struct {
 // DefaultConfig returns the default configuration: what every zero field
 // of a Config means.
 func DefaultConfig() Config {
+	lf := localfirst.DefaultConfig() // the local-first layers' defaults are theirs
 	return Config{
 		URL:           "memory",               // one process, exact
 		MaxMemory:     memory.DefaultMaxBytes, // 256 MiB: about 288 bytes a client
-		NearCache:     8 << 20,                // 8 MiB of denials answered without Redis
+		NearCache:     lf.NearCacheBytes,      // 8 MiB of denials answered without Redis
 		Sync:          sluice.Exact,           // every decision reaches Redis
-		SyncInterval:  100 * time.Millisecond, // async mode's write-back
-		AsyncNodes:    1,                      // the servers count themselves (heartbeats in Redis)
-		LeaseLifetime: 500 * time.Millisecond, // unused hits go back soon after a client stops
-		MaxLease:      1000,                   // and at most a sixteenth of the limit (a quarter of a per-second window)
+		SyncInterval:  lf.SyncInterval,        // 100ms: async mode's write-back
+		AsyncNodes:    lf.AsyncNodes,          // 1: the servers count themselves (heartbeats in Redis)
+		LeaseLifetime: lf.LeaseLifetime,       // 500ms: unused hits go back soon after a client stops
+		MaxLease:      lf.MaxLease,            // 1000, and at most a sixteenth of the limit (a quarter of a per-second window)
 		Logger:        slog.Default(),
 		// SentinelAuth, PerSecond, PerSecondSentinelAuth: none
 		// TLS: nil, the system's roots; ExpiryJitter: 0, none
