@@ -175,6 +175,15 @@ type Config struct {
 	// they fit (store/stack's WriteBack). Probe calls it once the store
 	// answers. Default nil: such hits are not written back.
 	WriteBack func(ctx context.Context, reqs []sluice.Request, windows []int64) error
+	// Restore puts back counts the store lost (a restart without
+	// persistence): reqs[i].Cost is what reqs[i].Limit, a fixed_window,
+	// counted at least on reqs[i].Key in the window that starts at
+	// windows[i] (µs, on the store's clock), merged by maximum
+	// (store/stack's RestoreCounts). The ledger finds the loss when the
+	// store counts a key it holds lower than it did earlier in the same
+	// window, by more than a lease could give back. Default nil: lost
+	// counts stay lost.
+	Restore func(ctx context.Context, reqs []sluice.Request, windows []int64) error
 	// BreakerFailures is how many store calls in a row must fail before
 	// the Service stops calling the store for BreakerCoolDown and decides
 	// by Fail alone. Default 5. Negative disables the breaker: every
@@ -253,7 +262,7 @@ func DefaultConfig() Config {
 		MaxLateCalls:     1024,                   // 8 MiB of goroutines at most
 		Fail:             FailLocal,              // decide locally, bounded: neither deny nor lift the limits
 		LedgerBytes:      8 << 20,                // 8 MiB
-		// Servers: nil, 1; WriteBack: nil, none
+		// Servers: nil, 1; WriteBack, Restore: nil, none
 		BreakerFailures: 5,               // in a row
 		BreakerWindow:   2 * time.Second, // longer than a fork's or a busy host's stall
 		BreakerCoolDown: time.Second,     // then one probe

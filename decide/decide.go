@@ -60,6 +60,7 @@ type Service struct {
 	ledger       *ledger                                                // what the fail mode local knows
 	learns       bool                                                   // the ledger learns from the store's decisions
 	writeBack    func(context.Context, []sluice.Request, []int64) error // Config.WriteBack
+	restore      func(context.Context, []sluice.Request, []int64) error // Config.Restore
 	hardTimeout  time.Duration                                          // Config.StoreHardTimeout
 	late         sync.WaitGroup                                         // the store calls in flight of the fail mode local, the write-backs
 	lateMu       sync.Mutex                                             // guards closed, and late's Add against Close's Wait
@@ -105,6 +106,7 @@ func New(cfg Config) (*Service, error) {
 		latency:      newLatency(max(cfg.StoreTimeout, 0), cfg.StoreMaxTimeout),
 		fail:         cfg.Fail,
 		writeBack:    cfg.WriteBack,
+		restore:      cfg.Restore,
 		hardTimeout:  cfg.StoreHardTimeout,
 		lateSlots:    slots{k: cfg.MaxLateCalls},
 		coolDown:     cfg.BreakerCoolDown,
@@ -649,7 +651,7 @@ func (s *Service) fromStore(ctx, tctx context.Context, reqs []sluice.Request, ds
 			s.latency.observe(s.br.now().Sub(start))
 		}
 		if s.learns {
-			s.ledger.learn(reqs, ds, s.br.now().UnixMicro())
+			s.learn(reqs, ds, s.br.now().UnixMicro())
 		}
 		return decided
 	case ctx.Err() != nil: // the caller gave up: not the store's fault

@@ -140,7 +140,7 @@ func (s *Service) finish(c *storeCall, err error, start time.Time) {
 		s.latency.observe(now.Sub(start))
 		s.br.success(c.probe && !abandoned)
 		if s.learns {
-			s.ledger.learn(c.reqs, c.ds, now.UnixMicro())
+			s.learn(c.reqs, c.ds, now.UnixMicro())
 		}
 	case errors.Is(err, sluice.ErrLimit):
 		s.br.cancel(c.probe && !abandoned)
@@ -165,7 +165,7 @@ func (s *Service) ended(c *storeCall) {
 	record := s.writeBack != nil && !errors.Is(c.err, sluice.ErrLimit)
 	if !c.admitted {
 		if c.err == nil && s.learns {
-			s.ledger.learn(c.reqs, c.ds, now)
+			s.learn(c.reqs, c.ds, now)
 		}
 		return
 	}
@@ -181,6 +181,15 @@ func (s *Service) local(resp *Response, reqs []sluice.Request, ds []sluice.Decis
 	s.ledger.take(reqs, ds, s.br.now().UnixMicro(), inflight, s.writeBack != nil)
 	s.kick()
 	return decided
+}
+
+// learn teaches the ledger the store's decisions ds on reqs, made at now
+// (µs), and puts back at once the counts it finds the store lost.
+func (s *Service) learn(reqs []sluice.Request, ds []sluice.Decision, now int64) {
+	s.ledger.learn(reqs, ds, now)
+	if s.ledger.lost.Load() != 0 {
+		s.kick()
+	}
 }
 
 // spawn runs f in a goroutine that Close waits for, and reports false,
@@ -204,7 +213,8 @@ func (s *Service) spawn(f func()) bool {
 // locally because the store had not counted its hits (ledger.busy) goes
 // back to the store as soon as it has.
 func (s *Service) kick() {
-	if s.writeBack == nil || s.ledger.pending.Load() == 0 || s.br.open() || !s.writing.CompareAndSwap(false, true) {
+	if (s.writeBack == nil || s.ledger.pending.Load() == 0) && (s.restore == nil || s.ledger.lost.Load() == 0) ||
+		s.br.open() || !s.writing.CompareAndSwap(false, true) {
 		return
 	}
 	if !s.spawn(func() {
@@ -212,7 +222,7 @@ func (s *Service) kick() {
 		// Again while hits came meanwhile (decided locally while the
 		// last write was in flight), a few times at most.
 		for range 3 {
-			if s.writePending(s.base) != nil || s.ledger.pending.Load() == 0 || s.br.open() {
+			if s.writePending(s.base) != nil || (s.ledger.pending.Load() == 0 && s.ledger.lost.Load() == 0) || s.br.open() {
 				return
 			}
 		}
@@ -262,6 +272,9 @@ const writeBackTimeout = 5 * time.Second
 // count back to it (Config.WriteBack), and keeps those it fails to write
 // for the next time.
 func (s *Service) writePending(ctx context.Context) error {
+	if err := s.restoreLost(ctx); err != nil {
+		return err
+	}
 	if s.writeBack == nil {
 		return nil
 	}
@@ -285,6 +298,29 @@ func (s *Service) writePending(ctx context.Context) error {
 		hits += r.Cost
 	}
 	s.log.Info("wrote back to the store the hits admitted without it", "keys", len(reqs), "hits", hits)
+	return nil
+}
+
+// restoreLost puts back the counts the store lost (Config.Restore), as
+// far as the ledger knew them, and keeps those it fails to write for the
+// next time.
+func (s *Service) restoreLost(ctx context.Context) error {
+	if s.restore == nil {
+		return nil
+	}
+	reqs, windows := s.ledger.lostCounts(s.br.now().UnixMicro())
+	if len(reqs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, writeBackTimeout)
+	defer cancel()
+	err := s.restore(ctx, reqs, windows)
+	s.ledger.restored(reqs, err == nil)
+	if err != nil {
+		s.br.failure(false, err, timedOut(ctx, err))
+		return err
+	}
+	s.log.Info("put back counts the store lost", "keys", len(reqs))
 	return nil
 }
 
@@ -312,7 +348,8 @@ func (s *Service) Close(ctx context.Context) error {
 		return err
 	}
 	if n := s.ledger.dropped.Load(); n > 0 {
-		s.log.Warn("hits admitted without the store were not written back", "hits", n)
+		// Evicted from a full ledger, or of a limit the rules changed.
+		s.log.Warn("hits admitted without the store were forgotten, never written back", "hits", n)
 	}
 	return nil
 }

@@ -23,7 +23,9 @@ type ledger struct {
 	nodes   func() int64 // the servers counted, at least 1
 	pending atomic.Int64 // entries with pending hits
 	flying  atomic.Int64 // entries with hits in flight
-	dropped atomic.Int64 // pending hits forgotten: evicted unwritten, or of a window that ended
+	lost    atomic.Int64 // entries whose count the store lost, to put back
+	dropped atomic.Int64 // pending hits forgotten: evicted unwritten, or of a limit the rules changed
+	expired atomic.Int64 // pending hits of a window that ended before they were written: they count no more
 }
 
 // ledgerShards is the number of shards of a ledger, a power of two.
@@ -51,6 +53,7 @@ type ledgerShard struct {
 type ledgerEntry struct {
 	req   sluice.Request // Key, Group, Limit, Sync, Scope of the key's last request
 	used  int64          // hits the store had counted at at (Decision.Limit − Remaining)
+	wrote int64          // hits written back to the store since
 	at    int64          // when the store decided
 	reset int64          // when the store's count is whole again: at + ResetAfter
 	// seeded says local is this server's share since the store's last
@@ -66,6 +69,9 @@ type ledgerEntry struct {
 	// inflight hits were admitted locally while the store call that
 	// carries them goes on.
 	inflight int64
+	// lost says the store forgot the key's count (a restart without
+	// persistence): used is what it should hold, to be put back.
+	lost bool
 }
 
 func newLedger(maxBytes int64, nodes func() int64) *ledger {
@@ -121,10 +127,30 @@ func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now int64) {
 			if e.req.Limit != r.Limit {
 				l.forget(e, *r)
 			}
-			e.used, e.at, e.reset, e.seeded = used, now, now+d.ResetAfter.Microseconds(), false
+			if forgot(e, used, now) {
+				// What it held when it forgot comes on top of what it
+				// counted since (the hits written back included).
+				used += e.used
+				if !e.lost {
+					e.lost = true
+					l.lost.Add(1)
+				}
+			}
+			e.used, e.wrote, e.at, e.reset, e.seeded = used, 0, now, now+d.ResetAfter.Microseconds(), false
 		}
 		sh.mu.Unlock()
 	}
+}
+
+// forgot reports whether the store forgot a fixed_window key's count (a
+// restart without persistence, a failover to a replica that lagged): in the
+// window of e's last count, it now counts used, less than that by more
+// than a lease could have given back (a sixteenth of the limit) below that
+// count and the hits this server wrote back since.
+func forgot(e *ledgerEntry, used, now int64) bool {
+	lim := e.req.Limit
+	return lim.Algorithm == sluice.FixedWindow && now < e.reset && windowOf(lim, now) == windowOf(lim, e.at) &&
+		e.used+e.wrote-used > max(lim.Capacity()/16, 1)
 }
 
 // insert adds an entry for r to sh, evicting others when sh is full, and
@@ -158,6 +184,9 @@ func (l *ledger) evict(sh *ledgerShard, now, size int64) {
 
 // remove drops e, under key k, from sh. sh is locked.
 func (l *ledger) remove(sh *ledgerShard, k string, e *ledgerEntry) {
+	if e.lost {
+		l.lost.Add(-1)
+	}
 	if e.pending != 0 {
 		l.dropped.Add(e.pending)
 		l.pending.Add(-1)
@@ -176,6 +205,9 @@ func (l *ledger) forget(e *ledgerEntry, r sluice.Request) {
 	if e.pending != 0 {
 		l.dropped.Add(e.pending)
 		l.pending.Add(-1)
+	}
+	if e.lost {
+		l.lost.Add(-1)
 	}
 	r.Cost, r.Envoy = 0, sluice.Descriptor{}
 	*e = ledgerEntry{req: r, inflight: e.inflight}
@@ -328,7 +360,7 @@ func (l *ledger) addPending(e *ledgerEntry, cost, now int64) {
 	}
 	w := windowOf(e.req.Limit, now)
 	if e.pending != 0 && e.window != w {
-		l.dropped.Add(e.pending)
+		l.expired.Add(e.pending)
 		e.pending = 0
 		l.pending.Add(-1)
 	}
@@ -406,7 +438,7 @@ func (l *ledger) drain(now int64) (reqs []sluice.Request, windows []int64) {
 				continue
 			}
 			if w := windowOf(e.req.Limit, now); e.window != w {
-				l.dropped.Add(e.pending)
+				l.expired.Add(e.pending)
 			} else {
 				r := e.req
 				r.Cost = e.pending
@@ -442,10 +474,17 @@ func (l *ledger) written(reqs []sluice.Request, windows []int64, now int64, ok b
 			}
 			e.inflight = max(e.inflight-r.Cost, 0)
 			if ok {
+				if e.req.Limit == r.Limit && now < e.reset {
+					e.wrote += r.Cost // the store holds them now
+				}
 				break
 			}
-			if e.req.Limit != r.Limit || (e.pending != 0 && e.window != windows[i]) {
+			if e.req.Limit != r.Limit {
 				l.dropped.Add(r.Cost)
+				break
+			}
+			if e.pending != 0 && e.window != windows[i] {
+				l.expired.Add(r.Cost)
 				break
 			}
 			if e.pending == 0 {
@@ -453,6 +492,56 @@ func (l *ledger) written(reqs []sluice.Request, windows []int64, now int64, ok b
 			}
 			e.pending += r.Cost
 			e.window = windows[i]
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// lostCounts takes out the counts the store lost, as requests of Cost the
+// count to put back, with the start of their windows on the store's clock
+// (from when the count resets there, half a period before it, aligned:
+// robust to clocks apart by less than half a period); restored puts back
+// those a restore failed to write.
+func (l *ledger) lostCounts(now int64) (reqs []sluice.Request, windows []int64) {
+	if l.lost.Load() == 0 {
+		return nil, nil
+	}
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			if !e.lost {
+				continue
+			}
+			e.lost = false
+			l.lost.Add(-1)
+			p := e.req.Limit.Period.Microseconds()
+			if now >= e.reset || p <= 0 {
+				continue // the window ended: nothing to put back
+			}
+			w := e.reset - p/2
+			w -= w % p
+			r := e.req
+			r.Cost = e.used
+			reqs, windows = append(reqs, r), append(windows, w)
+		}
+		sh.mu.Unlock()
+	}
+	return reqs, windows
+}
+
+// restored ends a restore of the counts lostCounts took out: if it
+// failed, they are to be put back again.
+func (l *ledger) restored(reqs []sluice.Request, ok bool) {
+	if ok {
+		return
+	}
+	for i := range reqs {
+		sh := &l.shards[l.shardOf(reqs[i].Key)]
+		sh.mu.Lock()
+		if e := sh.m[reqs[i].Key]; e != nil && !e.lost && e.req.Limit == reqs[i].Limit {
+			e.lost = true
+			l.lost.Add(1)
 		}
 		sh.mu.Unlock()
 	}

@@ -32,19 +32,58 @@ const (
 // stallErr). Its write-back (decide.Config.WriteBack) adds hits to the
 // memory store, whether or not they fit, and tallies them.
 type weatherStore struct {
-	sluice.Store
+	clk      *clock
+	t        *testing.T
+	memMu    sync.Mutex
+	mem      sluice.Store // replaced by restart
 	weather  atomic.Int32
 	release  chan struct{} // closed: stalled calls go on
 	stallErr error
 	calls    atomic.Int64
 
-	mu      sync.Mutex
-	written map[string]int64 // hits written back, by key
-	writes  int
+	mu       sync.Mutex
+	written  map[string]int64 // hits written back, by key
+	writes   int
+	restores chan []sluice.Request // the counts put back
 }
 
 func newWeatherStore(t *testing.T, clk *clock) *weatherStore {
-	return &weatherStore{Store: newMemory(t, clk), release: make(chan struct{}), written: map[string]int64{}}
+	return &weatherStore{clk: clk, t: t, mem: newMemory(t, clk), release: make(chan struct{}), written: map[string]int64{},
+		restores: make(chan []sluice.Request, 16)}
+}
+
+// store returns the memory store in use.
+func (w *weatherStore) store() sluice.Store {
+	w.memMu.Lock()
+	defer w.memMu.Unlock()
+	return w.mem
+}
+
+// restart replaces the memory store with an empty one, as a Redis without
+// persistence restarts.
+func (w *weatherStore) restart() {
+	m := newMemory(w.t, w.clk)
+	w.memMu.Lock()
+	w.mem = m
+	w.memMu.Unlock()
+}
+
+// restore puts counts back (decide.Config.Restore), merged by maximum: the
+// hits a key lacks are taken.
+func (w *weatherStore) restore(ctx context.Context, reqs []sluice.Request, _ []int64) error {
+	for _, r := range reqs {
+		d, err := sluice.Take(ctx, w.store(), r.Key, r.Limit, 0)
+		if err != nil {
+			return err
+		}
+		for range r.Cost - (d.Limit - d.Remaining) {
+			if _, err := sluice.Take(ctx, w.store(), r.Key, r.Limit, 1); err != nil {
+				return err
+			}
+		}
+	}
+	w.restores <- reqs
+	return nil
 }
 
 func (w *weatherStore) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
@@ -62,7 +101,7 @@ func (w *weatherStore) TakeAll(ctx context.Context, reqs []sluice.Request, ds []
 			return w.stallErr
 		}
 	}
-	return w.Store.TakeAll(ctx, reqs, ds)
+	return w.store().TakeAll(ctx, reqs, ds)
 }
 
 // ping is the store's Ping: it answers unless refused or stalled.
@@ -84,7 +123,7 @@ func (w *weatherStore) writeBack(ctx context.Context, reqs []sluice.Request, _ [
 		w.written[r.Key] += r.Cost
 		// Debited whatever is left, one hit at a time: what fits counts.
 		for range r.Cost {
-			if _, err := sluice.Take(ctx, w.Store, r.Key, r.Limit, 1); err != nil {
+			if _, err := sluice.Take(ctx, w.store(), r.Key, r.Limit, 1); err != nil {
 				return err
 			}
 		}
@@ -96,7 +135,7 @@ func (w *weatherStore) writeBack(ctx context.Context, reqs []sluice.Request, _ [
 // 100 a minute.
 func (w *weatherStore) counted(t *testing.T, user string) int64 {
 	t.Helper()
-	d, err := sluice.Take(context.Background(), w.Store, userKey(t, user), sluice.Limit{Rate: 100, Period: time.Minute}, 0)
+	d, err := sluice.Take(context.Background(), w.store(), userKey(t, user), sluice.Limit{Rate: 100, Period: time.Minute}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +156,7 @@ func userKey(t *testing.T, user string) string {
 // counting n servers.
 func weatherService(t *testing.T, w *weatherStore, clk *clock, n int64) *decide.Service {
 	cfg := decide.DefaultConfig()
-	cfg.Store, cfg.Ping, cfg.WriteBack = w, w.ping, w.writeBack
+	cfg.Store, cfg.Ping, cfg.WriteBack, cfg.Restore = w, w.ping, w.writeBack, w.restore
 	// Long enough for a healthy call on a loaded machine running -race;
 	// a stalled call is left after it.
 	cfg.StoreTimeout, cfg.StoreMaxTimeout = 200*time.Millisecond, 200*time.Millisecond
@@ -278,5 +317,26 @@ func TestWeatherServers(t *testing.T) {
 	}
 	if bound := 100 + servers; over > bound || over < 100-servers {
 		t.Errorf("over: %d admitted, want about the limit of 100, at most %d", over, bound)
+	}
+}
+
+// TestWeatherRestartEmpty: the store restarts empty. The first decision
+// after shows the ledger the store forgot the count of a key it holds; the
+// count goes back (merged by maximum), and the key gets only what was left.
+func TestWeatherRestartEmpty(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	s := weatherService(t, w, clk, 1)
+	ask(t, s, "over", 60)
+	w.restart()
+	if got, _ := ask(t, s, "over", 1); got != 1 {
+		t.Fatal("the first request on the empty store denied")
+	}
+	if put := <-w.restores; len(put) != 1 || put[0].Cost != 61 { // 60 lost and 1 new
+		t.Fatalf("put back %+v, want the 61 hits of over", put)
+	}
+	if got, _ := ask(t, s, "over", 100); got != 39 {
+		t.Errorf("over, once its count is back: %d of 100 admitted, want 39", got)
 	}
 }

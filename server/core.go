@@ -169,7 +169,7 @@ func (co *core) wireDecider(c Config) error {
 	dc.Rules, dc.Store = co.rules.Current, co.stores
 	dc.StoreTimeout, dc.Fail, dc.Logger, dc.Ping = c.StoreTimeout, c.Fail, c.Logger, co.stores.Ping
 	dc.StoreHardTimeout = c.StoreHardTimeout
-	dc.Servers, dc.WriteBack = co.stores.Servers, co.stores.WriteBack
+	dc.Servers, dc.WriteBack, dc.Restore = co.stores.Servers, co.stores.WriteBack, co.stores.RestoreCounts
 	dc.EnvoyKeys, dc.Shadow = c.Store.EnvoyKeys, c.Shadow
 	oc := observe.DefaultConfig()
 	oc.MaxKeys, oc.Sketch.Width = c.Observe.TopKeys, c.Observe.TopWidth
