@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,6 +122,11 @@ func newWorld(t *testing.T, n int, p plan) *world {
 	for i, s := range w.servers {
 		testenv.WaitFor(t, fmt.Sprintf("server %d ready", i), func() bool { return s.ready() })
 	}
+	// A deployment's servers have counted each other (their beats in
+	// Redis's fleet set) long before any weather: so here before the load.
+	if n > 1 {
+		w.waitFleet(n)
+	}
 	return w
 }
 
@@ -184,6 +190,35 @@ func (s *server) ready() bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// waitFleet waits until n servers beat in the store's fleet set (a sorted
+// set, each server's score the end of its last beat), then until each has
+// beaten again: each has then read n.
+func (w *world) waitFleet(n int) {
+	var key string
+	testenv.WaitFor(w.t, fmt.Sprintf("%d servers in the fleet set", n), func() bool {
+		key = strings.TrimSpace(w.redis.CLI("--scan", "--pattern", "*sluice-fleet*"))
+		return key != "" && !strings.Contains(key, "\n") && strings.TrimSpace(w.redis.CLI("zcard", key)) == strconv.Itoa(n)
+	})
+	beats := func() map[string]string {
+		f := strings.Fields(w.redis.CLI("zrange", key, "0", "-1", "withscores"))
+		m := map[string]string{}
+		for i := 0; i+1 < len(f); i += 2 {
+			m[f[i]] = f[i+1]
+		}
+		return m
+	}
+	first := beats()
+	testenv.WaitFor(w.t, "every server beats again", func() bool {
+		now := beats()
+		for id, score := range first {
+			if now[id] == score {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // failDecisions returns /readyz's fail_decisions: the decisions the store
