@@ -122,7 +122,7 @@ func xdsReady(sub *xds.Subscription, startWithout bool) func() error {
 			st := sub.State()
 			why := "not connected"
 			if st.Connected {
-				why = "connected, no rules accepted yet"
+				why = "connected; no rules for node " + st.Node + " yet: is it the node id the server serves?"
 			}
 			if st.Error != "" {
 				why += "; refused version " + st.Refused + ": " + st.Error

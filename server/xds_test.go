@@ -61,6 +61,9 @@ func TestServeXDSRules(t *testing.T) {
 	if r := s.do(t, "GET", "/readyz", ""); r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, "no rules from the xDS server") {
 		t.Fatalf("/readyz before the first rules: %d %s", r.code, r.body)
 	}
+	eventually(t, "/readyz naming the node the server has no rules for", func() bool {
+		return strings.Contains(s.do(t, "GET", "/readyz", "").body, "connected; no rules for node "+xdsNode)
+	})
 	x.Push(xdsNode, "1", testenv.RateLimitConfig("api", "user", 10, rlconf.RateLimitUnit_DAY))
 	eventually(t, "ready once the rules came", func() bool { return s.do(t, "GET", "/readyz", "").code == http.StatusOK })
 	for i := range 3 {

@@ -136,7 +136,7 @@ type TLSFiles struct {
 type State struct {
 	Server    string    `json:"server"`
 	Node      string    `json:"node"`
-	Connected bool      `json:"connected"`         // a response came on the stream in use
+	Connected bool      `json:"connected"`         // the stream is open
 	Version   string    `json:"version,omitempty"` // acknowledged last; "" before the first
 	Resources []string  `json:"resources,omitempty"`
 	Applied   time.Time `json:"applied,omitzero"`  // when Version was put in force
@@ -304,6 +304,9 @@ func (s *Subscription) stream(ctx context.Context) (got bool, err error) {
 	if err := st.Send(first); err != nil {
 		return false, err
 	}
+	s.mu.Lock()
+	s.state.Connected = true // the stream opened: the transport is up
+	s.mu.Unlock()
 	for {
 		resp, err := st.Recv()
 		if err != nil {
