@@ -101,6 +101,10 @@ type Config struct {
 	// MaxMessageBytes is the largest response read. Default
 	// DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// WarnAfter is how long a stream may stay open without a first
+	// response before a warning says so (the server may serve another
+	// node id). Default 30s.
+	WarnAfter time.Duration
 	// Loader reads the rules as it reads rules documents; its caps and
 	// MergeDomains apply, and domains are named as Envoy's ratelimit takes
 	// them (EnvoyDomainNames).
@@ -186,6 +190,9 @@ func Subscribe(c Config) (*Subscription, error) {
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.WarnAfter <= 0 {
+		c.WarnAfter = 30 * time.Second // a server answers at once when it has rules for the node
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -307,6 +314,10 @@ func (s *Subscription) stream(ctx context.Context) (got bool, err error) {
 	s.mu.Lock()
 	s.state.Connected = true // the stream opened: the transport is up
 	s.mu.Unlock()
+	warn := time.AfterFunc(s.c.WarnAfter, func() {
+		s.log.Warn("xDS stream open, and no rules for this node yet: does the server serve this node id?", "waited", s.c.WarnAfter)
+	})
+	defer warn.Stop()
 	for {
 		resp, err := st.Recv()
 		if err != nil {
@@ -314,6 +325,7 @@ func (s *Subscription) stream(ctx context.Context) (got bool, err error) {
 		}
 		if !got {
 			got = true
+			warn.Stop()
 			s.log.Info("xDS stream up", "type", TypeURL)
 		}
 		req, again := s.answer(node, resp)

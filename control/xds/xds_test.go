@@ -393,3 +393,24 @@ func TestEnvoyGatewayNames(t *testing.T) {
 		}
 	}
 }
+
+// TestNoRulesForNode: a server that has no rules for the node id sent
+// keeps the stream open without a response; a warning says so, and the
+// state says connected without a version.
+func TestNoRulesForNode(t *testing.T) {
+	m := newMgmt(t, "")
+	m.Push("another-node", "1", domain("api", "user", 10, rlconf.RateLimitUnit_SECOND))
+	logs := &testenv.Logs{}
+	s, err := xds.Subscribe(xds.Config{Server: m.Addr, Node: node, WarnAfter: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close() //nolint:errcheck // never fails
+	waitFor(t, func() bool {
+		return logs.Find("xDS stream open, and no rules for this node yet: does the server serve this node id?") != nil
+	})
+	if st := s.State(); !st.Connected || st.Version != "" {
+		t.Errorf("state %+v, want connected without a version", st)
+	}
+}
