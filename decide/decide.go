@@ -66,6 +66,7 @@ type Service struct {
 	lateMu       sync.Mutex                                             // guards closed, and late's Add against Close's Wait
 	closed       bool                                                   // Close has begun
 	writing      atomic.Bool                                            // a write-back is in flight
+	settling     atomic.Int64                                           // µs since the Unix epoch of the Probe that found the store back; 0: none
 	lateSlots    slots                                                  // Config.MaxLateCalls
 	base         context.Context                                        // ends when Close cuts the store calls short
 	stop         context.CancelFunc                                     // ends base
@@ -193,13 +194,45 @@ func (s *Service) Probe(ctx context.Context) error {
 	err := s.ping(pctx)
 	cancel()
 	if err != nil || (s.ready != nil && !s.ready()) {
+		s.settling.Store(0)
 		return err
 	}
 	// The hits admitted locally go first: the store counts them before it
 	// decides anew.
 	err = s.writePending(ctx)
+	if s.settles() {
+		return err
+	}
 	s.br.success(false)
 	return err
+}
+
+// settleFor is how long, with the fail mode local, decisions stay local
+// after the store answers a Probe again, while the other servers, probing
+// as often, write back the hits they admitted without it: so that the
+// store counts every server's before it decides anew. A server probing
+// every 250ms goes back to the store within 750ms of its return.
+const settleFor = 500 * time.Millisecond
+
+// settles reports whether decisions stay local a while longer after a
+// Probe found the store answering again (see settleFor): with the fail
+// mode local and a write-back, while the breaker is open, until settleFor
+// after the first such Probe.
+func (s *Service) settles() bool {
+	if s.fail != FailLocal || s.writeBack == nil || !s.br.open() {
+		return false
+	}
+	now := s.br.now().UnixMicro()
+	since := s.settling.Load()
+	if since == 0 {
+		s.settling.Store(now)
+		return true
+	}
+	if now-since < settleFor.Microseconds() {
+		return true
+	}
+	s.settling.Store(0)
+	return false
 }
 
 // ref ties one store request of a batch to its descriptor and limit.

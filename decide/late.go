@@ -59,6 +59,12 @@ func (s *Service) fromStoreLate(ctx, tctx context.Context, resp *Response, reqs 
 	if !ok {
 		return s.local(resp, reqs, ds, false)
 	}
+	if probe && s.ping != nil && s.writeBack != nil {
+		// Probe brings decisions back to the store, once every server
+		// has written back its hits (settles), not a decision.
+		s.br.cancel(probe)
+		return s.local(resp, reqs, ds, false)
+	}
 	if !s.lateSlots.TryAcquire() {
 		s.br.cancel(probe)
 		return s.local(resp, reqs, ds, false)

@@ -182,9 +182,10 @@ func ask(t *testing.T, s *decide.Service, user string, n int) (admitted int, mod
 
 // TestWeatherRefused: a store that refuses every call, then answers again.
 // A client under its limit is never denied; one over it gets what the
-// store had left, no more; when the store answers, one Probe (the server's
-// each second) writes back the hits admitted without it, once, and
-// decisions go back to it.
+// store had left, no more; when the store answers, the first Probe (the
+// server's, four a second) writes back the hits admitted without it, once,
+// and decisions go back to it half a second later (while the other servers
+// write theirs).
 func TestWeatherRefused(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
@@ -210,12 +211,23 @@ func TestWeatherRefused(t *testing.T) {
 	}
 
 	w.weather.Store(fine)
-	clk.Advance(time.Second) // the server's next Probe
+	clk.Advance(250 * time.Millisecond) // the server's next Probe
 	if err := s.Probe(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// Decisions stay local half a second, while the other servers write
+	// their hits back too.
+	if s.Mode() != decide.ModeLocal {
+		t.Errorf("Mode() = %v at the first Probe on a store that answers again, want local", s.Mode())
+	}
+	for range 2 {
+		clk.Advance(250 * time.Millisecond)
+		if err := s.Probe(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if s.Mode() != decide.ModeStore {
-		t.Errorf("Mode() = %v after a Probe on a store that answers, want store", s.Mode())
+		t.Errorf("Mode() = %v 500ms after the store answered again, want store", s.Mode())
 	}
 	w.mu.Lock()
 	writes, under, over := w.writes, w.written[userKey(t, "under")], w.written[userKey(t, "over")]
