@@ -19,9 +19,11 @@ type RegionStatus struct {
 
 // RegionPeer is one peer region as the last round found it.
 type RegionPeer struct {
-	Name, State string    // State: live, lagging, dead, unreachable, unknown or mismatch
-	LastRead    time.Time // when the last round that read it began; zero if none did
-	Errors      uint64    // reads that failed
+	Name, State string        // State: live, unechoed, lagging, dead, unreachable, unknown, mismatch or refused
+	LastRead    time.Time     // when the last round that read it began; zero if none did
+	Errors      uint64        // reads that failed
+	ReadTime    time.Duration // how long its last read that answered took
+	Timeout     time.Duration // how long the last round waited for it at most
 }
 
 // Regions registers on reg the metrics of the regions layer, read from
@@ -37,6 +39,8 @@ type RegionPeer struct {
 //	sluice_region_peer_lag_seconds{peer}           age of the last reading of the peer (+Inf: none)
 //	sluice_region_peer_last_sync_timestamp_seconds{peer}  when it was taken (0: never)
 //	sluice_region_peer_errors_total{peer}          reads of the peer that failed
+//	sluice_region_peer_read_seconds{peer}          how long its last read that answered took
+//	sluice_region_peer_timeout_seconds{peer}       how long a round waits for it (3 × its reads, within bounds)
 func Regions(reg prometheus.Registerer, status func() RegionStatus, now func() time.Time) error {
 	if err := reg.Register(&regionCollector{status: status, now: now}); err != nil {
 		return fmt.Errorf("register regions metrics: %w", err)
@@ -46,7 +50,7 @@ func Regions(reg prometheus.Registerer, status func() RegionStatus, now func() t
 
 // peerStates are the states sluice_region_peer_state reports, 1 for the
 // peer's and 0 for the others.
-var peerStates = []string{"live", "lagging", "dead", "unreachable", "unknown", "mismatch", "refused"}
+var peerStates = []string{"live", "unechoed", "lagging", "dead", "unreachable", "unknown", "mismatch", "refused"}
 
 var (
 	regionsDesc   = prometheus.NewDesc("sluice_regions", "Regions the caps of global limits divide by: this one and every peer alive or cut off.", nil, nil)
@@ -59,6 +63,8 @@ var (
 	lagDesc       = prometheus.NewDesc("sluice_region_peer_lag_seconds", "How old the last reading of the peer's counts is (+Inf: none yet).", []string{"peer"}, nil)
 	lastDesc      = prometheus.NewDesc("sluice_region_peer_last_sync_timestamp_seconds", "When the last round that read the peer began, in Unix seconds (0: never).", []string{"peer"}, nil)
 	errorsDesc    = prometheus.NewDesc("sluice_region_peer_errors_total", "Reads of the peer's Redis that failed or timed out.", []string{"peer"}, nil)
+	readDesc      = prometheus.NewDesc("sluice_region_peer_read_seconds", "How long the last read of the peer that answered took.", []string{"peer"}, nil)
+	timeoutDesc   = prometheus.NewDesc("sluice_region_peer_timeout_seconds", "How long a round waits for the peer: three times its reads' average, within the configured bounds.", []string{"peer"}, nil)
 )
 
 type regionCollector struct {
@@ -67,7 +73,7 @@ type regionCollector struct {
 }
 
 func (c *regionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{regionsDesc, roundsDesc, failedDesc, cutRoundsDesc, cutDesc, unseenDesc, stateDesc, lagDesc, lastDesc, errorsDesc} {
+	for _, d := range []*prometheus.Desc{regionsDesc, roundsDesc, failedDesc, cutRoundsDesc, cutDesc, unseenDesc, stateDesc, lagDesc, lastDesc, errorsDesc, readDesc, timeoutDesc} {
 		ch <- d
 	}
 }
@@ -100,5 +106,7 @@ func (c *regionCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, lag, p.Name)
 		ch <- prometheus.MustNewConstMetric(lastDesc, prometheus.GaugeValue, last, p.Name)
 		ch <- prometheus.MustNewConstMetric(errorsDesc, prometheus.CounterValue, float64(p.Errors), p.Name)
+		ch <- prometheus.MustNewConstMetric(readDesc, prometheus.GaugeValue, p.ReadTime.Seconds(), p.Name)
+		ch <- prometheus.MustNewConstMetric(timeoutDesc, prometheus.GaugeValue, p.Timeout.Seconds(), p.Name)
 	}
 }

@@ -169,10 +169,15 @@ type RegionCounter interface {
 	RegionCounts(key string) ([]RegionCount, bool)
 }
 
-// RegionCount is a region's count of a global limit.
+// RegionCount is a region's count of a global limit, as last read; what
+// the last round counted for it (the count, or, for a peer it did not
+// read, the most that peer may have reached); and, on this server's
+// region, its cap: the most its count may reach until the next round.
 type RegionCount struct {
-	Region string `json:"region"`
-	Count  int64  `json:"count"`
+	Region  string `json:"region"`
+	Count   int64  `json:"count"`
+	Charged int64  `json:"charged"`
+	Cap     int64  `json:"cap,omitempty"`
 }
 
 // elasticJSON is an elastic limit's excess (past the limit, up to its

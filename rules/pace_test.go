@@ -48,3 +48,32 @@ descriptors:
 		})
 	}
 }
+
+// TestGlobalWarnings: a limit of scope global whose window (a bucket's:
+// its count's, capacity × period / rate) spans too few rounds is warned
+// of, with the share of the limit its regions can use; one of scope
+// region, or a long enough window, is not.
+func TestGlobalWarnings(t *testing.T) {
+	const file = `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 100, scope: global}
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 100, scope: global}
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: team
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 100, scope: global}
+`
+	set, err := rules.Parse("r.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := set.GlobalWarnings(100*time.Millisecond, 10)
+	if len(ws) != 1 || !strings.HasPrefix(ws[0].Error(), "r.yaml:4:") || !strings.Contains(ws[0].Error(), "at most 65% of the limit is usable") {
+		t.Errorf("warnings %v: want r.yaml:4 alone, 65%% usable", ws)
+	}
+	if ws := set.GlobalWarnings(time.Second, 10); len(ws) != 2 {
+		t.Errorf("rounds of a second: %v, want r.yaml:4 and r.yaml:10", ws)
+	}
+}

@@ -3,6 +3,7 @@ package rules
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -336,6 +337,45 @@ func (s *Set) PaceWarnings(interval time.Duration) Errors {
 				Msg: fmt.Sprintf("sync: async on a window of %v with a sync every %v (--sync-interval): fewer than %d syncs a window, "+
 					"so its allowances cannot follow what is left; over the limit by up to what the servers admit in an interval: "+
 					"sync: lease or exact, or a shorter --sync-interval, pays", l.Limit.Period, interval, minPacedSyncs)})
+		}
+	})
+	ws.sort()
+	return ws
+}
+
+// minGlobalUse is the share of a global limit below which
+// GlobalWarnings warns: what its regions can use of a window.
+const minGlobalUse = 0.9
+
+// GlobalWarnings returns, as Errors placed like mistakes, each limit of
+// scope global whose window (a bucket's: the window its count across
+// regions is kept in, capacity × period / rate) spans too few of the
+// regions' rounds (every round, at least round) to be filled: each round
+// gives the regions together 1/share of what is left, so at most
+// 1 − (1 − 1/share)^(window / round) of a window is usable; it warns
+// below minGlobalUse, with that figure. round or share 0: no warnings.
+func (s *Set) GlobalWarnings(round time.Duration, share int64) Errors {
+	if s == nil || round <= 0 || share <= 0 {
+		return nil
+	}
+	var ws Errors
+	s.eachRule(func(r *Rule) {
+		for _, l := range r.Limits {
+			if l.Scope != sluice.GlobalScope || l.Unlimited || l.Block || l.Limit.Rate <= 0 {
+				continue
+			}
+			w := l.Limit.Period
+			if l.Limit.Algorithm.HasBurst() {
+				w = time.Duration(float64(l.Limit.Period) * float64(l.Limit.Capacity()) / float64(l.Limit.Rate))
+			}
+			use := 1 - math.Pow(1-1/float64(share), float64(w)/float64(round))
+			if use >= minGlobalUse {
+				continue
+			}
+			ws = append(ws, &Error{File: l.File, Line: l.Line, Path: r.errPath,
+				Msg: fmt.Sprintf("scope: global on a window of %v with a round every %v at best (--region-sync-interval; a peer's round trip when longer): "+
+					"at most %.0f%% of the limit is usable (the regions take 1/%d of what is left a round); a window of %v or more fills %.0f%%",
+					w, round, 100*use, share, time.Duration(math.Ceil(math.Log(1-minGlobalUse)/math.Log(1-1/float64(share))))*round, 100*minGlobalUse)})
 		}
 	})
 	ws.sort()

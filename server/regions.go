@@ -26,7 +26,8 @@ func regionsMetrics(st *stack.Stack, reg prometheus.Registerer) error {
 		out := metrics.RegionStatus{Regions: s.Regions, Rounds: s.Rounds, Failed: s.Failed, CutRounds: s.CutRounds,
 			Unseen: s.Unseen, Cut: s.Cut}
 		for _, p := range s.Peers {
-			out.Peers = append(out.Peers, metrics.RegionPeer{Name: p.Name, State: p.State.String(), LastRead: p.LastRead, Errors: p.Errors})
+			out.Peers = append(out.Peers, metrics.RegionPeer{Name: p.Name, State: p.State.String(), LastRead: p.LastRead, Errors: p.Errors,
+				ReadTime: p.ReadTime, Timeout: p.Timeout})
 		}
 		return out
 	}, time.Now)
@@ -45,10 +46,12 @@ type regionsReady struct {
 }
 
 type peerReady struct {
-	Name  string  `json:"name"`
-	State string  `json:"state"`
-	LagMS float64 `json:"lag_ms,omitempty"`
-	Error string  `json:"error,omitempty"`
+	Name      string  `json:"name"`
+	State     string  `json:"state"`
+	LagMS     float64 `json:"lag_ms,omitempty"`
+	ReadMS    float64 `json:"read_ms,omitempty"`
+	TimeoutMS float64 `json:"timeout_ms,omitempty"`
+	Error     string  `json:"error,omitempty"`
 }
 
 // readyRegions returns the function /readyz shows the regions layer of
@@ -62,7 +65,7 @@ func readyRegions(st *stack.Stack) func() any {
 		s := r.Status()
 		out := regionsReady{Region: s.Region, Cut: s.Cut, Peers: []peerReady{}}
 		for _, p := range s.Peers {
-			pr := peerReady{Name: p.Name, State: p.State.String()}
+			pr := peerReady{Name: p.Name, State: p.State.String(), ReadMS: ms(p.ReadTime), TimeoutMS: ms(p.Timeout)}
 			if !p.LastRead.IsZero() {
 				pr.LagMS = float64(time.Since(p.LastRead).Microseconds()) / 1000
 			}
@@ -77,6 +80,9 @@ func readyRegions(st *stack.Stack) func() any {
 		return out
 	}
 }
+
+// ms returns d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // regionCounts is the decision service as GET /v1/keys asks it, with the
 // regions layer's counts of global limits (observe.RegionCounter).
@@ -101,7 +107,10 @@ func (rc regionCounts) RegionCounts(key string) ([]observe.RegionCount, bool) {
 	}
 	out := make([]observe.RegionCount, len(u.Regions))
 	for i, r := range u.Regions {
-		out[i] = observe.RegionCount{Region: r.Region, Count: r.Count}
+		out[i] = observe.RegionCount{Region: r.Region, Count: r.Count, Charged: r.Charged}
+	}
+	if len(out) > 0 {
+		out[0].Cap = u.Cap
 	}
 	return out, true
 }

@@ -37,6 +37,13 @@ func SyncInterval(d time.Duration) time.Duration {
 	return d
 }
 
+// RegionRound returns the regions layer's round and share with d and k,
+// Config.Store's RegionSyncInterval and RegionShare (--region-sync-interval,
+// --region-share): each, or its default when 0.
+func RegionRound(d time.Duration, k int64) (time.Duration, int64) {
+	return stack.RegionRound(d, k)
+}
+
 // storeFlags are the flags of stack.Config's fields, by which a refusal
 // names them.
 var storeFlags = map[string]string{

@@ -55,7 +55,8 @@ func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Comm
 			if err != nil {
 				return usageError("check: %v", err)
 			}
-			return check(s.cfg.Rules.Loader(), path, limits, server.SyncInterval(s.cfg.Store.SyncInterval), domain, stdout, stderr)
+			round, share := server.RegionRound(s.cfg.Store.RegionSyncInterval, s.cfg.Store.RegionShare)
+			return check(s.cfg.Rules.Loader(), path, limits, server.SyncInterval(s.cfg.Store.SyncInterval), pace{round, share}, domain, stdout, stderr)
 		},
 	}
 }
@@ -64,7 +65,14 @@ func checkCommand(getenv func(string) string, stdout, stderr io.Writer) *ff.Comm
 // unless it is nil (the store's veto, as serve applies it), and reports
 // each mistake on its own line of stderr as file:line: message, or a
 // summary of the rules on stdout.
-func check(ld rules.Loader, path string, limits func(sluice.Limit) error, interval time.Duration, domain string, stdout, stderr io.Writer) error {
+// pace is the regions layer's round and share, for the warnings of
+// global limits.
+type pace struct {
+	round time.Duration
+	share int64
+}
+
+func check(ld rules.Loader, path string, limits func(sluice.Limit) error, interval time.Duration, regions pace, domain string, stdout, stderr io.Writer) error {
 	set, err := ld.Load(path)
 	if err == nil {
 		err = set.Check(limits)
@@ -86,7 +94,7 @@ func check(ld rules.Loader, path string, limits func(sluice.Limit) error, interv
 		}
 		return &exitError{code: 1, msg: fmt.Sprintf("check %s: %d %s", path, len(es), noun)}
 	}
-	for _, w := range append(set.Warnings(), set.PaceWarnings(interval)...) {
+	for _, w := range slices.Concat(set.Warnings(), set.PaceWarnings(interval), set.GlobalWarnings(regions.round, regions.share)) {
 		fmt.Fprintf(stderr, "warning: %v\n", w)
 	}
 	domains := set.Domains()

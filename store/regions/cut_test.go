@@ -87,7 +87,7 @@ func TestAsymmetricCut(t *testing.T) {
 	w.links[0][1].cut.Store(true)
 	got := make([]int64, 2)
 	run(w, got, 30*time.Second, []int{1}, nil, 50)
-	if st := w.nodes[1][0].Status(); !st.Cut || st.Peers[0].State != Lagging {
+	if st := w.nodes[1][0].Status(); !st.Cut || st.Peers[0].State != Unechoed {
 		t.Errorf("region 1 does not know it is cut off: %+v", st)
 	}
 	run(w, got, 25*time.Second, []int{0}, nil, 50)

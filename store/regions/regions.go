@@ -83,9 +83,16 @@ type Config struct {
 	// it ends if later. Negative: no rounds run by themselves (tests call
 	// Sync).
 	SyncInterval time.Duration
-	// PeerTimeout bounds a round's read of a peer (default 500ms); a peer
-	// not read in time is cut off for that round.
+	// PeerTimeout is the least a round waits for a peer's read (default
+	// 500ms); a peer not read in time is cut off for that round. A round
+	// waits for a peer three times its reads' moving average, within
+	// PeerTimeout and MaxPeerTimeout, so that a slow peer is read (its
+	// state lagging), not cut off.
 	PeerTimeout time.Duration
+	// MaxPeerTimeout is the most a round waits for a peer, and how long a
+	// read goes on in the background after the round stopped waiting, to
+	// measure a slow peer (default 4 × PeerTimeout, 2s).
+	MaxPeerTimeout time.Duration
 	// Share is k in the cap (default 10): a round gives a region 1/(R×k)
 	// of what is left, so the limit is overshot by at most 1/k of it.
 	Share int64
@@ -128,13 +135,14 @@ const defaultShare = 10
 func DefaultConfig() Config {
 	return Config{
 		SyncInterval: 100 * time.Millisecond,  // a round ten times a second
-		PeerTimeout:  500 * time.Millisecond,  // a slow peer holds a round up at most this
+		PeerTimeout:  500 * time.Millisecond,  // a round waits at least this for a peer (3 × its reads)
 		Share:        defaultShare,            // overshoot at most a tenth of what is left
 		EchoRounds:   4,                       // a peer's echo may be 2 rounds late, and 2 more
 		CapLife:      1200 * time.Millisecond, // 2 × (PeerTimeout + SyncInterval), from those given
 		NodeLife:     2 * time.Second,         // a node that stops beating leaves the count then
 		MaxBytes:     8 << 20,                 // 8 MiB of global keys
 		Now:          time.Now,
+		// MaxPeerTimeout: 4 × PeerTimeout, from the one given (2s)
 		// Node: 16 random hex digits; Peers: none; Errors: nil, not told
 	}
 }
@@ -169,6 +177,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	set(&c.SyncInterval, d.SyncInterval)
 	set(&c.PeerTimeout, d.PeerTimeout)
+	set(&c.MaxPeerTimeout, 4*c.PeerTimeout)
+	if c.MaxPeerTimeout < c.PeerTimeout {
+		return c, fmt.Errorf("regions: MaxPeerTimeout %v below PeerTimeout %v", c.MaxPeerTimeout, c.PeerTimeout)
+	}
 	set(&c.CapLife, 2*(c.PeerTimeout+max(c.SyncInterval, 0)))
 	set(&c.NodeLife, d.NodeLife)
 	if c.Share <= 0 {
@@ -208,6 +220,11 @@ type Store struct {
 	rs      roundState
 	status  atomic.Pointer[Status]
 
+	clocks   []peerClock     // per peer, as Config.Peers
+	bg       context.Context // the peers' reads, which may outlive a round; cancelled by Close
+	bgCancel context.CancelFunc
+	reads    sync.WaitGroup // the peers' reads in flight
+
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
@@ -232,6 +249,8 @@ func New(inner sluice.Store, cfg Config) (*Store, error) {
 	s := &Store{inner: inner, cfg: cfg, names: names, tab: newTable(cfg.MaxBytes, len(cfg.Peers)),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	s.regions.Store(int64(len(names)))
+	s.clocks = make([]peerClock, len(cfg.Peers))
+	s.bg, s.bgCancel = context.WithCancel(context.Background())
 	s.rs.peers = make([]peerState, len(cfg.Peers))
 	for i, p := range cfg.Peers {
 		s.rs.peers[i].name = p.Name
@@ -249,6 +268,8 @@ func New(inner sluice.Store, cfg Config) (*Store, error) {
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
+	s.bgCancel()
+	s.reads.Wait()
 	return nil
 }
 
@@ -266,7 +287,7 @@ func (s *Store) loop() {
 		case <-s.kick:
 		}
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.PeerTimeout+s.cfg.SyncInterval)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.MaxPeerTimeout+s.cfg.SyncInterval)
 		if err := s.Sync(ctx); err != nil && s.cfg.Errors != nil {
 			s.cfg.Errors(err)
 		}

@@ -237,3 +237,31 @@ func TestDecidesAndVeto(t *testing.T) {
 		t.Errorf("veto of a window: %v", err)
 	}
 }
+
+// TestGlobalRemaining: an admitted request of a global limit says the
+// global room as the region sees it (the limit less what the round
+// counted for every region, this one's count now included), not the
+// region's room this round; /v1/keys's figures (Usage) say what was
+// charged for each region and the cap.
+func TestGlobalRemaining(t *testing.T) {
+	w := newWorld(t, 2, 1, nil)
+	warm(w)
+	for range 10 {
+		w.take(1, 0, "k", perMinute, 1)
+	}
+	w.sync()
+	d := w.take(0, 0, "k", perMinute, 1)
+	if !d.Allowed || d.Remaining != perMinute.Rate-10-1 {
+		t.Errorf("remaining %d (allowed %v): want %d, the global room", d.Remaining, d.Allowed, perMinute.Rate-10-1)
+	}
+	u, ok := w.nodes[0][0].Usage("k")
+	if !ok || u.Regions[1].Count != 10 || u.Regions[1].Charged != 10 || u.Cap <= 0 {
+		t.Errorf("usage %+v", u)
+	}
+	w.cutOff(0, true)
+	w.sync()
+	u, _ = w.nodes[0][0].Usage("k")
+	if u.Regions[1].Count != 10 || u.Regions[1].Charged <= 10 {
+		t.Errorf("cut off, usage %+v: want region 1 charged more than its count", u)
+	}
+}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -18,9 +18,10 @@ type PeerState uint8
 const (
 	// Live: read in the last round, with live nodes that echo this node.
 	Live PeerState = iota
-	// Lagging: read, but one of its nodes has not echoed this node for
-	// Config.EchoRounds rounds: this node is cut off from it.
-	Lagging
+	// Unechoed: read, but one of its nodes has not echoed this node for
+	// Config.EchoRounds rounds (it does not read this region): this node
+	// is cut off from it.
+	Unechoed
 	// Dead: read, with no live node: its counts count, it takes no share.
 	Dead
 	// Unreachable: not read in the last round (an error or
@@ -38,9 +39,14 @@ const (
 	// bytes, malformed, or counts that do not match the keys asked): cut
 	// off for the round, and charged as an unreachable one.
 	Refused
+	// Lagging: live and read, but slowly (its read took longer than
+	// Config.PeerTimeout): the rounds wait for it, up to its timeout,
+	// which follows its round trip (see Config.MaxPeerTimeout). Not cut
+	// off.
+	Lagging
 )
 
-var peerStateNames = [...]string{Live: "live", Lagging: "lagging", Dead: "dead", Unreachable: "unreachable",
+var peerStateNames = [...]string{Live: "live", Unechoed: "unechoed", Lagging: "lagging", Dead: "dead", Unreachable: "unreachable",
 	Unknown: "unknown", Mismatch: "mismatch", Refused: "refused"}
 
 // String returns the state's name, such as "unreachable".
@@ -62,9 +68,11 @@ type peerState struct {
 	// grant at most EchoRounds+2 rounds unseen. Otherwise its growth since
 	// is unbounded: it is charged the whole limit.
 	bounded bool
-	okHome  int64  // the home clock when that read was over, µs
-	err     error  // the last read's error, until one succeeds
-	errors  uint64 // reads that failed
+	okHome  int64         // the home clock when that read was over, µs
+	took    time.Duration // how long that read took
+	timeout time.Duration // how long the last round waited for it at most
+	err     error         // the last read's error, until one succeeds
+	errors  uint64        // reads that failed
 }
 
 // roundState is what rounds keep between them; Store.roundMu guards it.
@@ -189,25 +197,83 @@ func (s *Store) idle() time.Duration {
 // peerRead is one peer's reading in a round.
 type peerRead struct {
 	Reading
-	err error
+	err  error
+	took time.Duration // how long the read took
 }
 
-// readPeers reads every peer at once, each within Config.PeerTimeout.
+// peerClock is what a Store keeps of a peer's reads across rounds: at
+// most one read in flight, which goes on in the background up to
+// Config.MaxPeerTimeout after a round stopped waiting for it, so that a
+// slow peer's round trip is measured; and that measure, which sets how
+// long a round waits for the peer (timeout).
+type peerClock struct {
+	busy atomic.Bool
+	took atomic.Int64 // ns: a moving average of the reads that answered; 0 before one
+}
+
+// observe adds a read that answered after d to the average.
+func (c *peerClock) observe(d time.Duration) {
+	old := c.took.Load()
+	if old == 0 {
+		c.took.Store(int64(d))
+		return
+	}
+	c.took.Store(old - old/4 + int64(d)/4)
+}
+
+// timeout returns how long a round waits for the peer: three times its
+// reads' average, within [Config.PeerTimeout, Config.MaxPeerTimeout].
+func (s *Store) timeout(c *peerClock) time.Duration {
+	return min(max(3*time.Duration(c.took.Load()), s.cfg.PeerTimeout), s.cfg.MaxPeerTimeout)
+}
+
+// readPeers reads every peer at once, and waits for each up to its
+// timeout. A peer whose read of an earlier round is still in flight is
+// not read again: it is not read this round.
 func (s *Store) readPeers(ctx context.Context, reqs []sluice.Request) []peerRead {
 	out := make([]peerRead, len(s.cfg.Peers))
-	var wg sync.WaitGroup
+	chans := make([]chan peerRead, len(s.cfg.Peers))
+	start := time.Now()
 	for i, p := range s.cfg.Peers {
-		wg.Go(func() {
-			pctx, cancel := context.WithTimeout(ctx, s.cfg.PeerTimeout)
-			defer cancel()
+		c := &s.clocks[i]
+		if !c.busy.CompareAndSwap(false, true) {
+			out[i].err = fmt.Errorf("its read of an earlier round has not answered in %v", s.timeout(c))
+			continue
+		}
+		chans[i] = make(chan peerRead, 1)
+		s.reads.Add(1)
+		go func() {
+			defer s.reads.Done()
+			pctx, cancel := context.WithTimeout(s.bg, s.cfg.MaxPeerTimeout)
+			t := time.Now()
 			r, err := p.Site.Read(pctx, reqs)
+			cancel()
+			took := time.Since(t)
 			if err == nil && len(r.Counts) != len(reqs) {
 				err = fmt.Errorf("%w: %d counts for %d keys", ErrRefused, len(r.Counts), len(reqs))
 			}
-			out[i] = peerRead{r, err}
-		})
+			if err == nil {
+				c.observe(took)
+			}
+			c.busy.Store(false)
+			chans[i] <- peerRead{r, err, took}
+		}()
 	}
-	wg.Wait()
+	for i, ch := range chans {
+		if ch == nil {
+			continue
+		}
+		wait := s.timeout(&s.clocks[i])
+		t := time.NewTimer(max(wait-time.Since(start), 0))
+		select {
+		case out[i] = <-ch:
+		case <-t.C:
+			out[i].err = fmt.Errorf("no answer within %v", wait)
+		case <-ctx.Done():
+			out[i].err = ctx.Err()
+		}
+		t.Stop()
+	}
 	return out
 }
 
@@ -220,9 +286,13 @@ func (s *Store) account(reads []peerRead, start time.Time, readHome int64) facts
 	seen := make(map[string]uint64)
 	for i, r := range reads {
 		ps := &rs.peers[i]
+		ps.timeout = s.timeout(&s.clocks[i])
 		if r.err == nil {
-			ps.lastOK, ps.err, ps.bounded, ps.okHome = start, nil, true, readHome
+			ps.lastOK, ps.err, ps.bounded, ps.okHome, ps.took = start, nil, true, readHome, r.took
 			ps.state = s.judge(r.Reading, seen)
+			if ps.state == Live && r.took > s.cfg.PeerTimeout {
+				ps.state = Lagging
+			}
 		} else {
 			ps.state, ps.err = Unreachable, r.err
 			if errors.Is(r.err, ErrRefused) {
@@ -231,7 +301,7 @@ func (s *Store) account(reads []peerRead, start time.Time, readHome int64) facts
 			ps.errors++
 		}
 		switch ps.state {
-		case Live, Lagging:
+		case Live, Lagging, Unechoed:
 			ps.nodes = len(r.Nodes)
 			f.fresh[i] = true
 		case Dead, Unknown:
@@ -239,7 +309,7 @@ func (s *Store) account(reads []peerRead, start time.Time, readHome int64) facts
 			continue // no live node there: it takes no share
 		}
 		f.regions++
-		if ps.state != Live {
+		if ps.state != Live && ps.state != Lagging {
 			f.cut = true
 		}
 		switch {
@@ -273,7 +343,7 @@ func (s *Store) judge(r Reading, seen map[string]uint64) PeerState {
 			state = Mismatch
 		}
 		if e, ok := n.Seen[s.cfg.Node]; state == Live && (!ok || e > s.rs.seq || s.rs.seq-e > s.cfg.EchoRounds) {
-			state = Lagging
+			state = Unechoed
 		}
 	}
 	return state
@@ -291,25 +361,26 @@ func (s *Store) grantFor(e *entry, i int, read int64, reads []peerRead, f facts)
 	sliding := l.Algorithm == sluice.SlidingWindow
 	alpha := share(l.Rate, f.regions, s.cfg.Share)
 	rho := ceilDiv(l.Rate, int64(len(s.names)))
-	g := &grant{window: w, at: f.start, cut: f.cut, counts: make([]int64, 1+len(reads))}
+	g := &grant{window: w, at: f.start, cut: f.cut, counts: make([]int64, 1+len(reads)), charge: make([]int64, 1+len(reads))}
 	e.own.update(clampCount(read, l.Rate), w, w, f.inc, sliding, f.start) // the cap below stays on read, Redis's count
 	own := e.own.count
-	g.counts[0] = own
+	g.counts[0], g.charge[0] = own, own
 	view := own
 	for j, r := range reads {
 		k := &e.last[j]
 		if f.fresh[j] {
 			k.update(clampCount(r.Counts[i], l.Rate), windowStart(r.Now, p), w, r.Incarnation, sliding, f.start)
 			view += k.count
-			g.counts[1+j] = k.count
+			g.counts[1+j], g.charge[1+j] = k.count, k.count
 			continue
 		}
 		if k.ok && (sliding || k.window == w) {
 			g.counts[1+j] = k.count
 		}
-		view += s.charge(k, f.peers[j], f.slop[j], w, f.since, l, alpha, rho)
+		g.charge[1+j] = s.charge(k, f.peers[j], f.slop[j], w, f.since, l, alpha, rho)
+		view += g.charge[1+j]
 	}
-	g.full = view >= l.Rate
+	g.full, g.others = view >= l.Rate, view-own
 	var room int64
 	if !g.full {
 		room = share(l.Rate-view, f.regions, s.cfg.Share)
@@ -489,6 +560,11 @@ func (s *Store) decision(r sluice.Request, u use, d sluice.Decision, now time.Ti
 	d.Limit = l.Capacity()
 	if u.cap < 1 {
 		d.Remaining = 0
+	}
+	if d.Allowed && u.g != nil && u.cap >= 1 {
+		// the global room as this region sees it: the limit less what the
+		// round counted for the others and the region's count now
+		d.Remaining = max(min(l.Rate-u.g.others-(u.cap-d.Remaining), l.Rate), 0)
 	}
 	if d.Allowed || r.Cost == 0 {
 		return d

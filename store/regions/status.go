@@ -42,6 +42,10 @@ type PeerStatus struct {
 	// reads that failed.
 	Err    error
 	Errors uint64
+	// ReadTime is how long its last read that answered took; Timeout how
+	// long the last round waited for it at most (three times its reads'
+	// average, within Config.PeerTimeout and Config.MaxPeerTimeout).
+	ReadTime, Timeout time.Duration
 }
 
 // Status returns what the last round found. It does not wait for a round
@@ -82,7 +86,8 @@ func (s *Store) publish(cut, failed bool, end time.Time) {
 	st := &Status{Region: s.cfg.Region, Regions: int(s.regions.Load()), Rounds: rs.rounds, Failed: rs.failed,
 		LastRound: time.UnixMicro(rs.lastStart), Cut: cut, CutRounds: rs.cutRounds, Unseen: s.unseenN.Load()}
 	for _, p := range rs.peers {
-		ps := PeerStatus{Name: p.name, State: p.state, Nodes: p.nodes, LastRead: p.lastOK, Err: p.err, Errors: p.errors}
+		ps := PeerStatus{Name: p.name, State: p.state, Nodes: p.nodes, LastRead: p.lastOK, Err: p.err, Errors: p.errors,
+			ReadTime: p.took, Timeout: p.timeout}
 		if !p.lastOK.IsZero() {
 			ps.Lag = end.Sub(p.lastOK)
 		}
@@ -107,10 +112,13 @@ type Use struct {
 	At time.Time
 }
 
-// RegionUse is one region's count of a key.
+// RegionUse is one region's count of a key: as last read (Count), and
+// what the round counted for it (Charged: the count, or, for a peer the
+// round did not read, the most it may have reached; see
+// docs/regions.md, Cut off).
 type RegionUse struct {
-	Region string
-	Count  int64
+	Region         string
+	Count, Charged int64
 }
 
 // Usage returns key's counts in every region as the last round read
@@ -128,9 +136,9 @@ func (s *Store) Usage(key string) (Use, bool) {
 	if g == nil {
 		return Use{}, false
 	}
-	u := Use{Cap: g.cap, Full: g.full, At: g.at, Regions: []RegionUse{{s.cfg.Region, g.counts[0]}}}
+	u := Use{Cap: g.cap, Full: g.full, At: g.at, Regions: []RegionUse{{s.cfg.Region, g.counts[0], g.charge[0]}}}
 	for i, p := range s.cfg.Peers {
-		u.Regions = append(u.Regions, RegionUse{p.Name, g.counts[1+i]})
+		u.Regions = append(u.Regions, RegionUse{p.Name, g.counts[1+i], g.charge[1+i]})
 	}
 	return u, true
 }

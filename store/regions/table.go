@@ -18,6 +18,8 @@ type grant struct {
 	cut    bool      // the round was cut off from a peer
 	at     time.Time // the round's start, on Config.Now
 	counts []int64   // the counts of the view: this region's, then each peer's (last known)
+	charge []int64   // what the view counted for each: the count, or a peer's charge when not read
+	others int64     // what the view counted for the peers: Σ charge[1:]
 }
 
 // known is a region's count of a key as last read: for window (µs, the

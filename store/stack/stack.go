@@ -141,6 +141,17 @@ type Config struct {
 	// WAN, or a read replica of it (see docs/regions.md). Every region must
 	// list every other. Default none.
 	Peers []Peer
+	// RegionSyncInterval is how often the regions layer runs a round
+	// (regions.Config.SyncInterval). Default 0: regions's, 100ms.
+	RegionSyncInterval time.Duration
+	// RegionPeerTimeout is the least a round waits for a peer's read, and
+	// RegionMaxPeerTimeout the most (regions.Config.PeerTimeout and
+	// MaxPeerTimeout: between them, three times the peer's reads).
+	// Default 0: regions's, 500ms and 4 × RegionPeerTimeout.
+	RegionPeerTimeout, RegionMaxPeerTimeout time.Duration
+	// RegionShare is k, the share of what is left a round gives a region,
+	// 1/(R × k) (regions.Config.Share). Default 0: regions's, 10.
+	RegionShare int64
 
 	// Watchers are told of every call of the outermost layer (metrics
 	// times it, tracing records its span), in this order; not of the calls
@@ -179,6 +190,8 @@ func DefaultConfig() Config {
 		// MaxEntries: 0, no bound but MaxMemory; FloodGuard: off
 		// EnvoyKeys: off; EnvoyKeyPrefix: "", Envoy's default
 		// Region: "", no regions; Peers: none; Watchers: none
+		// RegionSyncInterval, RegionPeerTimeout, RegionMaxPeerTimeout,
+		// RegionShare: 0, store/regions's defaults (100ms, 500ms, 2s, 10)
 		// Now: nil, time.Now and Redis's TIME
 	}
 }
@@ -699,6 +712,20 @@ func (s *Stack) redis(cfg Config, p parts) error {
 	return nil
 }
 
+// RegionRound returns the regions layer's round and share with d and k,
+// Config's RegionSyncInterval and RegionShare: each, or regions's default
+// when 0.
+func RegionRound(d time.Duration, k int64) (time.Duration, int64) {
+	def := regions.DefaultConfig()
+	if d <= 0 {
+		d = def.SyncInterval
+	}
+	if k <= 0 {
+		k = def.Share
+	}
+	return d, k
+}
+
 // vetoes returns the veto of every layer a limit goes through: the first
 // refusal of those not nil, in order.
 func vetoes(vs ...func(sluice.Limit) error) func(sluice.Limit) error {
@@ -866,7 +893,9 @@ func (s *Stack) regionsOver(cfg Config, p parts, home backend, rcfg redis.Config
 		s.closers = append(s.closers, closeStore(b))
 		peers = append(peers, peerBackend{pr.Name, b})
 	}
-	reg, err := p.regions(home, peers, regions.Config{Region: cfg.Region, Now: cfg.Now}, rcfg.KeyPrefix)
+	rc := regions.Config{Region: cfg.Region, Now: cfg.Now, SyncInterval: cfg.RegionSyncInterval,
+		PeerTimeout: cfg.RegionPeerTimeout, MaxPeerTimeout: cfg.RegionMaxPeerTimeout, Share: cfg.RegionShare}
+	reg, err := p.regions(home, peers, rc, rcfg.KeyPrefix)
 	if err != nil {
 		return nil, err
 	}
