@@ -1,46 +1,10 @@
 // Package shed is sluice's adaptive load shedding: a Gate in front of an
 // upstream (the proxy's, or the handler behind the middleware) that
 // measures it (latency, requests in flight, errors), keeps an adaptive
-// limit on its concurrency, and, when the upstream is saturated, sheds by
-// priority: sheddable requests first, critical ones last.
-//
-// # The limit
-//
-// The law is Vegas-style, as TCP Vegas and Netflix's concurrency-limits
-// use it: the least latency seen (minRTT) is the upstream's latency with
-// nothing queued, and once per window of samples (about one round trip)
-// the requests queued at the upstream are estimated as
-//
-//	queued = limit × (1 − minRTT / least latency of the window)
-//
-// The window's least latency, not its mean, as CoDel reads a queue: a
-// standing queue delays every request of the window, the least included,
-// while noise (a slow request, a descheduled thread on a busy machine)
-// delays some only, and must not pass for queueing.
-//
-// Below Alpha the limit grows by one (only while the upstream was used up
-// to half the limit at least, so an idle one does not inflate it); above
-// Beta it shrinks by half the excess, at least one. Errors (5xx, upstream
-// failures) in more than a tenth of a window's samples cut it by a tenth
-// (AIMD's decrease: an upstream that fails fast must not look fast).
-// Why this law rather than AIMD on a latency threshold: it needs no
-// threshold set by hand and settles at the concurrency where queueing
-// starts, which holds latency near its unloaded value: the aim is latency,
-// and Vegas measures queueing directly. A gradient law (Gradient2) reacts
-// the same way but with more parameters to tune. minRTT is measured
-// afresh every MinRTTWindow, so an upstream that became slower for good is
-// not held to a latency it no longer has.
-//
-// # Shedding
-//
-// A request is admitted while the requests in flight are below the limit
-// and no request of its priority or higher waits; a sheddable one only
-// below the limit less ReservePercent of it, which keeps room for critical
-// and default traffic. Otherwise critical and default requests wait, each
-// priority in its own first-in, first-out queue, at most MaxWait, and a
-// slot that frees goes to the oldest waiter of the highest priority;
-// sheddable requests never wait. A request that is not admitted is shed:
-// the transports answer 503 with Retry-After.
+// limit on its concurrency (a Vegas-style law), and, when the upstream is
+// saturated, sheds by priority: sheddable requests first, critical ones
+// last, each waiting at most MaxWait. The law and the order of shedding:
+// docs/protecting.md, "How the shedding limit moves".
 package shed
 
 import (

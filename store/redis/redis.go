@@ -1,59 +1,12 @@
 // Package redis is sluice's distributed store: the states of rate-limited
 // keys in Redis, a Redis Sentinel group or a Redis Cluster, so that several
-// sluice servers, or several services embedding sluice, share one limit
-// per key exactly.
-//
-// Every algorithm of package sluice runs as one Lua script (take.lua,
-// embedded, loaded once and run with EVALSHA, reloaded when Redis answers
-// NOSCRIPT), so a decision is one atomic step in Redis: no read-then-write
-// race however many servers ask at once. The script reads the time from
-// Redis (TIME) unless Config.Now is set, so servers whose clocks disagree
-// still agree on the limit. Its decisions are those of the Go transitions
-// for the same times and costs, to the microsecond, and Go checks them at
-// run time: a Take's decision is Go's own transition replayed on the state
-// the script found, whose allowed bit must be the script's; a TakeAll's is
-// the script's, which must equal Go's replay of the group; a sliding_log's,
-// whose log Go does not see, must have the shape every sliding_log decision
-// has. A disagreement is an error, never a decision. The tests also run
-// take.lua in-process (twin_test.go: a Lua 5.1 VM with the commands it
-// sends), for every algorithm, under random traffic and a fuzz test.
-//
-// Throughput: a Store gathers the Take calls that arrive while earlier
-// script calls are in flight and sends them as one script call per Redis
-// Cluster slot (outside a cluster: one call), which reads TIME once and
-// decides all of them; a batch's calls go pipelined on one connection per
-// node. Under load one call carries tens of decisions, and Redis spends
-// a quarter of the instructions per decision that a script call of its
-// own costs (20,700 against 82,000; testdata/script-cost.sh). In a
-// cluster a call carries one slot's decisions only: keys with one hash
-// tag (one client's limits) share a call, other clients' keys do not, so
-// there the gain is pipelining, not batching.
-//
-// Keys: each key lives at least until its reset time (when its limit is
-// whole again) plus Config.ExpiryMargin, and at most one margin longer, so
-// Redis forgets idle keys; a busy key's TTL is set about once per margin,
-// not at every write (see take.lua). A request's Group becomes a hash tag
-// in its Redis key (Config.KeyPrefix, "{" and a digest of the group, "}",
-// the key), so that in a cluster all requests of one group share a slot
-// and one TakeAll of them is decided atomically in one script; package
-// decide gives all limits of one client one group. TakeAll over several
-// slots is atomic per slot (see TakeAll).
-//
-// Failover: Redis replicates asynchronously, so a failover may lose the
-// last decisions' writes, and the new master's clock may differ. Both can
-// only make a limit more lenient for a moment (a lost write is a hit
-// forgotten), never stricter; a clock that steps back admits nothing more
-// than the state allows.
-//
-// Exactness: Lua's numbers are doubles, exact for integers below 2^53. The
-// script keeps every value within that with these bounds, checked before a
-// request is sent (ErrInexact otherwise): the clock below 2^52 µs since
-// the Unix epoch (the year 2112); Period at most 2^51 µs (71 years); Rate
-// and the burst at most 2^52; for token_bucket and leaky_bucket, burst ×
-// Period / gcd(Rate, Period) at most 2^52 (for 1,000,000 a day: 8.64e10);
-// for gcra, burst × ⌈Period/Rate⌉ at most 2^51 µs. sliding_window's
-// products of counts and periods may pass 2^53: the script computes them
-// exactly in two steps.
+// sluice servers share one limit per key exactly. New opens a Store on a
+// URL (see Open) and connects in the background; every decision is one
+// atomic Lua script on Redis's clock, whose decisions Go checks against
+// its own transitions; a group's requests share a Cluster slot. Limits
+// the script cannot compute exactly are refused (CheckLimit, ErrInexact).
+// How the script batches, expires keys, stays exact and survives a
+// failover: docs/stores.md, "Inside the Redis store".
 package redis
 
 import (

@@ -3,42 +3,9 @@
 // also hands Envoy in response_headers_to_add), the 429 answer, and Guard,
 // the step "descriptors from the request, decide, answer 429 or go on" that
 // the forward-auth endpoint, the reverse proxy and the middleware share.
-//
-// # Fields
-//
-// The fields are those of the IETF draft draft-ietf-httpapi-ratelimit-headers,
-// revision 11 (RateLimit-Policy and RateLimit), the widely used
-// X-RateLimit-Limit, -Remaining and -Reset (as Envoy's ratelimit service and
-// Kong send them), and Retry-After on a denial. Every enforced limit of a
-// response is one item of RateLimit-Policy and RateLimit, named by the rules
-// file's `name` or else the limit's ID. A limit maps onto the draft's
-// parameters so that every algorithm tells the same story:
-//
-//   - q, the quota (draft-11 section 3.1.1: "the quota allocated for client
-//     activity"), is what the limit admits at once, sluice.Decision.Limit:
-//     the rate of the window algorithms, the burst of token_bucket,
-//     leaky_bucket and gcra. So r never exceeds q: a token bucket of 30 a
-//     second holding 100 says q=100, not q=30.
-//   - w, the window (section 3.1.3, whole seconds, at least 1), is the time
-//     the limit takes to refill q from nothing: the period of the window
-//     algorithms, burst × period / rate for the buckets (100 / 30 a second:
-//     w=4, rounded up so that q/w never overstates the rate).
-//   - r, the available quota (section 4.1.1), is the hits that would pass
-//     now, sluice.Decision.Remaining.
-//   - t, the effective window (section 4.1.2: the seconds "within which the
-//     client can use no more than the available quota"), is, for a limit the
-//     request is over, the seconds until a request of its cost passes (its
-//     retry time), and otherwise the seconds until the limit is whole again,
-//     rounded up. Within t the client can use no more than r.
-//
-// X-RateLimit-Limit, -Remaining and -Reset are q, r and t of the limit that
-// binds: on a denial the one with the longest retry, else the one with the
-// least remaining. Retry-After is the longest retry time of the limits the
-// request is over, rounded up to whole seconds, at least 1, plus a random
-// jitter (Config.RetryJitter) so that denied clients do not retry in
-// lockstep: never earlier than the end of any denied item's t, as section 6
-// of the draft asks. It is drawn once per response: the header, the 429 body
-// and, over gRPC, response_headers_to_add carry the same number.
+// The fields are the IETF draft's (revision 11) and X-RateLimit-*; how
+// each algorithm maps onto them: docs/ways-in.md, "The rate limit header
+// fields".
 package respond
 
 import (
