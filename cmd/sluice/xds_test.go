@@ -134,3 +134,31 @@ func variables(rec map[string]any) string {
 	}
 	return ""
 }
+
+// TestXDSConfigFile sets rules from xDS in a config file: lists of
+// key=value (and Envoy's key:value) for the node's metadata and headers.
+func TestXDSConfigFile(t *testing.T) {
+	t.Parallel()
+	fs := serveFlags(t)
+	cfg := `rules: xds://envoy-gateway:18001
+rules-xds-node: envoy-ratelimit
+rules-xds-node-metadata: [cluster=eg, "zone:a"]
+rules-xds-headers: x-tenant=acme
+rules-xds-tls: true
+rules-xds-start-without-rules: true
+`
+	if err := applyConfig(fs, "sluice.yaml", []byte(cfg)); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"rules": "xds://envoy-gateway:18001", "rules-xds-node": "envoy-ratelimit", "rules-xds-node-metadata": "cluster=eg,zone=a",
+		"rules-xds-headers": "x-tenant=acme", "rules-xds-tls": "true", "rules-xds-start-without-rules": "true",
+	} {
+		if got := flagValue(t, fs, name); got != want {
+			t.Errorf("--%s = %q, want %q", name, got, want)
+		}
+	}
+	if err := applyConfig(serveFlags(t), "bad.yaml", []byte("rules-xds-headers: novalue\n")); err == nil || !strings.Contains(err.Error(), "bad.yaml:1") {
+		t.Errorf("a header without a value: %v, want a mistake at bad.yaml:1", err)
+	}
+}
