@@ -294,12 +294,8 @@ func (a *asyncTable) grant(e *asyncEntry, b sluice.Bucket, at int64) int64 {
 // each of whose shares concurrent requests took first).
 func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) (sluice.Decision, error) {
 	a := s.async
-	switch {
-	case r.Cost == 0 && r.Limit.Algorithm.HasBurst():
-		return s.exact(ctx, r, now)
-	case r.Limit.Algorithm.HasBurst():
-		return s.takeBucket(ctx, r, now)
-	case a.tooSmall(r.Limit): // too small a limit to share out: exact
+	bucket := r.Limit.Algorithm.HasBurst()
+	if !bucket && a.tooSmall(r.Limit) { // too small a limit to share out: exact
 		return s.exact(ctx, r, now)
 	}
 	sh := a.shard(r.Key)
@@ -314,7 +310,13 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 			}
 			return s.startAsync(ctx, r, now, sh)
 		}
-		d, next := a.decideWindow(e, r.Cost, now, s.syncEvery)
+		var d sluice.Decision
+		var next step
+		if bucket {
+			d, next = a.decideBucket(e, r.Cost, now, s.syncEvery)
+		} else {
+			d, next = a.decideWindow(e, r.Cost, now, s.syncEvery)
+		}
 		if next != unreachable && try == maxRefresh {
 			next = decided // the denial
 		}
@@ -417,57 +419,59 @@ func (e *asyncEntry) waiter() <-chan struct{} {
 	return e.landed
 }
 
-// takeBucket decides r, a request of a bucket limit, in async mode: from
-// the node's grant, with no store call, once the node holds the key; the
-// first request on a key the node does not hold goes to the store, whose
-// decision leaves the state the grants start from. The decision is the
-// limit's own transition on the level as the node knows it (the store's
-// at its last sync, drained since, plus the node's hits since), which
-// admits whatever the grant admits; a request the grant does not cover is
-// denied, or, while the store is unreachable, an error (the caller's
-// fail mode decides). A leaky_bucket's Wait counts the water the node
-// knows of: short by what other nodes admitted since the last sync.
-func (s *Store) takeBucket(ctx context.Context, r sluice.Request, now time.Time) (sluice.Decision, error) {
-	a := s.async
-	l, cost := r.Limit, r.Cost
+// decideBucket decides a request of cost on e, a bucket key, at now (the
+// node's clock): the limit's own transition on the level as the node
+// knows it (the store's at its last sync, drained since, plus the node's
+// hits since), which admits whatever the node's grant covers, and goes on
+// doing so while a sync is in flight. A request the bucket as the node
+// knows it has no room for is denied (decided); one the grant does not
+// cover returns the denial and what it needs before it is decided again,
+// as decideWindow's: a sync of the key (refresh), the sync in flight
+// (await), or, the last one failed, an error (unreachable). A
+// leaky_bucket's Wait counts the water the node knows of: short by what
+// other nodes admitted since the last sync. every is Config.SyncInterval.
+// mu is held.
+func (a *asyncTable) decideBucket(e *asyncEntry, cost int64, now time.Time, every time.Duration) (sluice.Decision, step) {
+	l := e.req.Limit
 	b, _ := l.Bucket()
-	sh := a.shard(r.Key)
-	sh.mu.Lock()
-	e, exact := sh.lookup(r)
-	if e == nil {
-		sh.mu.Unlock()
-		if exact {
-			return s.exact(ctx, r, now)
-		}
-		return s.startAsync(ctx, r, now, sh)
-	}
 	at := a.storeNow(now)
 	e.seen = now
 	view := b.Drained(e.level, at-e.at) + e.used
 	st := l.BucketState(view, at)
 	d := l.TakeMicros(&st, at, cost)
-	switch g := a.grant(e, b, at); {
+	g := a.grant(e, b, at)
+	switch {
+	case cost == 0: // admitted, whatever debt the level carries (the store's Take of 0 would deny it)
+		d.Allowed, d.RetryAfter, d.Wait = true, 0, 0
+		return d, decided
 	case !d.Allowed: // no room in the bucket as the node knows it
+		return d, decided
 	case e.used+cost*b.Hit <= g:
 		e.used += cost * b.Hit
 		e.pending += cost
-	case e.failed != nil: // the grant is spent and the store unreachable
-		err := e.failed
-		sh.mu.Unlock()
-		return sluice.Decision{}, fmt.Errorf("localfirst async %s: %w", r.Key, err)
-	default: // room, but not in this node's grant: until it refills, or the next sync
-		st = l.BucketState(view, at)
-		d = l.TakeMicros(&st, at, 0)
-		d.Allowed = false
-		d.RetryAfter = s.syncEvery
-		if need := e.used + cost*b.Hit - g; need > 0 && need <= a.refill(b)/a.nodes() {
-			d.RetryAfter = min(d.RetryAfter, time.Duration((need*a.nodes()+b.Drain-1)/b.Drain)*time.Microsecond)
-		}
-		d.RetryAfter = max(d.RetryAfter, time.Microsecond)
+		return d, decided
 	}
-	sh.mu.Unlock()
-	s.asyncHits.Add(1)
-	return d, nil
+	// room, but not in this node's grant
+	st = l.BucketState(view, at)
+	d = l.TakeMicros(&st, at, 0)
+	d.Allowed = false
+	d.RetryAfter = every
+	if need := e.used + cost*b.Hit - g; need > 0 && need <= a.refill(b)/a.nodes() {
+		d.RetryAfter = min(d.RetryAfter, time.Duration((need*a.nodes()+b.Drain-1)/b.Drain)*time.Microsecond)
+	}
+	d.RetryAfter = max(d.RetryAfter, time.Microsecond)
+	switch {
+	case 2*view > b.Full:
+		// More than half full as the node knows it: a client at its limit,
+		// whose bucket refills by the hit; syncing it at every refill
+		// would cost a store call a hit. It waits for its grant.
+		return d, decided
+	case e.syncing:
+		return d, await
+	case e.failed != nil:
+		return d, unreachable
+	}
+	return d, refresh
 }
 
 // startAsync decides r, the first request on a key the node does not

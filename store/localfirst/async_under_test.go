@@ -20,6 +20,18 @@ import (
 // only when the store's count, as a sync read it, leaves no room. (Before
 // issue 31 a node denied once the share paced to the interval was spent,
 // however far the user was under its limit: 0.1-0.3% of these calls.)
+// TestAsyncUnderLimitBucket is TestAsyncUnderLimit on a token bucket of
+// 100 a second, burst 100, on the fake: a request whose grant is spent
+// while the bucket is at most half full syncs its key (before issue 31 it
+// was denied: 1.3% of these calls on 1 node, 14.6% on 3).
+func TestAsyncUnderLimitBucket(t *testing.T) {
+	for _, nodes := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d nodes", nodes), func(t *testing.T) {
+			testAsyncUnderLimitOf(t, memURL, nodes, sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 100, Period: time.Second, Burst: 100})
+		})
+	}
+}
+
 func TestAsyncUnderLimit(t *testing.T) {
 	for name, url := range contractURLs() {
 		for _, nodes := range []int{1, 3} {
@@ -31,13 +43,16 @@ func TestAsyncUnderLimit(t *testing.T) {
 }
 
 func testAsyncUnderLimit(t *testing.T, url string, n int) {
+	testAsyncUnderLimitOf(t, url, n, sluice.Limit{Rate: 100, Period: time.Second})
+}
+
+func testAsyncUnderLimitOf(t *testing.T, url string, n int, l sluice.Limit) {
 	const (
 		interval = 100 * time.Millisecond
 		tick     = time.Millisecond
 		users    = 200
 		windows  = 4
 	)
-	l := sluice.Limit{Rate: 100, Period: time.Second}
 	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
 	nodes := openAsyncNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, n, Config{SyncInterval: interval})
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 31))
