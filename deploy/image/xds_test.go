@@ -33,7 +33,8 @@ const egDomain = "default/eg/http"
 // sets, certificates mounted, on one Docker network with Redis and an xDS
 // server built as the controller's (go-control-plane's server and snapshot
 // cache, ./xdsserver) over mutual TLS. The rules of each snapshot decide,
-// each is acknowledged, a bad one is refused and the rules stay.
+// each is acknowledged, a push that changes a limit keeps its count (in
+// Redis, under Envoy's keys), a bad one is refused and the rules stay.
 func TestEnvoyGateway(t *testing.T) {
 	t.Parallel()
 	img, redisImg := imageSluice(t), imageRedis(t)
@@ -98,7 +99,7 @@ func TestEnvoyGateway(t *testing.T) {
 		t.Helper()
 		want := fmt.Sprintf(`"requestsPerUnit":%d`, n)
 		waitFor(t, "the xDS rules limiting to "+want, 30*time.Second, func() (bool, string) {
-			_, body, err := call("POST", c.url(8080)+"/json", `{"domain":"`+egDomain+`","descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}`)
+			_, body, err := call("POST", c.url(8080)+"/json", `{"domain":"`+egDomain+`","descriptors":[{"entries":[{"key":"user","value":"probe"}]}]}`)
 			return err == nil && strings.Contains(body, want), fmt.Sprint(body, err)
 		})
 	}
@@ -138,11 +139,36 @@ func TestEnvoyGateway(t *testing.T) {
 		}
 	}
 
-	push("2", "HOUR", 7)
-	limitIs(7)
-	answered("2", "")
-	push("3", "UNKNOWN", 7)
-	answered("3", `unknown unit`)
+	// Within one hour's window: a user spends the 3 of a snapshot, then a
+	// snapshot raises the limit to 7 and the user's count, Envoy's key in
+	// Redis, carries over: 3 more, then 429.
+	got := inOneWindow(time.Hour, func(user string) string {
+		var codes []int
+		hit := func() {
+			code, _, err := call("POST", c.url(8080)+"/json", `{"domain":"`+egDomain+`","descriptors":[{"entries":[{"key":"user","value":"`+user+`"}]}]}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			codes = append(codes, code)
+		}
+		push(user+"-3", "HOUR", 3)
+		limitIs(3)
+		for range 4 {
+			hit()
+		}
+		push(user+"-7", "HOUR", 7)
+		limitIs(7)
+		answered(user+"-7", "")
+		for range 4 {
+			hit()
+		}
+		return fmt.Sprint(codes)
+	})
+	if want := "[200 200 200 429 200 200 200 429]"; got != want {
+		t.Errorf("4 calls under a snapshot of 3 an hour, 4 under the next of 7: %s, want %s (the count kept)", got, want)
+	}
+	push("bad", "UNKNOWN", 7)
+	answered("bad", `unknown unit`)
 	limitIs(7)
 }
 
