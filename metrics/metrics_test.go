@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/stack"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -333,11 +334,6 @@ func TestNewTwice(t *testing.T) {
 	}
 }
 
-// nonBlocking declares a store decide.NonBlocking.
-type nonBlocking struct{ sluice.Store }
-
-func (nonBlocking) NonBlocking() bool { return true }
-
 // BenchmarkObserve measures what the Metrics add to a decision of one
 // descriptor on the memory store as its observer: run it beside decide's
 // BenchmarkDecide.
@@ -350,19 +346,20 @@ func BenchmarkObserve(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mem, err := memory.New(memory.DefaultConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer mem.Close()
 	m, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The memory store as the server composes it: its calls watched by m.
+	st, err := stack.New(stack.Config{URL: "memory", Watchers: []stack.Watcher{m}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close(context.Background())
 	service := func(o ...decide.Observer) *decide.Service {
 		cfg := decide.DefaultConfig()
 		cfg.Rules = func() *rules.Set { return set }
-		cfg.Store = watched{nonBlocking{mem}, m}
+		cfg.Store = st
 		cfg.Observers = o
 		s, err := decide.New(cfg)
 		if err != nil {
