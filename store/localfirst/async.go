@@ -289,9 +289,10 @@ func (a *asyncTable) grant(e *asyncEntry, b sluice.Bucket, at int64) int64 {
 // the allowance spent while the store's count, as the node last read it,
 // leaves room for it is not denied for that: it syncs the key now
 // (refresh), or waits for the sync in flight to land (await), and is
-// decided again from the allowance that sync gives; so a client is denied
-// only when a sync read its window full (or after maxRefresh such syncs,
-// each of whose shares concurrent requests took first).
+// decided again from the allowance that sync gives (after maxRefresh such
+// syncs, each of whose shares concurrent requests took first, the store
+// decides it); so a client is denied only when the store's count has no
+// room for it.
 func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) (sluice.Decision, error) {
 	a := s.async
 	bucket := r.Limit.Algorithm.HasBurst()
@@ -317,8 +318,11 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 		} else {
 			d, next = a.decideWindow(e, r.Cost, now, s.syncEvery)
 		}
-		if next != unreachable && try == maxRefresh {
-			next = decided // the denial
+		if (next == refresh || next == await) && try == maxRefresh {
+			// Concurrent requests took every share this one waited for:
+			// the store decides it, as it counts (a denial is its own).
+			sh.mu.Unlock()
+			return s.exact(ctx, r, now)
 		}
 		switch next {
 		case decided:
@@ -349,10 +353,10 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 	}
 }
 
-// maxRefresh is how many times one request of a window key syncs the key,
-// or waits for a sync of it to land, before it is denied: each such sync
-// gives the node a share of what the store has left, which concurrent
-// requests on the key may take first.
+// maxRefresh is how many times one request syncs its key, or waits for a
+// sync of it to land, before the store decides it: each such sync gives
+// the node a share of what the store has left, which concurrent requests
+// on the key may take first.
 const maxRefresh = 4
 
 // step is what a request of an async window key needs next.

@@ -166,3 +166,36 @@ func TestAsyncWindowSyncInFlight(t *testing.T) {
 		t.Fatalf("Redis: %+v, %v; want %d remaining", d, err, 1000-1-3-16-1)
 	}
 }
+
+// TestAsyncBurstUnderLimit sends 60 requests of one key at once to one of
+// 3 async nodes (a share of about 3 hits a sync) on a limit of 100 a
+// second, as a server that resumes after a stall answers what queued up:
+// all are admitted, each from a share, a sync of the key, or, when
+// concurrent requests took every share it waited for, the store. (A
+// request that lost 4 shares in a row was denied, under its limit, on
+// the weather suite's host stall.)
+func TestAsyncBurstUnderLimit(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC))
+	url := "redis://" + testenv.RedisAddr(t) + "/0"
+	nodes := openAsyncNodes(t, url, fmt.Sprintf("localfirsttest:%x:", rand.Uint64()), clk.Now, 3, Config{SyncInterval: 100 * time.Millisecond})
+	l := sluice.Limit{Rate: 100, Period: time.Second}
+	ctx := context.Background()
+	if d, err := sluice.Take(ctx, nodes[0], "{burst}", l, 1); err != nil || !d.Allowed { // the key's first, by the store
+		t.Fatalf("%+v, %v", d, err)
+	}
+	errs := make(chan error, 60)
+	for range 60 {
+		go func() {
+			d, err := sluice.Take(ctx, nodes[0], "{burst}", l, 1)
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("denied: %+v", d)
+			}
+			errs <- err
+		}()
+	}
+	for range 60 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
