@@ -11,6 +11,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -407,4 +408,60 @@ func BenchmarkWANSlowPeer(b *testing.B) {
 	}
 	b.ReportMetric(float64(total), "admitted")
 	b.ReportMetric(float64(cut)/float64(max(rounds, 1)), "cut/round")
+}
+
+// BenchmarkWANQuietKey: three regions of two nodes 80ms ± 20ms apart each
+// way; every node asks for one global key of 360,000 a minute once a
+// second (0.1% of its limit in all) for SLUICE_QUIET_FOR (default a
+// minute; the figure asks for 10). It reports the requests
+// denied, which should be none: before TestQuietKeyNotDenied's fix, a
+// round that missed a peer charged the key the whole limit for it.
+func BenchmarkWANQuietKey(b *testing.B) {
+	d := time.Minute
+	if s := os.Getenv("SLUICE_QUIET_FOR"); s != "" {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	l := sluice.Limit{Rate: 360_000, Period: time.Minute}
+	var asked, denied, failed atomic.Int64
+	for range b.N {
+		w := newWANWorld(b, 3, 2, true, func(c *Config) { c.PeerTimeout = 0 })
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		for _, ns := range w.nodes {
+			for _, n := range ns {
+				wg.Go(func() {
+					tick := time.NewTicker(time.Second)
+					defer tick.Stop()
+					var ds [1]sluice.Decision
+					for {
+						select {
+						case <-stop:
+							return
+						case <-tick.C:
+						}
+						asked.Add(1)
+						ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+						err := n.TakeAll(ctx, []sluice.Request{{Key: "gquiet", Limit: l, Cost: 1, Scope: sluice.GlobalScope}}, ds[:])
+						cancel()
+						switch {
+						case err != nil:
+							failed.Add(1)
+						case !ds[0].Allowed:
+							denied.Add(1)
+						}
+					}
+				})
+			}
+		}
+		time.Sleep(d)
+		close(stop)
+		wg.Wait()
+		b.Logf("%v: %d asked, %d denied, %d failed", d, asked.Load(), denied.Load(), failed.Load())
+		w.logRounds()
+	}
+	b.ReportMetric(float64(denied.Load()), "denied")
+	b.ReportMetric(float64(asked.Load()), "asked")
 }
