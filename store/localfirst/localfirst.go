@@ -27,10 +27,12 @@
 // left spread over the nodes and the syncs left in the window,
 // (rate − counted) / (N × D) with D = min(⌈time left / I⌉ + ¼, k), so a
 // hot key fills its limit over the window as exact mode does. A node goes
-// on admitting while a sync is in flight, and a request that finds the
-// allowance spent while the count last read leaves room syncs its key at
-// once (or waits for the sync in flight): a window key's request is
-// denied only when a sync read no room for it. A window
+// on admitting while a sync is in flight, and a request that finds its
+// share spent while the count last read leaves room (a bucket's: while at
+// most half full) syncs its key at once or waits for the sync in flight,
+// and after 4 shares taken by concurrent requests is decided by the
+// store: a window key's request is denied only when the store's count has
+// no room for it. A window
 // admits at most rate + the N nodes' last allowances before the store's
 // count reaches the rate: on a window of k intervals or more whose count
 // reaches the rate before its last k,
