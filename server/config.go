@@ -299,6 +299,7 @@ type TracingConfig struct {
 // `sluice serve` runs with when no flag is given (Rules.Source aside).
 func DefaultConfig() Config {
 	dc, oc, tc := decide.DefaultConfig(), observe.DefaultConfig(), tracing.DefaultConfig() // their defaults are theirs
+	rc := respond.DefaultConfig()
 	return Config{
 		Rules: RulesConfig{
 			MaxFileBytes: rules.DefaultMaxFileBytes, // 16 MiB: rules files are small; a directory 4 times that
@@ -310,8 +311,8 @@ func DefaultConfig() Config {
 		StoreTimeout:     dc.StoreTimeout,             // 50ms: a slow store costs a decision little
 		StoreHardTimeout: dc.StoreHardTimeout,         // 10s: longer than a stall of Redis lasts, as Envoy's REDIS_TIMEOUT
 		ConcurrencyLease: admit.DefaultConfig().Lease, // 1s: the decision APIs never say when a request ends
-		ResponseHeaders:  respond.AllHeaders,          // the IETF draft's fields, X-RateLimit-* and Retry-After
-		RetryJitter:      time.Second,                 // denied clients do not retry in lockstep
+		ResponseHeaders:  rc.Headers,                  // the IETF draft's fields, X-RateLimit-* and Retry-After
+		RetryJitter:      rc.RetryJitter,              // 1s: denied clients do not retry in lockstep
 		GRPC: GRPCConfig{
 			Addr:     "127.0.0.1:8081", // loopback: exposing it is a decision
 			UnixMode: 0o660,            // the owner and its group may connect

@@ -84,12 +84,21 @@ type Handler struct {
 	busy chan struct{} // holds a simulation running
 }
 
+// DefaultConfig returns the default configuration: what every zero field
+// of a Config means. Rules and Gatherer have none: they are required.
+func DefaultConfig() Config {
+	return Config{
+		Simulate: simulate.WebCaps, // what one simulation may ask of a shared server
+		// Mode, Observer, Events, Authenticate: nil, none shown or asked
+	}
+}
+
 // New returns the dashboard's handler, to be mounted at /ui/.
 func New(cfg Config) (*Handler, error) {
 	if cfg.Rules == nil || cfg.Gatherer == nil {
 		return nil, errors.New("ui: Rules and Gatherer are required")
 	}
-	w := simulate.WebCaps
+	w := DefaultConfig().Simulate
 	pick := func(v *int, def int) {
 		if *v <= 0 {
 			*v = def

@@ -150,19 +150,10 @@ return out
 // answer yet is no error: calls fail with control.ErrUnavailable until it
 // does.
 func Open(rawURL string, cfg Config) (*DB, error) {
-	if cfg.Name == "" {
-		cfg.Name = "sluice:rules" // the keys' hash tag
-	}
+	cfg = cfg.withDefaults()
 	if strings.ContainsAny(cfg.Name, "{}") {
 		return nil, fmt.Errorf("rules database: Name %q must not hold { or }", cfg.Name)
 	}
-	if cfg.History <= 0 {
-		cfg.History = 100 // versions kept per domain
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 2 * time.Second // per call to Redis
-	}
-	cfg = withCaps(cfg)
 	parse := cfg.ClientOption
 	if parse == nil {
 		parse = func(rawURL string, tc *tls.Config) (rueidis.ClientOption, error) {
@@ -185,25 +176,40 @@ func Open(rawURL string, cfg Config) (*DB, error) {
 
 // New returns a DB over an open client, which the DB's Close closes.
 func New(client rueidis.Client, cfg Config) *DB {
-	if cfg.Name == "" {
-		cfg.Name = "sluice:rules"
-	}
-	if cfg.History <= 0 {
-		cfg.History = 100
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 2 * time.Second
-	}
-	return newDB(client, withCaps(cfg))
+	return newDB(client, cfg.withDefaults())
 }
 
-// withCaps sets cfg's caps left zero to their defaults.
-func withCaps(cfg Config) Config {
+// DefaultConfig returns the default configuration: what every zero field
+// of a Config means.
+func DefaultConfig() Config {
+	return Config{
+		Name:          "sluice:rules",        // the keys' hash tag
+		History:       100,                   // versions kept per domain
+		Timeout:       2 * time.Second,       // per call to Redis
+		MaxStateBytes: control.MaxStateBytes, // a state above it is refused before it is sent
+		MaxDocBytes:   control.MaxDocBytes,
+		// TLS: nil, the system's roots; ClientOption: nil, rueidis.ParseURL
+	}
+}
+
+// withDefaults returns cfg with its zero fields (and History, Timeout and
+// the caps below zero) set to their defaults.
+func (cfg Config) withDefaults() Config {
+	d := DefaultConfig()
+	if cfg.Name == "" {
+		cfg.Name = d.Name
+	}
+	if cfg.History <= 0 {
+		cfg.History = d.History
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = d.Timeout
+	}
 	if cfg.MaxStateBytes <= 0 {
-		cfg.MaxStateBytes = control.MaxStateBytes
+		cfg.MaxStateBytes = d.MaxStateBytes
 	}
 	if cfg.MaxDocBytes <= 0 {
-		cfg.MaxDocBytes = control.MaxDocBytes
+		cfg.MaxDocBytes = d.MaxDocBytes
 	}
 	return cfg
 }

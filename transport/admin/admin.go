@@ -71,6 +71,18 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// DefaultConfig returns the default configuration: what every zero field
+// of a Config means. Backend and Tokens have none: they are required.
+func DefaultConfig() Config {
+	return Config{
+		MaxBodyBytes: DefaultMaxBodyBytes, // a rules document and then some
+		BodyTimeout:  30 * time.Second,    // a rules document over a slow link
+		Now:          time.Now,
+		Log:          slog.Default(),
+		// ReadOnly: off; Registerer: nil, no metrics
+	}
+}
+
 // Handler serves the admin API under /v1/admin/. It is safe for
 // concurrent use.
 type Handler struct {
@@ -84,17 +96,18 @@ func New(c Config) (*Handler, error) {
 	if c.Backend == nil || c.Tokens == nil {
 		return nil, errors.New("admin: Config.Backend and Config.Tokens are required")
 	}
+	d := DefaultConfig()
 	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
+		c.MaxBodyBytes = d.MaxBodyBytes
 	}
 	if c.Now == nil {
-		c.Now = time.Now
+		c.Now = d.Now
 	}
 	if c.BodyTimeout <= 0 {
-		c.BodyTimeout = 30 * time.Second // a rules document over a slow link
+		c.BodyTimeout = d.BodyTimeout
 	}
 	if c.Log == nil {
-		c.Log = slog.Default()
+		c.Log = d.Log
 	}
 	h := &Handler{c: c, mux: http.NewServeMux()}
 	h.calls = prometheus.NewCounterVec(prometheus.CounterOpts{

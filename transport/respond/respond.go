@@ -141,8 +141,15 @@ type Config struct {
 	Rand func(n int64) int64
 }
 
-// DefaultRetryJitter is the jitter of a zero Config.RetryJitter.
-const DefaultRetryJitter = time.Second
+// DefaultConfig returns the default configuration: what every zero field
+// of a Config means.
+func DefaultConfig() Config {
+	return Config{
+		Headers:     AllHeaders,  // the IETF draft's fields, X-RateLimit-* and Retry-After
+		RetryJitter: time.Second, // denied clients do not retry in lockstep
+		Rand:        rand.Int64N, // safe for concurrent use
+	}
+}
 
 // Writer computes and writes the rate limit fields of verdicts. It is
 // immutable and safe for concurrent use.
@@ -154,15 +161,16 @@ type Writer struct {
 
 // New returns a Writer for cfg; zero fields take their defaults.
 func New(cfg Config) *Writer {
+	d := DefaultConfig()
 	w := &Writer{headers: cfg.Headers.set(), rand: cfg.Rand}
 	switch {
 	case cfg.RetryJitter == 0:
-		w.jitter = int64(DefaultRetryJitter / time.Second)
+		w.jitter = int64(d.RetryJitter / time.Second)
 	case cfg.RetryJitter > 0:
 		w.jitter = int64(cfg.RetryJitter / time.Second)
 	}
 	if w.rand == nil {
-		w.rand = rand.Int64N
+		w.rand = d.Rand
 	}
 	return w
 }
