@@ -16,6 +16,9 @@ func (s *Server) newAdmin(ctx context.Context) error {
 	if a.Tokens == "" {
 		return nil
 	}
+	if isXDS(s.cfg.Rules.Source) {
+		return configError("--admin-tokens: rules from an xDS server change there (Envoy Gateway's BackendTrafficPolicy), not through the admin API")
+	}
 	toks, err := s.adminTokens()
 	if err != nil {
 		return err

@@ -130,6 +130,9 @@ func TestServeXDSRefuses(t *testing.T) {
 	c = testConfig("xds://h:1")
 	c.Rules.XDS.CA = "/ca.crt"
 	wantConfigError(t, c, "--rules-xds-tls")
+	c = testConfig("xds://h:1")
+	c.Admin.Tokens = "/tokens"
+	wantConfigError(t, c, "--admin-tokens: rules from an xDS server change there")
 }
 
 // BenchmarkXDSPushToDecision measures the time from a snapshot's push to
