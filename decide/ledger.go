@@ -146,11 +146,13 @@ func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now int64) {
 // restart without persistence, a failover to a replica that lagged): in the
 // window of e's last count, it now counts used, less than that by more
 // than a lease could have given back (a sixteenth of the limit) below that
-// count and the hits this server wrote back since.
+// count and the hits this server wrote back since, the limit at most (a
+// store reports no count above it).
 func forgot(e *ledgerEntry, used, now int64) bool {
 	lim := e.req.Limit
+	c := lim.Capacity()
 	return lim.Algorithm == sluice.FixedWindow && now < e.reset && windowOf(lim, now) == windowOf(lim, e.at) &&
-		e.used+e.wrote-used > max(lim.Capacity()/16, 1)
+		min(e.used+e.wrote, c)-used > max(c/16, 1)
 }
 
 // insert adds an entry for r to sh, evicting others when sh is full, and

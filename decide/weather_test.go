@@ -351,4 +351,11 @@ func TestWeatherRestartEmpty(t *testing.T) {
 	if got, _ := ask(t, s, "over", 100); got != 39 {
 		t.Errorf("over, once its count is back: %d of 100 admitted, want 39", got)
 	}
+	// A count at the limit, as the store reports it once over, is no loss.
+	if err := s.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.restores); n != 0 {
+		t.Errorf("%d more counts put back, want none: the store lost nothing more", n)
+	}
 }
