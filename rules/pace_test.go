@@ -77,3 +77,24 @@ descriptors:
 		t.Errorf("rounds of a second: %v, want r.yaml:4 and r.yaml:10", ws)
 	}
 }
+
+// TestGlobalCountReadable: a limit of scope global whose count a region
+// cannot read exactly (rate × period of µs at 2^52 or more: 2,000,000 an
+// hour) is refused with its file and line; before, every round's read of
+// the region's own counts failed on it, and every global key went without
+// a cap. The same limit of scope region loads.
+func TestGlobalCountReadable(t *testing.T) {
+	const file = `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2000000, scope: global}
+  - key: ip
+    rate_limit: {unit: hour, requests_per_unit: 2000000}
+  - key: team
+    rate_limit: {unit: hour, requests_per_unit: 1000000, scope: global}
+`
+	_, err := rules.Parse("r.yaml", []byte(file))
+	if err == nil || !strings.Contains(err.Error(), "r.yaml:4:") || strings.Contains(err.Error(), "r.yaml:6:") || strings.Contains(err.Error(), "r.yaml:8:") {
+		t.Errorf("parse: %v; want r.yaml:4 alone refused", err)
+	}
+}

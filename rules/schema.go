@@ -86,6 +86,26 @@ type ReplaceSpec struct {
 	Name string `json:"name" yaml:"name"`
 }
 
+// maxGlobalCount bounds rate × period (µs) of the count a region reads
+// of a global limit (store/redis's SyncCounts, exact below 2^52).
+const maxGlobalCount = 1 << 52
+
+// globalCount returns the rate and period (µs) of the count store/regions
+// keeps of l at scope global: l's own for a window limit; for a bucket,
+// its capacity in windows of capacity × period / rate.
+func globalCount(l sluice.Limit) (int64, int64) {
+	p := l.Period.Microseconds()
+	if !l.Algorithm.HasBurst() || l.Rate <= 0 {
+		return l.Rate, p
+	}
+	c := l.Capacity()
+	w := float64(c) * float64(p) / float64(l.Rate)
+	if w > maxGlobalCount {
+		return c, maxGlobalCount
+	}
+	return c, int64(w)
+}
+
 // scope sets l's Scope from ls's `scope:`, refusing scope: global where
 // store/regions cannot keep one limit for all regions: a leaky_bucket
 // (whose Wait orders every region's requests in one queue), a sliding_log
@@ -112,6 +132,10 @@ func (c *checker) scope(ls *RateLimitSpec, l *Limit, path string) {
 	}
 	if l.Limit.SubWindows() > 1 {
 		c.errorf(line, path, "scope: global shares a sliding_window's two windows between regions; precision above 1 is for scope: region")
+	}
+	if rate, p := globalCount(l.Limit); rate > 0 && p > 0 && rate > maxGlobalCount/p {
+		c.errorf(line, path, "scope: global reads every region's count of it exactly, which needs its rate × period (µs) below 2^52: "+
+			"%d a window of %v is more; scope: region has no such bound", rate, time.Duration(p)*time.Microsecond)
 	}
 	switch {
 	case l.Sync == sluice.Lease || l.Sync == sluice.Async:
