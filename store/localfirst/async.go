@@ -102,6 +102,7 @@ type asyncEntry struct {
 	old     int64
 	counted int64 // what the store counted at the last sync
 	syncing bool  // a sync is in flight
+	flying  int64 // the hits of the key's window that the sync in flight writes
 	failed  error // the error of the last sync, until one succeeds
 	seen    time.Time
 	landed  chan struct{} // closed when the sync in flight lands; nil until a request waits for it
@@ -399,7 +400,7 @@ func (a *asyncTable) decideWindow(e *asyncEntry, cost int64, now time.Time, ever
 		e.allow -= cost
 		e.pending += cost
 		d.Allowed = true
-	case l.Rate-e.counted-e.pending < cost: // no room, as the store last counted: denied, reachable or not
+	case l.Rate-e.counted-e.pending-e.flying < cost: // no room, as the store last counted: denied, reachable or not
 	case e.syncing:
 		next = await
 	case e.failed != nil:
@@ -410,7 +411,10 @@ func (a *asyncTable) decideWindow(e *asyncEntry, cost int64, now time.Time, ever
 	if !d.Allowed && d.RetryAfter == 0 {
 		d.RetryAfter = max(min(every, d.ResetAfter), time.Microsecond)
 	}
-	d.Remaining = min(max(l.Rate-e.counted-e.pending, 0), capa)
+	// The hits of a sync in flight count: Remaining never rises within a
+	// window but when the store counts less (decide's ledger takes a fall
+	// for a store that lost counts).
+	d.Remaining = min(max(l.Rate-e.counted-e.pending-e.flying, 0), capa)
 	return d, next
 }
 
@@ -655,7 +659,7 @@ func (e *asyncEntry) due(sh *asyncShard, items []syncItem) []syncItem {
 		e.old = 0
 	}
 	items = append(items, syncItem{e, sh, e.window, e.pending, false})
-	e.pending, e.syncing = 0, true
+	e.pending, e.flying, e.syncing = 0, e.pending, true
 	return items
 }
 
@@ -714,7 +718,7 @@ func (s *Store) writeBack(ctx context.Context, items []syncItem) error {
 // mu is held.
 func (a *asyncTable) land(it syncItem, count, at int64, after time.Time, err error) (lost bool) {
 	e := it.e
-	e.syncing, e.failed = false, err
+	e.syncing, e.failed, e.flying = false, err, 0
 	if e.landed != nil {
 		close(e.landed)
 		e.landed = nil

@@ -106,7 +106,8 @@ func testAsyncUnderLimitOf(t *testing.T, url string, n int, l sluice.Limit) {
 // of more keys took longer), a request that finds the allowance spent
 // waits for the sync to land and is admitted from the next allowance, and
 // the hits admitted meanwhile are written by the next sync, none lost and
-// none written twice.
+// none written twice; Remaining falls at every hit, the hits in flight
+// counted.
 func TestAsyncWindowSyncInFlight(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
@@ -117,12 +118,21 @@ func TestAsyncWindowSyncInFlight(t *testing.T) {
 	l := sluice.Limit{Rate: 1000, Period: time.Hour} // allowances of ⌊(1000 − counted) / 50⌋
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	last := l.Rate
 	take := func(n int, what string) {
 		t.Helper()
 		for range n {
-			if d, err := sluice.Take(ctx, node, "{k}", l, 1); err != nil || !d.Allowed {
+			d, err := sluice.Take(ctx, node, "{k}", l, 1)
+			if err != nil || !d.Allowed {
 				t.Fatalf("%s: %+v, %v", what, d, err)
 			}
+			// The hits in flight count: Remaining never rises in a window
+			// (decide's ledger takes a rise for a store that lost counts
+			// and puts them back, counting them twice).
+			if d.Remaining >= last {
+				t.Fatalf("%s: Remaining %d after %d", what, d.Remaining, last)
+			}
+			last = d.Remaining
 		}
 	}
 	take(1, "the first, which Redis decides")
