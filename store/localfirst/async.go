@@ -322,8 +322,14 @@ func (s *Store) takeAsync(ctx context.Context, r sluice.Request, now time.Time) 
 		if (next == refresh || next == await) && try == maxRefresh {
 			// Concurrent requests took every share this one waited for:
 			// the store decides it, as it counts (a denial is its own).
+			unwritten := e.pending + e.flying
 			sh.mu.Unlock()
-			return s.exact(ctx, r, now)
+			d, err := s.exact(ctx, r, now)
+			// The store's count leaves out the node's hits not yet
+			// written: Remaining as the node's decisions say it, never
+			// higher (decide's ledger takes a rise for a lost count).
+			d.Remaining = max(d.Remaining-unwritten, 0)
+			return d, err
 		}
 		switch next {
 		case decided:
@@ -383,7 +389,7 @@ func (a *asyncTable) decideWindow(e *asyncEntry, cost int64, now time.Time, ever
 	at := a.storeNow(now)
 	if w := at - at%p; w > e.window { // a new window: what was pending is the old window's
 		e.oldWin, e.old = e.window, e.pending
-		e.window, e.pending, e.counted = w, 0, 0
+		e.window, e.pending, e.counted, e.flying = w, 0, 0, 0 // what is in flight is the old window's
 		e.allow = a.allowance(l, 0, w, at)
 	}
 	e.seen = now
