@@ -14,7 +14,7 @@
 # LIMIT a UNIT (fixed window); RATE, when set, paces the callers to that many
 # decisions a second in all (sluice bench --rate: an open load, so that every
 # mode is offered the same calls and admitted shares compare). For every round, workload and mode it prints the
-# decisions/s and p99 latency, the admitted share (OK of all answers), the server's CPU µs per
+# decisions/s and p99 latency, the admitted share (OK of all answers) and the answers denied, the server's CPU µs per
 # decision (utime+stime of /proc/PID/stat over the load) and its ratio to the
 # floor's in the same round, Redis's CPU µs per decision (INFO cpu,
 # used_cpu_sys+used_cpu_user), the store calls per decision (INFO
@@ -29,6 +29,7 @@
 #   BEFORE=/path/to/old/sluice scripts/sidebyside.sh   # also that binary, as memory@before, exact@before, ...
 #   SERVE_FLAGS="--lease-lifetime 1s" scripts/sidebyside.sh   # more flags for every sluice serve
 #   RATE=3000 MODES="exact lease async" DISTS=zipf scripts/sidebyside.sh   # 3,000 decisions/s offered to each
+#   RATE=20000 USERS=400 MODES=async DISTS=uniform scripts/sidebyside.sh   # users at half their limit: none denied
 #
 # The machine's speed drifts between runs: compare rows of one run, a mode
 # against the floor and against exact in the same round.
@@ -152,7 +153,7 @@ measure() {
 	# decisions:   N (OK a, OVER_LIMIT b, errors c) / rate:        R decisions/s
 	echo "$out" | awk -v name="$name" -v dist="$dist" -v round="$round" -v onredis="$onredis" -v tck="$tck" \
 		-v t0="$t0" -v t1="$t1" -v r0="$r0" -v r1="$r1" '
-		/^decisions:/ {n = $2; ok = $4 + 0; errs = $8 + 0}
+		/^decisions:/ {n = $2; ok = $4 + 0; over = $6 + 0; errs = $8 + 0}
 		/^rate:/ {rate = $2}
 		/^latency:/ {p50 = ms($3); p99 = ms($7)}
 		function ms(d) { return d ~ /ms$/ ? d + 0 : d ~ /µs$/ ? d / 1000 : d ~ /ns$/ ? d / 1e6 : d * 1000 }
@@ -163,11 +164,11 @@ measure() {
 			calls = onredis && n > 0 ? (b[3] - a[3]) / n : -1
 			cmds = onredis && n > 0 ? (b[2] - a[2] - 1) / n : -1 # less the INFO that read them
 			adm = n > 0 ? ok / n : 0
-			printf "%s %s %s %d %.4f %.1f %.2f %.4f %d %.4f %.3f %.3f\n", round, dist, name, rate, adm, srv, rcpu, calls, errs, cmds, p50, p99
+			printf "%s %s %s %d %.4f %.1f %.2f %.4f %d %.4f %.3f %.3f %d\n", round, dist, name, rate, adm, srv, rcpu, calls, errs, cmds, p50, p99, over
 		}' >>"$dir/results"
 	tail -n 1 "$dir/results" | awk '{
-		printf "round %s  %-7s  %-14s  %7d/s  p50 %.2f p99 %.2f ms  admitted %5.1f%%  server %6.1f µs  redis %s µs  calls %s  commands %s%s\n",
-			$1, $2, $3, $4, $11, $12, $5 * 100, $6, $7 < 0 ? "-" : sprintf("%.2f", $7), $8 < 0 ? "-" : sprintf("%.4f", $8),
+		printf "round %s  %-7s  %-14s  %7d/s  p50 %.2f p99 %.2f ms  admitted %5.1f%% (denied %d)  server %6.1f µs  redis %s µs  calls %s  commands %s%s\n",
+			$1, $2, $3, $4, $11, $12, $5 * 100, $13, $6, $7 < 0 ? "-" : sprintf("%.2f", $7), $8 < 0 ? "-" : sprintf("%.4f", $8),
 			$10 < 0 ? "-" : sprintf("%.3f", $10),
 			($9 > 0) ? "  ERRORS " $9 : ""}'
 }
