@@ -95,6 +95,15 @@ type watched struct {
 	m    *metrics.Metrics
 }
 
+// NonBlocking says what next says, as store/stack does (decide.NonBlocking):
+// hiding it would make the memory store a blocking one, whose every call
+// goes to a goroutine given the 50ms store timeout, and a loaded machine
+// that did not run it in time turned decisions local.
+func (w watched) NonBlocking() bool {
+	nb, ok := w.next.(decide.NonBlocking)
+	return ok && nb.NonBlocking()
+}
+
 func (w watched) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	ctx = w.m.StartCall(ctx, reqs)
 	t := time.Now()
