@@ -676,6 +676,7 @@ func (s *Service) fromStore(ctx, tctx context.Context, reqs []sluice.Request, ds
 	if s.timeout > 0 {
 		start = s.br.now()
 	}
+	sent := s.ledger.epoch.Load()
 	err := s.store.TakeAll(tctx, reqs, ds)
 	switch {
 	case err == nil:
@@ -684,7 +685,7 @@ func (s *Service) fromStore(ctx, tctx context.Context, reqs []sluice.Request, ds
 			s.latency.observe(s.br.now().Sub(start))
 		}
 		if s.learns {
-			s.learn(reqs, ds, s.br.now().UnixMicro())
+			s.learn(reqs, ds, s.br.now().UnixMicro(), sent)
 		}
 		return decided
 	case ctx.Err() != nil: // the caller gave up: not the store's fault

@@ -24,7 +24,8 @@ import (
 type storeCall struct {
 	reqs  []sluice.Request
 	ds    []sluice.Decision
-	probe bool // the call is the breaker's probe
+	probe bool  // the call is the breaker's probe
+	sent  int64 // the ledger's epoch when it was sent (see ledger.learn)
 	done  chan struct{}
 
 	mu        sync.Mutex
@@ -69,7 +70,8 @@ func (s *Service) fromStoreLate(ctx, tctx context.Context, resp *Response, reqs 
 		s.br.cancel(probe)
 		return s.local(resp, reqs, ds, false)
 	}
-	c := &storeCall{reqs: slices.Clone(reqs), ds: make([]sluice.Decision, len(reqs)), probe: probe, done: make(chan struct{})}
+	c := &storeCall{reqs: slices.Clone(reqs), ds: make([]sluice.Decision, len(reqs)), probe: probe, done: make(chan struct{}),
+		sent: s.ledger.epoch.Load()}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.hardTimeout)
 	stop := context.AfterFunc(s.base, cancel) // Close ends it at once
 	start := s.br.now()
@@ -146,7 +148,7 @@ func (s *Service) finish(c *storeCall, err error, start time.Time) {
 		s.latency.observe(now.Sub(start))
 		s.br.success(c.probe && !abandoned)
 		if s.learns {
-			s.learn(c.reqs, c.ds, now.UnixMicro())
+			s.learn(c.reqs, c.ds, now.UnixMicro(), c.sent)
 		}
 	case errors.Is(err, sluice.ErrLimit):
 		s.br.cancel(c.probe && !abandoned)
@@ -171,11 +173,11 @@ func (s *Service) ended(c *storeCall) {
 	record := s.writeBack != nil && !errors.Is(c.err, sluice.ErrLimit)
 	if !c.admitted {
 		if c.err == nil && s.learns {
-			s.learn(c.reqs, c.ds, now)
+			s.learn(c.reqs, c.ds, now, c.sent)
 		}
 		return
 	}
-	s.ledger.ended(c.reqs, c.ds, c.err, now, record)
+	s.ledger.ended(c.reqs, c.ds, c.err, now, c.sent, record)
 }
 
 // local decides reqs on this server into ds (ModeLocal): the store
@@ -190,9 +192,10 @@ func (s *Service) local(resp *Response, reqs []sluice.Request, ds []sluice.Decis
 }
 
 // learn teaches the ledger the store's decisions ds on reqs, made at now
-// (µs), and puts back at once the counts it finds the store lost.
-func (s *Service) learn(reqs []sluice.Request, ds []sluice.Decision, now int64) {
-	s.ledger.learn(reqs, ds, now)
+// (µs) on a call sent at the ledger's epoch sent, and puts back at once the
+// counts it finds the store lost.
+func (s *Service) learn(reqs []sluice.Request, ds []sluice.Decision, now, sent int64) {
+	s.ledger.learn(reqs, ds, now, sent)
 	if s.ledger.lost.Load() != 0 {
 		s.kick()
 	}

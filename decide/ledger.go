@@ -26,6 +26,12 @@ type ledger struct {
 	lost    atomic.Int64 // entries whose count the store lost, to put back
 	dropped atomic.Int64 // pending hits forgotten: evicted unwritten, or of a limit the rules changed
 	expired atomic.Int64 // pending hits of a window that ended before they were written: they count no more
+	// epoch counts the changes of what entries say the store holds (a
+	// count learned, hits written back, a count put back), in order: a
+	// store call sent at an epoch (Load) before an entry's was evaluated
+	// by the store perhaps before that change, so its count is no sign of
+	// a loss.
+	epoch atomic.Int64
 }
 
 // ledgerShards is the number of shards of a ledger, a power of two.
@@ -72,6 +78,10 @@ type ledgerEntry struct {
 	// lost says the store forgot the key's count (a restart without
 	// persistence): used is what it should hold, to be put back.
 	lost bool
+	// epoch is the ledger's epoch when used, wrote or a count put back
+	// last changed; restoring while a put back is in flight.
+	epoch     int64
+	restoring bool
 }
 
 func newLedger(maxBytes int64, nodes func() int64) *ledger {
@@ -109,11 +119,16 @@ func ceilDiv(a, b int64) int64 {
 	return (a-1)/b + 1
 }
 
-// learn records the store's decisions ds on reqs, made at now: the count
-// of each key the ledger holds, or whose count passed 1/learnAbove of its
-// limit. The local share of each is seeded again at its next local
-// decision.
-func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now int64) {
+// learn records the store's decisions ds on reqs, made at now, on a call
+// sent at epoch sent (l.epoch.Load() before it was sent): the count of each
+// key the ledger holds, or whose count passed 1/learnAbove of its limit.
+// The local share of each is seeded again at its next local decision. A
+// count below what the ledger knew is taken as a loss only from a call
+// sent after the store had acknowledged all the ledger knew of the key: a
+// call sent earlier may have been counted before a write-back that was
+// acknowledged first (its answer came later on a busy machine); such an
+// answer is left out.
+func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now, sent int64) {
 	for i := range reqs {
 		r, d := &reqs[i], ds[i]
 		used := d.Limit - d.Remaining
@@ -127,7 +142,14 @@ func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now int64) {
 			if e.req.Limit != r.Limit {
 				l.forget(e, *r)
 			}
-			if forgot(e, used, now) {
+			stale := e.epoch > sent || e.restoring
+			switch {
+			case stale && used < e.usedAt(now)+e.wrote:
+				// An answer that may predate what the ledger knows, and
+				// says less: it teaches nothing.
+				sh.mu.Unlock()
+				continue
+			case !stale && forgot(e, used, now):
 				// What it held when it forgot comes on top of what it
 				// counted since (the hits written back included).
 				used += e.used
@@ -137,6 +159,7 @@ func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now int64) {
 				}
 			}
 			e.used, e.wrote, e.at, e.reset, e.seeded = used, 0, now, now+d.ResetAfter.Microseconds(), false
+			e.epoch = l.epoch.Add(1)
 		}
 		sh.mu.Unlock()
 	}
@@ -394,7 +417,7 @@ func lockShards(l *ledger, idx []int) []int {
 // that carried them went on, now that it has ended at now: with err nil
 // the store counted what it allowed (ds), and the rest, admitted here, is
 // pending when record; with an error every hit is pending when record.
-func (l *ledger) ended(reqs []sluice.Request, ds []sluice.Decision, err error, now int64, record bool) {
+func (l *ledger) ended(reqs []sluice.Request, ds []sluice.Decision, err error, now, sent int64, record bool) {
 	stored := err == nil
 	for i := range reqs {
 		stored = stored && ds[i].Allowed
@@ -419,7 +442,7 @@ func (l *ledger) ended(reqs []sluice.Request, ds []sluice.Decision, err error, n
 		sh.mu.Unlock()
 	}
 	if err == nil {
-		l.learn(reqs, ds, now)
+		l.learn(reqs, ds, now, sent)
 	}
 }
 
@@ -478,6 +501,7 @@ func (l *ledger) written(reqs []sluice.Request, windows []int64, now int64, ok b
 			if ok {
 				if e.req.Limit == r.Limit && now < e.reset {
 					e.wrote += r.Cost // the store holds them now
+					e.epoch = l.epoch.Add(1)
 				}
 				break
 			}
@@ -526,6 +550,7 @@ func (l *ledger) lostCounts(now int64) (reqs []sluice.Request, windows []int64) 
 			r := e.req
 			r.Cost = e.used
 			reqs, windows = append(reqs, r), append(windows, w)
+			e.restoring = true // until restored: answers until then may lack it
 		}
 		sh.mu.Unlock()
 	}
@@ -533,17 +558,19 @@ func (l *ledger) lostCounts(now int64) (reqs []sluice.Request, windows []int64) 
 }
 
 // restored ends a restore of the counts lostCounts took out: if it
-// failed, they are to be put back again.
+// failed, they are to be put back again. Either way a store call sent
+// before it ended may not show it (see learn).
 func (l *ledger) restored(reqs []sluice.Request, ok bool) {
-	if ok {
-		return
-	}
 	for i := range reqs {
 		sh := &l.shards[l.shardOf(reqs[i].Key)]
 		sh.mu.Lock()
-		if e := sh.m[reqs[i].Key]; e != nil && !e.lost && e.req.Limit == reqs[i].Limit {
-			e.lost = true
-			l.lost.Add(1)
+		if e := sh.m[reqs[i].Key]; e != nil {
+			e.restoring = false
+			e.epoch = l.epoch.Add(1)
+			if !ok && !e.lost && e.req.Limit == reqs[i].Limit {
+				e.lost = true
+				l.lost.Add(1)
+			}
 		}
 		sh.mu.Unlock()
 	}

@@ -28,6 +28,11 @@ func TestServeStallDefaults(t *testing.T) {
 	c.Store.URL = "redis://" + r.Addr
 	s := startServer(t, c)
 	s.waitStore(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", s.logs)
+		}
+	})
 	ask := func(client string, n int) (admitted int) {
 		t.Helper()
 		for range n {

@@ -1,0 +1,82 @@
+package decide
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// TestLedgerLoss checks when a count below the ledger's is taken for a
+// count the store lost: only from a call sent once the store had
+// acknowledged all the ledger knew (its last count, the hits written back
+// since, a count put back). A call sent earlier may have been counted
+// before them and answered after them on a busy machine: taken for a loss,
+// its count was added on top of the ledger's and put back, and keys under
+// their limit were denied (server TestServeStallDefaults, 7 of 60 under a
+// healthy Redis once a call had been slow).
+func TestLedgerLoss(t *testing.T) {
+	t.Parallel()
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Hour}
+	t0 := time.Date(2026, 11, 21, 0, 10, 0, 0, time.UTC).UnixMicro()
+	window := windowOf(lim, t0)
+	take := []sluice.Request{{Key: "k", Limit: lim, Cost: 1}}
+	answer := func(used int64) []sluice.Decision {
+		return []sluice.Decision{{Allowed: true, Limit: 100, Remaining: 100 - used, ResetAfter: 50 * time.Minute}}
+	}
+	tests := []struct {
+		name string
+		// sent returns the epoch the call is sent at, given the ledger
+		// that has learned a count of 20 and before its write-back of 10.
+		run     func(l *ledger) (sent int64)
+		used    int64 // the count the call answers
+		putBack int64 // the count put back; 0: none
+		knows   int64 // the count the ledger holds after (used and wrote)
+	}{
+		{name: "sent before a write-back, answered after it", used: 21, knows: 30, run: func(l *ledger) int64 {
+			sent := l.epoch.Load()
+			l.written([]sluice.Request{{Key: "k", Limit: lim, Cost: 10}}, []int64{window}, t0+1, true)
+			return sent
+		}},
+		{name: "sent after a write-back, the count lost", used: 1, putBack: 21, knows: 21, run: func(l *ledger) int64 {
+			l.written([]sluice.Request{{Key: "k", Limit: lim, Cost: 10}}, []int64{window}, t0+1, true)
+			return l.epoch.Load()
+		}},
+		{name: "sent after the count's answer, the count lost", used: 1, putBack: 21, knows: 21, run: func(l *ledger) int64 {
+			return l.epoch.Load()
+		}},
+		{name: "sent while a count is put back", used: 2, knows: 21, run: func(l *ledger) int64 {
+			l.learn(take, answer(1), t0+1, l.epoch.Load()) // lost: 21 to put back
+			if reqs, _ := l.lostCounts(t0 + 1); len(reqs) != 1 {
+				t.Fatalf("lostCounts = %v, want the key", reqs)
+			}
+			return l.epoch.Load()
+		}},
+		{name: "sent after a count was put back, lost again", used: 1, putBack: 22, knows: 22, run: func(l *ledger) int64 {
+			l.learn(take, answer(1), t0+1, l.epoch.Load())
+			reqs, _ := l.lostCounts(t0 + 1)
+			l.restored(reqs, true)
+			return l.epoch.Load()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := newLedger(1<<20, func() int64 { return 1 })
+			l.learn(take, answer(20), t0, l.epoch.Load())
+			sent := tt.run(l)
+			l.learn(take, answer(tt.used), t0+2, sent)
+			reqs, _ := l.lostCounts(t0 + 2)
+			switch {
+			case tt.putBack == 0 && len(reqs) != 0:
+				t.Errorf("a count of %d taken for a loss: put back %d", tt.used, reqs[0].Cost)
+			case tt.putBack != 0 && (len(reqs) != 1 || reqs[0].Cost != tt.putBack):
+				t.Errorf("put back %v, want a count of %d", reqs, tt.putBack)
+			}
+			e := l.shards[l.shardOf("k")].m["k"]
+			if got := e.used + e.wrote; got != tt.knows {
+				t.Errorf("the ledger holds a count of %d, want %d", got, tt.knows)
+			}
+		})
+	}
+}
