@@ -67,7 +67,10 @@ type Service struct {
 	closed       bool                                                   // Close has begun
 	writing      atomic.Bool                                            // a write-back is in flight
 	settling     atomic.Int64                                           // µs since the Unix epoch of the Probe that found the store back; 0: none
-	lateSlots    slots                                                  // Config.MaxLateCalls
+	maxLate      int                                                    // Config.MaxLateCalls
+	lateN        int                                                    // the store calls in flight of the fail mode local, under lateMu
+	inflight     *storeCall                                             // a list of them, under lateMu, for Close to cut short
+	calls        sync.Pool                                              // *storeCall that ended in time
 	base         context.Context                                        // ends when Close cuts the store calls short
 	stop         context.CancelFunc                                     // ends base
 	coolDown     time.Duration
@@ -109,7 +112,7 @@ func New(cfg Config) (*Service, error) {
 		writeBack:    cfg.WriteBack,
 		restore:      cfg.Restore,
 		hardTimeout:  cfg.StoreHardTimeout,
-		lateSlots:    slots{k: cfg.MaxLateCalls},
+		maxLate:      cfg.MaxLateCalls,
 		coolDown:     cfg.BreakerCoolDown,
 		log:          cfg.Logger,
 		fallbackMode: cfg.Fail.Mode(),
@@ -257,6 +260,8 @@ type batch struct {
 	// elastic are the limits with throttling: elastic, decided after the
 	// others (see Service.elastic).
 	elastic []elasticRef
+	// tctx is the store timeout of the fail mode local (boundLate).
+	tctx deadlineCtx
 }
 
 type span struct {
@@ -347,7 +352,7 @@ func (s *Service) decide(ctx context.Context, r *Request) (*Response, error) {
 	if len(b.reqs) == 0 {
 		block(resp, b)
 		if len(b.elastic) > 0 && overall(resp) == OK {
-			tctx, cancel := s.bound(ctx)
+			tctx, cancel := s.boundLate(ctx, b)
 			s.elastic(ctx, tctx, r, resp, b)
 			cancel()
 		}
@@ -362,7 +367,7 @@ func (s *Service) decide(ctx context.Context, r *Request) (*Response, error) {
 	}
 	b.ds = b.ds[:len(b.reqs)]
 
-	tctx, cancel := s.bound(ctx)
+	tctx, cancel := s.boundLate(ctx, b)
 	defer cancel()
 	s.takeBatch(ctx, tctx, resp, b)
 	block(resp, b)
@@ -498,6 +503,7 @@ func (s *Service) release(b *batch) {
 	clear(b.blocked)
 	clear(b.elastic)
 	clear(b.entries[:cap(b.entries)])
+	b.tctx = deadlineCtx{}
 	s.batches.Put(b)
 }
 

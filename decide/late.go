@@ -3,7 +3,6 @@ package decide
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -18,23 +17,166 @@ import (
 // if it ends well the store has counted its hits, and they are not
 // written back; if it fails, the hits admitted locally are pending, and
 // Probe writes them back once the store answers.
+//
+// What a decision costs here is kept to what it cost before the calls
+// went into goroutines (BenchmarkDecide/descriptors=1/blocking): the
+// store timeout is a deadlineCtx, which needs no timer; a storeCall is
+// its own context, with no timer while the decision waits for it; and a
+// call that ended in time goes back to a pool with its slices and
+// channels.
 
 // storeCall is one store call of the fail mode local, which may outlive
-// the decision that made it.
+// the decision that made it. It is the call's context too: the caller's
+// values, a deadline StoreHardTimeout after it began, and a Done that
+// closes at that deadline, or when Close cuts the calls short (cut). Its
+// timer is armed only once the decision goes on without it (or at once,
+// when the hard timeout comes before the store timeout): until then the
+// decision's own wait ends it first. A call that ended in time, whose
+// context never ended, goes back to Service.calls; one the decision went
+// on without never does (the store may still hold it).
 type storeCall struct {
-	reqs  []sluice.Request
-	ds    []sluice.Decision
-	probe bool  // the call is the breaker's probe
-	sent  int64 // the ledger's epoch when it was sent (see ledger.learn)
-	done  chan struct{}
+	s        *Service
+	reqs     []sluice.Request
+	ds       []sluice.Decision
+	probe    bool          // the call is the breaker's probe
+	sent     int64         // the ledger's epoch when it was sent (see ledger.learn)
+	start    time.Time     // by the breaker's clock, for the latency
+	sig      chan struct{} // buffered: one value when the call ended
+	wait     *time.Timer   // the decision's wait for it, until the store timeout
+	parent   context.Context
+	deadline time.Time // StoreHardTimeout after the call began
+	ctxDone  chan struct{}
+	prev     *storeCall // in Service.inflight, under Service.lateMu
+	next     *storeCall
 
 	mu        sync.Mutex
+	ctxErr    error       // the context's Err, once ctxDone is closed
+	timer     *time.Timer // ends the context at deadline, once armed
 	err       error
 	finished  bool // the store call ended
 	abandoned bool // the decision went on without it
 	settled   bool // the decision decided locally; admitted says how
 	admitted  bool
 }
+
+// Deadline is StoreHardTimeout after the call began.
+func (c *storeCall) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Done closes at the deadline, or when Close cuts the calls short.
+func (c *storeCall) Done() <-chan struct{} { return c.ctxDone }
+
+// Err is context.DeadlineExceeded or context.Canceled once Done is closed.
+func (c *storeCall) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ctxErr
+}
+
+// Value is the caller's: only its cancellation is dropped, as
+// context.WithoutCancel drops it.
+func (c *storeCall) Value(key any) any { return c.parent.Value(key) }
+
+// end ends c's context with err, if it has not ended. c.mu is held.
+func (c *storeCall) end(err error) {
+	if c.ctxErr == nil {
+		c.ctxErr = err
+		close(c.ctxDone)
+	}
+}
+
+// expire ends c's context at its deadline.
+func (c *storeCall) expire() {
+	c.mu.Lock()
+	c.end(context.DeadlineExceeded)
+	c.mu.Unlock()
+}
+
+// arm starts the timer that ends c's context at its deadline. c.mu is
+// held.
+func (c *storeCall) arm() {
+	if c.timer == nil && c.ctxErr == nil {
+		c.timer = time.AfterFunc(time.Until(c.deadline), c.expire)
+	}
+}
+
+// newCall returns a storeCall of reqs, from the pool, with a context of
+// the caller's ctx.
+func (s *Service) newCall(ctx context.Context, reqs []sluice.Request, probe bool) *storeCall {
+	c, _ := s.calls.Get().(*storeCall)
+	if c == nil {
+		c = &storeCall{s: s, sig: make(chan struct{}, 1), ctxDone: make(chan struct{})}
+		c.wait = time.NewTimer(time.Hour)
+		c.wait.Stop()
+	}
+	c.reqs = append(c.reqs[:0], reqs...)
+	if cap(c.ds) < len(reqs) {
+		c.ds = make([]sluice.Decision, len(reqs))
+	}
+	c.ds = c.ds[:len(reqs)]
+	clear(c.ds)
+	c.probe, c.parent = probe, ctx
+	c.sent = s.ledger.epoch.Load()
+	c.start = s.br.now()
+	c.deadline = time.Now().Add(s.hardTimeout)
+	return c
+}
+
+// putCall gives back to the pool a call that ended in time, its signal
+// taken, unless its context ended or has a timer (anything may hold it
+// then).
+func (s *Service) putCall(c *storeCall) {
+	if c.abandoned || c.ctxErr != nil || c.timer != nil {
+		return
+	}
+	clear(c.reqs)
+	c.reqs = c.reqs[:0]
+	c.parent, c.err = nil, nil
+	c.finished, c.settled, c.admitted = false, false, false
+	s.calls.Put(c)
+}
+
+// deadlineCtx is the store timeout of a decision of the fail mode local
+// over a store that blocks (Service.boundLate): ctx with a deadline, and
+// no timer. Its Done is ctx's, so it does not close at the deadline: it
+// never leaves this package, and fromStoreLate, the one that waits on it,
+// waits for the deadline with a timer of its own (storeCall.wait).
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+// Deadline is the store timeout's, or ctx's when it comes first.
+func (d *deadlineCtx) Deadline() (time.Time, bool) {
+	if pd, ok := d.Context.Deadline(); ok && pd.Before(d.deadline) {
+		return pd, true
+	}
+	return d.deadline, true
+}
+
+// Err is ctx's, or context.DeadlineExceeded once the deadline passed.
+func (d *deadlineCtx) Err() error {
+	if err := d.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(d.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// boundLate returns ctx bounded by the store timeout, as bound does, but
+// as a deadlineCtx in b, when decisions go through fromStoreLate (which
+// is all tctx is given to); else bound's.
+func (s *Service) boundLate(ctx context.Context, b *batch) (context.Context, context.CancelFunc) {
+	if s.fail != FailLocal || s.timeout <= 0 {
+		return s.bound(ctx)
+	}
+	b.tctx = deadlineCtx{Context: ctx, deadline: time.Now().Add(s.latency.now())}
+	return &b.tctx, noCancel
+}
+
+// noCancel is the CancelFunc of a context with nothing to cancel.
+func noCancel() {}
 
 // decideFrom decides reqs into ds: on the store, or, when it does not
 // decide them, as the fail mode says, noting the mode in resp. ctx is the
@@ -66,38 +208,40 @@ func (s *Service) fromStoreLate(ctx, tctx context.Context, resp *Response, reqs 
 		s.br.cancel(probe)
 		return s.local(resp, reqs, ds, false)
 	}
-	if !s.lateSlots.TryAcquire() {
+	c := s.newCall(ctx, reqs, probe)
+	d, _ := tctx.Deadline()
+	if !c.deadline.After(d) { // the hard timeout comes first: no call shares c yet
+		c.arm()
+	}
+	if !s.startLate(c) { // Close has begun, or MaxLateCalls are in flight
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		s.putCall(c)
 		s.br.cancel(probe)
 		return s.local(resp, reqs, ds, false)
 	}
-	c := &storeCall{reqs: slices.Clone(reqs), ds: make([]sluice.Decision, len(reqs)), probe: probe, done: make(chan struct{}),
-		sent: s.ledger.epoch.Load()}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.hardTimeout)
-	stop := context.AfterFunc(s.base, cancel) // Close ends it at once
-	start := s.br.now()
-	if !s.spawn(func() {
-		defer s.lateSlots.Release()
-		err := s.store.TakeAll(hctx, c.reqs, c.ds)
-		stop()
-		cancel()
-		s.finish(c, err, start)
-	}) {
-		stop()
-		cancel()
-		s.lateSlots.Release()
-		s.br.cancel(probe)
-		return s.local(resp, reqs, ds, false)
-	}
+	c.wait.Reset(time.Until(d))
+	got := false
 	select {
-	case <-c.done:
+	case <-c.sig:
+		got = true
+	case <-c.wait.C:
 	case <-tctx.Done():
 	}
+	c.wait.Stop()
 	c.mu.Lock()
 	if c.finished {
 		c.mu.Unlock()
-		return s.answered(ctx, tctx, resp, c, reqs, ds)
+		if !got {
+			<-c.sig // sent just after finished was set
+		}
+		o := s.answered(ctx, tctx, resp, c, reqs, ds)
+		s.putCall(c)
+		return o
 	}
 	c.abandoned = true
+	c.arm() // the decision no longer ends it
 	c.mu.Unlock()
 	switch {
 	case ctx.Err() != nil: // the caller gave up: not the store's fault
@@ -142,6 +286,12 @@ func (s *Service) finish(c *storeCall, err error, start time.Time) {
 	c.mu.Lock()
 	c.err, c.finished = err, true
 	abandoned, settled := c.abandoned, c.settled
+	if c.timer != nil || abandoned { // as context.WithTimeout's cancel, once the call is done
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		c.end(context.Canceled)
+	}
 	c.mu.Unlock()
 	switch {
 	case err == nil:
@@ -160,7 +310,7 @@ func (s *Service) finish(c *storeCall, err error, start time.Time) {
 		s.br.failure(false, err, timedOut(context.Background(), err))
 		s.log.Debug("store call decided locally failed", "err", err)
 	}
-	close(c.done)
+	c.sig <- struct{}{} // the decision may take c back to the pool now
 	if abandoned && settled {
 		s.ended(c)
 	}
@@ -217,6 +367,58 @@ func (s *Service) spawn(f func()) bool {
 	return true
 }
 
+// startLate starts store call c in a goroutine of its own, which Close
+// waits for and cuts short, and reports false, starting nothing, once
+// Close has begun or while MaxLateCalls are in flight.
+func (s *Service) startLate(c *storeCall) bool {
+	s.lateMu.Lock()
+	defer s.lateMu.Unlock()
+	if s.closed || s.lateN >= s.maxLate {
+		return false
+	}
+	s.lateN++
+	c.prev, c.next = nil, s.inflight
+	if s.inflight != nil {
+		s.inflight.prev = c
+	}
+	s.inflight = c
+	s.late.Add(1)
+	go c.run()
+	return true
+}
+
+// run makes store call c, and settles it.
+func (c *storeCall) run() {
+	s := c.s
+	err := s.store.TakeAll(c, c.reqs, c.ds)
+	s.lateMu.Lock()
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		s.inflight = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	}
+	c.prev, c.next = nil, nil
+	s.lateN--
+	s.lateMu.Unlock()
+	s.finish(c, err, c.start)
+	s.late.Done()
+}
+
+// cut ends the context of every store call in flight: Close cuts them
+// short.
+func (s *Service) cut() {
+	s.lateMu.Lock()
+	for c := s.inflight; c != nil; c = c.next {
+		c.mu.Lock()
+		c.end(context.Canceled)
+		c.mu.Unlock()
+	}
+	s.lateMu.Unlock()
+}
+
 // kick writes back the pending hits in a goroutine of its own, one at a
 // time, while the breaker lets decisions go to the store: so a key decided
 // locally because the store had not counted its hits (ledger.busy) goes
@@ -248,30 +450,6 @@ func allAllowed(ds []sluice.Decision) bool {
 		}
 	}
 	return true
-}
-
-// slots is a counting semaphore that never blocks.
-type slots struct {
-	mu   sync.Mutex
-	n, k int
-}
-
-// TryAcquire takes a slot, and reports false when none is free.
-func (sl *slots) TryAcquire() bool {
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	if sl.n >= sl.k {
-		return false
-	}
-	sl.n++
-	return true
-}
-
-// Release gives back a slot.
-func (sl *slots) Release() {
-	sl.mu.Lock()
-	sl.n--
-	sl.mu.Unlock()
 }
 
 // writeBackTimeout bounds a write-back of the hits admitted locally.
@@ -350,6 +528,7 @@ func (s *Service) Close(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		s.stop()
+		s.cut()
 		<-done
 	}
 	s.stop()
