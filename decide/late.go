@@ -33,7 +33,10 @@ import (
 // when the hard timeout comes before the store timeout): until then the
 // decision's own wait ends it first. A call that ended in time, whose
 // context never ended, goes back to Service.calls; one the decision went
-// on without never does (the store may still hold it).
+// on without never does (the store may still hold it). So a store must
+// not use a call's context once its TakeAll returned, unless that context
+// ended: none in this module does (store/redis leaves a queued call
+// behind only when its context ended).
 type storeCall struct {
 	s        *Service
 	reqs     []sluice.Request
@@ -73,8 +76,15 @@ func (c *storeCall) Err() error {
 }
 
 // Value is the caller's: only its cancellation is dropped, as
-// context.WithoutCancel drops it.
-func (c *storeCall) Value(key any) any { return c.parent.Value(key) }
+// context.WithoutCancel drops it. Nil once the call went back to the
+// pool (only a store that kept its context past TakeAll, which none
+// may, would ask then).
+func (c *storeCall) Value(key any) any {
+	if c.parent == nil {
+		return nil
+	}
+	return c.parent.Value(key)
+}
 
 // end ends c's context with err, if it has not ended. c.mu is held.
 func (c *storeCall) end(err error) {
