@@ -135,7 +135,10 @@ func (s *Service) newCall(ctx context.Context, reqs []sluice.Request, probe bool
 // taken, unless its context ended or has a timer (anything may hold it
 // then).
 func (s *Service) putCall(c *storeCall) {
-	if c.abandoned || c.ctxErr != nil || c.timer != nil {
+	c.mu.Lock()
+	keep := !c.abandoned && c.ctxErr == nil && c.timer == nil
+	c.mu.Unlock()
+	if !keep {
 		return
 	}
 	clear(c.reqs)
