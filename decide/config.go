@@ -184,6 +184,14 @@ type Config struct {
 	// window, by more than a lease could give back. Default nil: lost
 	// counts stay lost.
 	Restore func(ctx context.Context, reqs []sluice.Request, windows []int64) error
+	// Sync is the store's mode for requests whose Sync is
+	// sluice.DefaultSync (store/stack's Config.Sync). The ledger finds
+	// a lost count of a key in lease or async mode once a window at most:
+	// their answers are a node's count, not the store's, and stay below a
+	// count put back until the node's next sync, so each would look like
+	// another loss (a count put back ever higher: 20, 29, 39, 51 of 50 in
+	// the weather suite's host stall). Default sluice.DefaultSync: exact.
+	Sync sluice.Sync
 	// BreakerFailures is how many store calls in a row must fail before
 	// the Service stops calling the store for BreakerCoolDown and decides
 	// by Fail alone. Default 5. Negative disables the breaker: every

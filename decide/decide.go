@@ -144,6 +144,7 @@ func New(cfg Config) (*Service, error) {
 		servers = func() int64 { return 1 }
 	}
 	s.ledger = newLedger(cfg.LedgerBytes, servers)
+	s.ledger.sync = cfg.Sync
 	s.learns = s.fail == FailLocal && !nonBlocking
 	s.base, s.stop = context.WithCancel(context.Background())
 	if r, ok := cfg.Store.(Ready); ok {
@@ -679,7 +680,7 @@ func (s *Service) fromStore(ctx, tctx context.Context, reqs []sluice.Request, ds
 		return failed
 	}
 	var start time.Time
-	if s.timeout > 0 {
+	if s.timeout > 0 || s.learns {
 		start = s.br.now()
 	}
 	sent := s.ledger.epoch.Load()
@@ -691,7 +692,7 @@ func (s *Service) fromStore(ctx, tctx context.Context, reqs []sluice.Request, ds
 			s.latency.observe(s.br.now().Sub(start))
 		}
 		if s.learns {
-			s.learn(reqs, ds, s.br.now().UnixMicro(), sent)
+			s.learn(reqs, ds, s.br.now().UnixMicro(), sent, start.UnixMicro())
 		}
 		return decided
 	case ctx.Err() != nil: // the caller gave up: not the store's fault

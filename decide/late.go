@@ -311,7 +311,7 @@ func (s *Service) finish(c *storeCall, err error, start time.Time) {
 		s.latency.observe(now.Sub(start))
 		s.br.success(c.probe && !abandoned)
 		if s.learns {
-			s.learn(c.reqs, c.ds, now.UnixMicro(), c.sent)
+			s.learn(c.reqs, c.ds, now.UnixMicro(), c.sent, c.start.UnixMicro())
 		}
 	case errors.Is(err, sluice.ErrLimit):
 		s.br.cancel(c.probe && !abandoned)
@@ -336,11 +336,11 @@ func (s *Service) ended(c *storeCall) {
 	record := s.writeBack != nil && !errors.Is(c.err, sluice.ErrLimit)
 	if !c.admitted {
 		if c.err == nil && s.learns {
-			s.learn(c.reqs, c.ds, now, c.sent)
+			s.learn(c.reqs, c.ds, now, c.sent, c.start.UnixMicro())
 		}
 		return
 	}
-	s.ledger.ended(c.reqs, c.ds, c.err, now, c.sent, record)
+	s.ledger.ended(c.reqs, c.ds, c.err, now, c.sent, c.start.UnixMicro(), record)
 }
 
 // local decides reqs on this server into ds (ModeLocal): the store
@@ -355,10 +355,10 @@ func (s *Service) local(resp *Response, reqs []sluice.Request, ds []sluice.Decis
 }
 
 // learn teaches the ledger the store's decisions ds on reqs, made at now
-// (µs) on a call sent at the ledger's epoch sent, and puts back at once the
-// counts it finds the store lost.
-func (s *Service) learn(reqs []sluice.Request, ds []sluice.Decision, now, sent int64) {
-	s.ledger.learn(reqs, ds, now, sent)
+// (µs) on a call sent at the ledger's epoch sent, at sentAt (µs), and puts
+// back at once the counts it finds the store lost.
+func (s *Service) learn(reqs []sluice.Request, ds []sluice.Decision, now, sent, sentAt int64) {
+	s.ledger.learn(reqs, ds, now, sent, sentAt)
 	if s.ledger.lost.Load() != 0 {
 		s.kick()
 	}

@@ -32,6 +32,7 @@ type ledger struct {
 	// by the store perhaps before that change, so its count is no sign of
 	// a loss.
 	epoch atomic.Int64
+	sync  sluice.Sync // the store's mode for sluice.DefaultSync (Config.Sync)
 }
 
 // ledgerShards is the number of shards of a ledger, a power of two.
@@ -78,6 +79,13 @@ type ledgerEntry struct {
 	// lost says the store forgot the key's count (a restart without
 	// persistence): used is what it should hold, to be put back.
 	lost bool
+	// sent is when the call of the count learned was sent (µs): the store
+	// counted between sent and at.
+	sent int64
+	// lostIn is the start of the window in which the ledger last found
+	// the key's count lost: a key not decided exactly is found lost once
+	// a window at most (Config.Sync).
+	lostIn int64
 	// epoch is the ledger's epoch when used, wrote or a count put back
 	// last changed; restoring while a put back is in flight.
 	epoch     int64
@@ -128,7 +136,7 @@ func ceilDiv(a, b int64) int64 {
 // call sent earlier may have been counted before a write-back that was
 // acknowledged first (its answer came later on a busy machine); such an
 // answer is left out.
-func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now, sent int64) {
+func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now, sent, sentAt int64) {
 	for i := range reqs {
 		r, d := &reqs[i], ds[i]
 		used := d.Limit - d.Remaining
@@ -149,16 +157,17 @@ func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now, sent in
 				// says less: it teaches nothing.
 				sh.mu.Unlock()
 				continue
-			case !stale && forgot(e, used, now):
+			case !stale && forgot(e, used, sentAt, now) && (l.exact(r.Sync) || e.lostIn != windowOf(e.req.Limit, now)):
 				// What it held when it forgot comes on top of what it
 				// counted since (the hits written back included).
 				used += e.used
+				e.lostIn = windowOf(e.req.Limit, now)
 				if !e.lost {
 					e.lost = true
 					l.lost.Add(1)
 				}
 			}
-			e.used, e.wrote, e.at, e.reset, e.seeded = used, 0, now, now+d.ResetAfter.Microseconds(), false
+			e.used, e.wrote, e.at, e.sent, e.reset, e.seeded = used, 0, now, sentAt, now+d.ResetAfter.Microseconds(), false
 			e.epoch = l.epoch.Add(1)
 		}
 		sh.mu.Unlock()
@@ -170,12 +179,28 @@ func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now, sent in
 // window of e's last count, it now counts used, less than that by more
 // than a lease could have given back (a sixteenth of the limit) below that
 // count and the hits this server wrote back since, the limit at most (a
-// store reports no count above it).
-func forgot(e *ledgerEntry, used, now int64) bool {
+// store reports no count above it). The store counted used between sent,
+// when its call was sent, and now, when the answer came, and e's count
+// between e.sent and e.at: only a window that holds all four is the same,
+// whatever the server's clock did meanwhile (a server stopped a while
+// reads an answer of a window that has ended since: its count, higher, is
+// no sign the next window's count was lost).
+func forgot(e *ledgerEntry, used, sent, now int64) bool {
 	lim := e.req.Limit
 	c := lim.Capacity()
-	return lim.Algorithm == sluice.FixedWindow && now < e.reset && windowOf(lim, now) == windowOf(lim, e.at) &&
+	w := windowOf(lim, now)
+	return lim.Algorithm == sluice.FixedWindow && now < e.reset &&
+		windowOf(lim, sent) == w && windowOf(lim, e.at) == w && windowOf(lim, e.sent) == w &&
 		min(e.used+e.wrote, c)-used > max(c/16, 1)
+}
+
+// exact reports whether requests of sync are decided exactly, so that
+// their answers are the store's count, not a node's (Config.Sync).
+func (l *ledger) exact(sync sluice.Sync) bool {
+	if sync == sluice.DefaultSync {
+		sync = l.sync
+	}
+	return sync == sluice.DefaultSync || sync == sluice.Exact
 }
 
 // insert adds an entry for r to sh, evicting others when sh is full, and
@@ -417,7 +442,7 @@ func lockShards(l *ledger, idx []int) []int {
 // that carried them went on, now that it has ended at now: with err nil
 // the store counted what it allowed (ds), and the rest, admitted here, is
 // pending when record; with an error every hit is pending when record.
-func (l *ledger) ended(reqs []sluice.Request, ds []sluice.Decision, err error, now, sent int64, record bool) {
+func (l *ledger) ended(reqs []sluice.Request, ds []sluice.Decision, err error, now, sent, sentAt int64, record bool) {
 	stored := err == nil
 	for i := range reqs {
 		stored = stored && ds[i].Allowed
@@ -442,7 +467,7 @@ func (l *ledger) ended(reqs []sluice.Request, ds []sluice.Decision, err error, n
 		sh.mu.Unlock()
 	}
 	if err == nil {
-		l.learn(reqs, ds, now, sent)
+		l.learn(reqs, ds, now, sent, sentAt)
 	}
 }
 

@@ -46,14 +46,14 @@ func TestLedgerLoss(t *testing.T) {
 			return l.epoch.Load()
 		}},
 		{name: "sent while a count is put back", used: 2, knows: 21, run: func(l *ledger) int64 {
-			l.learn(take, answer(1), t0+1, l.epoch.Load()) // lost: 21 to put back
+			l.learn(take, answer(1), t0+1, l.epoch.Load(), t0+1) // lost: 21 to put back
 			if reqs, _ := l.lostCounts(t0 + 1); len(reqs) != 1 {
 				t.Fatalf("lostCounts = %v, want the key", reqs)
 			}
 			return l.epoch.Load()
 		}},
 		{name: "sent after a count was put back, lost again", used: 1, putBack: 22, knows: 22, run: func(l *ledger) int64 {
-			l.learn(take, answer(1), t0+1, l.epoch.Load())
+			l.learn(take, answer(1), t0+1, l.epoch.Load(), t0+1)
 			reqs, _ := l.lostCounts(t0 + 1)
 			l.restored(reqs, true)
 			return l.epoch.Load()
@@ -63,9 +63,9 @@ func TestLedgerLoss(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			l := newLedger(1<<20, func() int64 { return 1 })
-			l.learn(take, answer(20), t0, l.epoch.Load())
+			l.learn(take, answer(20), t0, l.epoch.Load(), t0)
 			sent := tt.run(l)
-			l.learn(take, answer(tt.used), t0+2, sent)
+			l.learn(take, answer(tt.used), t0+2, sent, t0+1)
 			reqs, _ := l.lostCounts(t0 + 2)
 			switch {
 			case tt.putBack == 0 && len(reqs) != 0:
@@ -78,5 +78,46 @@ func TestLedgerLoss(t *testing.T) {
 				t.Errorf("the ledger holds a count of %d, want %d", got, tt.knows)
 			}
 		})
+	}
+}
+
+// TestLedgerLossOnceAWindow: a lease or async key, whose answers are a
+// node's count and stay below a count put back until the node's next sync,
+// is found lost once a window at most; an exact key again whenever the
+// store counts it lower. Each further loss put back a count ever higher
+// (20, 29, 39, 51 of 50 on a key under its limit in the weather suite's
+// host stall).
+func TestLedgerLossOnceAWindow(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 21, 0, 10, 0, 0, time.UTC).UnixMicro()
+	for _, tt := range []struct {
+		sync, dflt sluice.Sync
+		again      bool
+	}{
+		{sync: sluice.Exact, again: true},
+		{sync: sluice.DefaultSync, again: true},
+		{sync: sluice.Async},
+		{sync: sluice.Lease},
+		{sync: sluice.DefaultSync, dflt: sluice.Async},
+	} {
+		l := newLedger(1<<20, func() int64 { return 1 })
+		l.sync = tt.dflt
+		lim := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Hour}
+		take := []sluice.Request{{Key: "k", Limit: lim, Cost: 1, Sync: tt.sync}}
+		answer := func(used int64) []sluice.Decision {
+			return []sluice.Decision{{Allowed: true, Limit: 100, Remaining: 100 - used, ResetAfter: 50 * time.Minute}}
+		}
+		l.learn(take, answer(20), t0, l.epoch.Load(), t0)
+		l.learn(take, answer(1), t0+1, l.epoch.Load(), t0+1)
+		reqs, _ := l.lostCounts(t0 + 1)
+		if len(reqs) != 1 || reqs[0].Cost != 21 {
+			t.Fatalf("sync %v (default %v): put back %v, want 21", tt.sync, tt.dflt, reqs)
+		}
+		l.restored(reqs, true)
+		l.learn(take, answer(2), t0+2, l.epoch.Load(), t0+2) // the node's count, below the one put back
+		reqs, _ = l.lostCounts(t0 + 2)
+		if again := len(reqs) != 0; again != tt.again {
+			t.Errorf("sync %v (default %v): put back %v after a first put back, want again %v", tt.sync, tt.dflt, reqs, tt.again)
+		}
 	}
 }

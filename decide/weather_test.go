@@ -359,3 +359,92 @@ func TestWeatherRestartEmpty(t *testing.T) {
 		t.Errorf("%d more counts put back, want none: the store lost nothing more", n)
 	}
 }
+
+// hookStore is a weatherStore that runs a hook, once, after the store has
+// decided a call and before its answer comes back: what happens meanwhile
+// on the other servers, or on this one.
+type hookStore struct {
+	*weatherStore
+	hook atomic.Pointer[func()]
+}
+
+func (h *hookStore) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	err := h.weatherStore.TakeAll(ctx, reqs, ds)
+	if f := h.hook.Swap(nil); f != nil {
+		(*f)()
+	}
+	return err
+}
+
+// TestWeatherLateAnswer: a store answer that comes late is no sign the
+// store lost a count, and nothing is put back (each put back would count
+// hits twice: a client under its limit denied, the host stall of the
+// weather suite). The store lost nothing; it counts every hit once.
+func TestWeatherLateAnswer(t *testing.T) {
+	t.Parallel()
+	lim := sluice.Limit{Rate: 100, Period: time.Minute}
+	for _, tt := range []struct {
+		name string
+		// meanwhile runs between the store's count of a call and its
+		// answer reaching the ledger.
+		meanwhile func(t *testing.T, clk *clock, w *weatherStore, s *decide.Service)
+		want      int64 // the store's count of u at the end
+	}{
+		{
+			// The server stopped (SIGSTOP) while the answer waited in its
+			// socket: it reads it a window later, then the new window's
+			// count, lower.
+			name: "read a window later",
+			meanwhile: func(t *testing.T, clk *clock, _ *weatherStore, _ *decide.Service) {
+				clk.Advance(time.Minute)
+			},
+			want: 5, // this window's
+		},
+		{
+			// Two calls overlap: the store counts the first, then the
+			// other servers' 30 hits and the second, whose answer, higher,
+			// comes first.
+			name: "older answer after a newer",
+			meanwhile: func(t *testing.T, _ *clock, w *weatherStore, s *decide.Service) {
+				if _, err := sluice.Take(context.Background(), w.store(), userKey(t, "u"), lim, 30); err != nil {
+					t.Error(err)
+				}
+				if got, _ := ask(t, s, "u", 1); got != 1 {
+					t.Error("the overlapping call denied")
+				}
+			},
+			want: 30 + 1 + 30 + 1 + 5,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			h := &hookStore{weatherStore: newWeatherStore(t, clk)}
+			w := h.weatherStore
+			cfg := decide.DefaultConfig()
+			cfg.Store, cfg.Ping, cfg.WriteBack, cfg.Restore = h, w.ping, w.writeBack, w.restore
+			cfg.StoreTimeout, cfg.StoreMaxTimeout = 200*time.Millisecond, 200*time.Millisecond
+			cfg.Servers = func() int64 { return 1 }
+			s := newService(t, loadRules(t, weatherRules), clk, cfg)
+
+			ask(t, s, "u", 30) // a count the ledger holds
+			f := func() { tt.meanwhile(t, clk, w, s) }
+			h.hook.Store(&f)
+			if got, _ := ask(t, s, "u", 1); got != 1 {
+				t.Fatal("the late-read call denied")
+			}
+			if got, _ := ask(t, s, "u", 5); got != 5 {
+				t.Errorf("%d of 5 admitted, want all", got)
+			}
+			if err := s.Close(context.Background()); err != nil { // waits for the restores, if any
+				t.Fatal(err)
+			}
+			if n := len(w.restores); n != 0 {
+				t.Errorf("%d counts put back (%v), want none: the store lost nothing", n, <-w.restores)
+			}
+			if got := w.counted(t, "u"); got != tt.want {
+				t.Errorf("the store counts %d hits of u, want %d: each once", got, tt.want)
+			}
+		})
+	}
+}

@@ -170,7 +170,7 @@ func (co *core) wireDecider(c Config) error {
 	dc.StoreTimeout, dc.Fail, dc.Logger, dc.Ping = c.StoreTimeout, c.Fail, c.Logger, co.stores.Ping
 	dc.StoreHardTimeout = c.StoreHardTimeout
 	dc.Servers, dc.WriteBack, dc.Restore = co.stores.Servers, co.stores.WriteBack, co.stores.RestoreCounts
-	dc.EnvoyKeys, dc.Shadow = c.Store.EnvoyKeys, c.Shadow
+	dc.EnvoyKeys, dc.Shadow, dc.Sync = c.Store.EnvoyKeys, c.Shadow, c.Store.Sync
 	oc := observe.DefaultConfig()
 	oc.MaxKeys, oc.Sketch.Width = c.Observe.TopKeys, c.Observe.TopWidth
 	oc.DenialLogRate, oc.Logger = c.Observe.DenyLogRate, c.Logger
