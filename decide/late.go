@@ -526,8 +526,10 @@ func (s *Service) restoreLost(ctx context.Context) error {
 
 // Close waits for the store calls that went on past the store timeout,
 // until ctx ends (then it cuts them short), and writes back the hits
-// admitted without the store, within ctx. The Service decides no more
-// after Close.
+// admitted without the store, within ctx. Those it cannot write (the store
+// is down) are logged at WARN, with how many: a store that fails is the
+// weather the fail mode local is for, not an error of the Service's. The
+// Service decides no more after Close.
 func (s *Service) Close(ctx context.Context) error {
 	s.lateMu.Lock()
 	s.closed = true
@@ -546,7 +548,9 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	s.stop()
 	if err := s.writePending(context.WithoutCancel(ctx)); err != nil {
-		return err
+		hits, keys := s.ledger.unwritten()
+		s.log.Warn("hits admitted without the store could not be written back to it", "hits", hits, "keys", keys,
+			"counts_not_put_back", s.ledger.lost.Load(), "err", err)
 	}
 	if n := s.ledger.dropped.Load(); n > 0 {
 		// Evicted from a full ledger, or of a limit the rules changed.

@@ -506,6 +506,26 @@ func (l *ledger) drain(now int64) (reqs []sluice.Request, windows []int64) {
 	return reqs, windows
 }
 
+// unwritten returns the hits admitted locally that the store has not
+// counted and no store call carries (pending), and the keys that hold them.
+func (l *ledger) unwritten() (hits, keys int64) {
+	if l.pending.Load() == 0 {
+		return 0, 0
+	}
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			if e.pending != 0 {
+				hits += e.pending
+				keys++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return hits, keys
+}
+
 // written ends the write-back of the hits drain took out: ok says the
 // store has them; otherwise they are pending again.
 func (l *ledger) written(reqs []sluice.Request, windows []int64, now int64, ok bool) {

@@ -3,6 +3,8 @@ package decide_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // weatherRules: 100 a minute per user.
@@ -446,5 +449,38 @@ func TestWeatherLateAnswer(t *testing.T) {
 				t.Errorf("the store counts %d hits of u, want %d: each once", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestWeatherCloseStoreDown: Close on a store that is down, with hits
+// admitted locally that it could not count, is no error (a server's
+// SIGTERM exited 1 with "redis store not connected yet"): it says at WARN
+// how many hits it could not write back.
+func TestWeatherCloseStoreDown(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	var logs syncBuilder
+	cfg := decide.DefaultConfig()
+	cfg.Store, cfg.Ping, cfg.WriteBack, cfg.Restore = w, w.ping, w.writeBack, w.restore
+	cfg.StoreTimeout, cfg.StoreMaxTimeout = 200*time.Millisecond, 200*time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Rules = func() *rules.Set { return loadRules(t, weatherRules) }
+	cfg.Now = clk.Now
+	s, err := decide.New(cfg) // newService's logger discards
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.weather.Store(refused)
+	if got, modes := ask(t, s, "u", 7); got != 7 || modes[decide.ModeLocal] != 7 {
+		t.Fatalf("%d of 7 admitted in modes %v, want all, locally", got, modes)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Errorf("Close = %v on a store that is down, want nil", err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "could not be written back") ||
+		!strings.Contains(out, "hits=7 keys=1") {
+		t.Errorf("log %q, want a WARN of the 7 hits of 1 key not written back", out)
 	}
 }
