@@ -80,3 +80,35 @@ func TestServeStallDefaults(t *testing.T) {
 	}
 	t.Logf("stalled: under %d of 20, over %d of 100 (60 before)", under, over)
 }
+
+// TestServeStopStoreDown: a server whose Redis went away, with hits it
+// admitted locally that Redis never counted, stops without an error (sluice
+// serve exited 1 on SIGTERM): it says at WARN how many it could not write
+// back.
+func TestServeStopStoreDown(t *testing.T) {
+	t.Parallel()
+	r := testenv.StartRedis(t)
+	rules := copyRules(t, exampleRules)
+	writeFile(t, rules, "domain: down\ndescriptors:\n  - key: client\n    rate_limit: {unit: day, requests_per_unit: 100}\n")
+	c := testConfig(rules)
+	c.Store.URL = "redis://" + r.Addr
+	s := startServer(t, c)
+	s.waitStore(t)
+	r.Kill()
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+			Domain: "down", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client", "c")},
+		})
+		cancel()
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("with Redis down: %v, %v; want admitted locally", resp.GetOverallCode(), err)
+		}
+	}
+	if err := s.stop(); err != nil {
+		t.Fatalf("Run = %v with Redis down, want nil\nlogs:\n%s", err, s.logs)
+	}
+	if logs := s.logs.String(); !strings.Contains(logs, "could not be written back") || !strings.Contains(logs, `"hits":5`) {
+		t.Errorf("logs lack the WARN of the 5 hits not written back:\n%s", logs)
+	}
+}
