@@ -220,7 +220,11 @@ func TestRegionsHostilePeer(t *testing.T) {
 			runtime.GC()
 			runtime.ReadMemStats(&ms)
 			kept := ms.HeapInuse - min(base, ms.HeapInuse)
-			if heap > 128<<20 || kept > 16<<20 {
+			// HeapInuse is the process's: under -shuffle, state other
+			// tests left alive counts too (23 MB kept once in a CI run,
+			// 2-8 MB alone). A board read whole (60 MB) would still be
+			// over 48 MB kept.
+			if heap > 128<<20 || kept > 48<<20 {
 				t.Errorf("the heap grew by %d MB at most, %d MB kept", heap>>20, kept>>20)
 			}
 			t.Logf("the heap grew by %d MB at most, %d MB kept; peer us: %v", heap>>20, kept>>20, st.Peers[0].Err)
