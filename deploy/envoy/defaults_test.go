@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"github.com/sluicehq/sluice/deploy/internal/redisconf"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -117,7 +118,7 @@ func TestComposeRedisNoEviction(t *testing.T) {
 			if p := args["--maxmemory-policy"]; p != "noeviction" {
 				t.Errorf("%s: %s: --maxmemory-policy %q, want noeviction: Redis would evict counts", path, name, p)
 			}
-			maxmem, err := redisBytes(args["--maxmemory"])
+			maxmem, err := redisconf.Bytes(args["--maxmemory"])
 			if err != nil || maxmem <= 0 {
 				t.Errorf("%s: %s: --maxmemory %q: want a size (%v)", path, name, args["--maxmemory"], err)
 				continue
@@ -151,25 +152,6 @@ func TestComposeImageTags(t *testing.T) {
 			}
 		}
 	}
-}
-
-// redisBytes parses a size as redis.conf reads it: 1k is 1000 bytes, 1kb
-// 1024, and so on for m(b) and g(b).
-func redisBytes(s string) (int64, error) {
-	s = strings.ToLower(s)
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"gb", 1 << 30}, {"mb", 1 << 20}, {"kb", 1 << 10}, {"g", 1e9}, {"m", 1e6}, {"k", 1e3}, {"b", 1}}
-	mult := int64(1)
-	for _, u := range units {
-		if n, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, mult = n, u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n * mult, err
 }
 
 // dockerBytes parses a size as Docker reads mem_limit: b, k, m, g in

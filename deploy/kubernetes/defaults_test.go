@@ -1,9 +1,9 @@
 package kubernetes
 
 import (
+	"github.com/sluicehq/sluice/deploy/internal/redisconf"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -51,7 +51,7 @@ func TestRedisNoEviction(t *testing.T) {
 	if p := args["--maxmemory-policy"]; p != "noeviction" {
 		t.Errorf("redis --maxmemory-policy %q, want noeviction: Redis would evict counts under memory pressure", p)
 	}
-	maxmem, err := redisBytes(args["--maxmemory"])
+	maxmem, err := redisconf.Bytes(args["--maxmemory"])
 	if err != nil || maxmem <= 0 {
 		t.Fatalf("redis --maxmemory %q: want a size (%v)", args["--maxmemory"], err)
 	}
@@ -128,23 +128,4 @@ func changelogVersion(t *testing.T) string {
 		t.Fatal("CHANGELOG.md has no version heading (## vX.Y.Z)")
 	}
 	return string(m[1])
-}
-
-// redisBytes parses a size as redis.conf reads it: 1k is 1000 bytes, 1kb
-// 1024, and so on for m(b) and g(b).
-func redisBytes(s string) (int64, error) {
-	s = strings.ToLower(s)
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"gb", 1 << 30}, {"mb", 1 << 20}, {"kb", 1 << 10}, {"g", 1e9}, {"m", 1e6}, {"k", 1e3}, {"b", 1}}
-	mult := int64(1)
-	for _, u := range units {
-		if n, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, mult = n, u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n * mult, err
 }
