@@ -79,9 +79,10 @@ type asyncTable struct {
 	interval int64        // Config.SyncInterval, µs
 	shards   [leaseShards]asyncShard
 
-	mu     sync.Mutex // guards offset
-	offset time.Duration
-	synced bool // offset has been measured
+	mu       sync.Mutex    // guards offset, offsetAt, synced
+	offset   time.Duration // the store's clock less the node's (measure)
+	offsetAt time.Time     // the node's clock when offset was last set
+	synced   bool          // offset has been measured
 }
 
 type asyncShard struct {
@@ -141,6 +142,39 @@ func (a *asyncTable) storeNow(now time.Time) int64 {
 	off := a.offset
 	a.mu.Unlock()
 	return now.Add(off).UnixMicro()
+}
+
+// clockDrift bounds, as 1/clockDrift, how fast the store's clock and a
+// node's may drift apart: 1 ms a second, ten times a quartz clock's
+// 100 ppm. A reading of the store's clock is trusted, aged by it, until a
+// better one comes (measure).
+const clockDrift = 1000
+
+// measure takes a reading of the store's clock: at (µs) on it, read by
+// the store between before and after on the node's clock. The offset
+// (the store's clock less the node's) was then at least at − after and
+// at most at − before. The node keeps the latest lower bound it knows,
+// at − after, never later than the store's clock: a reading whose round
+// trip was long (a node stopped while the answer waited in its socket, a
+// store that answered slowly) is low by that trip, and would put the
+// node's windows behind the store's by it (after a 3 s stall, it decided
+// and wrote back a new window's hits in the window 3 s before, where they
+// counted against the ended window's hits, not in the new one), so a
+// reading below what the last one says, aged by clockDrift since, leaves
+// the offset at that; unless it contradicts it (its upper bound is
+// lower: a clock stepped), when it is taken.
+func (a *asyncTable) measure(at int64, before, after time.Time) {
+	lo := time.Duration(at-after.UnixMicro()) * time.Microsecond
+	hi := time.Duration(at-before.UnixMicro()) * time.Microsecond
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	off := lo
+	if a.synced {
+		if aged := a.offset - max(after.Sub(a.offsetAt), 0)/clockDrift; aged > lo && aged <= hi {
+			off = aged
+		}
+	}
+	a.offset, a.offsetAt, a.synced = off, after, true
 }
 
 // shard returns the shard that holds key.
@@ -504,6 +538,7 @@ func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time,
 		_ = s.heartbeat(ctx)
 	}
 	s.calls.Add(1)
+	before := s.now()
 	d, st, at, ok, err := s.stater.TakeState(ctx, r)
 	if err != nil {
 		return d, err
@@ -513,11 +548,7 @@ func (s *Store) startAsync(ctx context.Context, r sluice.Request, now time.Time,
 		return d, nil
 	}
 	after := s.now()
-	a.mu.Lock()
-	if !a.synced { // the store's clock as this decision measured it, no later than it is
-		a.offset = time.Duration(at-after.UnixMicro()) * time.Microsecond
-	}
-	a.mu.Unlock()
+	a.measure(at, before, after)
 	l := r.Limit
 	id := sluice.Request{Key: r.Key, Group: r.Group, Limit: r.Limit}
 	e := &asyncEntry{req: id, seen: now, based: after}
@@ -680,15 +711,14 @@ func (s *Store) writeBack(ctx context.Context, items []syncItem) error {
 		windows[i] = it.window
 	}
 	s.calls.Add(1)
+	before := s.now()
 	counts, at, err := s.syncer.SyncCounts(ctx, reqs, windows)
 	after := s.now()
 	a := s.async
 	if err == nil {
-		// The store's clock read when the reply is in: no later than it
-		// is, so that a node never sees more refill than there was.
-		a.mu.Lock()
-		a.offset, a.synced = time.Duration(at-after.UnixMicro())*time.Microsecond, true
-		a.mu.Unlock()
+		// The store's clock, no later than it is, so that a node never
+		// sees more refill than there was.
+		a.measure(at, before, after)
 	} else {
 		s.returnErrors.Add(1)
 	}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/store/redis"
 )
 
 // TestAsyncUnderLimit drives users under their limit (each at half of 100
@@ -206,6 +208,100 @@ func TestAsyncBurstUnderLimit(t *testing.T) {
 	for range 60 {
 		if err := <-errs; err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// stalledSyncer is a Redis store whose SyncCounts, once armed, returns
+// stall later on the node's clock than Redis read it: the node was
+// stopped (SIGSTOP, a host stall) while the answer waited in its socket.
+type stalledSyncer struct {
+	*redis.Store
+	clk   *clocktest.Clock
+	stall atomic.Int64 // ns, for the next SyncCounts only
+}
+
+func (s *stalledSyncer) SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error) {
+	counts, at, err := s.Store.SyncCounts(ctx, reqs, windows)
+	s.clk.Advance(time.Duration(s.stall.Swap(0)))
+	return counts, at, err
+}
+
+// TestAsyncStalledSync stops a node for 3 s while its sync's answer
+// waits (the weather suite's host stall), then sends it the 45 requests
+// of a client under its limit of 50 a second that queued meanwhile: all
+// are admitted, in the window of the store's clock, where the store
+// counts them. The store's clock read at the sync, 3 s before the node
+// read the answer, is no later than it is but 3 s early; the node took
+// it, decided the queued requests in the window that had ended, on top of
+// its 10 hits (5 denied), and wrote them back there, where they counted
+// for nothing (the host stall's 1.2% of under-limit calls denied in async
+// mode, on one server).
+func TestAsyncStalledSync(t *testing.T) {
+	t0 := time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC) // a window's start
+	clk := clocktest.New(t0.Add(100 * time.Millisecond))
+	url := "redis://" + testenv.RedisAddr(t) + "/0"
+	prefix := fmt.Sprintf("localfirsttest:%x:", rand.Uint64())
+	r := &stalledSyncer{Store: openRedisPrefix(t, url, prefix, clk.Now), clk: clk}
+	node := newStore(t, r, Config{Now: clk.Now, Sync: Async, SyncInterval: 100 * time.Millisecond, syncByHand: true})
+	t.Cleanup(func() { _ = node.Close(context.Background()) })
+	l := sluice.Limit{Rate: 50, Period: time.Second}
+	ctx := context.Background()
+	take := func(n int, what string) {
+		t.Helper()
+		for i := range n {
+			if d, err := sluice.Take(ctx, node, "{k}", l, 1); err != nil || !d.Allowed {
+				t.Fatalf("%s, request %d of %d: %+v, %v", what, i+1, n, d, err)
+			}
+		}
+	}
+	take(1, "the first, which the store decides")
+	clk.Set(t0.Add(500 * time.Millisecond))
+	take(9, "in the first window")
+	clk.Set(t0.Add(900 * time.Millisecond))
+	r.stall.Store(int64(3 * time.Second))
+	if err := node.SyncAsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := clk.Now(), t0.Add(3900*time.Millisecond); !got.Equal(want) {
+		t.Fatalf("clock %v after the stalled sync, want %v", got, want)
+	}
+	take(45, "queued during the stall, 3 windows later")
+	if err := node.SyncAsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := sluice.Take(ctx, openRedisPrefix(t, url, prefix, clk.Now), "{k}", l, 0); err != nil || d.Remaining != 5 {
+		t.Fatalf("the store's window: %+v, %v; want 45 counted, 5 remaining", d, err)
+	}
+}
+
+// TestAsyncClockReadings checks how a node reads the store's clock from
+// its syncs (asyncTable.measure), the store 2 s ahead of the node: the
+// first reading is taken; one whose answer waited 3 s is no later than
+// the store's clock but 3 s early, and leaves the offset where the last
+// reading put it, aged by 1 ms a second (about 4 ms); a better one is taken; one that
+// contradicts the offset (its round trip ended before the store's clock,
+// as the node reads it, had come: the node's clock stepped forward 10 s)
+// is taken.
+func TestAsyncClockReadings(t *testing.T) {
+	t0 := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
+	store := func(d time.Duration) int64 { return t0.Add(2*time.Second + d).UnixMicro() } // the store's clock at node time t0 + d
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	a := newAsyncTable(1<<20, 1, 50, 100*time.Millisecond)
+	for _, tc := range []struct {
+		name          string
+		read          int64 // the store's clock as read
+		before, after time.Time
+		want          time.Duration
+	}{
+		{"first, 4 ms round trip", store(2 * time.Millisecond), at(0), at(4 * time.Millisecond), 2*time.Second - 2*time.Millisecond},
+		{"answer read 3 s late", store(time.Second), at(time.Second), at(4 * time.Second), 2*time.Second - 2*time.Millisecond - 3996*time.Microsecond},
+		{"a better one", store(5 * time.Second), at(5 * time.Second), at(5*time.Second + 100*time.Microsecond), 2*time.Second - 100*time.Microsecond},
+		{"the node's clock stepped 10 s forward", store(6 * time.Second), at(16 * time.Second), at(16*time.Second + time.Millisecond), -8*time.Second - time.Millisecond},
+	} {
+		a.measure(tc.read, tc.before, tc.after)
+		if a.offset != tc.want {
+			t.Errorf("%s: offset %v, want %v", tc.name, a.offset, tc.want)
 		}
 	}
 }
