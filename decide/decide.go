@@ -67,6 +67,8 @@ type Service struct {
 	closed       bool                                                   // Close has begun
 	writing      atomic.Bool                                            // a write-back is in flight
 	settling     atomic.Int64                                           // µs since the Unix epoch of the Probe that found the store back; 0: none
+	seen         atomic.Int64                                           // µs on the clock when a decision or a Probe last ran (mark)
+	resumed      atomic.Int64                                           // µs on the clock when the last pause ended; 0: none (see pause.go)
 	maxLate      int                                                    // Config.MaxLateCalls
 	lateN        int                                                    // the store calls in flight of the fail mode local, under lateMu
 	inflight     *storeCall                                             // a list of them, under lateMu, for Close to cut short
@@ -145,6 +147,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.ledger = newLedger(cfg.LedgerBytes, servers)
 	s.ledger.sync = cfg.Sync
+	s.seen.Store(cfg.Now().UnixMicro())
 	s.learns = s.fail == FailLocal && !nonBlocking
 	s.base, s.stop = context.WithCancel(context.Background())
 	if r, ok := cfg.Store.(Ready); ok {
@@ -184,6 +187,7 @@ const probeTimeout = time.Second
 // calls it every second or so, from a goroutine of its own: decisions go
 // back to a store that answers again within that, and so do the hits.
 func (s *Service) Probe(ctx context.Context) error {
+	s.mark(s.br.now().UnixMicro())
 	if !s.br.open() && (s.ready == nil || s.ready()) {
 		return s.writePending(ctx)
 	}

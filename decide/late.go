@@ -208,7 +208,12 @@ func (s *Service) decideFrom(ctx, tctx context.Context, resp *Response, reqs []s
 // fromStoreLate is decideFrom for the fail mode local over a store that
 // blocks: see storeCall.
 func (s *Service) fromStoreLate(ctx, tctx context.Context, resp *Response, reqs []sluice.Request, ds []sluice.Decision) outcome {
-	if tctx.Err() != nil || s.ledger.busy(reqs) { // no time left for the store, or hits it must count first
+	now := s.br.now().UnixMicro()
+	s.mark(now)
+	// A key whose count was read before a pause waits for the store
+	// (pause.go).
+	stale := s.stale(reqs, now)
+	if !stale && (tctx.Err() != nil || s.ledger.busy(reqs)) { // no time left for the store, or hits it must count first
 		return s.local(resp, reqs, ds, false)
 	}
 	ok, probe := s.br.allow()
@@ -223,6 +228,9 @@ func (s *Service) fromStoreLate(ctx, tctx context.Context, resp *Response, reqs 
 	}
 	c := s.newCall(ctx, reqs, probe)
 	d, _ := tctx.Deadline()
+	if stale {
+		d = staleDeadline(ctx, d)
+	}
 	if !c.deadline.After(d) { // the hard timeout comes first: no call shares c yet
 		c.arm()
 	}

@@ -484,3 +484,79 @@ func TestWeatherCloseStoreDown(t *testing.T) {
 		t.Errorf("log %q, want a WARN of the 7 hits of 1 key not written back", out)
 	}
 }
+
+// stallOnce is a weatherStore whose next call, once armed, waits until
+// release is closed (or its context ends) before the store counts it: a
+// call in flight when a server is stopped.
+type stallOnce struct {
+	*weatherStore
+	armed   atomic.Bool
+	release chan struct{}
+}
+
+func (s *stallOnce) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	if s.armed.CompareAndSwap(true, false) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.release:
+		}
+	}
+	return s.weatherStore.TakeAll(ctx, reqs, ds)
+}
+
+// TestWeatherHostStall: one of three servers is stopped 3 s (the weather
+// suite's host stall, SIGSTOP) with a hit admitted locally in flight,
+// while the other two take a client from the 30 hits that server read to
+// its limit of 100 on the store. When it resumes, the count it read is
+// stale: its decisions wait for the store, which denies, instead of going
+// local for the call in flight and admitting the client its share again
+// (before: 20 of 20 more admitted, 121 in all, over the bound of 108).
+func TestWeatherHostStall(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	stopped := &stallOnce{weatherStore: w, release: make(chan struct{})}
+	const servers = 3
+	service := func(st sluice.Store) *decide.Service {
+		cfg := decide.DefaultConfig()
+		cfg.Store, cfg.Ping, cfg.WriteBack, cfg.Restore = st, w.ping, w.writeBack, w.restore
+		cfg.StoreTimeout, cfg.StoreMaxTimeout = 200*time.Millisecond, 200*time.Millisecond
+		cfg.Servers = func() int64 { return servers }
+		return newService(t, loadRules(t, weatherRules), clk, cfg)
+	}
+	a, b, c := service(stopped), service(w), service(w)
+
+	admitted, _ := ask(t, a, "over", 30) // a reads a count of 30
+	stopped.armed.Store(true)
+	got, modes := ask(t, a, "over", 1) // its call goes on past the store timeout
+	if got != 1 || modes[decide.ModeLocal] != 1 {
+		t.Fatalf("the call that stalls: %d of 1 admitted in modes %v, want 1, locally", got, modes)
+	}
+	admitted += got
+
+	clk.Advance(3 * time.Second) // a is stopped; b and c decide on the store
+	for i := range 100 {
+		got, _ := ask(t, []*decide.Service{b, c}[i%2], "over", 1)
+		admitted += got
+	}
+	if admitted != 101 {
+		t.Fatalf("%d admitted before a resumes, want 101: the store's 100 and a's 1 in flight", admitted)
+	}
+
+	got, modes = ask(t, a, "over", 20) // a resumes, its call still in flight
+	if got != 0 || modes[decide.ModeStore] == 0 {
+		t.Errorf("after the stop: %d of 20 admitted in modes %v, want none, the first by the store", got, modes)
+	}
+	admitted += got
+	close(stopped.release)
+	if err := a.Close(context.Background()); err != nil { // waits for the call, writes its hit back
+		t.Fatal(err)
+	}
+	if bound := 100 + 100/20 + servers; admitted > bound {
+		t.Errorf("%d admitted in all, want at most the bound of %d", admitted, bound)
+	}
+	if n := w.counted(t, "over"); n != 100 {
+		t.Errorf("the store counts %d hits, want its limit of 100", n)
+	}
+}
