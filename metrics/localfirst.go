@@ -83,3 +83,32 @@ func AsyncServers(reg prometheus.Registerer, servers func() int64) error {
 	}
 	return nil
 }
+
+// WriteBack registers on reg the counters of what a server puts back in
+// the store after deciding without it (store/stack): the hits the fail
+// mode local admitted without the store and wrote back to it once it
+// answered, sluice_written_back_hits_total, and the counts put back in a
+// Redis that lost them (restarted empty, a failover to a replica that
+// lagged), sluice_restored_counts_total, by source: "fail_local" (the
+// fail mode local's ledger) and "async" (async mode's last counts). They
+// are read at each scrape.
+func WriteBack(reg prometheus.Registerer, hits func() uint64, restored func() (ledger, async uint64)) error {
+	const restoredHelp = "Counts of keys put back in a store that lost them (restarted empty), merged by maximum, by what knew them."
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_written_back_hits_total",
+			Help: "Hits admitted without the store (fail mode local) and written back to it once it answered.",
+		}, func() float64 { return float64(hits()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_restored_counts_total", Help: restoredHelp, ConstLabels: prometheus.Labels{"source": "fail_local"},
+		}, func() float64 { l, _ := restored(); return float64(l) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_restored_counts_total", Help: restoredHelp, ConstLabels: prometheus.Labels{"source": "async"},
+		}, func() float64 { _, a := restored(); return float64(a) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register write-back metrics: %w", err)
+		}
+	}
+	return nil
+}

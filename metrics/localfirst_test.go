@@ -83,3 +83,27 @@ sluice_async_servers 4
 		t.Fatal(err)
 	}
 }
+
+func TestWriteBack(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	hits, ledger, async := uint64(5), uint64(1), uint64(0)
+	if err := metrics.WriteBack(reg, func() uint64 { return hits }, func() (uint64, uint64) { return ledger, async }); err != nil {
+		t.Fatal(err)
+	}
+	hits, ledger, async = 12, 2, 3 // read at the scrape
+	want := `
+# HELP sluice_restored_counts_total Counts of keys put back in a store that lost them (restarted empty), merged by maximum, by what knew them.
+# TYPE sluice_restored_counts_total counter
+sluice_restored_counts_total{source="async"} 3
+sluice_restored_counts_total{source="fail_local"} 2
+# HELP sluice_written_back_hits_total Hits admitted without the store (fail mode local) and written back to it once it answered.
+# TYPE sluice_written_back_hits_total counter
+sluice_written_back_hits_total 12
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	if err := metrics.WriteBack(reg, func() uint64 { return 0 }, func() (uint64, uint64) { return 0, 0 }); err == nil {
+		t.Fatal("registering twice: no error")
+	}
+}

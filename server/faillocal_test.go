@@ -78,6 +78,14 @@ func TestServeStallDefaults(t *testing.T) {
 	if n := r.Do("DBSIZE"); n == "0" {
 		t.Errorf("Redis holds no key")
 	}
+	// The hits admitted while Redis stalled that no call carried to it
+	// were written back, each once.
+	if wb := metricValue(t, s, "sluice_written_back_hits_total"); wb < 1 || wb > under+over {
+		t.Errorf("sluice_written_back_hits_total %d, want 1 to the %d hits admitted while Redis stalled", wb, under+over)
+	}
+	if n := metricValue(t, s, `sluice_restored_counts_total{source="fail_local"}`); n != 0 {
+		t.Errorf("sluice_restored_counts_total{source=\"fail_local\"} %d, want 0: Redis lost nothing", n)
+	}
 	t.Logf("stalled: under %d of 20, over %d of 100 (60 before)", under, over)
 }
 

@@ -100,9 +100,10 @@ func maxMemory(c Config) int64 {
 	return stack.DefaultConfig().MaxMemory
 }
 
-// stackMetrics registers on reg the counters of st's near caches, leases
-// and async decisions, if it has local-first layers, and the servers
-// async mode counts (1 without).
+// stackMetrics registers on reg the counters of st's near caches, leases,
+// async decisions, hits written back and counts put back, if it has
+// local-first layers (a Redis store), and the servers async mode counts
+// (1 without).
 func stackMetrics(st *stack.Stack, reg prometheus.Registerer) error {
 	if err := metrics.AsyncServers(reg, func() int64 { return st.Stats().AsyncServers }); err != nil {
 		return err
@@ -119,6 +120,9 @@ func stackMetrics(st *stack.Stack, reg prometheus.Registerer) error {
 	grants := func() uint64 { return st.Stats().Grants }
 	calls := func() uint64 { return st.Stats().StoreCalls }
 	if err := metrics.Leases(reg, leased, grants, calls); err != nil {
+		return err
+	}
+	if err := metrics.WriteBack(reg, st.WrittenBack, st.RestoredCounts); err != nil {
 		return err
 	}
 	return metrics.Async(reg, func() uint64 { return st.Stats().AsyncDecisions })

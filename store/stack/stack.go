@@ -376,6 +376,8 @@ type Stack struct {
 	stats       []func() Stats
 	writeBacks  []writeBack                   // the Redis stores that take back hits, by the limits they keep
 	fleet       *fleetCount                   // the servers counted on the main Redis, or nil
+	wroteBack   atomic.Uint64                 // hits WriteBack wrote
+	putBack     atomic.Uint64                 // counts RestoreCounts put back
 	closers     []func(context.Context) error // closed last first
 }
 
@@ -486,6 +488,7 @@ func (s *Stack) Stats() Stats {
 		sum.Returned += st.Returned
 		sum.ReturnErrors += st.ReturnErrors
 		sum.StoreCalls += st.StoreCalls
+		sum.Restored += st.Restored
 		sum.AsyncServers = max(sum.AsyncServers, st.AsyncServers)
 	}
 	sum.AsyncServers = max(sum.AsyncServers, 1) // one node: no layer counts more
@@ -527,9 +530,25 @@ func (s *Stack) WriteBack(ctx context.Context, reqs []sluice.Request, windows []
 		}
 		if _, _, e := wb.store.SyncCounts(ctx, rs, ws); e != nil {
 			err = errors.Join(err, e)
+			continue
 		}
+		var hits int64
+		for _, r := range rs {
+			hits += r.Cost
+		}
+		s.wroteBack.Add(uint64(hits))
 	}
 	return err
+}
+
+// WrittenBack returns the hits WriteBack wrote to Redis since New.
+func (s *Stack) WrittenBack() uint64 { return s.wroteBack.Load() }
+
+// RestoredCounts returns the counts put back in a Redis that lost them
+// since New: by RestoreCounts (decide's ledger) and by the async layers
+// (Stats' Restored).
+func (s *Stack) RestoredCounts() (ledger, async uint64) {
+	return s.putBack.Load(), s.Stats().Restored
 }
 
 // RestoreCounts puts back counts a Redis store lost (a restart without
@@ -561,7 +580,9 @@ func (s *Stack) RestoreCounts(ctx context.Context, reqs []sluice.Request, window
 		}
 		if _, e := wb.restore.RestoreCounts(ctx, rs, ws); e != nil {
 			err = errors.Join(err, e)
+			continue
 		}
+		s.putBack.Add(uint64(len(rs)))
 	}
 	return err
 }

@@ -204,8 +204,12 @@ func TestRestoreCounts(t *testing.T) {
 	reqs := []sluice.Request{{Key: "k" + hour.Period.String(), Limit: hour, Cost: 4}, {Key: "k" + half.Period.String(), Limit: half, Cost: 4}}
 	windows := []int64{window(hour), start}
 	testenv.WaitFor(t, "a restore once Redis is back", func() bool { return s.RestoreCounts(ctx, reqs, windows) == nil })
+	before, _ := s.RestoredCounts()
 	if err := s.RestoreCounts(ctx, reqs, windows); err != nil {
 		t.Fatal(err)
+	}
+	if after, async := s.RestoredCounts(); after-before != 2 || async != 0 {
+		t.Errorf("RestoredCounts() = %d (%d before the restore), %d; want 2 more, one a Redis, and no async", after, before, async)
 	}
 	if window(half) != start {
 		t.Skip("the 30 s window turned during the test")
@@ -214,5 +218,42 @@ func TestRestoreCounts(t *testing.T) {
 		if d, err := sluice.Take(ctx, s, "k"+l.Period.String(), l, 0); err != nil || d.Remaining != 6 {
 			t.Errorf("%v after the restore: %+v, %v; want 6 remaining", l, d, err)
 		}
+	}
+}
+
+// TestWriteBackCounted writes back hits to a stack's Redis: they count
+// there, and WrittenBack counts them; a write that fails counts none.
+func TestWriteBackCounted(t *testing.T) {
+	t.Parallel()
+	r := testenv.StartRedis(t)
+	s, err := stack.New(stack.Config{URL: "redis://" + r.Addr, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	testenv.WaitFor(t, "the stack ready", s.Ready)
+	ctx := context.Background()
+	hour := sluice.Limit{Rate: 10, Period: time.Hour}
+	now := time.Now().UnixMicro()
+	reqs := []sluice.Request{{Key: "wb", Limit: hour, Cost: 3}}
+	windows := []int64{now - now%hour.Period.Microseconds()}
+	if err := s.WriteBack(ctx, reqs, windows); err != nil {
+		t.Fatal(err)
+	}
+	if now := time.Now().UnixMicro(); now-now%hour.Period.Microseconds() != windows[0] {
+		t.Skip("the hour turned during the test")
+	}
+	if d, err := sluice.Take(ctx, s, "wb", hour, 0); err != nil || d.Remaining != 7 {
+		t.Errorf("after writing back 3 hits: %+v, %v; want 7 remaining", d, err)
+	}
+	if n := s.WrittenBack(); n != 3 {
+		t.Errorf("WrittenBack() = %d, want 3", n)
+	}
+	r.Kill()
+	if err := s.WriteBack(ctx, reqs, windows); err == nil {
+		t.Fatal("WriteBack on a Redis killed: no error")
+	}
+	if n := s.WrittenBack(); n != 3 {
+		t.Errorf("WrittenBack() = %d after a write that failed, want 3 still", n)
 	}
 }
