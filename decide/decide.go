@@ -205,8 +205,12 @@ func (s *Service) Probe(ctx context.Context) error {
 		s.settling.Store(0)
 		return err
 	}
-	// The hits admitted locally go first: the store counts them before it
-	// decides anew.
+	// The counts it may have forgotten (a restart without persistence)
+	// and the hits admitted locally go first: the store counts them
+	// before it decides anew.
+	if s.restore != nil && s.settling.Load() == 0 {
+		s.ledger.suspect(s.br.now().UnixMicro())
+	}
 	err = s.writePending(ctx)
 	if s.settles() {
 		return err

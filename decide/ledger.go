@@ -24,6 +24,7 @@ type ledger struct {
 	pending atomic.Int64 // entries with pending hits
 	flying  atomic.Int64 // entries with hits in flight
 	lost    atomic.Int64 // entries whose count the store lost, to put back
+	putting atomic.Int64 // entries whose count is being put back (restoring)
 	dropped atomic.Int64 // pending hits forgotten: evicted unwritten, or of a limit the rules changed
 	expired atomic.Int64 // pending hits of a window that ended before they were written: they count no more
 	// epoch counts the changes of what entries say the store holds (a
@@ -161,6 +162,11 @@ func (l *ledger) learn(reqs []sluice.Request, ds []sluice.Decision, now, sent, s
 				// What it held when it forgot comes on top of what it
 				// counted since (the hits written back included).
 				used += e.used
+				if d.Allowed && used > r.Limit.Capacity() {
+					// The store admitted on a count it forgot: the
+					// key is over its limit.
+					ds[i].Allowed, ds[i].Remaining, ds[i].RetryAfter = false, 0, d.ResetAfter
+				}
 				e.lostIn = windowOf(e.req.Limit, now)
 				if !e.lost {
 					e.lost = true
@@ -237,6 +243,9 @@ func (l *ledger) remove(sh *ledgerShard, k string, e *ledgerEntry) {
 	if e.lost {
 		l.lost.Add(-1)
 	}
+	if e.restoring {
+		l.putting.Add(-1)
+	}
 	if e.pending != 0 {
 		l.dropped.Add(e.pending)
 		l.pending.Add(-1)
@@ -259,24 +268,29 @@ func (l *ledger) forget(e *ledgerEntry, r sluice.Request) {
 	if e.lost {
 		l.lost.Add(-1)
 	}
+	if e.restoring {
+		l.putting.Add(-1)
+	}
 	r.Cost, r.Envoy = 0, sluice.Descriptor{}
 	*e = ledgerEntry{req: r, inflight: e.inflight}
 }
 
 // busy reports whether a key of reqs has hits admitted locally while a
-// store call that carries them (or writes them back) goes on. Such a key
-// is decided locally until the call ends, so that the store counts those
-// hits before it decides anew on the key (pending hits, which no call
-// carries yet, are written back at once instead: Service.kick).
+// store call that carries them (or writes them back) goes on, or a count
+// the store lost that is not put back yet. Such a key is decided locally
+// until the call ends, or the count is put back, so that the store counts
+// those hits before it decides anew on the key (pending hits, which no
+// call carries yet, are written back at once instead: Service.kick), and
+// no decision of the store on a count it forgot admits past the limit.
 func (l *ledger) busy(reqs []sluice.Request) bool {
-	if l.flying.Load() == 0 {
+	if l.flying.Load() == 0 && l.lost.Load() == 0 && l.putting.Load() == 0 {
 		return false
 	}
 	for i := range reqs {
 		sh := &l.shards[l.shardOf(reqs[i].Key)]
 		sh.mu.Lock()
 		e := sh.m[reqs[i].Key]
-		b := e != nil && e.inflight != 0
+		b := e != nil && (e.inflight != 0 || e.lost || e.restoring)
 		sh.mu.Unlock()
 		if b {
 			return true
@@ -568,6 +582,29 @@ func (l *ledger) written(reqs []sluice.Request, windows []int64, now int64, ok b
 	}
 }
 
+// suspect marks as lost, to be put back, the count of every key decided
+// exactly whose fixed window has not ended at now (µs): a store that
+// answers again after failing may have restarted empty, and the counts
+// put back merge by maximum, so one it kept is left as it is. Service.Probe
+// calls it when the store answers again, so that what it forgot is put
+// back before it decides anew; a loss learn finds (a restart the breaker
+// did not see) is put back once found.
+func (l *ledger) suspect(now int64) {
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			lim := e.req.Limit
+			if e.lost || e.used <= 0 || now >= e.reset || lim.Algorithm != sluice.FixedWindow || !l.exact(e.req.Sync) {
+				continue
+			}
+			e.lost, e.lostIn = true, windowOf(lim, now)
+			l.lost.Add(1)
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // lostCounts takes out the counts the store lost, as requests of Cost the
 // count to put back, with the start of their windows on the store's clock
 // (from when the count resets there, half a period before it, aligned:
@@ -595,7 +632,10 @@ func (l *ledger) lostCounts(now int64) (reqs []sluice.Request, windows []int64) 
 			r := e.req
 			r.Cost = e.used
 			reqs, windows = append(reqs, r), append(windows, w)
-			e.restoring = true // until restored: answers until then may lack it
+			if !e.restoring {
+				e.restoring = true // until restored: answers until then may lack it
+				l.putting.Add(1)
+			}
 		}
 		sh.mu.Unlock()
 	}
@@ -610,7 +650,10 @@ func (l *ledger) restored(reqs []sluice.Request, ok bool) {
 		sh := &l.shards[l.shardOf(reqs[i].Key)]
 		sh.mu.Lock()
 		if e := sh.m[reqs[i].Key]; e != nil {
-			e.restoring = false
+			if e.restoring {
+				e.restoring = false
+				l.putting.Add(-1)
+			}
 			e.epoch = l.epoch.Add(1)
 			if !ok && !e.lost && e.req.Limit == reqs[i].Limit {
 				e.lost = true

@@ -363,6 +363,66 @@ func TestWeatherRestartEmpty(t *testing.T) {
 	}
 }
 
+// TestWeatherRestartEmptyAtLimit: the store restarts empty while a key is
+// at its limit. The first answer after, an admission on the count the
+// store forgot, is a denial: the key was over its limit.
+func TestWeatherRestartEmptyAtLimit(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	s := weatherService(t, w, clk, 1)
+	if got, _ := ask(t, s, "over", 100); got != 100 {
+		t.Fatalf("over: %d of 100 admitted on a healthy store", got)
+	}
+	w.restart()
+	if got, _ := ask(t, s, "over", 5); got != 0 {
+		t.Errorf("over, at its limit, after the store restarted empty: %d of 5 admitted, want none", got)
+	}
+	if err := s.Close(context.Background()); err != nil { // waits for the restore
+		t.Fatal(err)
+	}
+	if n := w.counted(t, "over"); n < 100 {
+		t.Errorf("the store counts %d hits of over, want its 100 put back", n)
+	}
+}
+
+// TestWeatherRefusedThenEmpty: the store refuses calls, then answers again
+// empty (it restarted without persistence while down). The Probe that
+// finds it back puts back the counts the server knew before decisions go
+// back to it (merged by maximum: a store that kept them is left as it
+// is), then writes back the hits admitted meanwhile: the store's first
+// decision is on the whole count, not on what was written back.
+func TestWeatherRefusedThenEmpty(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	s := weatherService(t, w, clk, 1)
+	if got, _ := ask(t, s, "over", 60); got != 60 {
+		t.Fatalf("over: %d of 60 admitted on a healthy store", got)
+	}
+	w.weather.Store(refused)
+	if got, _ := ask(t, s, "over", 10); got != 10 {
+		t.Errorf("over, refused: %d of 10 admitted, want all", got)
+	}
+	w.restart()
+	w.weather.Store(fine)
+	for range 3 { // the server's Probes until decisions go back to the store
+		clk.Advance(250 * time.Millisecond)
+		if err := s.Probe(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Mode() != decide.ModeStore {
+		t.Fatalf("Mode() = %v after the store answered again, want store", s.Mode())
+	}
+	if n := w.counted(t, "over"); n != 70 {
+		t.Errorf("back to the store, it counts %d hits of over, want 70: the 60 it forgot put back and the 10 admitted without it", n)
+	}
+	if got, _ := ask(t, s, "over", 50); got != 30 {
+		t.Errorf("over, back: %d of 50 admitted, want 30", got)
+	}
+}
+
 // hookStore is a weatherStore that runs a hook, once, after the store has
 // decided a call and before its answer comes back: what happens meanwhile
 // on the other servers, or on this one.
