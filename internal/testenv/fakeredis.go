@@ -14,8 +14,8 @@ import (
 	"testing"
 )
 
-// FakeRedis is a small server that speaks RESP on a loopback port, for a
-// Redis that lies: a hostile peer region. It answers the commands a
+// FakeRedis is a small server that speaks RESP (on a loopback port in
+// tests, in a container as internal/fakeredis), for a Redis that lies: a hostile peer region. It answers the commands a
 // client sends on connecting (HELLO, CLIENT, SCRIPT LOAD, PING) as Redis
 // would, and every other command with what Answer returns for it (its
 // name upper-cased, then its arguments): raw RESP bytes, written as they
@@ -29,13 +29,23 @@ type FakeRedis struct {
 	wg    sync.WaitGroup
 }
 
-// StartFakeRedis starts a FakeRedis that answers with answer.
+// StartFakeRedis starts a FakeRedis on a loopback port that answers with
+// answer; the test's cleanup closes it.
 func StartFakeRedis(t testing.TB, answer func(cmd []string) []byte) *FakeRedis {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := ServeFakeRedis(ln, answer)
+	t.Cleanup(f.Close)
+	return f
+}
+
+// ServeFakeRedis serves a FakeRedis that answers with answer on ln, which
+// it closes on Close. internal/fakeredis runs it as a command, for the
+// containers of deploy/image's tests.
+func ServeFakeRedis(ln net.Listener, answer func(cmd []string) []byte) *FakeRedis {
 	f := &FakeRedis{Addr: ln.Addr().String(), ln: ln, conns: make(map[net.Conn]bool)}
 	f.wg.Add(1)
 	go func() {
@@ -55,7 +65,6 @@ func StartFakeRedis(t testing.TB, answer func(cmd []string) []byte) *FakeRedis {
 			}()
 		}
 	}()
-	t.Cleanup(f.Close)
 	return f
 }
 
