@@ -264,6 +264,7 @@ type spec struct {
 	env        []string // KEY=VALUE
 	mounts     []string // docker run -v values
 	connect    []string // networks it joins once started, besides network
+	memory     string   // the most memory it may use, swap included (docker run --memory): "256m"; "": no limit
 	entrypoint string   // replaces the image's ENTRYPOINT, and drops its CMD as Kubernetes' command does
 	args       []string // after the image name: the command, or the arguments to the entrypoint
 }
@@ -298,6 +299,9 @@ func runAll(t testing.TB, specs ...spec) []*container {
 		for _, p := range s.publish {
 			c.ports[p] = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 			args = append(args, "-p", c.ports[p]+":"+strconv.Itoa(p))
+		}
+		if s.memory != "" {
+			args = append(args, "--memory", s.memory, "--memory-swap", s.memory)
 		}
 		for _, e := range s.env {
 			args = append(args, "-e", e)
