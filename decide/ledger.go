@@ -2,6 +2,7 @@ package decide
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -38,6 +39,21 @@ type ledger struct {
 
 // ledgerShards is the number of shards of a ledger, a power of two.
 const ledgerShards = 64
+
+// entrySize is what an entry of r costs: its key's bytes and those of its
+// Envoy descriptor (kept for the write-back, which counts its hits under
+// Envoy's keys where the store does: store/envoykeys), and ledgerOverhead.
+func entrySize(r *sluice.Request) int64 {
+	n := int64(len(r.Key)+len(r.Envoy.Domain)) + ledgerOverhead
+	for _, e := range r.Envoy.Entries {
+		n += int64(len(e.Key)+len(e.Value)) + entryOverhead
+	}
+	return n
+}
+
+// entryOverhead is what an Envoy descriptor's entry costs besides its
+// strings' bytes: two string headers.
+const entryOverhead = 32
 
 // ledgerOverhead is what an entry costs besides its key's bytes, rounded
 // up: the map's slot, the entry and its pointer.
@@ -212,9 +228,10 @@ func (l *ledger) exact(sync sluice.Sync) bool {
 // insert adds an entry for r to sh, evicting others when sh is full, and
 // returns it. sh is locked.
 func (l *ledger) insert(sh *ledgerShard, r sluice.Request, now int64) *ledgerEntry {
-	size := int64(len(r.Key)) + ledgerOverhead
+	size := entrySize(&r)
 	l.evict(sh, now, size)
-	r.Cost, r.Envoy = 0, sluice.Descriptor{}
+	r.Cost = 0
+	r.Envoy.Entries = slices.Clone(r.Envoy.Entries) // the caller's request may be reused
 	e := &ledgerEntry{req: r}
 	sh.m[r.Key] = e
 	sh.bytes += size
@@ -254,7 +271,7 @@ func (l *ledger) remove(sh *ledgerShard, k string, e *ledgerEntry) {
 		l.flying.Add(-1)
 	}
 	delete(sh.m, k)
-	sh.bytes -= int64(len(k)) + ledgerOverhead
+	sh.bytes -= entrySize(&e.req)
 }
 
 // forget makes e an entry of r, whose limit is not e's (the rules
@@ -271,7 +288,7 @@ func (l *ledger) forget(e *ledgerEntry, r sluice.Request) {
 	if e.restoring {
 		l.putting.Add(-1)
 	}
-	r.Cost, r.Envoy = 0, sluice.Descriptor{}
+	r.Cost, r.Envoy = 0, e.req.Envoy // of the same key, and its size counted
 	*e = ledgerEntry{req: r, inflight: e.inflight}
 }
 

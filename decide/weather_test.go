@@ -45,13 +45,15 @@ type weatherStore struct {
 	calls    atomic.Int64
 
 	mu       sync.Mutex
-	written  map[string]int64 // hits written back, by key
+	written  map[string]int64             // hits written back, by key
+	envoy    map[string]sluice.Descriptor // the Envoy descriptor of the hits written back, by key
 	writes   int
 	restores chan []sluice.Request // the counts put back
 }
 
 func newWeatherStore(t *testing.T, clk *clock) *weatherStore {
 	return &weatherStore{clk: clk, t: t, mem: newMemory(t, clk), release: make(chan struct{}), written: map[string]int64{},
+		envoy:    map[string]sluice.Descriptor{},
 		restores: make(chan []sluice.Request, 16)}
 }
 
@@ -124,6 +126,7 @@ func (w *weatherStore) writeBack(ctx context.Context, reqs []sluice.Request, _ [
 	w.writes++
 	for _, r := range reqs {
 		w.written[r.Key] += r.Cost
+		w.envoy[r.Key] = r.Envoy
 		// Debited whatever is left, one hit at a time: what fits counts.
 		for range r.Cost {
 			if _, err := sluice.Take(ctx, w.store(), r.Key, r.Limit, 1); err != nil {
@@ -618,5 +621,34 @@ func TestWeatherHostStall(t *testing.T) {
 	}
 	if n := w.counted(t, "over"); n != 100 {
 		t.Errorf("the store counts %d hits, want its limit of 100", n)
+	}
+}
+
+// TestWeatherWriteBackEnvoy: the hits of a limit Envoy's ratelimit could
+// count under its key are written back with the descriptor it counts them
+// by (sluice.Request.Envoy), so that a store that counts them there
+// (store/envoykeys) writes them where Envoy's servers read them; the
+// ledger used to drop it.
+func TestWeatherWriteBackEnvoy(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	s := weatherService(t, w, clk, 1)
+	w.weather.Store(refused)
+	if got, _ := ask(t, s, "u", 3); got != 3 {
+		t.Fatalf("%d of 3 admitted locally, want 3", got)
+	}
+	w.weather.Store(fine)
+	clk.Advance(250 * time.Millisecond)
+	if err := s.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	key := userKey(t, "u")
+	w.mu.Lock()
+	written, envoy := w.written[key], w.envoy[key]
+	w.mu.Unlock()
+	want := sluice.Descriptor{Domain: "api", Entries: []sluice.Entry{{Key: "user", Value: "u"}}}
+	if written != 3 || envoy.Domain != want.Domain || len(envoy.Entries) != 1 || envoy.Entries[0] != want.Entries[0] {
+		t.Errorf("written back %d hits with Envoy descriptor %+v, want 3 with %+v", written, envoy, want)
 	}
 }

@@ -238,6 +238,48 @@ func (s *Store) count(ctx context.Context, reqs []sluice.Request, ds []sluice.De
 	return denied, nil
 }
 
+// Counts reports whether r is counted here, under an Envoy key: whether
+// it carries an Envoy descriptor.
+func (s *Store) Counts(r *sluice.Request) bool { return envoy(r) }
+
+// WriteBack counts in Redis hits admitted without it (decide's fail mode
+// local) as Envoy's ratelimit counts them, so that Envoy's servers on the
+// same Redis see them: INCRBY reqs[i].Cost on the key of reqs[i].Envoy in
+// the window that starts at windows[i] (µs since the Unix epoch on the
+// host's clock, as Envoy's names its windows), whether or not they fit,
+// and EXPIRE, in one pipeline. Every request must be one Counts reports;
+// a limit this layer does not count is an error wrapping sluice.ErrLimit.
+func (s *Store) WriteBack(ctx context.Context, reqs []sluice.Request, windows []int64) error {
+	c := s.client()
+	if c == nil {
+		return ErrNotConnected
+	}
+	cmds := make(rueidis.Commands, 0, 2*len(reqs))
+	for i := range reqs {
+		r := &reqs[i]
+		p, err := periodSeconds(r.Limit)
+		if err != nil {
+			return err
+		}
+		if !envoy(r) {
+			return fmt.Errorf("envoy keys: write back %s: no Envoy descriptor", r.Key)
+		}
+		start := windows[i] / int64(time.Second/time.Microsecond)
+		ttl := p
+		if s.jitter > 0 {
+			ttl += rand.Int64N(s.jitter)
+		}
+		name := s.key(&r.Envoy, start/p*p)
+		cmds = append(cmds, c.B().Incrby().Key(name).Increment(r.Cost).Build(), c.B().Expire().Key(name).Seconds(ttl).Build())
+	}
+	for i, res := range c.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil {
+			return fmt.Errorf("envoy key of %s: write back: %w", reqs[i/2].Key, err)
+		}
+	}
+	return nil
+}
+
 // over reads, with StopIncrementWhenOverLimit and several Envoy keys in
 // reqs (their names in order), which keys the requests' hits would take
 // over their limits, as Envoy's ratelimit reads them before it counts. It

@@ -385,8 +385,17 @@ type Stack struct {
 // the limits it keeps.
 type writeBack struct {
 	store   syncer
-	restore restorer // store's, or nil
+	restore restorer    // store's, or nil
+	envoy   envoyWriter // the envoykeys layer over store, or nil
 	keeps   func(sluice.Limit) bool
+}
+
+// envoyWriter is a layer that counts some requests under keys of its own,
+// as Envoy's ratelimit does (store/envoykeys): their hits are written
+// back there, not to the store beneath it.
+type envoyWriter interface {
+	Counts(r *sluice.Request) bool
+	WriteBack(ctx context.Context, reqs []sluice.Request, windows []int64) error
 }
 
 // restorer is a store that puts back counts it lost, merged by maximum
@@ -511,18 +520,32 @@ func (s *Stack) Servers() int64 {
 // WriteBack): reqs[i].Cost hits of reqs[i].Limit on reqs[i].Key, admitted
 // in the window that starts at windows[i] (µs since the Unix epoch; 0 for
 // a bucket limit), added whether or not they fit, each to the Redis that
-// keeps its limit, beneath the local-first layers. Hits of a limit Redis
-// cannot take back (a sliding_log, a sliding_window of sub-windows) are
-// left out, as is everything on the memory store, which never fails. It
-// returns the errors of the stores that failed, joined.
+// keeps its limit, where the layer that counts it counts it: beneath the
+// local-first layers, or, for a request the envoykeys layer counts (one
+// with an Envoy descriptor, with Config.EnvoyKeys), under its Envoy key,
+// where Envoy's ratelimit on the same Redis sees them. Hits of a limit
+// Redis cannot take back (a sliding_log, a sliding_window of sub-windows)
+// are left out, as is everything on the memory store, which never fails.
+// It returns the errors of the stores that failed, joined.
 func (s *Stack) WriteBack(ctx context.Context, reqs []sluice.Request, windows []int64) error {
 	var err error
 	for _, wb := range s.writeBacks {
-		var rs []sluice.Request
-		var ws []int64
+		var rs, es []sluice.Request
+		var ws, ews []int64
 		for i, r := range reqs {
-			if wb.keeps(r.Limit) && wb.store.Syncable(r.Limit) && r.Cost > 0 {
+			switch {
+			case !wb.keeps(r.Limit) || r.Cost <= 0:
+			case wb.envoy != nil && wb.envoy.Counts(&r):
+				es, ews = append(es, r), append(ews, windows[i])
+			case wb.store.Syncable(r.Limit):
 				rs, ws = append(rs, r), append(ws, windows[i])
+			}
+		}
+		if len(es) > 0 {
+			if e := wb.envoy.WriteBack(ctx, es, ews); e != nil {
+				err = errors.Join(err, e)
+			} else {
+				s.wroteBack.Add(hitsOf(es))
 			}
 		}
 		if len(rs) == 0 {
@@ -532,13 +555,18 @@ func (s *Stack) WriteBack(ctx context.Context, reqs []sluice.Request, windows []
 			err = errors.Join(err, e)
 			continue
 		}
-		var hits int64
-		for _, r := range rs {
-			hits += r.Cost
-		}
-		s.wroteBack.Add(uint64(hits))
+		s.wroteBack.Add(hitsOf(rs))
 	}
 	return err
+}
+
+// hitsOf returns the hits of reqs: their costs summed.
+func hitsOf(reqs []sluice.Request) uint64 {
+	var n int64
+	for _, r := range reqs {
+		n += r.Cost
+	}
+	return uint64(n)
 }
 
 // WrittenBack returns the hits WriteBack wrote to Redis since New.
@@ -571,6 +599,9 @@ func (s *Stack) RestoreCounts(ctx context.Context, reqs []sluice.Request, window
 		var ws []int64
 		for i, r := range reqs {
 			a := r.Limit.Algorithm
+			if wb.envoy != nil && wb.envoy.Counts(&r) {
+				continue // counted under its Envoy key, which has no count to merge with
+			}
 			if wb.keeps(r.Limit) && wb.store.Syncable(r.Limit) && (a == sluice.FixedWindow || a == sluice.SlidingWindow) && r.Cost > 0 {
 				rs, ws = append(rs, r), append(ws, windows[i])
 			}
@@ -705,7 +736,7 @@ func (s *Stack) redis(cfg Config, p parts) error {
 		s.check = vetoes(s.check, func(l sluice.Limit) error { return regions.CheckLimit(l, vetoOf(b)) })
 	}
 	if cfg.PerSecond == "" {
-		s.addWriteBack(b, func(sluice.Limit) bool { return true })
+		s.addWriteBack(b, main, func(sluice.Limit) bool { return true })
 		return nil
 	}
 	short, sb, err := s.redisLayers(cfg, p, redisSpec{"PerSecond", cfg.PerSecond, "PerSecondSentinelAuth", cfg.PerSecondSentinelAuth})
@@ -717,8 +748,8 @@ func (s *Stack) redis(cfg Config, p parts) error {
 		return err
 	}
 	s.top = rt
-	s.addWriteBack(b, func(l sluice.Limit) bool { return !rt.Short(l) })
-	s.addWriteBack(sb, rt.Short)
+	s.addWriteBack(b, main, func(l sluice.Limit) bool { return !rt.Short(l) })
+	s.addWriteBack(sb, short, rt.Short)
 	shortCheck, longCheck := vetoOf(sb), s.check
 	s.check = func(l sluice.Limit) error {
 		c := longCheck
@@ -821,11 +852,13 @@ func (fc *fleetCount) close(context.Context) error {
 }
 
 // addWriteBack adds b to the stores WriteBack writes to, for the limits
-// keeps says it keeps, if b takes back hits.
-func (s *Stack) addWriteBack(b sluice.Store, keeps func(sluice.Limit) bool) {
+// keeps says it keeps, if b takes back hits; top is the outermost layer
+// over b (redisLayers'), the envoykeys layer when there is one.
+func (s *Stack) addWriteBack(b, top sluice.Store, keeps func(sluice.Limit) bool) {
 	if sy, ok := b.(syncer); ok {
 		re, _ := b.(restorer)
-		s.writeBacks = append(s.writeBacks, writeBack{store: sy, restore: re, keeps: keeps})
+		ew, _ := top.(envoyWriter)
+		s.writeBacks = append(s.writeBacks, writeBack{store: sy, restore: re, envoy: ew, keeps: keeps})
 	}
 }
 

@@ -3,8 +3,10 @@ package stack_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -255,5 +257,60 @@ func TestWriteBackCounted(t *testing.T) {
 	}
 	if n := s.WrittenBack(); n != 3 {
 		t.Errorf("WrittenBack() = %d after a write that failed, want 3 still", n)
+	}
+}
+
+// TestWriteBackEnvoyKeys writes back, with Config.EnvoyKeys, hits of
+// requests counted under Envoy's keys: they go to those keys, in the Redis
+// that keeps each limit (the per-second one for a limit of a second), where
+// Envoy's ratelimit sharing the Redis reads them and the stack's own
+// decisions count them; not under sluice's key, which nothing reads.
+func TestWriteBackEnvoyKeys(t *testing.T) {
+	t.Parallel()
+	main, perSecond := testenv.StartRedis(t), testenv.StartRedis(t)
+	s, err := stack.New(stack.Config{URL: "redis://" + main.Addr, PerSecond: "redis://" + perSecond.Addr, EnvoyKeys: true,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	testenv.WaitFor(t, "the stack ready", s.Ready)
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name  string
+		redis *testenv.RedisServer
+		limit sluice.Limit
+	}{
+		{"hour", main, sluice.Limit{Rate: 10, Period: time.Hour}},
+		{"second", perSecond, sluice.Limit{Rate: 10, Period: 10 * time.Second}}, // below a minute: the per-second Redis
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.limit.Period.Microseconds()
+			now := time.Now().UnixMicro()
+			start := now - now%p
+			r := sluice.Request{Key: "sluice-key-" + tt.name, Limit: tt.limit, Cost: 3,
+				Envoy: sluice.Descriptor{Domain: "api", Entries: []sluice.Entry{{Key: "user", Value: tt.name}}}}
+			if err := s.WriteBack(ctx, []sluice.Request{r}, []int64{start}); err != nil {
+				t.Fatal(err)
+			}
+			envoyKey := fmt.Sprintf("api_user_%s_%d", tt.name, start/1e6)
+			if got := strings.TrimSpace(tt.redis.CLI("GET", envoyKey)); got != "3" {
+				t.Errorf("GET %s = %q, want 3: the hits written back under Envoy's key", envoyKey, got)
+			}
+			r.Cost = 1
+			var ds [1]sluice.Decision
+			if err := s.TakeAll(ctx, []sluice.Request{r}, ds[:]); err != nil {
+				t.Fatal(err)
+			}
+			if now := time.Now().UnixMicro(); now-now%p != start {
+				t.Skip("the window turned during the test")
+			}
+			if ds[0].Remaining != 6 {
+				t.Errorf("a request after the write-back: %+v, want 6 remaining: 3 written back and 1", ds[0])
+			}
+		})
+	}
+	if n := s.WrittenBack(); n != 6 {
+		t.Errorf("WrittenBack() = %d, want 6", n)
 	}
 }
