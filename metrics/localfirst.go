@@ -89,11 +89,12 @@ func AsyncServers(reg prometheus.Registerer, servers func() int64) error {
 // mode local admitted without the store and wrote back to it once it
 // answered, sluice_written_back_hits_total, and the counts put back in a
 // Redis that lost them (restarted empty, a failover to a replica that
-// lagged), sluice_restored_counts_total, by source: "fail_local" (the
+// lagged) or may have (it answers again after failing), merged by maximum,
+// sluice_restored_counts_total, by source: "fail_local" (the
 // fail mode local's ledger) and "async" (async mode's last counts). They
 // are read at each scrape.
 func WriteBack(reg prometheus.Registerer, hits func() uint64, restored func() (ledger, async uint64)) error {
-	const restoredHelp = "Counts of keys put back in a store that lost them (restarted empty), merged by maximum, by what knew them."
+	const restoredHelp = "Counts of keys put back in a store that lost them (restarted empty) or may have, merged by maximum, by what knew them."
 	for _, c := range []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_written_back_hits_total",

@@ -92,7 +92,7 @@ func TestWriteBack(t *testing.T) {
 	}
 	hits, ledger, async = 12, 2, 3 // read at the scrape
 	want := `
-# HELP sluice_restored_counts_total Counts of keys put back in a store that lost them (restarted empty), merged by maximum, by what knew them.
+# HELP sluice_restored_counts_total Counts of keys put back in a store that lost them (restarted empty) or may have, merged by maximum, by what knew them.
 # TYPE sluice_restored_counts_total counter
 sluice_restored_counts_total{source="async"} 3
 sluice_restored_counts_total{source="fail_local"} 2
