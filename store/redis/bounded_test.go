@@ -120,7 +120,7 @@ func TestMaxReply(t *testing.T) {
 // store an error per call, not its memory: before, the client allocated
 // for the header and the process died out of memory.
 func TestMaxReplyHostile(t *testing.T) {
-	fake := testenv.StartFakeRedis(t, func([]string) []byte { return []byte("*2147483647\r\n") })
+	fake := testenv.StartFakeRedis(t, testenv.HeaderBomb)
 	cfg := testConfig(nil)
 	cfg.MaxReply = 1 << 20
 	s := open(t, "redis://"+fake.Addr, cfg)

@@ -2,8 +2,6 @@ package stack_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,15 +18,8 @@ import (
 // one decision, serial, on this machine's Redis.
 func BenchmarkRegionsHostilePeer(b *testing.B) {
 	home, live := testenv.StartRedis(b), testenv.StartRedis(b)
-	var board []byte
-	board = append(board, "%1000\r\n"...)
-	rec := strings.Repeat("x", 60_000)
-	for i := range 1000 {
-		f := "n:" + strconv.Itoa(i)
-		board = append(board, "$"+strconv.Itoa(len(f))+"\r\n"+f+"\r\n$"+strconv.Itoa(len(rec))+"\r\n"+rec+"\r\n"...)
-	}
-	header := testenv.StartFakeRedis(b, func([]string) []byte { return []byte("*2147483647\r\n") })
-	big := testenv.StartFakeRedis(b, func([]string) []byte { return board })
+	header := testenv.StartFakeRedis(b, testenv.HeaderBomb)
+	big := testenv.StartFakeRedis(b, testenv.BigBoard())
 	for _, tc := range []struct{ name, peer string }{
 		{"live", live.Addr}, {"header", header.Addr}, {"board", big.Addr},
 	} {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -145,49 +144,14 @@ func TestRegionsVeto(t *testing.T) {
 func TestRegionsHostilePeer(t *testing.T) {
 	t.Parallel()
 	home := testenv.StartRedis(t)
-	now := func() []byte {
-		us := time.Now().UnixMicro()
-		s, u := strconv.FormatInt(us/1e6, 10), strconv.FormatInt(us%1e6, 10)
-		return []byte("*2\r\n$" + strconv.Itoa(len(s)) + "\r\n" + s + "\r\n$" + strconv.Itoa(len(u)) + "\r\n" + u + "\r\n")
-	}
-	counts := func(cmd []string) []byte { // EVALSHA sha numkeys keys...: the time, then a count per key
-		n, _ := strconv.Atoi(cmd[2])
-		out := []byte("*" + strconv.Itoa(n+1) + "\r\n:" + strconv.FormatInt(time.Now().UnixMicro(), 10) + "\r\n")
-		for range n {
-			out = append(out, ":0\r\n"...)
-		}
-		return out
-	}
-	var board []byte
-	board = append(board, "%1000\r\n"...)
-	rec := strings.Repeat("x", 60_000)
-	for i := range 1000 {
-		f := "n:" + strconv.Itoa(i)
-		board = append(board, "$"+strconv.Itoa(len(f))+"\r\n"+f+"\r\n$"+strconv.Itoa(len(rec))+"\r\n"+rec+"\r\n"...)
-	}
+	board := testenv.BigBoard() // its 60 MB before the heap is measured
 	for _, tc := range []struct {
 		name   string
 		answer func(cmd []string) []byte
 	}{
-		{"a header of 2^31-1 elements", func([]string) []byte { return []byte("*2147483647\r\n") }},
-		{"a board of 1,000 records of 60 KB", func(cmd []string) []byte {
-			switch cmd[0] {
-			case "TIME":
-				return now()
-			case "EVALSHA":
-				return counts(cmd)
-			}
-			return board
-		}},
-		{"a malformed clock", func(cmd []string) []byte {
-			switch cmd[0] {
-			case "TIME":
-				return []byte("*2\r\n$2\r\n-1\r\n$1\r\n0\r\n")
-			case "EVALSHA":
-				return counts(cmd)
-			}
-			return []byte("%0\r\n")
-		}},
+		{"a header of 2^31-1 elements", testenv.HeaderBomb},
+		{"a board of 1,000 records of 60 KB", board},
+		{"a malformed clock", testenv.BadClock},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ms runtime.MemStats
