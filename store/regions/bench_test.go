@@ -373,9 +373,12 @@ func (cw countingWriter) Write(p []byte) (int, error) {
 // for region 2 as long as 3 times its reads (lagging, not cut off):
 // before, its reads timed out at 500ms every round, every region was cut
 // off from it, and 535-794 of 1,000 were admitted. It reports the
-// admitted count and the rounds that found a node cut off.
+// admitted count, the rounds that found a node cut off, and how long a
+// round of the fast regions (0 and 1) and of the slow one (2) took on
+// average while the load ran (fast_round_ms, slow_round_ms).
 func BenchmarkWANSlowPeer(b *testing.B) {
 	var total, cut, rounds int64
+	var fastMs, slowMs float64
 	for range b.N {
 		w := newWANWorld(b, 3, 2, true, func(c *Config) { c.PeerTimeout = 0 })
 		for a := range w.proxies {
@@ -388,8 +391,12 @@ func BenchmarkWANSlowPeer(b *testing.B) {
 			}
 		}
 		ld := w.hammer(perMinute, "global")
+		began, before := time.Now(), w.rounds()
 		w.sleepUntil(time.Minute - 400*time.Millisecond)
 		ld.end()
+		took, after := time.Since(began), w.rounds()
+		fastMs = roundMs(took, 2, before[:2], after[:2])
+		slowMs = roundMs(took, 2, before[2:], after[2:])
 		got := ld.counts("global")
 		total = sum(got)
 		cut, rounds = 0, 0
@@ -399,8 +406,8 @@ func BenchmarkWANSlowPeer(b *testing.B) {
 				cut, rounds = cut+int64(st.CutRounds), rounds+int64(st.Rounds)
 			}
 		}
-		b.Logf("admitted %v = %d of %d (bound %d); %d of %d rounds cut off", got, total, perMinute.Rate,
-			bound(perMinute, 3, defaultShare), cut, rounds)
+		b.Logf("admitted %v = %d of %d (bound %d); %d of %d rounds cut off; a round of regions 0 and 1 %.0fms, of region 2 %.0fms",
+			got, total, perMinute.Rate, bound(perMinute, 3, defaultShare), cut, rounds, fastMs, slowMs)
 		if total > bound(perMinute, 3, defaultShare) {
 			b.Errorf("admitted %d, more than the bound", total)
 		}
@@ -408,6 +415,33 @@ func BenchmarkWANSlowPeer(b *testing.B) {
 	}
 	b.ReportMetric(float64(total), "admitted")
 	b.ReportMetric(float64(cut)/float64(max(rounds, 1)), "cut/round")
+	b.ReportMetric(fastMs, "fast_round_ms")
+	b.ReportMetric(slowMs, "slow_round_ms")
+}
+
+// rounds returns, per region, the rounds its nodes have run.
+func (w *wanWorld) rounds() []uint64 {
+	out := make([]uint64, len(w.nodes))
+	for a, ns := range w.nodes {
+		for _, n := range ns {
+			out[a] += n.Status().Rounds
+		}
+	}
+	return out
+}
+
+// roundMs returns how long, in ms, a node's round took on average over
+// d, from the rounds its region's nodes (nodes a region) had run before
+// and after, for the regions counted.
+func roundMs(d time.Duration, nodes int, before, after []uint64) float64 {
+	var n uint64
+	for a := range before {
+		n += after[a] - before[a]
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(d.Milliseconds()) * float64(nodes*len(before)) / float64(n)
 }
 
 // BenchmarkWANQuietKey: three regions of two nodes 80ms ± 20ms apart each

@@ -121,17 +121,79 @@ func clone(m map[string]uint64) map[string]uint64 {
 var errCut = errors.New("cut off")
 
 // link is how one region reaches a site: while cut, it fails as a
-// partition does.
+// partition does. While slow, a read reads the site at once and answers
+// when release is called (or its context ends): a read across a slow WAN,
+// which answers after its round stopped waiting, and after rounds that
+// began later. With lag set, a read answers with the site's counts of lag
+// earlier, and its board as it is, as if they were fresh: the bound does
+// not hold then (TestSimulationCatchesStaleReadings).
 type link struct {
-	to  *memSite
-	cut atomic.Bool
+	to   *memSite
+	cut  atomic.Bool
+	slow atomic.Bool
+	lag  time.Duration
+
+	mu      sync.Mutex
+	held    []chan struct{} // the slow reads waiting for release
+	late    atomic.Int64    // slow reads answered on release
+	history []Reading       // with lag: the readings of the last lag and one before, oldest first
 }
 
 func (l *link) Read(ctx context.Context, reqs []sluice.Request) (Reading, error) {
 	if l.cut.Load() {
 		return Reading{}, errCut
 	}
-	return l.to.Read(ctx, reqs)
+	r, err := l.to.Read(ctx, reqs)
+	if err != nil {
+		return r, err
+	}
+	if l.lag > 0 {
+		return l.lagged(r), nil
+	}
+	if !l.slow.Load() {
+		return r, nil
+	}
+	ch := make(chan struct{})
+	l.mu.Lock()
+	l.held = append(l.held, ch)
+	l.mu.Unlock()
+	select {
+	case <-ch:
+		l.late.Add(1)
+		return r, nil
+	case <-ctx.Done():
+		return Reading{}, ctx.Err()
+	}
+}
+
+// lagged returns r with the clock and counts of the newest reading at
+// least l.lag older than r, of as many keys (r itself when there is
+// none), and keeps r.
+func (l *link) lagged(r Reading) Reading {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := r
+	keep := 0
+	for i, h := range l.history {
+		if time.Duration(r.Now-h.Now)*time.Microsecond >= l.lag {
+			keep = i
+			if len(h.Counts) == len(r.Counts) {
+				out.Now, out.Counts = h.Now, h.Counts
+			}
+		}
+	}
+	l.history = append(l.history[keep:], r)
+	return out
+}
+
+// release answers every slow read held so far.
+func (l *link) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ch := range l.held {
+		close(ch)
+	}
+	l.held = nil
 }
 
 func (l *link) Beat(ctx context.Context, n Node, ttl time.Duration) error {
