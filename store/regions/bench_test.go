@@ -52,9 +52,10 @@ func BenchmarkWANOvershoot(b *testing.B) {
 					alone = regions * one
 				case sluice.SlidingWindow:
 					// The bound of the sliding window (docs/regions.md),
-					// with the nodes' PeerTimeout and CapLife.
+					// with the nodes' MaxPeerTimeout (the longest a round
+					// waits for a peer) and CapLife.
 					a := share(l.Rate, regions, cfg.Share)
-					extra := float64(l.Rate+regions*a) * (cfg.PeerTimeout + cfg.CapLife).Seconds() / l.Period.Seconds()
+					extra := float64(l.Rate+regions*a) * (cfg.MaxPeerTimeout + cfg.CapLife).Seconds() / l.Period.Seconds()
 					one, bnd = float64(l.Rate), float64(l.Rate-1+regions*(a+1))+extra
 					alone = regions * one
 				default:
