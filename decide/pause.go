@@ -48,11 +48,15 @@ func (s *Service) mark(now int64) {
 	if now-prev < markEvery.Microseconds() {
 		return
 	}
-	if now-prev >= pauseMin.Microseconds() {
+	paused := now-prev >= pauseMin.Microseconds()
+	if paused {
 		// Before seen: whoever reads the new seen finds the pause too.
 		s.resumed.Store(now)
 	}
-	s.seen.CompareAndSwap(prev, now)
+	if s.seen.CompareAndSwap(prev, now) && paused {
+		s.log.Info("resumed after a pause: keys whose counts were read before it are decided by the store",
+			"paused", (time.Duration(now-prev) * time.Microsecond).Round(time.Millisecond).String())
+	}
 }
 
 // stale reports whether a key of reqs has a count this server read before
