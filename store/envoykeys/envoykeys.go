@@ -280,6 +280,50 @@ func (s *Store) WriteBack(ctx context.Context, reqs []sluice.Request, windows []
 	return nil
 }
 
+// restoreScript raises the count of KEYS[1] to ARGV[1] if it is lower,
+// then keeps it ARGV[2] seconds; a count at or above it stays as it is.
+const restoreScript = `local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end
+return c`
+
+// RestoreCounts puts back, under their Envoy keys, counts Redis lost (a
+// restart without persistence, a failover to a replica that lagged), as
+// a server knew them: reqs[i].Cost is what the key of reqs[i].Envoy
+// counted at least in the window that starts at windows[i] (µs since the
+// Unix epoch, on the host's clock). A count below it is raised to it and
+// kept for the limit's period; one at or above it is left alone, so
+// servers that each put back what they knew never add up (a merge by
+// maximum, one script call a key, pipelined). Every request must be one
+// Counts reports; a limit this layer does not count is an error wrapping
+// sluice.ErrLimit.
+func (s *Store) RestoreCounts(ctx context.Context, reqs []sluice.Request, windows []int64) error {
+	c := s.client()
+	if c == nil {
+		return ErrNotConnected
+	}
+	cmds := make(rueidis.Commands, 0, len(reqs))
+	for i := range reqs {
+		r := &reqs[i]
+		p, err := periodSeconds(r.Limit)
+		if err != nil {
+			return err
+		}
+		if !envoy(r) {
+			return fmt.Errorf("envoy keys: restore %s: no Envoy descriptor", r.Key)
+		}
+		start := windows[i] / int64(time.Second/time.Microsecond)
+		name := s.key(&r.Envoy, start/p*p)
+		cmds = append(cmds, c.B().Eval().Script(restoreScript).Numkeys(1).Key(name).
+			Arg(strconv.FormatInt(r.Cost, 10), strconv.FormatInt(p, 10)).Build())
+	}
+	for i, res := range c.DoMulti(ctx, cmds...) {
+		if err := res.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			return fmt.Errorf("envoy key of %s: restore: %w", reqs[i].Key, err)
+		}
+	}
+	return nil
+}
+
 // over reads, with StopIncrementWhenOverLimit and several Envoy keys in
 // reqs (their names in order), which keys the requests' hits would take
 // over their limits, as Envoy's ratelimit reads them before it counts. It

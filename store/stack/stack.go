@@ -396,6 +396,7 @@ type writeBack struct {
 type envoyWriter interface {
 	Counts(r *sluice.Request) bool
 	WriteBack(ctx context.Context, reqs []sluice.Request, windows []int64) error
+	RestoreCounts(ctx context.Context, reqs []sluice.Request, windows []int64) error
 }
 
 // restorer is a store that puts back counts it lost, merged by maximum
@@ -585,25 +586,31 @@ func (s *Stack) RestoredCounts() (ledger, async uint64) {
 // sliding_window, counted at least on reqs[i].Key in the window that
 // starts at windows[i] (µs, aligned to the limit's period as the store
 // aligns it), routed to the Redis that keeps the limit, as WriteBack
-// routes hits. A count below it is raised to it and one at or above it
-// left alone, so servers that each put back what they knew never add up.
-// Other limits, and stores that cannot, are skipped. For decide's ledger
+// routes hits, and under its Envoy key for a request the envoykeys layer
+// counts. A count below it is raised to it and one at or above it left
+// alone, so servers that each put back what they knew never add up. Other
+// limits, and stores that cannot, are skipped. For decide's ledger
 // (decide.Config's Restore).
 func (s *Stack) RestoreCounts(ctx context.Context, reqs []sluice.Request, windows []int64) error {
 	var err error
 	for _, wb := range s.writeBacks {
-		if wb.restore == nil {
-			continue
-		}
-		var rs []sluice.Request
-		var ws []int64
+		var rs, es []sluice.Request
+		var ws, ews []int64
 		for i, r := range reqs {
 			a := r.Limit.Algorithm
-			if wb.envoy != nil && wb.envoy.Counts(&r) {
-				continue // counted under its Envoy key, which has no count to merge with
-			}
-			if wb.keeps(r.Limit) && wb.store.Syncable(r.Limit) && (a == sluice.FixedWindow || a == sluice.SlidingWindow) && r.Cost > 0 {
+			switch {
+			case !wb.keeps(r.Limit) || r.Cost <= 0:
+			case wb.envoy != nil && wb.envoy.Counts(&r):
+				es, ews = append(es, r), append(ews, windows[i])
+			case wb.restore != nil && wb.store.Syncable(r.Limit) && (a == sluice.FixedWindow || a == sluice.SlidingWindow):
 				rs, ws = append(rs, r), append(ws, windows[i])
+			}
+		}
+		if len(es) > 0 {
+			if e := wb.envoy.RestoreCounts(ctx, es, ews); e != nil {
+				err = errors.Join(err, e)
+			} else {
+				s.putBack.Add(uint64(len(es)))
 			}
 		}
 		if len(rs) == 0 {

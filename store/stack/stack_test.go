@@ -314,3 +314,53 @@ func TestWriteBackEnvoyKeys(t *testing.T) {
 		t.Errorf("WrittenBack() = %d, want 6", n)
 	}
 }
+
+// TestRestoreCountsEnvoyKeys restarts a stack's Redis empty, with
+// Config.EnvoyKeys, and has the stack put back a count of a limit counted
+// under Envoy's key: it goes back there, merged by maximum (a second,
+// lower restore leaves it), and the stack's next decision counts from it.
+func TestRestoreCountsEnvoyKeys(t *testing.T) {
+	t.Parallel()
+	r := testenv.StartRedis(t)
+	s, err := stack.New(stack.Config{URL: "redis://" + r.Addr, EnvoyKeys: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	testenv.WaitFor(t, "the stack ready", s.Ready)
+	ctx := context.Background()
+	hour := sluice.Limit{Rate: 10, Period: time.Hour}
+	now := time.Now().UnixMicro()
+	start := now - now%hour.Period.Microseconds()
+	req := sluice.Request{Key: "sluice-key", Limit: hour, Cost: 4,
+		Envoy: sluice.Descriptor{Domain: "api", Entries: []sluice.Entry{{Key: "user", Value: "restored"}}}}
+	var ds [1]sluice.Decision
+	if err := s.TakeAll(ctx, []sluice.Request{req}, ds[:]); err != nil || !ds[0].Allowed {
+		t.Fatalf("%+v, %v", ds[0], err)
+	}
+	r.Kill()
+	r.Restart()
+	before, _ := s.RestoredCounts()
+	testenv.WaitFor(t, "a restore once Redis is back", func() bool { return s.RestoreCounts(ctx, []sluice.Request{req}, []int64{start}) == nil })
+	req.Cost = 2 // a server that knew less
+	if err := s.RestoreCounts(ctx, []sluice.Request{req}, []int64{start}); err != nil {
+		t.Fatal(err)
+	}
+	envoyKey := fmt.Sprintf("api_user_restored_%d", start/1e6)
+	if got := strings.TrimSpace(r.CLI("GET", envoyKey)); got != "4" {
+		t.Errorf("GET %s = %q, want 4: the count put back under Envoy's key, merged by maximum", envoyKey, got)
+	}
+	if after, _ := s.RestoredCounts(); after-before != 2 {
+		t.Errorf("RestoredCounts() = %d, %d before: want 2 more", after, before)
+	}
+	req.Cost = 1
+	if err := s.TakeAll(ctx, []sluice.Request{req}, ds[:]); err != nil {
+		t.Fatal(err)
+	}
+	if now := time.Now().UnixMicro(); now-now%hour.Period.Microseconds() != start {
+		t.Skip("the hour turned during the test")
+	}
+	if ds[0].Remaining != 5 {
+		t.Errorf("a request after the restore: %+v, want 5 remaining: 4 put back and 1", ds[0])
+	}
+}
