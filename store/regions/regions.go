@@ -101,9 +101,12 @@ type Config struct {
 	// best 2 rounds old (written at the start of the round after the one
 	// that read it), so less than 2 cuts every round off.
 	EchoRounds uint64
-	// CapLife is how long a cap stays in use without a round that renews
-	// it (default 2 × (PeerTimeout + SyncInterval), 1.2s): past it, a key
-	// is decided as a key never seen.
+	// CapLife is how long a sliding_window's cap stays in use without a
+	// round that renews it (default 2 × (PeerTimeout + SyncInterval),
+	// 1.2s): past it, a key is decided as a key never seen. A
+	// fixed_window's cap (and a bucket's count's) stays in use for it or
+	// 2 × (MaxPeerTimeout + SyncInterval) if longer (4.2s by default), so
+	// that rounds waiting for a lagging peer leave no gap between caps.
 	CapLife time.Duration
 	// NodeLife is how long a node's record stays on its board after its
 	// last beat (default 2s); a node that stops beating leaves its

@@ -265,3 +265,34 @@ func TestGlobalRemaining(t *testing.T) {
 		t.Errorf("cut off, usage %+v: want region 1 charged more than its count", u)
 	}
 }
+
+// TestFixedCapOutlivesCapLife: a fixed_window's cap holds past CapLife,
+// for 2 × (MaxPeerTimeout + SyncInterval), so that rounds that wait for a
+// lagging peer leave no gap between its caps; a sliding_window's expires
+// after CapLife, and its key is decided as a key never seen.
+func TestFixedCapOutlivesCapLife(t *testing.T) {
+	w := newWorld(t, 2, 1, func(c *Config) { c.MaxPeerTimeout = 2 * time.Second })
+	sliding := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: perMinute.Rate, Period: time.Minute}
+	w.clock.Advance(time.Second)
+	w.take(0, 0, "fixed", perMinute, 0)
+	w.take(0, 0, "sliding", sliding, 0)
+	for range 3 {
+		w.sync()
+	}
+	n := w.nodes[0][0]
+	unseen := func() uint64 { return n.Status().Unseen }
+	before := unseen()
+	w.clock.Advance(n.cfg.CapLife + 100*time.Millisecond) // past CapLife (1.2s), within 4s
+	if d := w.take(0, 0, "fixed", perMinute, 1); !d.Allowed || unseen() != before {
+		t.Errorf("fixed_window after CapLife: %+v, %d decisions without a cap, want its cap (%d)", d, unseen(), before)
+	}
+	w.take(0, 0, "sliding", sliding, 1)
+	if unseen() != before+1 {
+		t.Errorf("sliding_window after CapLife: %d decisions without a cap, want %d", unseen(), before+1)
+	}
+	w.clock.Advance(2*w.nodes[0][0].cfg.MaxPeerTimeout + time.Second) // past 2 × (MaxPeerTimeout + SyncInterval)
+	w.take(0, 0, "fixed", perMinute, 1)
+	if unseen() != before+2 {
+		t.Errorf("fixed_window after 2 × MaxPeerTimeout: %d decisions without a cap, want %d", unseen(), before+2)
+	}
+}

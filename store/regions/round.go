@@ -537,18 +537,32 @@ func (s *Store) unseen(l sluice.Limit) int64 {
 	return min(share(l.Rate, s.regions.Load(), s.cfg.Share), ceilDiv(l.Rate, int64(len(s.names))))
 }
 
-// holds reports whether g still caps requests at now: not older than
-// Config.CapLife, and for a fixed_window, made for the window the home
-// clock is in, not within the clock's margin of its edges.
+// holds reports whether g still caps requests at now. A sliding_window's
+// cap holds for Config.CapLife after its round began: its weighted count
+// falls as the window slides, so an older cap gives back more (the bound
+// counts CapLife). A fixed_window's (a bucket's count's too) holds for
+// fixedCapLife, if made for the window the home clock is in, not within
+// the clock's margin of its edges: its bound does not count when a cap is
+// used, and fixedCapLife outlives two rounds that each wait for a lagging
+// peer as long as a round may (Config.MaxPeerTimeout), so that such
+// rounds leave no gap between a key's caps.
 func (s *Store) holds(g *grant, l sluice.Limit, now time.Time) bool {
-	if now.Sub(g.at) > s.cfg.CapLife {
-		return false
-	}
 	if l.Algorithm != sluice.FixedWindow {
-		return true
+		return now.Sub(g.at) <= s.cfg.CapLife
+	}
+	if now.Sub(g.at) > s.fixedCapLife() {
+		return false
 	}
 	est, margin, p := now.UnixMicro()+s.offset.Load(), s.margin.Load(), l.Period.Microseconds()
 	return est-g.window >= margin && g.window+p-est >= margin
+}
+
+// fixedCapLife is how long a fixed_window's cap holds after its round
+// began: Config.CapLife, or, if longer, 2 × (MaxPeerTimeout +
+// SyncInterval), what two rounds that wait for a lagging peer take at
+// most (4.2s by default).
+func (s *Store) fixedCapLife() time.Duration {
+	return max(s.cfg.CapLife, 2*(s.cfg.MaxPeerTimeout+max(s.cfg.SyncInterval, 0)))
 }
 
 // decision returns the decision of r from d, the wrapped store's on the
