@@ -375,6 +375,7 @@ type Stack struct {
 	nonBlocking bool
 	stats       []func() Stats
 	writeBacks  []writeBack                   // the Redis stores that take back hits, by the limits they keep
+	wroteOver   []wroteOver                   // the local-first layers told of hits written beneath them
 	fleet       *fleetCount                   // the servers counted on the main Redis, or nil
 	wroteBack   atomic.Uint64                 // hits WriteBack wrote
 	putBack     atomic.Uint64                 // counts RestoreCounts put back
@@ -388,6 +389,8 @@ type writeBack struct {
 	restore restorer    // store's, or nil
 	envoy   envoyWriter // the envoykeys layer over store, or nil
 	keeps   func(sluice.Limit) bool
+	// over is the local-first layer over store, or nil: see WriteBack.
+	over asyncLayer
 }
 
 // envoyWriter is a layer that counts some requests under keys of its own,
@@ -552,9 +555,23 @@ func (s *Stack) WriteBack(ctx context.Context, reqs []sluice.Request, windows []
 		if len(rs) == 0 {
 			continue
 		}
+		if wb.over != nil {
+			// The async layer syncs these keys first: if Redis restarted
+			// empty, the sync finds it and puts back the counts the layer
+			// holds (merged by maximum) before these hits are added, which
+			// would otherwise raise the empty count past them and hide the
+			// loss (store/localfirst's SyncKeys).
+			if e := wb.over.SyncKeys(ctx, rs); e != nil {
+				err = errors.Join(err, e)
+				continue
+			}
+		}
 		if _, _, e := wb.store.SyncCounts(ctx, rs, ws); e != nil {
 			err = errors.Join(err, e)
 			continue
+		}
+		if wb.over != nil {
+			wb.over.Wrote(rs, ws)
 		}
 		s.wroteBack.Add(hitsOf(rs))
 	}
@@ -860,13 +877,35 @@ func (fc *fleetCount) close(context.Context) error {
 
 // addWriteBack adds b to the stores WriteBack writes to, for the limits
 // keeps says it keeps, if b takes back hits; top is the outermost layer
-// over b (redisLayers'), the envoykeys layer when there is one.
+// over b (redisLayers'), the envoykeys layer when there is one. The
+// local-first layer over b, if any, syncs the keys first and is told what
+// was written beneath it (wroteOver).
 func (s *Stack) addWriteBack(b, top sluice.Store, keeps func(sluice.Limit) bool) {
 	if sy, ok := b.(syncer); ok {
 		re, _ := b.(restorer)
 		ew, _ := top.(envoyWriter)
-		s.writeBacks = append(s.writeBacks, writeBack{store: sy, restore: re, envoy: ew, keeps: keeps})
+		wb := writeBack{store: sy, restore: re, envoy: ew, keeps: keeps}
+		for _, w := range s.wroteOver {
+			if w.b == b {
+				wb.over = w.lf
+			}
+		}
+		s.writeBacks = append(s.writeBacks, wb)
 	}
+}
+
+// asyncLayer is what WriteBack needs of the local-first layer over a Redis
+// store (store/localfirst's Store): a sync of its async keys among
+// those written, and to hear of the hits written beneath it.
+type asyncLayer interface {
+	SyncKeys(ctx context.Context, reqs []sluice.Request) error
+	Wrote(reqs []sluice.Request, windows []int64)
+}
+
+// wroteOver is a Redis store and the local-first layer over it.
+type wroteOver struct {
+	b  sluice.Store
+	lf asyncLayer
 }
 
 // vetoOf returns b's veto on limits (sluice.LimitChecker), or nil.
@@ -928,6 +967,9 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 	lf, err := p.localFirst(next, lc)
 	if err != nil {
 		return nil, nil, err
+	}
+	if a, ok := lf.(asyncLayer); ok {
+		s.wroteOver = append(s.wroteOver, wroteOver{b, a})
 	}
 	s.closers = append(s.closers, lf.Close)
 	s.stats = append(s.stats, lf.Stats)
