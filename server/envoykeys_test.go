@@ -155,3 +155,60 @@ func TestServeEnvoyKeysRemainingInDenied(t *testing.T) {
 		t.Errorf("user's limit_remaining in the denied request: %d, want 98, what Redis counted", got)
 	}
 }
+
+// TestServeEnvoyKeysWeather: with Envoy's keys and the defaults (--fail
+// local), a Redis that goes away and comes back empty gets, under Envoy's
+// key, where Envoy's ratelimit servers sharing it read, both the count it
+// lost (put back, merged by maximum) and the hits the server admitted
+// without it (written back): before, both went under sluice's own key,
+// which nothing reads, and the limit started again from nothing.
+func TestServeEnvoyKeysWeather(t *testing.T) {
+	t.Parallel()
+	if nearMidnight(time.Minute) {
+		t.Skip("a day window may reset under the test")
+	}
+	r := testenv.StartRedis(t)
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, "domain: wx\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 100}\n")
+	cfg := testConfig(path)
+	cfg.Store.URL, cfg.Store.EnvoyKeys = "redis://"+r.Addr, true
+	s := startServer(t, cfg)
+	s.waitStore(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", s.logs)
+		}
+	})
+	ask := func(n int) (admitted int) {
+		t.Helper()
+		for range n {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			resp, err := s.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "wx",
+				Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("user", "alice")}})
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	const day = 86400
+	key := "wx_user_alice_" + strconv.FormatInt(time.Now().Unix()/day*day, 10)
+	if got := ask(10); got != 10 { // a count of 10, which the ledger learns (over a twentieth of 100)
+		t.Fatalf("%d of 10 admitted by Redis", got)
+	}
+	r.Kill()
+	if got := ask(5); got != 5 {
+		t.Fatalf("%d of 5 admitted without Redis, want all", got)
+	}
+	r.Restart()
+	eventually(t, "Envoy's key holds the 10 put back and the 5 written back", func() bool {
+		return strings.TrimSpace(r.CLI("GET", key)) == "15"
+	})
+	if n := metricValue(t, s, "sluice_written_back_hits_total"); n != 5 {
+		t.Errorf("sluice_written_back_hits_total %d, want 5", n)
+	}
+}
