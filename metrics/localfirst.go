@@ -84,6 +84,22 @@ func AsyncServers(reg prometheus.Registerer, servers func() int64) error {
 	return nil
 }
 
+// Servers registers on reg the gauge sluice_servers: how many servers
+// share the store as their heartbeats in it count them (store/stack's
+// Servers, the last count read while the store does not answer; at least
+// 1), which the fail mode local divides each limit by, read at each
+// scrape.
+func Servers(reg prometheus.Registerer, servers func() int64) error {
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_servers",
+		Help: "Servers sharing the store, counted by their heartbeats in it: the fail mode local decides each limit on its share, 1/N.",
+	}, func() float64 { return float64(servers()) })
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("register servers metric: %w", err)
+	}
+	return nil
+}
+
 // WriteBack registers on reg the counters of what a server puts back in
 // the store after deciding without it (store/stack): the hits the fail
 // mode local admitted without the store and wrote back to it once it

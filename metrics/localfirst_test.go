@@ -84,6 +84,23 @@ sluice_async_servers 4
 	}
 }
 
+func TestServers(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	n := int64(2)
+	if err := metrics.Servers(reg, func() int64 { return n }); err != nil {
+		t.Fatal(err)
+	}
+	n = 3 // read at the scrape
+	want := `
+# HELP sluice_servers Servers sharing the store, counted by their heartbeats in it: the fail mode local decides each limit on its share, 1/N.
+# TYPE sluice_servers gauge
+sluice_servers 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestWriteBack(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	hits, ledger, async := uint64(5), uint64(1), uint64(0)

@@ -80,6 +80,9 @@ func TestServeStallDefaults(t *testing.T) {
 	}
 	// The hits admitted while Redis stalled that no call carried to it
 	// were written back, each once.
+	if n := metricValue(t, s, "sluice_servers"); n != 1 {
+		t.Errorf("sluice_servers %d, want 1: the one server on this Redis", n)
+	}
 	if wb := metricValue(t, s, "sluice_written_back_hits_total"); wb < 1 || wb > under+over {
 		t.Errorf("sluice_written_back_hits_total %d, want 1 to the %d hits admitted while Redis stalled", wb, under+over)
 	}

@@ -102,10 +102,13 @@ func maxMemory(c Config) int64 {
 
 // stackMetrics registers on reg the counters of st's near caches, leases,
 // async decisions, hits written back and counts put back, if it has
-// local-first layers (a Redis store), and the servers async mode counts
-// (1 without).
+// local-first layers (a Redis store), the servers async mode counts (1
+// without) and those the fail mode local divides limits by.
 func stackMetrics(st *stack.Stack, reg prometheus.Registerer) error {
 	if err := metrics.AsyncServers(reg, func() int64 { return st.Stats().AsyncServers }); err != nil {
+		return err
+	}
+	if err := metrics.Servers(reg, st.Servers); err != nil {
 		return err
 	}
 	if !st.HasLocalFirst() {
