@@ -296,3 +296,32 @@ func TestFixedCapOutlivesCapLife(t *testing.T) {
 		t.Errorf("fixed_window after 2 × MaxPeerTimeout: %d decisions without a cap, want %d", unseen(), before+2)
 	}
 }
+
+// TestHomeFailureDropsCaps: a round whose home read fails drops the
+// server's caps, since the Redis may come back empty and a cap is on the
+// count it held: after the restart, the key is decided as a key never
+// seen (its first share of the emptied count) until a round caps it, not
+// under its cap from before (which admitted the whole limit again).
+func TestHomeFailureDropsCaps(t *testing.T) {
+	w := newWorld(t, 2, 1, nil)
+	warm(w)
+	got := make([]int64, 2)
+	run(w, got, 20*time.Second, []int{0}, nil, 50)
+	if got[0] != perMinute.Rate {
+		t.Fatalf("region 0 admitted %d, want the limit %d", got[0], perMinute.Rate)
+	}
+	home := w.links[0][0]
+	home.cut.Store(true)
+	if err := w.nodes[0][0].Sync(ctxBG); err == nil {
+		t.Fatal("a round with its home cut off: no error")
+	}
+	w.sites[0].restart()
+	home.cut.Store(false)
+	var after int64
+	for w.take(0, 0, "k", perMinute, 1).Allowed {
+		after++
+	}
+	if alpha := share(perMinute.Rate, 2, defaultShare); after > alpha {
+		t.Errorf("after the empty restart, before a round: %d more admitted, want at most a key's first share %d", after, alpha)
+	}
+}

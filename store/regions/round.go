@@ -158,6 +158,10 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 		err = fmt.Errorf("%d counts for %d keys", len(home.Counts), len(p.reqs))
 	}
 	if err != nil {
+		// a Redis that fails may come back empty, and a cap is on the
+		// count it held: a key waits for the next round's cap, decided
+		// meanwhile as a key never seen
+		s.tab.dropGrants()
 		s.publishFailed()
 		return nil, fmt.Errorf("regions: read home: %w", err)
 	}

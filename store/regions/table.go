@@ -166,6 +166,18 @@ func (e *entry) keeps(homeNow int64) bool {
 	return homeNow < end
 }
 
+// dropGrants forgets every entry's cap. Rounds call it, holding roundMu.
+func (t *table) dropGrants() {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			e.grant.Store(nil)
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // lookup returns key's entry, or nil.
 func (t *table) lookup(key string) *entry {
 	sh := &t.shards[maphash.String(t.seed, key)%tableShards]
