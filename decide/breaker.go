@@ -88,6 +88,16 @@ func (b *breaker) failure(probe bool, err error, slow bool) {
 	}
 }
 
+// paused starts again at now (µs) the time that failing slow calls must
+// span to open it, if some are failing: the server was paused (pause.go),
+// and a pause is no time the store spent failing (a call in flight when
+// the server stopped times out when it resumes, the store never slow).
+func (b *breaker) paused(now int64) {
+	if b.since.Load() != 0 {
+		b.since.Store(now)
+	}
+}
+
 // cancel releases a probe whose outcome says nothing about the store (the
 // caller gave up first).
 func (b *breaker) cancel(probe bool) {

@@ -1,10 +1,13 @@
 package decide
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // TestLedgerLoss checks when a count below the ledger's is taken for a
@@ -158,3 +161,49 @@ func TestLedgerAsyncNoLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestPauseBreakerWindow: slow store calls open the breaker only once they
+// have failed for BreakerWindow; a pause of the server (pause.go) is no
+// such time. Calls timing out before a 3 s SIGSTOP and one timing out as
+// the server resumes (its call was in flight when it stopped) opened it,
+// and every decision would go local, from counts read before the pause.
+func TestPauseBreakerWindow(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	cfg := DefaultConfig()
+	cfg.Store = fakeBlocking{}
+	cfg.Rules = func() *rules.Set { return nil }
+	cfg.Now = func() time.Time { return now }
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slowFailures := func(n int) {
+		for range n {
+			s.br.failure(false, context.DeadlineExceeded, true)
+		}
+	}
+	s.mark(now.UnixMicro())
+	slowFailures(cfg.BreakerFailures) // 5 in a row, within a moment: not open
+	now = now.Add(3 * time.Second)    // stopped
+	s.mark(now.UnixMicro())           // resumes
+	slowFailures(1)
+	if s.br.open() {
+		t.Fatal("the breaker opened on slow calls that spanned a pause")
+	}
+	for range cfg.BreakerWindow / (250 * time.Millisecond) { // running: the server's Probe every 250 ms
+		now = now.Add(250 * time.Millisecond)
+		s.mark(now.UnixMicro())
+	}
+	slowFailures(1)
+	if !s.br.open() {
+		t.Error("the breaker stayed closed on slow calls failing for BreakerWindow after the pause")
+	}
+}
+
+// fakeBlocking is a store that a Service calls as one that blocks; the
+// tests that use it make no call.
+type fakeBlocking struct{}
+
+func (fakeBlocking) TakeAll(context.Context, []sluice.Request, []sluice.Decision) error { return nil }

@@ -52,6 +52,7 @@ func (s *Service) mark(now int64) {
 	if paused {
 		// Before seen: whoever reads the new seen finds the pause too.
 		s.resumed.Store(now)
+		s.br.paused(now)
 	}
 	if s.seen.CompareAndSwap(prev, now) && paused {
 		s.log.Info("resumed after a pause: keys whose counts were read before it are decided by the store",
