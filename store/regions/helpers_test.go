@@ -131,6 +131,7 @@ type link struct {
 	to   *memSite
 	cut  atomic.Bool
 	slow atomic.Bool
+	hang atomic.Bool // reads wait for release whatever their context says (a connection that hangs)
 	lag  time.Duration
 
 	mu      sync.Mutex
@@ -150,13 +151,17 @@ func (l *link) Read(ctx context.Context, reqs []sluice.Request) (Reading, error)
 	if l.lag > 0 {
 		return l.lagged(r), nil
 	}
-	if !l.slow.Load() {
+	if !l.slow.Load() && !l.hang.Load() {
 		return r, nil
 	}
 	ch := make(chan struct{})
 	l.mu.Lock()
 	l.held = append(l.held, ch)
 	l.mu.Unlock()
+	if l.hang.Load() {
+		<-ch
+		return r, nil
+	}
 	select {
 	case <-ch:
 		l.late.Add(1)

@@ -209,10 +209,43 @@ type peerRead struct {
 // most one read in flight, which goes on in the background up to
 // Config.MaxPeerTimeout after a round stopped waiting for it, so that a
 // slow peer's round trip is measured; and that measure, which sets how
-// long a round waits for the peer (timeout).
+// long a round waits for the peer (timeout). A read still in flight twice
+// that long after it began is given up on (a connection that hangs past
+// its deadline: a peer whose network was disconnected and connected again
+// stayed unreachable for over a minute in deploy/image's containers): the
+// next round reads the peer anew, and the read given up on, when it
+// returns, changes nothing. At most maxHung such reads a peer are left
+// running; then the peer waits for one of them.
 type peerClock struct {
-	busy atomic.Bool
-	took atomic.Int64 // ns: a moving average of the reads that answered; 0 before one
+	flying atomic.Int64 // UnixNano when the read in flight began; 0: none
+	hung   atomic.Int32 // reads given up on that have not returned
+	took   atomic.Int64 // ns: a moving average of the reads that answered; 0 before one
+}
+
+// maxHung is how many reads of a peer given up on may be left running.
+const maxHung = 4
+
+// begin starts a read of the peer at now, and reports false when one is
+// in flight that is not given up on.
+func (c *peerClock) begin(now time.Time, giveUp time.Duration) bool {
+	f := c.flying.Load()
+	if f != 0 {
+		if now.Sub(time.Unix(0, f)) < giveUp || c.hung.Load() >= maxHung || !c.flying.CompareAndSwap(f, 0) {
+			return false
+		}
+		c.hung.Add(1)
+	}
+	return c.flying.CompareAndSwap(0, now.UnixNano())
+}
+
+// end ends the read begun at began, and reports whether it was still the
+// peer's read in flight (not given up on).
+func (c *peerClock) end(began time.Time) bool {
+	if c.flying.CompareAndSwap(began.UnixNano(), 0) {
+		return true
+	}
+	c.hung.Add(-1)
+	return false
 }
 
 // observe adds a read that answered after d to the average.
@@ -233,14 +266,16 @@ func (s *Store) timeout(c *peerClock) time.Duration {
 
 // readPeers reads every peer at once, and waits for each up to its
 // timeout. A peer whose read of an earlier round is still in flight is
-// not read again: it is not read this round.
+// not read again: it is not read this round (unless that read is given
+// up on, see peerClock).
 func (s *Store) readPeers(ctx context.Context, reqs []sluice.Request) []peerRead {
 	out := make([]peerRead, len(s.cfg.Peers))
 	chans := make([]chan peerRead, len(s.cfg.Peers))
 	start := time.Now()
 	for i, p := range s.cfg.Peers {
 		c := &s.clocks[i]
-		if !c.busy.CompareAndSwap(false, true) {
+		t := time.Now()
+		if !c.begin(t, 2*s.cfg.MaxPeerTimeout) {
 			out[i].err = fmt.Errorf("its read of an earlier round has not answered in %v", s.timeout(c))
 			continue
 		}
@@ -249,17 +284,15 @@ func (s *Store) readPeers(ctx context.Context, reqs []sluice.Request) []peerRead
 		go func() {
 			defer s.reads.Done()
 			pctx, cancel := context.WithTimeout(s.bg, s.cfg.MaxPeerTimeout)
-			t := time.Now()
 			r, err := p.Site.Read(pctx, reqs)
 			cancel()
 			took := time.Since(t)
 			if err == nil && len(r.Counts) != len(reqs) {
 				err = fmt.Errorf("%w: %d counts for %d keys", ErrRefused, len(r.Counts), len(reqs))
 			}
-			if err == nil {
+			if c.end(t) && err == nil {
 				c.observe(took)
 			}
-			c.busy.Store(false)
 			chans[i] <- peerRead{r, err, took}
 		}()
 	}

@@ -137,7 +137,7 @@ func (sm *sim) release(a, b int) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, s := range sm.w.nodes[a] {
-		for s.clocks[i].busy.Load() {
+		for s.clocks[i].flying.Load() != 0 {
 			if time.Now().After(deadline) {
 				sm.w.t.Fatalf("region %d's read of region %d still in flight 10s after its release", a, b)
 			}
