@@ -240,6 +240,9 @@ func (s *Service) fromStoreLate(ctx, tctx context.Context, resp *Response, reqs 
 		}
 		s.putCall(c)
 		s.br.cancel(probe)
+		if stale {
+			return s.staleNow(ctx, resp, reqs, ds)
+		}
 		return s.local(resp, reqs, ds, false)
 	}
 	c.wait.Reset(time.Until(d))

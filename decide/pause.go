@@ -17,9 +17,10 @@ import (
 // 300 on three servers). So, after a pause, a key whose count this server
 // read before it is stale: its decision does not go local because of a
 // call in flight (ledger.busy) nor once the store timeout passes, but
-// waits for the store's answer, up to staleWait, and that answer makes it
-// fresh again. A server finds it paused by its own clock: nothing it does
-// at least every 250 ms (a decision, the server's Probe) ran for pauseMin.
+// waits for the store's answer, up to staleWait (in its own goroutine when
+// MaxLateCalls are in flight), and that answer makes it fresh again. A
+// server finds it paused by its own clock: nothing it does at least every
+// 250 ms (a decision, the server's Probe) ran for pauseMin.
 
 const (
 	// pauseMin is the least time without a decision or a Probe that is a
@@ -68,6 +69,28 @@ func (s *Service) stale(reqs []sluice.Request, now int64) bool {
 		return false
 	}
 	return s.ledger.stale(reqs, r)
+}
+
+// staleNow decides reqs, of a stale key, on the store in the decision's
+// own goroutine, when no late call can carry them (MaxLateCalls are in
+// flight: a server that resumes has every call that queued meanwhile to
+// decide at once): the call is cut short after staleWait, and then, or
+// if the store fails, the decision is local (a call cut short may have
+// reached the store: its hit is written back too, counted twice at
+// worst). Once Close has begun, it is local at once.
+func (s *Service) staleNow(ctx context.Context, resp *Response, reqs []sluice.Request, ds []sluice.Decision) outcome {
+	s.lateMu.Lock()
+	closed := s.closed
+	s.lateMu.Unlock()
+	if !closed {
+		tctx, cancel := context.WithTimeout(ctx, staleWait)
+		o := s.fromStore(ctx, tctx, reqs, ds)
+		cancel()
+		if o == decided {
+			return decided
+		}
+	}
+	return s.local(resp, reqs, ds, false)
 }
 
 // staleDeadline returns d, the store timeout's deadline, moved to

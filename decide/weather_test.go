@@ -577,6 +577,27 @@ func (s *stallOnce) TakeAll(ctx context.Context, reqs []sluice.Request, ds []slu
 // (before: 20 of 20 more admitted, 121 in all, over the bound of 108).
 func TestWeatherHostStall(t *testing.T) {
 	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		maxLate int
+	}{
+		{"a late call free", 0},
+		// Every late call in flight (the stalled one): as on a server
+		// that resumes with more calls queued than MaxLateCalls, the
+		// decision calls the store itself (before: 20 of 20 admitted
+		// locally).
+		{"no late call free", 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			hostStall(t, tt.maxLate)
+		})
+	}
+}
+
+// hostStall is TestWeatherHostStall with MaxLateCalls maxLate (0: the
+// default).
+func hostStall(t *testing.T, maxLate int) {
 	clk := newClock()
 	w := newWeatherStore(t, clk)
 	stopped := &stallOnce{weatherStore: w, release: make(chan struct{})}
@@ -586,6 +607,9 @@ func TestWeatherHostStall(t *testing.T) {
 		cfg.Store, cfg.Ping, cfg.WriteBack, cfg.Restore = st, w.ping, w.writeBack, w.restore
 		cfg.StoreTimeout, cfg.StoreMaxTimeout = 200*time.Millisecond, 200*time.Millisecond
 		cfg.Servers = func() int64 { return servers }
+		if st == stopped && maxLate > 0 {
+			cfg.MaxLateCalls = maxLate
+		}
 		return newService(t, loadRules(t, weatherRules), clk, cfg)
 	}
 	a, b, c := service(stopped), service(w), service(w)
