@@ -3,6 +3,7 @@ package decide
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -207,3 +208,38 @@ func TestPauseBreakerWindow(t *testing.T) {
 type fakeBlocking struct{}
 
 func (fakeBlocking) TakeAll(context.Context, []sluice.Request, []sluice.Decision) error { return nil }
+
+// TestLedgerSuspect: when the store answers again after failing, the
+// ledger takes out, to be put back (merged by maximum), the fixed_window
+// counts of exact and async keys whose window has not ended: a store back
+// empty decided an async key on the hits written back alone (150 of 100
+// an hour on three servers, the weather suite's restart empty). Lease
+// keys, whose answers leave out what leases give back, buckets and ended
+// windows are left alone.
+func TestLedgerSuspect(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 21, 0, 10, 0, 0, time.UTC).UnixMicro()
+	hour := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Hour}
+	second := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Second}
+	bucket := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 100, Period: time.Hour, Burst: 100}
+	l := newLedger(1<<20, func() int64 { return 1 })
+	for _, r := range []sluice.Request{
+		{Key: "exact", Limit: hour, Sync: sluice.Exact},
+		{Key: "async", Limit: hour, Sync: sluice.Async},
+		{Key: "lease", Limit: hour, Sync: sluice.Lease},
+		{Key: "bucket", Limit: bucket, Sync: sluice.Exact},
+		{Key: "ended", Limit: second, Sync: sluice.Exact},
+	} {
+		r.Cost = 1
+		l.learn([]sluice.Request{r}, []sluice.Decision{{Allowed: true, Limit: 100, Remaining: 50, ResetAfter: r.Limit.Period / 2}}, t0, l.epoch.Load(), t0)
+	}
+	l.suspect(t0 + time.Second.Microseconds())
+	reqs, _ := l.lostCounts(t0 + time.Second.Microseconds())
+	got := map[string]int64{}
+	for _, r := range reqs {
+		got[r.Key] = r.Cost
+	}
+	if want := map[string]int64{"exact": 50, "async": 50}; !maps.Equal(got, want) {
+		t.Errorf("put back %v, want %v", got, want)
+	}
+}
