@@ -619,13 +619,13 @@ func (l *ledger) written(reqs []sluice.Request, windows []int64, now int64, ok b
 	}
 }
 
-// suspect marks as lost, to be put back, the count of every key decided
-// exactly or in async mode whose fixed window has not ended at now (µs):
-// a store that answers again after failing may have restarted empty, and
-// the counts put back merge by maximum, so one it kept is left as it is.
-// An async key's count is its node's, at most what the store counted and
-// the node's hits not yet synced; a lease key's may hold hits a lease gave
-// back since, so it is left to the lease layer. Service.Probe
+// suspect marks as lost, to be put back, the count of every key whose
+// fixed window has not ended at now (µs): a store that answers again
+// after failing may have restarted empty, and the counts put back merge
+// by maximum, so one it kept is left as it is. An async key's count is
+// its node's, at most what the store counted and the node's hits not yet
+// synced; a lease key's may hold hits a lease gave back since, at most a
+// lease, within the under-admission lease mode states. Service.Probe
 // calls it when the store answers again, so that what it forgot is put
 // back before it decides anew; a loss learn finds (a restart the breaker
 // did not see) is put back once found.
@@ -635,7 +635,7 @@ func (l *ledger) suspect(now int64) {
 		sh.mu.Lock()
 		for _, e := range sh.m {
 			lim := e.req.Limit
-			if e.lost || e.used <= 0 || now >= e.reset || lim.Algorithm != sluice.FixedWindow || !(l.exact(e.req.Sync) || l.async(e.req.Sync)) {
+			if e.lost || e.used <= 0 || now >= e.reset || lim.Algorithm != sluice.FixedWindow {
 				continue
 			}
 			e.lost, e.lostIn = true, windowOf(lim, now)
