@@ -257,19 +257,14 @@ func (s *Store) WriteBack(ctx context.Context, reqs []sluice.Request, windows []
 	cmds := make(rueidis.Commands, 0, 2*len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
-		p, err := periodSeconds(r.Limit)
+		name, p, err := s.windowKey(r, windows[i], "write back")
 		if err != nil {
 			return err
 		}
-		if !envoy(r) {
-			return fmt.Errorf("envoy keys: write back %s: no Envoy descriptor", r.Key)
-		}
-		start := windows[i] / int64(time.Second/time.Microsecond)
 		ttl := p
 		if s.jitter > 0 {
 			ttl += rand.Int64N(s.jitter)
 		}
-		name := s.key(&r.Envoy, start/p*p)
 		cmds = append(cmds, c.B().Incrby().Key(name).Increment(r.Cost).Build(), c.B().Expire().Key(name).Seconds(ttl).Build())
 	}
 	for i, res := range c.DoMulti(ctx, cmds...) {
@@ -278,6 +273,21 @@ func (s *Store) WriteBack(ctx context.Context, reqs []sluice.Request, windows []
 		}
 	}
 	return nil
+}
+
+// windowKey returns the Envoy key of r's count in the window that starts
+// at window (µs since the Unix epoch), and the limit's period in seconds;
+// op names the caller in its errors.
+func (s *Store) windowKey(r *sluice.Request, window int64, op string) (string, int64, error) {
+	p, err := periodSeconds(r.Limit)
+	if err != nil {
+		return "", 0, err
+	}
+	if !envoy(r) {
+		return "", 0, fmt.Errorf("envoy keys: %s %s: no Envoy descriptor", op, r.Key)
+	}
+	start := window / int64(time.Second/time.Microsecond)
+	return s.key(&r.Envoy, start/p*p), p, nil
 }
 
 // restoreScript raises the count of KEYS[1] to ARGV[1] if it is lower,
@@ -304,15 +314,10 @@ func (s *Store) RestoreCounts(ctx context.Context, reqs []sluice.Request, window
 	cmds := make(rueidis.Commands, 0, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
-		p, err := periodSeconds(r.Limit)
+		name, p, err := s.windowKey(r, windows[i], "restore")
 		if err != nil {
 			return err
 		}
-		if !envoy(r) {
-			return fmt.Errorf("envoy keys: restore %s: no Envoy descriptor", r.Key)
-		}
-		start := windows[i] / int64(time.Second/time.Microsecond)
-		name := s.key(&r.Envoy, start/p*p)
 		cmds = append(cmds, c.B().Eval().Script(restoreScript).Numkeys(1).Key(name).
 			Arg(strconv.FormatInt(r.Cost, 10), strconv.FormatInt(p, 10)).Build())
 	}
