@@ -19,6 +19,12 @@ type breaker struct {
 	coolDown time.Duration
 	now      func() time.Time
 	log      *slog.Logger
+	// held says that an open breaker is closed by close alone (the fail
+	// mode local's Probe, once every server has had the time to write
+	// back its hits: Service.settles), never by a call's success: such a
+	// call was sent before the breaker opened, and answers while the
+	// other servers still hold hits the store has not counted.
+	held bool
 
 	fails     atomic.Int64 // store calls failed in a row
 	since     atomic.Int64 // µs since the Unix epoch of the first of them; 0 with none
@@ -51,18 +57,34 @@ func (b *breaker) open() bool { return b.openUntil.Load() != 0 }
 // succeeded since.
 func (b *breaker) slowNow() bool { return b.fails.Load() != 0 && b.slow.Load() }
 
-// success records a store call that succeeded.
+// success records a store call that succeeded: it closes the breaker,
+// unless held.
 func (b *breaker) success(probe bool) {
+	if b.held && b.open() {
+		b.clearFails()
+		b.log.Debug("store answered a call sent before the breaker opened: decisions stay local until a Probe sends them back")
+	} else {
+		b.close()
+	}
+	if probe {
+		b.probing.Store(false)
+	}
+}
+
+// close closes the breaker, if it is open, and clears the failures.
+func (b *breaker) close() {
+	b.clearFails()
+	if b.openUntil.Load() != 0 && b.openUntil.Swap(0) != 0 {
+		b.log.Info("store recovered: decisions go to the store again")
+	}
+}
+
+// clearFails forgets the failures in a row.
+func (b *breaker) clearFails() {
 	if b.fails.Load() != 0 {
 		b.fails.Store(0)
 		b.since.Store(0)
 		b.slow.Store(false)
-	}
-	if b.openUntil.Load() != 0 && b.openUntil.Swap(0) != 0 {
-		b.log.Info("store recovered: decisions go to the store again")
-	}
-	if probe {
-		b.probing.Store(false)
 	}
 }
 

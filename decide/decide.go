@@ -67,6 +67,7 @@ type Service struct {
 	closed       bool                                                   // Close has begun
 	writing      atomic.Bool                                            // a write-back is in flight
 	settling     atomic.Int64                                           // µs since the Unix epoch of the Probe that found the store back; 0: none
+	pingOK       atomic.Int64                                           // µs since the Unix epoch of Probe's last ping that succeeded
 	seen         atomic.Int64                                           // µs on the clock when a decision or a Probe last ran (mark)
 	resumed      atomic.Int64                                           // µs on the clock when the last pause ended; 0: none (see pause.go)
 	maxLate      int                                                    // Config.MaxLateCalls
@@ -149,6 +150,9 @@ func New(cfg Config) (*Service, error) {
 	s.ledger.sync = cfg.Sync
 	s.seen.Store(cfg.Now().UnixMicro())
 	s.learns = s.fail == FailLocal && !nonBlocking
+	// Decisions go back to the store through Probe alone, once every
+	// server has written back (settles).
+	s.br.held = s.fail == FailLocal && s.writeBack != nil && s.ping != nil
 	s.base, s.stop = context.WithCancel(context.Background())
 	if r, ok := cfg.Store.(Ready); ok {
 		s.ready = r.Ready
@@ -180,6 +184,8 @@ const probeTimeout = time.Second
 // circuit breaker open or the store not Ready, and closes the breaker when
 // the ping succeeds within the store timeout: so Mode, and the readiness a
 // server reports from it, follows the store without waiting for traffic.
+// With the fail mode local, Config.WriteBack and Config.Ping, only Probe
+// closes the breaker (see settles): a store call that succeeds does not.
 // Then, while the store decides, it writes back the hits the fail mode
 // local admitted that the store did not count (Config.WriteBack). It
 // returns the ping's or the write-back's error, and nil when there was
@@ -201,10 +207,17 @@ func (s *Service) Probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	err := s.ping(pctx)
 	cancel()
+	now := s.br.now().UnixMicro()
 	if err != nil || (s.ready != nil && !s.ready()) {
-		s.settling.Store(0)
+		// A ping lost among those that succeed (a loaded machine, a
+		// connection made again) does not start the settling again; a
+		// store that answers no ping for settleFor does.
+		if now-s.pingOK.Load() >= settleFor.Microseconds() {
+			s.settling.Store(0)
+		}
 		return err
 	}
+	s.pingOK.Store(now)
 	// The counts it may have forgotten (a restart without persistence)
 	// and the hits admitted locally go first: the store counts them
 	// before it decides anew.
@@ -215,7 +228,7 @@ func (s *Service) Probe(ctx context.Context) error {
 	if s.settles() {
 		return err
 	}
-	s.br.success(false)
+	s.br.close()
 	return err
 }
 

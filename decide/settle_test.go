@@ -1,0 +1,135 @@
+package decide_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// healStore is a weatherStore whose calls of the key late wait for heal
+// instead of the stall: a call that reaches the store once a partition
+// heals, while the others that were in flight fail (their connections
+// closed).
+type healStore struct {
+	*weatherStore
+	late string
+	heal chan struct{}
+}
+
+func (h *healStore) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	if reqs[0].Key != h.late {
+		return h.weatherStore.TakeAll(ctx, reqs, ds)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-h.heal:
+	}
+	return h.store().TakeAll(ctx, reqs, ds)
+}
+
+// TestWeatherHealSettles: two servers decide a client locally through a
+// partition, each on its share. When it heals, the calls in flight fail
+// and open server a's breaker; one of a's calls then reaches the store
+// and succeeds. Decisions stay local until a's Probe sends them back, half
+// a second after it found the store answering (settleFor), once both
+// servers wrote back their hits: the call's success used to close the
+// breaker at once, and the store, which had not counted b's 40 hits,
+// admitted the client again (the weather suite's stall 5s on three
+// servers: 324-337 of a limit of 300, bound 318).
+func TestWeatherHealSettles(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	w.stallErr = io.EOF
+	h := &healStore{weatherStore: w, late: userKey(t, "late"), heal: make(chan struct{})}
+	const servers = 2
+	var logs syncBuilder
+	service := func(st sluice.Store, log *slog.Logger) *decide.Service {
+		cfg := decide.DefaultConfig()
+		cfg.Store, cfg.Ping, cfg.WriteBack, cfg.Restore = st, w.ping, w.writeBack, w.restore
+		cfg.StoreTimeout, cfg.StoreMaxTimeout = 200*time.Millisecond, 200*time.Millisecond
+		cfg.BreakerFailures, cfg.BreakerCoolDown = 3, time.Second
+		cfg.Servers = func() int64 { return servers }
+		set := loadRules(t, weatherRules)
+		cfg.Rules = func() *rules.Set { return set }
+		cfg.Now = clk.Now
+		cfg.Logger = log
+		s, err := decide.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { closeNow(s) })
+		return s
+	}
+	a := service(h, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	b := service(w, slog.New(slog.DiscardHandler))
+
+	admitted := 0
+	for i := range 20 { // both read a count of about 20
+		n, _ := ask(t, []*decide.Service{a, b}[i%2], "over", 1)
+		admitted += n
+	}
+	w.weather.Store(stalled)
+	if got, modes := ask(t, a, "late", 1); got != 1 || modes[decide.ModeLocal] != 1 {
+		t.Fatalf("late: %d of 1 admitted in modes %v, want 1, locally", got, modes)
+	}
+	for _, s := range []*decide.Service{a, b} { // each its share: 50 less 10 read
+		n, _ := ask(t, s, "over", 60)
+		admitted += n
+	}
+	for _, u := range []string{"k1", "k2", "k3"} { // more of a's calls in flight
+		ask(t, a, u, 1)
+	}
+	if admitted != 100 {
+		t.Fatalf("%d admitted through the partition, want 100: the store's 20 and each server's share of 40", admitted)
+	}
+
+	w.weather.Store(fine)
+	close(w.release) // the partition heals: the calls in flight fail
+	testenv.WaitFor(t, "a's breaker open", func() bool { return strings.Contains(logs.String(), "circuit breaker open") })
+	close(h.heal) // a's late call reaches the store
+	testenv.WaitFor(t, "a's late call answered", func() bool {
+		out := logs.String()
+		return strings.Contains(out, "store recovered") || strings.Contains(out, "store answered a call")
+	})
+	got, modes := ask(t, a, "over", 10)
+	if got != 0 || modes[decide.ModeLocal] != 10 {
+		t.Errorf("over, on a once its late call succeeded: %d of 10 admitted in modes %v, want none, locally", got, modes)
+	}
+	admitted += got
+
+	for range 3 { // every server's Probe, four a second
+		for _, s := range []*decide.Service{a, b} {
+			if err := s.Probe(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Advance(250 * time.Millisecond)
+	}
+	if err := a.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if a.Mode() != decide.ModeStore {
+		t.Fatalf("a's Mode() = %v 750ms after the store answered its Probe, want store", a.Mode())
+	}
+	got, modes = ask(t, a, "over", 10)
+	if got != 0 || modes[decide.ModeStore] != 10 {
+		t.Errorf("over, back on the store: %d of 10 admitted in modes %v, want none, by the store", got, modes)
+	}
+	admitted += got
+	if bound := 100 + 100/20 + servers; admitted > bound {
+		t.Errorf("%d admitted in all, want at most the bound of %d", admitted, bound)
+	}
+	if n := w.counted(t, "over"); n != 100 {
+		t.Errorf("the store counts %d hits of over, want 100: each server's written back", n)
+	}
+}
