@@ -2,6 +2,8 @@ package regions
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -376,5 +378,74 @@ func TestEmptyRestart(t *testing.T) {
 			run(w, got, 30*time.Second, hot, nil, 20)
 			checkBound(t, got, perMinute, defaultShare)
 		})
+	}
+}
+
+// TestEmptyRestartUnread: region 0 alone uses a key for 20 s (with two
+// nodes a region, its first node alone), the key idles 5 s, region 0's
+// Redis restarts empty, then every node of both regions sends for 30 s.
+// Region 1, and region 0's second node, never read the key before the
+// restart, so only region 0's first node knew what region 0 had
+// admitted: it carries that into the new incarnation, where every node
+// reads it beside the counts. Before, they saw region 0's count start
+// from nothing and admitted the limit again (2,000 of 1,000).
+func TestEmptyRestartUnread(t *testing.T) {
+	for _, nodes := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d nodes a region", nodes), func(t *testing.T) {
+			w := newWorld(t, 2, nodes, nil)
+			w.clock.Advance(time.Second)
+			w.sync()
+			got := make([]int64, 2)
+			runOnly(w, got, 20*time.Second, []int{0}, nil, 1)
+			runOnly(w, got, 5*time.Second, nil, nil, 0) // rounds, nobody asks for the key
+			w.sites[0].restart()
+			runOnly(w, got, 30*time.Second, []int{0, 1}, nil, nodes)
+			checkBound(t, got, perMinute, defaultShare)
+		})
+	}
+}
+
+// TestEmptyRestartBeforeCarry: as TestEmptyRestartUnread, but region 0's
+// node runs no round for 1 s after its Redis restarted empty, while
+// region 1 sends: region 1 finds region 0's board gone, then a record
+// that has not carried yet, and charges region 0 the whole limit until
+// it has. Without that, it took the emptied count for region 0's and
+// admitted its room every round until region 0's node carried.
+func TestEmptyRestartBeforeCarry(t *testing.T) {
+	w := newWorld(t, 2, 1, nil)
+	w.clock.Advance(time.Second)
+	w.sync()
+	got := make([]int64, 2)
+	runOnly(w, got, 20*time.Second, []int{0}, nil, 1)
+	runOnly(w, got, 5*time.Second, nil, nil, 0)
+	w.sites[0].restart()
+	runOnly(w, got, time.Second, []int{1}, []int{0}, 1)
+	runOnly(w, got, 30*time.Second, []int{0, 1}, nil, 1)
+	checkBound(t, got, perMinute, defaultShare)
+}
+
+// runOnly advances the clock by 100ms steps for d; at each, every node of
+// a region not in paused runs a round, and the first senders nodes of
+// each region in hot send 20 requests for key "k" (the others never ask
+// for it); it adds what each region admitted to got.
+func runOnly(w *world, got []int64, d time.Duration, hot, paused []int, senders int) {
+	for end := w.clock.Now().Add(d); w.clock.Now().Before(end); {
+		w.clock.Advance(100 * time.Millisecond)
+		for a, ns := range w.nodes {
+			if !slices.Contains(paused, a) {
+				for _, n := range ns {
+					n.Sync(ctxBG)
+				}
+			}
+		}
+		for _, a := range hot {
+			for n := range senders {
+				for range 20 {
+					if w.take(a, n, "k", perMinute, 1).Allowed {
+						got[a]++
+					}
+				}
+			}
+		}
 	}
 }

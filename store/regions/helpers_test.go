@@ -29,10 +29,11 @@ type memSite struct {
 	clock *clocktest.Clock
 	store atomic.Pointer[memory.Store]
 
-	mu    sync.Mutex
-	board map[string]memRecord
-	inc   string // the incarnation: a new one at each restart
-	reads atomic.Int64
+	mu      sync.Mutex
+	board   map[string]memRecord
+	inc     string             // the incarnation: a new one at each restart
+	carried map[string]Carried // what its nodes carried of earlier incarnations, by key
+	reads   atomic.Int64
 }
 
 // TakeAll is the region's store's: what its nodes decide on.
@@ -48,6 +49,7 @@ func (m *memSite) restart() {
 	defer m.mu.Unlock()
 	m.board = make(map[string]memRecord)
 	m.inc = ""
+	m.carried = nil
 }
 
 func newMemory(t testing.TB, clock *clocktest.Clock) *memory.Store {
@@ -96,7 +98,30 @@ func (m *memSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, err
 			r.Nodes = append(r.Nodes, rec.n)
 		}
 	}
+	r.Carried = make([]Carried, len(reqs))
+	for i, q := range reqs {
+		if c, ok := m.carried[q.Key]; ok && c.Until > r.Now {
+			r.Carried[i] = Carried{Window: c.Window, Count: c.Count}
+		}
+	}
 	return r, nil
+}
+
+// Carry merges cs by maximum, as RedisSite's script does.
+func (m *memSite) Carry(_ context.Context, cs []Carried) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.carried == nil {
+		m.carried = make(map[string]Carried)
+	}
+	for _, c := range cs {
+		old, ok := m.carried[c.Key]
+		if ok && (old.Window > c.Window || old.Window == c.Window && old.Count >= c.Count) {
+			continue
+		}
+		m.carried[c.Key] = c
+	}
+	return nil
 }
 
 func (m *memSite) Beat(_ context.Context, n Node, ttl time.Duration) error {
@@ -206,6 +231,13 @@ func (l *link) Beat(ctx context.Context, n Node, ttl time.Duration) error {
 		return errCut
 	}
 	return l.to.Beat(ctx, n, ttl)
+}
+
+func (l *link) Carry(ctx context.Context, cs []Carried) error {
+	if l.cut.Load() {
+		return errCut
+	}
+	return l.to.Carry(ctx, cs)
 }
 
 // world is R regions of N nodes each, on one fake clock, whose rounds the

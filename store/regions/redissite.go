@@ -36,6 +36,7 @@ type RedisSite struct {
 	client  func() (rueidis.Client, error) // an error until the Redis store has connected
 	refused func(error) bool               // whether an error is a reply the client refused
 	board   string
+	carry   string // the hash of what earlier incarnations counted (Carry), in the board's cluster slot
 	life    time.Duration
 }
 
@@ -58,7 +59,21 @@ func NewRedisSite(counts Counter, conn func() (rueidis.Client, error), refused f
 	if boardLife <= 0 {
 		boardLife = DefaultBoardLife
 	}
-	return &RedisSite{counts: counts, client: conn, refused: refused, board: prefix + "regions:board:" + region, life: boardLife}
+	board := prefix + "regions:board:" + region
+	return &RedisSite{counts: counts, client: conn, refused: refused, board: board, carry: carryKey(board), life: boardLife}
+}
+
+// carryKey returns the key of the hash that holds what a board's earlier
+// incarnations counted: in the board's cluster slot when it can be (the
+// board's own hash tag, or the board's name as one), so that one
+// pipelined call reads the board, then the hash, in that order.
+func carryKey(board string) string {
+	if i := strings.IndexByte(board, '{'); i >= 0 {
+		if j := strings.IndexByte(board[i+1:], '}'); j > 0 {
+			return board + ":carried" // the board's tag is the hash's
+		}
+	}
+	return "{" + board + "}:carried"
 }
 
 var _ Site = (*RedisSite)(nil)
@@ -100,9 +115,60 @@ func (rs *RedisSite) Beat(ctx context.Context, n Node, ttl time.Duration) error 
 	return nil
 }
 
-// Read implements Site: the board and the clock in one pipelined call
-// (plain reads, which a read replica serves too), beside the counts'
-// script call on the same connection.
+// carryScript merges what earlier incarnations counted of keys into the
+// carry hash (ARGV: field, window, count, until in ms, for each key): a
+// field's value is "window count"; a later window's replaces an earlier
+// one's, a higher count of the same window a lower. The hash lives until
+// the last until given.
+var carryScript = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local last = 0
+for i = 1, #ARGV, 4 do
+  local w, c = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local keep = false
+  local old = redis.call('HGET', KEYS[1], ARGV[i])
+  if old then
+    local ow, oc = string.match(old, '^(%d+) (%d+)$')
+    ow, oc = tonumber(ow), tonumber(oc)
+    keep = ow ~= nil and oc ~= nil and (ow > w or (ow == w and oc >= c))
+  end
+  if not keep then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1] .. ' ' .. ARGV[i + 2]) end
+  last = math.max(last, tonumber(ARGV[i + 3]))
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl ~= -2 and (ttl < 0 or nowms + ttl < last) then redis.call('PEXPIREAT', KEYS[1], last) end
+return 1`)
+
+// carryBatch is how many keys one call of carryScript carries.
+const carryBatch = 512
+
+// Carry implements Site.
+func (rs *RedisSite) Carry(ctx context.Context, cs []Carried) error {
+	client, err := rs.client()
+	if err != nil {
+		return fmt.Errorf("carry %s: %w", rs.carry, err)
+	}
+	for len(cs) > 0 {
+		n := min(len(cs), carryBatch)
+		args := make([]string, 0, 4*n)
+		for _, c := range cs[:n] {
+			args = append(args, c.Key, strconv.FormatInt(c.Window, 10), strconv.FormatInt(c.Count, 10),
+				strconv.FormatInt(ceilDiv(c.Until, 1000), 10))
+		}
+		if err := carryScript.Exec(ctx, client, []string{rs.carry}, args).Error(); err != nil {
+			return fmt.Errorf("carry %s: %w", rs.carry, err)
+		}
+		cs = cs[n:]
+	}
+	return nil
+}
+
+// Read implements Site: the board, the clock and what the board's earlier
+// incarnations counted of the keys in one pipelined call, in that order
+// (plain reads, which a read replica serves too; two calls, the board's
+// first, where a cluster puts the board and the carry hash apart), beside
+// the counts' script call on the same connection.
 func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, error) {
 	client, err := rs.client()
 	if err != nil {
@@ -127,7 +193,23 @@ func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, 
 	} else {
 		done <- counted{}
 	}
-	res := client.DoMulti(ctx, client.B().Time().Build(), client.B().Hgetall().Key(rs.board).Build())
+	cmds := []rueidis.Completed{client.B().Time().Build(), client.B().Hgetall().Key(rs.board).Build()}
+	var hm rueidis.Completed
+	apart := false // the carry hash in another cluster slot than the board: read after it
+	if len(reqs) > 0 {
+		fields := make([]string, len(reqs))
+		for i, r := range reqs {
+			fields[i] = r.Key
+		}
+		hm = client.B().Hmget().Key(rs.carry).Field(fields...).Build()
+		if apart = hm.Slot() != cmds[1].Slot(); !apart {
+			cmds = append(cmds, hm)
+		}
+	}
+	res := client.DoMulti(ctx, cmds...)
+	if apart {
+		res = append(res, client.Do(ctx, hm))
+	}
 	c := <-done
 	if c.err != nil {
 		return Reading{}, fmt.Errorf("read counts: %w", rs.wrap(c.err))
@@ -136,11 +218,47 @@ func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, 
 	if err != nil {
 		return Reading{}, fmt.Errorf("read %s: %w", rs.board, rs.wrap(err))
 	}
+	if len(reqs) > 0 {
+		if r.Carried, err = readCarried(res[2], len(reqs)); err != nil {
+			return Reading{}, fmt.Errorf("read %s: %w", rs.carry, rs.wrap(err))
+		}
+	}
 	r.Counts = c.c
 	if c.at > 0 {
 		r.Now = c.at
 	}
 	return r, nil
+}
+
+// readCarried returns the Carried of an HMGET of the carry hash for n
+// keys. A reply of another length, or a value that is not "window count"
+// of two numbers, is refused (ErrRefused).
+func readCarried(res rueidis.RedisResult, n int) ([]Carried, error) {
+	vs, err := res.ToArray()
+	if err != nil {
+		return nil, err
+	}
+	if len(vs) != n {
+		return nil, fmt.Errorf("%w: %d carried counts for %d keys", ErrRefused, len(vs), n)
+	}
+	out := make([]Carried, n)
+	for i, v := range vs {
+		if v.IsNil() {
+			continue
+		}
+		s, err := v.ToString()
+		if err != nil {
+			return nil, err
+		}
+		w, c, ok := strings.Cut(s, " ")
+		win, err1 := strconv.ParseInt(w, 10, 64)
+		count, err2 := strconv.ParseInt(c, 10, 64)
+		if !ok || err1 != nil || err2 != nil || win <= 0 {
+			return nil, fmt.Errorf("%w: a carried count %.40q", ErrRefused, s)
+		}
+		out[i] = Carried{Window: win, Count: count}
+	}
+	return out, nil
 }
 
 // wrap returns err, wrapped in ErrRefused when it is a reply the client
@@ -234,7 +352,7 @@ func readRecord(id, v string, now int64) (Node, bool, error) {
 	if err := json.Unmarshal([]byte(rec), &n); err != nil {
 		return n, false, err
 	}
-	if len(n.ID) > maxNameBytes || len(n.Region) > maxNameBytes || len(n.Regions) > maxRecRegions || len(n.Seen) > maxBoardNodes*maxRecRegions {
+	if len(n.ID) > maxNameBytes || len(n.Region) > maxNameBytes || len(n.Inc) > maxNameBytes || len(n.Regions) > maxRecRegions || len(n.Seen) > maxBoardNodes*maxRecRegions {
 		return n, false, errors.New("names or lists over their bounds")
 	}
 	for _, name := range n.Regions {

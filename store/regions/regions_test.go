@@ -15,7 +15,8 @@ import (
 // rounds stop at Close. rueidis ends one of its own a moment after its
 // client closes (a refresh after an error waits up to a second first).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"),
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
 }
 
 // perMinute is the limit of the tests: 1,000 a minute, as the issue's.

@@ -73,6 +73,15 @@ type peerState struct {
 	timeout time.Duration // how long the last round waited for it at most
 	err     error         // the last read's error, until one succeeds
 	errors  uint64        // reads that failed
+	board   boardSeen
+}
+
+// boardSeen is what rounds keep of a site's board across its readings,
+// to tell one that may miss what earlier incarnations counted (see
+// Store.unsettled).
+type boardSeen struct {
+	known bool      // the last reading that answered found a board
+	lost  time.Time // the start of the round that first found none after one did; zero otherwise
 }
 
 // roundState is what rounds keep between them; Store.roundMu guards it.
@@ -89,19 +98,29 @@ type roundState struct {
 	rounds    uint64
 	failed    uint64
 	cutRounds uint64
+	// inc is the home incarnation this node carried what it knows into
+	// (Site.Carry), which its record states (Node.Inc); home is what
+	// rounds keep of the home board.
+	inc  string
+	home boardSeen
 }
 
 // facts are what a round found about the regions, for every key's cap.
 type facts struct {
-	regions int64   // R: this region and each peer alive or cut off
-	cut     bool    // cut off from some peer
-	fresh   []bool  // per peer: its counts were read this round, and count as read
-	slop    []int64 // per peer not fresh: how many grants it may have made unseen (× α), or -1: any
-	peers   []*peerState
-	now     int64  // the home clock when it read, µs
-	since   int64  // roundState.beatSince
-	inc     string // the home Redis's incarnation
-	start   time.Time
+	regions int64  // R: this region and each peer alive or cut off
+	cut     bool   // cut off from some peer
+	fresh   []bool // per peer: its counts were read this round, and count as read
+	// unsettled, per peer, and homeUnsettled: the reading may miss what
+	// the site's earlier incarnations counted (see Store.unsettled): its
+	// keys are charged the whole limit
+	unsettled     []bool
+	homeUnsettled bool
+	slop          []int64 // per peer not fresh: how many grants it may have made unseen (× α), or -1: any
+	peers         []*peerState
+	now           int64  // the home clock when it read, µs
+	since         int64  // roundState.beatSince
+	inc           string // the home Redis's incarnation
+	start         time.Time
 }
 
 // round runs one round; see Sync.
@@ -115,11 +134,12 @@ func (s *Store) round(ctx context.Context) error {
 
 // pending is a round between its home read and its peers' reads.
 type pending struct {
-	keys    []*entry
-	reqs    []sluice.Request
-	home    Reading
-	start   time.Time
-	beatErr error
+	keys     []*entry
+	reqs     []sluice.Request
+	home     Reading
+	start    time.Time
+	beatErr  error
+	carryErr error
 }
 
 // begin starts a round: it beats and reads the home counts of the keys in
@@ -139,7 +159,7 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 	for i, e := range p.keys {
 		p.reqs[i] = e.req
 	}
-	me := Node{Region: s.cfg.Region, ID: s.cfg.Node, Seq: rs.seq, Regions: s.names, Seen: rs.seen}
+	me := Node{Region: s.cfg.Region, ID: s.cfg.Node, Seq: rs.seq, Regions: s.names, Seen: rs.seen, Inc: rs.inc}
 	beat := make(chan error, 1)
 	go func() { beat <- s.cfg.Home.Beat(ctx, me, s.cfg.NodeLife) }()
 	home, err := s.cfg.Home.Read(ctx, p.reqs)
@@ -166,6 +186,14 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 		return nil, fmt.Errorf("regions: read home: %w", err)
 	}
 	p.home = home
+	if home.Incarnation != "" && home.Incarnation != rs.inc {
+		// the home Redis is new (or this node is): what this node knows of
+		// its earlier incarnations goes where every reader finds it, before
+		// its record says so (the next beat) and before its peers are read
+		if p.carryErr = s.carry(ctx, home); p.carryErr == nil {
+			rs.inc = home.Incarnation
+		}
+	}
 	if p.beatErr == nil && rs.beatSince == 0 {
 		rs.beatSince = home.Now
 	}
@@ -180,9 +208,10 @@ func (s *Store) finish(ctx context.Context, p *pending) error {
 	reads := s.readPeers(ctx, p.reqs)
 	f := s.account(reads, p.start, s.cfg.Now().UnixMicro()+s.offset.Load())
 	f.now, f.inc, f.since = p.home.Now, p.home.Incarnation, s.rs.beatSince
+	f.homeUnsettled = s.unsettled(p.home, &s.rs.home, p.start)
 	s.regions.Store(f.regions)
 	for i, e := range p.keys {
-		e.grant.Store(s.grantFor(e, i, p.home.Counts[i], reads, f))
+		e.grant.Store(s.grantFor(e, i, p.home, reads, f))
 	}
 	end := s.cfg.Now()
 	s.next.Store(end.Add(max(s.cfg.SyncInterval, end.Sub(p.start))).UnixMicro())
@@ -190,7 +219,79 @@ func (s *Store) finish(ctx context.Context, p *pending) error {
 	if p.beatErr != nil {
 		return fmt.Errorf("regions: beat: %w", p.beatErr)
 	}
+	if p.carryErr != nil {
+		return fmt.Errorf("regions: carry: %w", p.carryErr)
+	}
 	return nil
+}
+
+// carry writes on the home site what this node knows its earlier
+// incarnations counted of each key in the window home's clock is in (a
+// key's count of an incarnation before home's, or the base of one already
+// read in it), idle keys included: the counts a restart without
+// persistence lost, which the node's peers, and the other nodes of its
+// region, may never have read. roundMu is held.
+func (s *Store) carry(ctx context.Context, home Reading) error {
+	var cs []Carried
+	s.tab.each(func(e *entry) {
+		k, l := &e.own, e.req.Limit
+		p := l.Period.Microseconds()
+		w := windowStart(home.Now, p)
+		if !k.ok || k.inc == "" || k.window != w {
+			return
+		}
+		c := k.count
+		if k.inc == home.Incarnation {
+			c = k.base
+		}
+		if c <= 0 {
+			return
+		}
+		until := w + p
+		if l.Algorithm == sluice.SlidingWindow {
+			until += p
+		}
+		cs = append(cs, Carried{Key: e.req.Key, Window: w, Count: c, Until: until})
+	})
+	if len(cs) == 0 {
+		return nil
+	}
+	return s.cfg.Home.Carry(ctx, cs)
+}
+
+// boardGrace is how long a board found gone after it was found is waited
+// for: NodeLife (a node whose record expired is gone, and what it knew
+// with it), plus the longest a round of a live node takes before the one
+// that beats the board again begins (MaxPeerTimeout + SyncInterval).
+func (s *Store) boardGrace() time.Duration {
+	return s.cfg.NodeLife + s.cfg.MaxPeerTimeout + max(s.cfg.SyncInterval, 0)
+}
+
+// unsettled reports whether r, a reading of a site whose board b tells
+// what rounds saw before, may miss what the site's earlier incarnations
+// counted: a live node's record (this node's aside) says it has not
+// carried what it knows into the board's incarnation, or the board is
+// gone (a Redis back empty, before any beat) within boardGrace of the
+// round that first found it gone after a reading found it: a region with
+// a live node beats a board again within a round, one without has
+// nothing to carry. Such a reading's keys are charged the whole limit: no reader
+// that never read a key, nor one whose reading of it is old, takes the
+// emptied count for the region's, until every live node has carried.
+// roundMu is held.
+func (s *Store) unsettled(r Reading, b *boardSeen, start time.Time) bool {
+	if !r.Known {
+		if b.known {
+			b.known, b.lost = false, start
+		}
+		return !b.lost.IsZero() && start.Sub(b.lost) < s.boardGrace()
+	}
+	b.known, b.lost = true, time.Time{}
+	for _, n := range r.Nodes {
+		if n.ID != s.cfg.Node && n.Inc != "" && n.Inc != r.Incarnation {
+			return true
+		}
+	}
+	return false
 }
 
 // idle is how long a key unasked stays in the table.
@@ -319,7 +420,8 @@ func (s *Store) readPeers(ctx context.Context, reqs []sluice.Request) []peerRead
 // is cut off, and how many regions there are.
 func (s *Store) account(reads []peerRead, start time.Time, readHome int64) facts {
 	rs := &s.rs
-	f := facts{regions: 1, fresh: make([]bool, len(reads)), slop: make([]int64, len(reads)), start: start}
+	f := facts{regions: 1, fresh: make([]bool, len(reads)), unsettled: make([]bool, len(reads)), slop: make([]int64, len(reads)),
+		start: start}
 	seen := make(map[string]uint64)
 	for i, r := range reads {
 		ps := &rs.peers[i]
@@ -327,6 +429,7 @@ func (s *Store) account(reads []peerRead, start time.Time, readHome int64) facts
 		if r.err == nil {
 			ps.lastOK, ps.err, ps.bounded, ps.okHome, ps.took = start, nil, true, readHome, r.took
 			ps.state = s.judge(r.Reading, seen)
+			f.unsettled[i] = s.unsettled(r.Reading, &ps.board, start)
 			if ps.state == Live && r.took > s.cfg.PeerTimeout {
 				ps.state = Lagging
 			}
@@ -391,7 +494,12 @@ func (s *Store) judge(r Reading, seen map[string]uint64) PeerState {
 // count of a window never falls: if the home Redis lost some (a restart
 // without persistence, a failover), the view keeps what it knew, and the
 // cap, on the count as it now is, gives only the room the view leaves.
-func (s *Store) grantFor(e *entry, i int, read int64, reads []peerRead, f facts) *grant {
+//
+// A reading that may miss what its site's earlier incarnations counted
+// (facts.unsettled) is charged the whole limit; what they carried is
+// added to a count read from a new incarnation (known.update).
+func (s *Store) grantFor(e *entry, i int, home Reading, reads []peerRead, f facts) *grant {
+	read := home.Counts[i]
 	l := e.req.Limit
 	p := l.Period.Microseconds()
 	w := windowStart(f.now, p)
@@ -399,16 +507,25 @@ func (s *Store) grantFor(e *entry, i int, read int64, reads []peerRead, f facts)
 	alpha := share(l.Rate, f.regions, s.cfg.Share)
 	rho := ceilDiv(l.Rate, int64(len(s.names)))
 	g := &grant{window: w, at: f.start, cut: f.cut, counts: make([]int64, 1+len(reads)), charge: make([]int64, 1+len(reads))}
-	e.own.update(clampCount(read, l.Rate), w, w, f.inc, sliding, f.start) // the cap below stays on read, Redis's count
-	own := e.own.count
-	g.counts[0], g.charge[0] = own, own
-	view := own
+	// the cap below stays on read, Redis's count
+	e.own.update(clampCount(read, l.Rate), carriedOf(home, i, l.Rate), w, w, f.inc, sliding, f.start)
+	own, ownCharge := e.own.count, e.own.count
+	if f.homeUnsettled {
+		ownCharge = l.Rate
+	}
+	g.counts[0], g.charge[0] = own, ownCharge
+	view := ownCharge
 	for j, r := range reads {
 		k := &e.last[j]
 		if f.fresh[j] {
-			k.update(clampCount(r.Counts[i], l.Rate), windowStart(r.Now, p), w, r.Incarnation, sliding, f.start)
-			view += k.count
-			g.counts[1+j], g.charge[1+j] = k.count, k.count
+			k.update(clampCount(r.Counts[i], l.Rate), carriedOf(r.Reading, i, l.Rate), windowStart(r.Now, p), w, r.Incarnation,
+				sliding, f.start)
+			c := k.count
+			if f.unsettled[j] {
+				c = l.Rate
+			}
+			view += c
+			g.counts[1+j], g.charge[1+j] = k.count, c
 			continue
 		}
 		if k.ok && (sliding || k.window == w) {
@@ -417,7 +534,7 @@ func (s *Store) grantFor(e *entry, i int, read int64, reads []peerRead, f facts)
 		g.charge[1+j] = s.charge(k, f.peers[j], f.slop[j], w, f.since, l, alpha, rho)
 		view += g.charge[1+j]
 	}
-	g.full, g.others = view >= l.Rate, view-own
+	g.full, g.others = view >= l.Rate, view-ownCharge
 	var room int64
 	if !g.full {
 		room = share(l.Rate-view, f.regions, s.cfg.Share)
@@ -430,17 +547,23 @@ func (s *Store) grantFor(e *entry, i int, read int64, reads []peerRead, f facts)
 }
 
 // update sets k from a count c, read of the Redis incarnation inc (""
-// when unknown), in the window that holds the reader's clock there, pw,
-// for the window w of the home clock. Counts of one window only grow, so
-// a lower one keeps the higher; a new incarnation (the Redis lost its
-// data: a restart without persistence) counts from zero again, so what
-// the earlier ones counted in the window is added to it.
-func (k *known) update(c, pw, w int64, inc string, sliding bool, at time.Time) {
+// when unknown) beside cr, what its region's nodes carried of the earlier
+// ones, in the window that holds the reader's clock there, pw, for the
+// window w of the home clock. Counts of one window only grow, so a lower
+// one keeps the higher; a new incarnation (the Redis lost its data: a
+// restart without persistence) counts from zero again, so what the
+// earlier ones counted in the window is added to it: what k knew of them,
+// or what was carried of them in pw, whichever is more. Both are at most
+// what they counted, and neither is in c, so nothing is counted twice.
+func (k *known) update(c int64, cr Carried, pw, w int64, inc string, sliding bool, at time.Time) {
 	if !k.ok || k.window != w {
 		*k = known{window: w, inc: k.inc}
 	}
 	if inc != "" && k.inc != "" && inc != k.inc {
 		k.base = k.count
+	}
+	if cr.Window == pw && cr.Count > k.base {
+		k.base = cr.Count
 	}
 	if inc != "" {
 		k.inc = inc
@@ -489,6 +612,17 @@ func (s *Store) charge(k *known, ps *peerState, slop, w, since int64, l sluice.L
 		return max(slop*alpha, rho)
 	}
 	return l.Rate
+}
+
+// carriedOf returns what r carried of its i-th key, its count clamped as
+// a count read (clampCount); a zero Carried when r has none.
+func carriedOf(r Reading, i int, rate int64) Carried {
+	if i >= len(r.Carried) {
+		return Carried{}
+	}
+	cr := r.Carried[i]
+	cr.Count = clampCount(cr.Count, rate)
+	return cr
 }
 
 // clampCount returns a region's count c of a limit of rate, as its Redis

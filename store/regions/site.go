@@ -26,6 +26,32 @@ type Site interface {
 	// now, and forgets records that have expired. Only a node's home site
 	// is beaten.
 	Beat(ctx context.Context, n Node, ttl time.Duration) error
+	// Carry writes what earlier incarnations of the site's data counted
+	// of each key, as a node of the region knew them, where Read returns
+	// them (Reading.Carried): each merged by maximum with what is there
+	// for its window (a later window's replaces it; an earlier one's is
+	// replaced). A node carries to its home site only, and beats the
+	// incarnation it carried to (Node.Inc) after Carry returned: a Read
+	// that finds that record finds what it carried.
+	Carry(ctx context.Context, cs []Carried) error
+}
+
+// Carried is what the earlier incarnations of a region's data (its Redis
+// before it restarted empty) counted of a key in a window, as a node of
+// the region knew it: put where the new incarnation's readers find it
+// beside the counts, never in them, so that no reader counts it twice.
+type Carried struct {
+	// Key is the request's key (Site.Carry; empty in a Reading).
+	Key string
+	// Window is the window's start, µs on the site's clock; 0 when
+	// nothing is carried.
+	Window int64
+	// Count is what the earlier incarnations counted in it: a
+	// fixed_window's hits, a sliding_window's weighted count.
+	Count int64
+	// Until is when it stops mattering, µs on the site's clock (the
+	// window's end; a sliding_window's next one's). Site.Carry only.
+	Until int64
 }
 
 // ErrRefused is wrapped by the error of a reading the layer refuses: a
@@ -58,6 +84,11 @@ type Reading struct {
 	Incarnation string
 	// Nodes are the records on the board that have not expired.
 	Nodes []Node
+	// Carried holds, per request in order, what the site's earlier
+	// incarnations counted of its key, as its nodes carried it (see
+	// Site.Carry); a zero Carried when nothing was. Read after Nodes: a
+	// record whose Inc is Incarnation was beaten after its node carried.
+	Carried []Carried
 }
 
 // Node is a node's record on its home board, read by the other regions'
@@ -76,4 +107,9 @@ type Node struct {
 	// node read in its last round to that record's Seq: the echo by which
 	// a node learns that the others still read it.
 	Seen map[string]uint64 `json:"seen,omitempty"`
+	// Inc is the incarnation of the home site the node has carried what
+	// it knows into (Site.Carry): a record whose Inc is not its board's
+	// incarnation is of a node that may know counts of an earlier one the
+	// board does not carry yet. Empty: the node knows no count yet.
+	Inc string `json:"inc,omitempty"`
 }

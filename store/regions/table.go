@@ -178,6 +178,19 @@ func (t *table) dropGrants() {
 	}
 }
 
+// each calls f on every entry, a shard's lock held: f must not use the
+// table. Rounds call it, holding roundMu.
+func (t *table) each(f func(*entry)) {
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.m {
+			f(e)
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // lookup returns key's entry, or nil.
 func (t *table) lookup(key string) *entry {
 	sh := &t.shards[maphash.String(t.seed, key)%tableShards]
