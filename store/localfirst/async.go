@@ -803,11 +803,13 @@ func (a *asyncTable) land(it syncItem, count, at int64, after time.Time, err err
 // after such a write-back forgot them for good (the weather suite's
 // restart at once on three servers, once decide's ledger no longer put
 // back async keys' counts: 364 admitted of a limit of 300, bound 318).
-// Other keys, and a node without async mode, are left alone. A
-// sync of the key that read the store after the write and landed before
+// A fixed_window lease key the node holds in that window counts them
+// among the hits the store holds of its own (heldCount), below which a
+// count is a loss. Other keys are left alone. A sync of the key that read the store after the write and landed before
 // this call counted them already: the node then counts them twice until
 // its next sync (a lower allowance), never the store.
 func (s *Store) Wrote(reqs []sluice.Request, windows []int64) {
+	s.wroteLeases(reqs, windows)
 	a := s.async
 	if a == nil {
 		return

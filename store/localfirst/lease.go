@@ -57,10 +57,10 @@ type Leaser interface {
 const leaseShards = 32
 
 // leaseOverhead is what a lease entry costs besides its key's bytes,
-// rounded up: the entry (440 bytes on 64-bit), its pointer and a map slot
+// rounded up: the entry (472 bytes on 64-bit), its pointer and a map slot
 // (the key's string header, the pointer and a byte of hash, about 32
 // bytes; TestLeaseOverhead checks the sum).
-const leaseOverhead = 488
+const leaseOverhead = 520
 
 // leases holds, per key, the lease a node admits from and what sizes the
 // next one. It is bounded in bytes: a key that finds it full is decided
@@ -100,6 +100,60 @@ type leaseEntry struct {
 	count    int64           // the key's hits since since
 	size     int64           // the next lease's size; below minLease, no lease
 	granting chan struct{}   // while a grant is in flight; closed when it lands
+	held     heldCount       // a fixed_window key's count as the node knows the store holds it
+}
+
+// heldCount is what a node knows the store holds of a fixed_window key in
+// the window that starts at win (µs on the store's clock): at least mine,
+// the hits its grants and exact decisions added there and those written
+// beneath it (Wrote), each counted once acknowledged, less gave, those its
+// leases gave back (counted as they go, acknowledged or not); and high,
+// the highest count an answer of the store showed there. Other nodes'
+// leases given back lower the store's count below high, never below
+// mine − gave, which only a store that lost the key counts (a restart
+// without persistence, a failover to a replica that lagged): lease
+// answers are the node's count, and decide's ledger leaves their falls to
+// it (see counted).
+type heldCount struct {
+	win, mine, gave, high int64
+}
+
+// sent is what a call of the key, sent now, compares its answer with
+// (counted): the window and the hits of the node's own it was sent on.
+func (h *heldCount) sent() heldSent { return heldSent{h.win, h.mine} }
+
+// heldSent is a heldCount as a call was sent on it.
+type heldSent struct{ win, mine int64 }
+
+// counted keeps what the store's answer st (ok: it has the state) to a
+// call of e's key, sent on h0, tells of its count, cost the hits the call
+// added there, and returns the count to put back when the answer shows
+// the store lost the key: the count the node knew (high, or its own hits
+// if more) plus what the store counted since, n. The store counted the
+// call after everything the node had acknowledged when it was sent (h0's
+// mine), and it holds those but for what the node gave back since (gave,
+// as it goes): a count below that, in the same window, is a loss. An
+// answer of a window before the one the node knows is left out. mu is
+// held.
+func (e *leaseEntry) counted(st sluice.State, ok bool, cost int64, h0 heldSent) (restore int64) {
+	if !ok || e.req.Limit.Algorithm != sluice.FixedWindow {
+		return 0
+	}
+	h := &e.held
+	w, n, _ := st.Fields()
+	switch {
+	case w < h.win:
+		return 0
+	case w > h.win:
+		*h = heldCount{win: w}
+	}
+	if h0.win == w && n < h0.mine-h.gave {
+		restore = max(h.high, h.mine-h.gave) + n
+		h.high = restore
+	}
+	h.high = max(h.high, n)
+	h.mine += cost
+	return restore
 }
 
 func newLeases(bytes int64, lifetime time.Duration, maxLease int64) *leases {
@@ -292,6 +346,9 @@ func (ls *leases) end(e *leaseEntry, now time.Time) (returning, bool) {
 	r := returning{e.req, e.st}
 	r.req.Cost = e.left
 	e.left, e.granted = 0, 0
+	if e.window == e.held.win && e.req.Limit.Algorithm == sluice.FixedWindow {
+		e.held.gave += r.req.Cost
+	}
 	return r, r.req.Cost > 0
 }
 
@@ -376,6 +433,9 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 	sh := s.leases.shard(r.Key)
 	sh.mu.Lock()
 	st := s.leaseStep(sh, r, now, wait)
+	if st.e != nil {
+		st.h0 = st.e.held.sent()
+	}
 	sh.mu.Unlock()
 	switch st.next {
 	case leased:
@@ -385,14 +445,24 @@ func (s *Store) tryLease(ctx context.Context, r sluice.Request, now time.Time, w
 		return sluice.Decision{}, st.inFlight, nil
 	case leaseExact:
 		s.giveBack(ctx, st.back)
-		d, err := s.exact(ctx, r, now)
+		d, err := s.exactHeld(ctx, r, now, sh, st.e, st.h0)
 		s.seen(sh, r.Key, st.e, d, err, now)
 		return d, nil, err
 	}
 	s.giveBack(ctx, st.back)
 	g := s.grantLease(ctx, r, st.want)
-	out, granted := s.landGrant(sh, st.e, r, now, g)
+	out, granted, restore := s.landGrant(sh, st.e, r, now, g, st.h0)
 	key, l := r.Key, r.Limit
+	if restore > 0 {
+		s.putBack(ctx)
+		if g.d.Allowed && restore > l.Capacity() {
+			// Over its limit with what the store lost: a denial, and no
+			// lease (landGrant). The grant's hits are in the count put
+			// back.
+			return overLimit(g.d), nil, nil
+		}
+		g.d.Remaining = max(min(g.d.Remaining, l.Capacity()-restore), 0)
+	}
 	switch {
 	case g.err != nil:
 		return sluice.Decision{}, nil, g.err
@@ -432,6 +502,7 @@ type leaseStepped struct {
 	e        *leaseEntry     // the key's entry, nil when the table is full
 	back     []returning     // a lease that ended, to give back first
 	want     int64           // leaseGrant's size
+	h0       heldSent        // what the store's answer is checked against (counted)
 }
 
 // leaseStep decides r at now from the lease the node holds on its key,
@@ -456,7 +527,7 @@ func (s *Store) leaseStep(sh *leaseShard, r sluice.Request, now time.Time, wait 
 		if back, ok := ls.end(e, now); ok {
 			s.pending(back)
 		}
-		e.req, e.size = id, 0
+		e.req, e.size, e.held = id, 0, heldCount{}
 	}
 	ls.observe(e, now, cost)
 	if e.granted > 0 && e.left >= cost && !ls.ended(e, now) {
@@ -539,7 +610,7 @@ func (s *Store) grantLease(ctx context.Context, r sluice.Request, want int64) gr
 // returns r's decision from the lease and whether there is one: none when
 // the store denied, erred or had no state, or when e moved on to other
 // rules meanwhile.
-func (s *Store) landGrant(sh *leaseShard, e *leaseEntry, r sluice.Request, now time.Time, g granted) (sluice.Decision, bool) {
+func (s *Store) landGrant(sh *leaseShard, e *leaseEntry, r sluice.Request, now time.Time, g granted, h0 heldSent) (_ sluice.Decision, _ bool, restore int64) {
 	ls, l := s.leases, r.Limit
 	id := sluice.Request{Key: r.Key, Group: r.Group, Limit: r.Limit}
 	sh.mu.Lock()
@@ -549,12 +620,24 @@ func (s *Store) landGrant(sh *leaseShard, e *leaseEntry, r sluice.Request, now t
 	if g.err == nil {
 		e.seenLocked(g.d, now)
 	}
+	if g.err == nil && sameLimit(e.req, id) {
+		var cost int64
+		if g.d.Allowed {
+			cost = g.want
+		}
+		if restore = e.counted(g.st, g.ok, cost, h0); restore > 0 {
+			if restore > l.Capacity() {
+				return sluice.Decision{}, false, restore // no lease: over the limit
+			}
+			g.d.Remaining = min(g.d.Remaining, l.Capacity()-restore)
+		}
+	}
 	if g.err != nil || !g.d.Allowed || !g.ok || g.want <= r.Cost || !sameLimit(e.req, id) {
 		if g.err == nil && !g.d.Allowed && l.Algorithm.HasBurst() {
 			// a drained bucket refills slowly; a window's next one is whole
 			e.size = max(e.size/2, 1)
 		}
-		return sluice.Decision{}, false
+		return sluice.Decision{}, false, restore
 	}
 	e.granted, e.left, e.grant, e.st, e.gat, e.at, e.rtt = g.want, g.want-r.Cost, g.d, g.st, g.at, now, g.back0.Sub(now)
 	var out sluice.Decision
@@ -574,7 +657,7 @@ func (s *Store) landGrant(sh *leaseShard, e *leaseEntry, r sluice.Request, now t
 	}
 	e.until = minTime(now.Add(ls.life(l)), e.end)
 	s.grants.Add(1)
-	return out, true
+	return out, true, restore
 }
 
 // exact decides r by the store, through the near cache.
@@ -587,6 +670,62 @@ func (s *Store) exact(ctx context.Context, r sluice.Request, now time.Time) (slu
 	s.learn(r, d, st, at, ok, now)
 	return d, nil
 }
+
+// exactHeld decides r by the store, as exact does, and keeps in e, r's
+// entry in sh (or nil), what the answer tells of the key's count, sent on
+// h0 (counted): an answer that shows the store lost the key puts back what
+// the node holds at once, and is a denial if the count with what was lost
+// is over the limit.
+func (s *Store) exactHeld(ctx context.Context, r sluice.Request, now time.Time, sh *leaseShard, e *leaseEntry, h0 heldSent) (sluice.Decision, error) {
+	if e == nil {
+		return s.exact(ctx, r, now)
+	}
+	s.calls.Add(1)
+	d, st, at, ok, err := s.stater.TakeState(ctx, r)
+	if err != nil {
+		return d, err
+	}
+	var cost, restore int64
+	if d.Allowed {
+		cost = r.Cost
+	}
+	sh.mu.Lock()
+	if sh.m[r.Key] == e && sameLimit(e.req, sluice.Request{Key: r.Key, Group: r.Group, Limit: r.Limit}) {
+		restore = e.counted(st, ok, cost, h0)
+	}
+	sh.mu.Unlock()
+	if restore > 0 {
+		s.putBack(ctx)
+		if c := r.Limit.Capacity(); d.Allowed && restore > c {
+			d, ok = overLimit(d), false // the state says nothing of the count lost
+		} else {
+			d.Remaining = max(min(d.Remaining, c-restore), 0)
+		}
+	}
+	s.learn(r, d, st, at, ok, now)
+	return d, nil
+}
+
+// overLimit returns d, a store's admission on a count it lost, as the
+// denial it is once what it lost is counted: nothing left until the
+// window's end.
+func overLimit(d sluice.Decision) sluice.Decision {
+	d.Allowed, d.Remaining, d.RetryAfter = false, 0, d.ResetAfter
+	return d
+}
+
+// putBack puts back, merged by maximum, every count the node holds
+// (restore), the store having lost some: at once, within
+// putBackTimeout; one that fails is tried again at the next sweep.
+func (s *Store) putBack(ctx context.Context) {
+	s.lost()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), putBackTimeout)
+	defer cancel()
+	_ = s.restoreIfLost(ctx)
+}
+
+// putBackTimeout bounds a put back that a request waits for.
+const putBackTimeout = time.Second
 
 // evict makes room for size bytes in a full shard by forgetting keys
 // without a lease that have not been seen for a lifetime, at random, and
@@ -672,10 +811,31 @@ func (s *Store) returnLeases(ctx context.Context, all bool) error {
 	if s.returnErrors.Load() != before {
 		return fmt.Errorf("localfirst: returning %d leases failed", len(back))
 	}
-	return nil
+	return s.restoreIfLost(ctx) // a put back that failed (putBack)
 }
 
 // sweep calls ReturnExpired every half lifetime until stop is closed.
 func (s *Store) sweep(stop <-chan struct{}, done chan<- struct{}) {
 	every(stop, done, max(s.leases.lifetime/2, time.Millisecond), max(s.leases.lifetime, time.Second), s.ReturnExpired) // errors counted in Stats.ReturnErrors
+}
+
+// wroteLeases counts, in the heldCount of each fixed_window lease key of
+// reqs the node holds in the window windows[i], the reqs[i].Cost hits
+// written to the store beneath it (Wrote): the store holds them, and a
+// count below them there is a loss.
+func (s *Store) wroteLeases(reqs []sluice.Request, windows []int64) {
+	if s.leases == nil {
+		return
+	}
+	for i, r := range reqs {
+		if r.Cost <= 0 || r.Limit.Algorithm != sluice.FixedWindow {
+			continue
+		}
+		sh := s.leases.shard(r.Key)
+		sh.mu.Lock()
+		if e := sh.m[r.Key]; e != nil && sameLimit(e.req, r) && e.held.win == windows[i] {
+			e.held.mine += r.Cost
+		}
+		sh.mu.Unlock()
+	}
 }

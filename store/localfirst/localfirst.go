@@ -54,7 +54,10 @@
 // grant still holds, then returns errors for the caller's fail mode. A
 // store that comes back empty (a Restorer) is given back the window
 // counts the node holds, merged by maximum, once an async sync reads a
-// fixed_window count below what the node had read in that window. The
+// fixed_window count below what the node had read in that window, or a
+// lease key's grant or store decision reads one below the hits the node's
+// own grants and decisions added in that window (less those its leases
+// gave back). The
 // store decides by its own clock; the Store measures elapsed time by
 // Config.Now.
 package localfirst
@@ -181,7 +184,7 @@ const (
 	defaultLeaseLifetime = 500 * time.Millisecond
 	// defaultMaxLease is MaxLease's default.
 	defaultMaxLease = 1000
-	// defaultLeaseBytes is LeaseBytes's default: 8 MiB, about 17,000 leased
+	// defaultLeaseBytes is LeaseBytes's default: 8 MiB, about 15,000 leased
 	// keys of 30 bytes.
 	defaultLeaseBytes = 8 << 20
 	// defaultSyncInterval is SyncInterval's default.

@@ -45,7 +45,9 @@ func (s *Store) restoreIfLost(ctx context.Context) error {
 // restore writes back, merged by maximum (Restorer), every count of a
 // window limit the node holds: the near cache's denials (the state the
 // store's denial left), the leases' grants not yet returned (the state the
-// grant left), and async mode's counts of fixed_window keys (what the
+// grant left), a lease key's highest count the store showed in its window
+// (heldCount: other nodes' leases given back since may have lowered it, by
+// their size at most), and async mode's counts of fixed_window keys (what the
 // store counted at the key's last sync, the node's own hits written up to
 // it included). What the node admitted since and has not written yet is
 // written by the next sync, as always. A key no server holds starts from
@@ -101,6 +103,9 @@ func (s *Store) held() ([]sluice.Request, []int64) {
 			for _, e := range sh.m {
 				if e.granted > 0 {
 					add(e.req, e.st)
+				}
+				if h := e.held; h.high > 0 {
+					add(e.req, sluice.StateOf(h.win, h.high, 0))
 				}
 			}
 			sh.mu.Unlock()

@@ -148,3 +148,103 @@ func testAsyncWroteBeneath(t *testing.T, url string, restart func()) {
 		t.Fatalf("the store after the restore: %+v, %v; want 121 counted, %d remaining", d, err, 300-121)
 	}
 }
+
+// TestLeaseRestartEmpty: a lease node admits 200 of a limit of 300 an
+// hour, then the store forgets every key (a real Redis killed and started
+// again without persistence; the fake's forget), and the node goes on
+// asking for 400 more. Its next grant shows a count below the hits the
+// node's own grants added to the window (heldCount): the store lost the
+// key, and the node puts back what it knew plus what the store counted
+// since, so the window admits no more than its limit across the restart.
+// Before, a lease node did not notice (decide's ledger, which no longer
+// takes a fall in lease answers for a loss, did): 300 more were admitted
+// on the empty count.
+func TestLeaseRestartEmpty(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testLeaseRestartEmpty(t, memURL, nil) })
+	t.Run("redis", func(t *testing.T) {
+		srv := testenv.StartRedis(t)
+		testLeaseRestartEmpty(t, "redis://"+srv.Addr+"/0", func() { srv.Kill(); srv.Restart() })
+	})
+}
+
+func testLeaseRestartEmpty(t *testing.T, url string, restart func()) {
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	prefix := fmt.Sprintf("leaserestart:%x:", rand.Uint64())
+	if url == memURL {
+		m, _ := memStores.LoadOrStore(prefix, newMemStore(clk.Now))
+		restart = func() { m.(*memStore).forget() }
+	}
+	node := openLeaseNodes(t, url, prefix, clk.Now, 1, Config{})[0]
+	l := sluice.Limit{Rate: 300, Period: time.Hour}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	take := func(n int) (admitted int64) {
+		for range n {
+			d, err := sluice.Take(ctx, node, "{k}", l, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+			clk.Advance(time.Millisecond)
+		}
+		return admitted
+	}
+	before := take(200)
+	restart()
+	waitFor(t, 10*time.Second, "the store answers after the restart", func() bool {
+		_, err := sluice.Take(ctx, node.next, "{other}", l, 0)
+		return err == nil
+	})
+	after := take(400)
+	t.Logf("admitted %d before the restart, %d after; %d counts put back", before, after, node.Stats().Restored)
+	if before != 200 {
+		t.Fatalf("admitted %d of the first 200, under a limit of 300", before)
+	}
+	if before+after > l.Rate {
+		t.Fatalf("admitted %d in the window across an empty restart, more than the limit %d", before+after, l.Rate)
+	}
+	if d, err := sluice.Take(ctx, node.next, "{k}", l, 1); err != nil || d.Allowed {
+		t.Fatalf("the store after the restore: %+v, %v; want the window full", d, err)
+	}
+}
+
+// TestLeaseGivenBackNoLoss: leases another node gives back lower the
+// store's count below what a node's last grant showed, never below the
+// hits the node's own grants added: no loss, nothing put back. (decide's
+// ledger took such a fall in a lease node's answers for a loss, and its
+// put back denied clients under their limit after a host stall.)
+func TestLeaseGivenBackNoLoss(t *testing.T) {
+	for name, url := range contractURLs() {
+		t.Run(name, func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+			nodes := openLeaseNodes(t, url(t), fmt.Sprintf("leasegiven:%x:", rand.Uint64()), clk.Now, 2, Config{})
+			l := sluice.Limit{Rate: 1000, Period: time.Hour}
+			ctx := context.Background()
+			take := func(s *Store, n int) {
+				for range n {
+					if d, err := sluice.Take(ctx, s, "{k}", l, 1); err != nil || !d.Allowed {
+						t.Fatalf("%+v, %v; want admitted, far under the limit", d, err)
+					}
+				}
+			}
+			take(nodes[0], 20) // a's leases
+			take(nodes[1], 20) // b's, on top
+			take(nodes[0], 60) // a's next grant shows b's lease
+			clk.Advance(time.Second)
+			if err := nodes[1].ReturnExpired(ctx); err != nil { // b's lease, idle, goes back
+				t.Fatal(err)
+			}
+			if nodes[1].Stats().Returned == 0 {
+				t.Fatal("b gave nothing back")
+			}
+			take(nodes[0], 100) // a's next grants show the count b's return lowered
+			for i, s := range nodes {
+				if st := s.Stats(); st.Restored != 0 {
+					t.Errorf("node %d put back %d counts: a lease given back taken for a loss", i, st.Restored)
+				}
+			}
+		})
+	}
+}
