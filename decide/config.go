@@ -180,17 +180,17 @@ type Config struct {
 	// counted at least on reqs[i].Key in the window that starts at
 	// windows[i] (µs, on the store's clock), merged by maximum
 	// (store/stack's RestoreCounts). The ledger finds the loss when the
-	// store counts a key it holds lower than it did earlier in the same
-	// window, by more than a lease could give back. Default nil: lost
-	// counts stay lost.
+	// store counts a key decided exactly lower than it did earlier in the
+	// same window, by more than a sixteenth of its limit, and when the
+	// store answers again after failing (Probe). Default nil: lost counts
+	// stay lost.
 	Restore func(ctx context.Context, reqs []sluice.Request, windows []int64) error
 	// Sync is the store's mode for requests whose Sync is
-	// sluice.DefaultSync (store/stack's Config.Sync). The ledger finds
-	// a lost count of a key in lease or async mode once a window at most:
-	// their answers are a node's count, not the store's, and stay below a
-	// count put back until the node's next sync, so each would look like
-	// another loss (a count put back ever higher: 20, 29, 39, 51 of 50 in
-	// the weather suite's host stall). Default sluice.DefaultSync: exact.
+	// sluice.DefaultSync (store/stack's Config.Sync). The ledger never
+	// takes a fall in the answers of a key in lease or async mode for a
+	// lost count: they are a node's count, not the store's, and the node
+	// finds a loss itself (store/localfirst). Default sluice.DefaultSync:
+	// exact.
 	Sync sluice.Sync
 	// BreakerFailures is how many store calls in a row must fail before
 	// the Service stops calling the store for BreakerCoolDown and decides
