@@ -31,7 +31,14 @@ type breaker struct {
 	slow      atomic.Bool  // the last of them timed out
 	openUntil atomic.Int64 // µs since the Unix epoch; 0 when closed
 	probing   atomic.Bool  // a probe is in flight
+	// erred says a store call failed with an error, not a timeout, since
+	// the last takeErred: the store may have restarted.
+	erred atomic.Bool
 }
+
+// takeErred reports whether a store call failed with an error, not a
+// timeout, since the last call of takeErred.
+func (b *breaker) takeErred() bool { return b.erred.Load() && b.erred.Swap(false) }
 
 // allow reports whether a decision may call the store, and whether that
 // call is the probe that closes or reopens the breaker; a probe must be
@@ -95,6 +102,9 @@ func (b *breaker) failure(probe bool, err error, slow bool) {
 	now := b.now().UnixMicro()
 	b.since.CompareAndSwap(0, now)
 	b.slow.Store(slow)
+	if !slow && !b.erred.Load() {
+		b.erred.Store(true)
+	}
 	trip := b.failures > 0 && (probe || n >= b.failures)
 	if trip && slow && !probe {
 		trip = now-b.since.Load() >= b.window

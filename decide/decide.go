@@ -195,6 +195,13 @@ const probeTimeout = time.Second
 func (s *Service) Probe(ctx context.Context) error {
 	s.mark(s.br.now().UnixMicro())
 	if !s.br.open() && (s.ready == nil || s.ready()) {
+		// A store that refused or reset fewer calls than open the
+		// breaker may have restarted empty as well (a restart quicker
+		// than the breaker): what it forgot goes back before the hits
+		// admitted without it, as after an open breaker.
+		if s.restore != nil && s.br.takeErred() {
+			s.ledger.suspect(s.br.now().UnixMicro())
+		}
 		return s.writePending(ctx)
 	}
 	if s.ping == nil {
@@ -222,6 +229,7 @@ func (s *Service) Probe(ctx context.Context) error {
 	// and the hits admitted locally go first: the store counts them
 	// before it decides anew.
 	if s.restore != nil && s.settling.Load() == 0 {
+		s.br.takeErred()
 		s.ledger.suspect(s.br.now().UnixMicro())
 	}
 	err = s.writePending(ctx)

@@ -426,6 +426,39 @@ func TestWeatherRefusedThenEmpty(t *testing.T) {
 	}
 }
 
+// TestWeatherRefusedBrieflyThenEmpty: a store refused fewer calls than
+// open the breaker, then came back empty (a restart without persistence,
+// quick enough that the breaker never opened): the Probe that writes
+// back the hits admitted without it puts back first the count it forgot,
+// as after an open breaker. Before, only an open breaker's Probe did, and
+// the count stayed lost until the key's next answer revealed it (1 of 4
+// runs of server's TestServeEnvoyKeysWeather).
+func TestWeatherRefusedBrieflyThenEmpty(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	s := weatherService(t, w, clk, 1)
+	if got, _ := ask(t, s, "over", 60); got != 60 {
+		t.Fatalf("over: %d of 60 admitted on a healthy store", got)
+	}
+	w.weather.Store(refused)
+	if got, _ := ask(t, s, "over", 1); got != 1 { // fewer than BreakerFailures
+		t.Errorf("over, refused: %d of 1 admitted, want it", got)
+	}
+	w.restart()
+	w.weather.Store(fine)
+	clk.Advance(250 * time.Millisecond)
+	if err := s.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.counted(t, "over"); n != 61 {
+		t.Errorf("after a Probe, the store counts %d hits of over, want 61: the 60 it forgot put back and the 1 admitted without it", n)
+	}
+	if got, _ := ask(t, s, "over", 50); got != 39 {
+		t.Errorf("over, back: %d of 50 admitted, want 39", got)
+	}
+}
+
 // hookStore is a weatherStore that runs a hook, once, after the store has
 // decided a call and before its answer comes back: what happens meanwhile
 // on the other servers, or on this one.
