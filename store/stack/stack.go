@@ -534,17 +534,7 @@ func (s *Stack) Servers() int64 {
 func (s *Stack) WriteBack(ctx context.Context, reqs []sluice.Request, windows []int64) error {
 	var err error
 	for _, wb := range s.writeBacks {
-		var rs, es []sluice.Request
-		var ws, ews []int64
-		for i, r := range reqs {
-			switch {
-			case !wb.keeps(r.Limit) || r.Cost <= 0:
-			case wb.envoy != nil && wb.envoy.Counts(&r):
-				es, ews = append(es, r), append(ews, windows[i])
-			case wb.store.Syncable(r.Limit):
-				rs, ws = append(rs, r), append(ws, windows[i])
-			}
-		}
+		rs, ws, es, ews := wb.route(reqs, windows, wb.store.Syncable)
 		if len(es) > 0 {
 			if e := wb.envoy.WriteBack(ctx, es, ews); e != nil {
 				err = errors.Join(err, e)
@@ -576,6 +566,23 @@ func (s *Stack) WriteBack(ctx context.Context, reqs []sluice.Request, windows []
 		s.wroteBack.Add(hitsOf(rs))
 	}
 	return err
+}
+
+// route splits the requests of reqs (and their windows) that wb keeps,
+// of a positive Cost, between those the envoykeys layer over wb counts
+// (es, ews) and those beneath it whose limit takes says it takes (rs, ws).
+// The rest are left out.
+func (wb *writeBack) route(reqs []sluice.Request, windows []int64, takes func(sluice.Limit) bool) (rs []sluice.Request, ws []int64, es []sluice.Request, ews []int64) {
+	for i, r := range reqs {
+		switch {
+		case !wb.keeps(r.Limit) || r.Cost <= 0:
+		case wb.envoy != nil && wb.envoy.Counts(&r):
+			es, ews = append(es, r), append(ews, windows[i])
+		case takes(r.Limit):
+			rs, ws = append(rs, r), append(ws, windows[i])
+		}
+	}
+	return rs, ws, es, ews
 }
 
 // hitsOf returns the hits of reqs: their costs summed.
@@ -611,18 +618,9 @@ func (s *Stack) RestoredCounts() (ledger, async uint64) {
 func (s *Stack) RestoreCounts(ctx context.Context, reqs []sluice.Request, windows []int64) error {
 	var err error
 	for _, wb := range s.writeBacks {
-		var rs, es []sluice.Request
-		var ws, ews []int64
-		for i, r := range reqs {
-			a := r.Limit.Algorithm
-			switch {
-			case !wb.keeps(r.Limit) || r.Cost <= 0:
-			case wb.envoy != nil && wb.envoy.Counts(&r):
-				es, ews = append(es, r), append(ews, windows[i])
-			case wb.restore != nil && wb.store.Syncable(r.Limit) && (a == sluice.FixedWindow || a == sluice.SlidingWindow):
-				rs, ws = append(rs, r), append(ws, windows[i])
-			}
-		}
+		rs, ws, es, ews := wb.route(reqs, windows, func(l sluice.Limit) bool {
+			return wb.restore != nil && wb.store.Syncable(l) && (l.Algorithm == sluice.FixedWindow || l.Algorithm == sluice.SlidingWindow)
+		})
 		if len(es) > 0 {
 			if e := wb.envoy.RestoreCounts(ctx, es, ews); e != nil {
 				err = errors.Join(err, e)
