@@ -38,6 +38,12 @@
 // A region whose board is kept but has no live node (its servers are
 // gone) is dead: its counts are read and counted, it takes no share.
 //
+// A region whose store lost its data (a Redis restarted without
+// persistence) has a new incarnation on its board: each of its nodes
+// carries what it knew of the earlier ones into it (Site.Carry), beside
+// the counts, where every node reads it; until all its live nodes have,
+// a reading of it charges every key the whole limit.
+//
 // Rounds only read across regions; what a region learns from another is
 // that region's own counts, absolute figures that a later reading
 // replaces, so a reading applied twice, late or out of order counts

@@ -211,7 +211,9 @@ func (s *Store) finish(ctx context.Context, p *pending) error {
 	f.homeUnsettled = s.unsettled(p.home, &s.rs.home, p.start)
 	s.regions.Store(f.regions)
 	for i, e := range p.keys {
-		e.grant.Store(s.grantFor(e, i, p.home, reads, f))
+		g := s.grantFor(e, i, p.home, reads, f)
+		e.grant.Store(g)
+		e.prev.Store(g)
 	}
 	end := s.cfg.Now()
 	s.next.Store(end.Add(max(s.cfg.SyncInterval, end.Sub(p.start))).UnixMicro())
@@ -559,6 +561,13 @@ func (k *known) update(c int64, cr Carried, pw, w int64, inc string, sliding boo
 	if !k.ok || k.window != w {
 		*k = known{window: w, inc: k.inc}
 	}
+	if inc == "" && k.inc != "" {
+		// a board gone: a Redis back empty that no node has beaten yet, an
+		// incarnation without a name, whose count the next one's would
+		// count again; the reading is charged the whole limit meanwhile
+		// (Store.unsettled)
+		return
+	}
 	if inc != "" && k.inc != "" && inc != k.inc {
 		k.base = k.count
 	}
@@ -683,7 +692,8 @@ func (u use) request(r sluice.Request) sluice.Request {
 
 // capFor returns the cap r is decided against at now: its key's cap if
 // a round set one that still holds, else the share of a key never seen
-// (which asks for a round at once).
+// (which asks for a round at once), less what the last round counted of
+// the region's own in the window.
 func (s *Store) capFor(r sluice.Request, now time.Time) use {
 	e := s.tab.get(r)
 	if e == nil {
@@ -698,7 +708,18 @@ func (s *Store) capFor(r sluice.Request, now time.Time) use {
 	default:
 	}
 	s.unseenN.Add(1)
-	return use{cap: s.unseen(r.Limit)}
+	c := s.unseen(r.Limit)
+	if g := e.prev.Load(); g != nil {
+		// what the region had counted in this window by the last round may
+		// be gone from its count: a Redis back empty, whose failure dropped
+		// the caps (a count that did not fall is counted twice here: less
+		// is admitted until a round caps the key, never more)
+		p := r.Limit.Period.Microseconds()
+		if g.window == windowStart(now.UnixMicro()+s.offset.Load(), p) {
+			c = max(c-g.counts[0], 0)
+		}
+	}
+	return use{cap: c}
 }
 
 // unseen returns the cap of a key without one: max(⌊L / (R × k)⌋, 1) of

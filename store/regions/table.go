@@ -37,7 +37,10 @@ type known struct {
 type entry struct {
 	req   sluice.Request // key, group, limit and scope (Cost 0): what rounds read
 	grant atomic.Pointer[grant]
-	seen  atomic.Int64 // Config.Now µs of the latest request
+	// prev is the last round's grant, kept when grant is dropped or no
+	// longer holds: what the region had counted of the key by then
+	prev atomic.Pointer[grant]
+	seen atomic.Int64 // Config.Now µs of the latest request
 
 	own  known   // this region's count; touched by rounds only
 	last []known // per peer; touched by rounds only
