@@ -270,10 +270,11 @@ func inAnHour(name string, f func(user string)) {
 //     than a key unasked stays read, 2.4 s), eu's Redis container
 //     restarts (it keeps nothing on disk), then both regions ask again:
 //     the bound holds, though eu's Redis forgot what eu admitted (each
-//     server keeps what it read of eu until the window ends). A region
-//     that had not asked for the key before the restart has read nothing
-//     of it to keep: eu alone busy before, then both, admitted 20 of 10
-//     here (bound 11), a case the regions layer does not cover yet.
+//     server keeps what it read of eu until the window ends);
+//   - an empty restart of a key the other region never read: eu alone
+//     uses a key, it idles 3 s, eu's Redis restarts, then both regions
+//     ask: us learns what eu admitted from what eu's server carried into
+//     its new Redis (before that was built: 20 of 10, bound 11).
 //
 // The servers run with --fail closed: while a region's own Redis is down
 // (the restart) the default fail mode, local, admits outside the global
@@ -420,6 +421,21 @@ func TestRegionsContainers(t *testing.T) {
 					before, after, total, bound)
 			}
 			t.Logf("empty restart: admitted %v before, then %v (bound %d)", before, after, bound)
+		})
+	})
+
+	step("empty restart unread", func(t *testing.T) {
+		inAnHour("unread", func(user string) {
+			before := demand(t, user, 2*time.Second, euSrv)
+			time.Sleep(3 * time.Second) // the key idles: no round reads it any more
+			docker(t, "restart", euRedis.name)
+			live(t)
+			after := demand(t, user, 3*time.Second, both...)
+			if total := before[0] + after[0] + after[1]; total > bound {
+				t.Errorf("eu admitted %v alone before its Redis restarted empty, then the regions %v: %d of a global 10, more than the bound %d",
+					before[0], after, total, bound)
+			}
+			t.Logf("empty restart unread: eu admitted %d alone before, then the regions %v (bound %d)", before[0], after, bound)
 		})
 	})
 }
