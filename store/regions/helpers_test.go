@@ -32,8 +32,10 @@ type memSite struct {
 	mu      sync.Mutex
 	board   map[string]memRecord
 	inc     string             // the incarnation: a new one at each restart
+	born    int64              // when the incarnation's first beat was, µs
 	carried map[string]Carried // what its nodes carried of earlier incarnations, by key
 	reads   atomic.Int64
+	asked   atomic.Int64 // keys whose carried counts a read asked for
 }
 
 // TakeAll is the region's store's: what its nodes decide on.
@@ -48,7 +50,7 @@ func (m *memSite) restart() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.board = make(map[string]memRecord)
-	m.inc = ""
+	m.inc, m.born = "", 0
 	m.carried = nil
 }
 
@@ -72,7 +74,7 @@ func newMemSite(t testing.TB, clock *clocktest.Clock) *memSite {
 	return m
 }
 
-func (m *memSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, error) {
+func (m *memSite) Read(ctx context.Context, reqs []sluice.Request, carried []bool) (Reading, error) {
 	m.reads.Add(1)
 	probe := make([]sluice.Request, len(reqs))
 	for i, r := range reqs {
@@ -92,7 +94,7 @@ func (m *memSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r.Known, r.Incarnation = len(m.board) > 0, m.inc
+	r.Known, r.Incarnation, r.Born = len(m.board) > 0, m.inc, m.born
 	for _, rec := range m.board {
 		if rec.exp >= r.Now {
 			r.Nodes = append(r.Nodes, rec.n)
@@ -100,7 +102,10 @@ func (m *memSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, err
 	}
 	r.Carried = make([]Carried, len(reqs))
 	for i, q := range reqs {
-		if c, ok := m.carried[q.Key]; ok && c.Until > r.Now {
+		if i < len(carried) && carried[i] {
+			m.asked.Add(1)
+		}
+		if c, ok := m.carried[q.Key]; ok && c.Until > r.Now && i < len(carried) && carried[i] {
 			r.Carried[i] = Carried{Window: c.Window, Count: c.Count}
 		}
 	}
@@ -129,7 +134,7 @@ func (m *memSite) Beat(_ context.Context, n Node, ttl time.Duration) error {
 	defer m.mu.Unlock()
 	n.Seen = clone(n.Seen)
 	if m.inc == "" { // the first beat of a board sets its incarnation
-		m.inc = fmt.Sprintf("inc-%d", m.clock.Now().UnixNano())
+		m.inc, m.born = fmt.Sprintf("inc-%d", m.clock.Now().UnixNano()), m.clock.Now().UnixMicro()
 	}
 	m.board[n.ID] = memRecord{n, m.clock.Now().Add(ttl).UnixMicro()}
 	return nil
@@ -165,11 +170,11 @@ type link struct {
 	history []Reading       // with lag: the readings of the last lag and one before, oldest first
 }
 
-func (l *link) Read(ctx context.Context, reqs []sluice.Request) (Reading, error) {
+func (l *link) Read(ctx context.Context, reqs []sluice.Request, carried []bool) (Reading, error) {
 	if l.cut.Load() {
 		return Reading{}, errCut
 	}
-	r, err := l.to.Read(ctx, reqs)
+	r, err := l.to.Read(ctx, reqs, carried)
 	if err != nil {
 		return r, err
 	}

@@ -84,6 +84,7 @@ var beatScript = rueidis.NewLuaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('HSETNX', KEYS[1], 'incarnation', ARGV[5])
+redis.call('HSETNX', KEYS[1], 'born', string.format('%d', now))
 redis.call('HSET', KEYS[1], 'n:' .. ARGV[1], string.format('%d', now + tonumber(ARGV[3])) .. ' ' .. ARGV[2])
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
@@ -169,7 +170,7 @@ func (rs *RedisSite) Carry(ctx context.Context, cs []Carried) error {
 // (plain reads, which a read replica serves too; two calls, the board's
 // first, where a cluster puts the board and the carry hash apart), beside
 // the counts' script call on the same connection.
-func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, error) {
+func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request, carried []bool) (Reading, error) {
 	client, err := rs.client()
 	if err != nil {
 		return Reading{}, fmt.Errorf("read %s: %w", rs.board, err)
@@ -196,11 +197,13 @@ func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, 
 	cmds := []rueidis.Completed{client.B().Time().Build(), client.B().Hgetall().Key(rs.board).Build()}
 	var hm rueidis.Completed
 	apart := false // the carry hash in another cluster slot than the board: read after it
-	if len(reqs) > 0 {
-		fields := make([]string, len(reqs))
-		for i, r := range reqs {
-			fields[i] = r.Key
+	var fields []string
+	for i, r := range reqs {
+		if i < len(carried) && carried[i] {
+			fields = append(fields, r.Key)
 		}
+	}
+	if len(fields) > 0 {
 		hm = client.B().Hmget().Key(rs.carry).Field(fields...).Build()
 		if apart = hm.Slot() != cmds[1].Slot(); !apart {
 			cmds = append(cmds, hm)
@@ -218,9 +221,16 @@ func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request) (Reading, 
 	if err != nil {
 		return Reading{}, fmt.Errorf("read %s: %w", rs.board, rs.wrap(err))
 	}
-	if len(reqs) > 0 {
-		if r.Carried, err = readCarried(res[2], len(reqs)); err != nil {
+	if len(fields) > 0 {
+		cs, err := readCarried(res[2], len(fields))
+		if err != nil {
 			return Reading{}, fmt.Errorf("read %s: %w", rs.carry, rs.wrap(err))
+		}
+		r.Carried = make([]Carried, len(reqs))
+		for i := range reqs {
+			if i < len(carried) && carried[i] {
+				r.Carried[i], cs = cs[0], cs[1:]
+			}
 		}
 	}
 	r.Counts = c.c
@@ -311,6 +321,11 @@ func readBoard(res []rueidis.RedisResult) (Reading, error) {
 		return refuse("%d records, more than the %d a board may hold", len(m), maxBoardFields)
 	}
 	r.Incarnation = m["incarnation"]
+	if b, ok := m["born"]; ok {
+		if r.Born, err = strconv.ParseInt(b, 10, 64); err != nil || r.Born <= 0 {
+			return refuse("born %.40q", b)
+		}
+	}
 	if len(r.Incarnation) > maxNameBytes {
 		return refuse("an incarnation of %d bytes", len(r.Incarnation))
 	}

@@ -47,7 +47,7 @@ func TestRedisSiteCarry(t *testing.T) {
 				if err := site.Beat(ctx, Node{Region: "r0", ID: "n0", Seq: 1}, time.Second); err != nil {
 					t.Fatal(err)
 				}
-				r, err := site.Read(ctx, nil)
+				r, err := site.Read(ctx, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -64,7 +64,7 @@ func TestRedisSiteCarry(t *testing.T) {
 					}
 				}
 				reqs := []sluice.Request{{Key: "c", Limit: perMinute}, {Key: "a", Limit: perMinute}, {Key: "b", Limit: perMinute}}
-				if r, err = site.Read(ctx, reqs); err != nil {
+				if r, err = site.Read(ctx, reqs, []bool{true, true, true}); err != nil {
 					t.Fatal(err)
 				}
 				want := []Carried{{}, {Window: w, Count: 10}, {Window: w + p, Count: 3}}
@@ -87,7 +87,7 @@ func TestRedisSiteCarry(t *testing.T) {
 				if err := client.Do(ctx, client.B().Hset().Key(site.carry).FieldValue().FieldValue("a", "x").Build()).Error(); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := site.Read(ctx, reqs); !errors.Is(err, ErrRefused) {
+				if _, err := site.Read(ctx, reqs, []bool{true, true, true}); !errors.Is(err, ErrRefused) {
 					t.Errorf("a malformed carried count read with %v, want ErrRefused", err)
 				}
 			})

@@ -74,6 +74,7 @@ type peerState struct {
 	err     error         // the last read's error, until one succeeds
 	errors  uint64        // reads that failed
 	board   boardSeen
+	born    int64 // its board's incarnation's birth as last read (Reading.Born)
 }
 
 // boardSeen is what rounds keep of a site's board across its readings,
@@ -101,8 +102,9 @@ type roundState struct {
 	// inc is the home incarnation this node carried what it knows into
 	// (Site.Carry), which its record states (Node.Inc); home is what
 	// rounds keep of the home board.
-	inc  string
-	home boardSeen
+	inc      string
+	home     boardSeen
+	homeBorn int64 // the home board's incarnation's birth as last read (Reading.Born)
 }
 
 // facts are what a round found about the regions, for every key's cap.
@@ -115,6 +117,7 @@ type facts struct {
 	// keys are charged the whole limit
 	unsettled     []bool
 	homeUnsettled bool
+	homeWant      []bool  // the keys whose carried counts the home read asked for
 	slop          []int64 // per peer not fresh: how many grants it may have made unseen (× α), or -1: any
 	peers         []*peerState
 	now           int64  // the home clock when it read, µs
@@ -137,6 +140,7 @@ type pending struct {
 	keys     []*entry
 	reqs     []sluice.Request
 	home     Reading
+	want     []bool // the keys whose carried counts the home read asked for
 	start    time.Time
 	beatErr  error
 	carryErr error
@@ -162,7 +166,8 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 	me := Node{Region: s.cfg.Region, ID: s.cfg.Node, Seq: rs.seq, Regions: s.names, Seen: rs.seen, Inc: rs.inc}
 	beat := make(chan error, 1)
 	go func() { beat <- s.cfg.Home.Beat(ctx, me, s.cfg.NodeLife) }()
-	home, err := s.cfg.Home.Read(ctx, p.reqs)
+	p.want = wantCarried(p.reqs, rs.homeBorn, p.start.UnixMicro()+s.offset.Load())
+	home, err := s.cfg.Home.Read(ctx, p.reqs, p.want)
 	read := s.cfg.Now()
 	p.beatErr = <-beat
 	if p.beatErr == nil {
@@ -186,6 +191,7 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 		return nil, fmt.Errorf("regions: read home: %w", err)
 	}
 	p.home = home
+	rs.homeBorn = home.Born
 	if home.Incarnation != "" && home.Incarnation != rs.inc {
 		// the home Redis is new (or this node is): what this node knows of
 		// its earlier incarnations goes where every reader finds it, before
@@ -208,7 +214,7 @@ func (s *Store) finish(ctx context.Context, p *pending) error {
 	reads := s.readPeers(ctx, p.reqs)
 	f := s.account(reads, p.start, s.cfg.Now().UnixMicro()+s.offset.Load())
 	f.now, f.inc, f.since = p.home.Now, p.home.Incarnation, s.rs.beatSince
-	f.homeUnsettled = s.unsettled(p.home, &s.rs.home, p.start)
+	f.homeUnsettled, f.homeWant = s.unsettled(p.home, &s.rs.home, p.start), p.want
 	s.regions.Store(f.regions)
 	for i, e := range p.keys {
 		g := s.grantFor(e, i, p.home, reads, f)
@@ -306,6 +312,7 @@ type peerRead struct {
 	Reading
 	err  error
 	took time.Duration // how long the read took
+	want []bool        // the keys whose carried counts it asked for
 }
 
 // peerClock is what a Store keeps of a peer's reads across rounds: at
@@ -375,8 +382,11 @@ func (s *Store) readPeers(ctx context.Context, reqs []sluice.Request) []peerRead
 	out := make([]peerRead, len(s.cfg.Peers))
 	chans := make([]chan peerRead, len(s.cfg.Peers))
 	start := time.Now()
+	now := s.cfg.Now().UnixMicro() + s.offset.Load()
 	for i, p := range s.cfg.Peers {
 		c := &s.clocks[i]
+		want := wantCarried(reqs, s.rs.peers[i].born, now)
+		out[i].want = want
 		t := time.Now()
 		if !c.begin(t, 2*s.cfg.MaxPeerTimeout) {
 			out[i].err = fmt.Errorf("its read of an earlier round has not answered in %v", s.timeout(c))
@@ -387,7 +397,7 @@ func (s *Store) readPeers(ctx context.Context, reqs []sluice.Request) []peerRead
 		go func() {
 			defer s.reads.Done()
 			pctx, cancel := context.WithTimeout(s.bg, s.cfg.MaxPeerTimeout)
-			r, err := p.Site.Read(pctx, reqs)
+			r, err := p.Site.Read(pctx, reqs, want)
 			cancel()
 			took := time.Since(t)
 			if err == nil && len(r.Counts) != len(reqs) {
@@ -396,7 +406,7 @@ func (s *Store) readPeers(ctx context.Context, reqs []sluice.Request) []peerRead
 			if c.end(t) && err == nil {
 				c.observe(took)
 			}
-			chans[i] <- peerRead{r, err, took}
+			chans[i] <- peerRead{r, err, took, want}
 		}()
 	}
 	for i, ch := range chans {
@@ -432,6 +442,7 @@ func (s *Store) account(reads []peerRead, start time.Time, readHome int64) facts
 			ps.lastOK, ps.err, ps.bounded, ps.okHome, ps.took = start, nil, true, readHome, r.took
 			ps.state = s.judge(r.Reading, seen)
 			f.unsettled[i] = s.unsettled(r.Reading, &ps.board, start)
+			ps.born = r.Born
 			if ps.state == Live && r.took > s.cfg.PeerTimeout {
 				ps.state = Lagging
 			}
@@ -512,7 +523,7 @@ func (s *Store) grantFor(e *entry, i int, home Reading, reads []peerRead, f fact
 	// the cap below stays on read, Redis's count
 	e.own.update(clampCount(read, l.Rate), carriedOf(home, i, l.Rate), w, w, f.inc, sliding, f.start)
 	own, ownCharge := e.own.count, e.own.count
-	if f.homeUnsettled {
+	if f.homeUnsettled || missed(f.homeWant, i, home, l) {
 		ownCharge = l.Rate
 	}
 	g.counts[0], g.charge[0] = own, ownCharge
@@ -523,7 +534,7 @@ func (s *Store) grantFor(e *entry, i int, home Reading, reads []peerRead, f fact
 			k.update(clampCount(r.Counts[i], l.Rate), carriedOf(r.Reading, i, l.Rate), windowStart(r.Now, p), w, r.Incarnation,
 				sliding, f.start)
 			c := k.count
-			if f.unsettled[j] {
+			if f.unsettled[j] || missed(r.want, i, r.Reading, l) {
 				c = l.Rate
 			}
 			view += c
@@ -621,6 +632,46 @@ func (s *Store) charge(k *known, ps *peerState, slop, w, since int64, l sluice.L
 		return max(slop*alpha, rho)
 	}
 	return l.Rate
+}
+
+// wantCarried returns which of reqs a read of a site asks what was
+// carried of: those whose window (with a sliding_window's previous one)
+// may have begun before its incarnation's birth as last read, born (0:
+// unknown, every one), now being the home clock (µs), within twice the
+// clocks' skew. Once the windows of a key began after it, a read asks
+// none: no bytes across the WAN for it.
+func wantCarried(reqs []sluice.Request, born, now int64) []bool {
+	want := make([]bool, len(reqs))
+	for i, r := range reqs {
+		want[i] = carryMatters(r.Limit, born, now, 2*maxSkew.Microseconds())
+	}
+	return want
+}
+
+// carryMatters reports whether what an incarnation born at born (µs; 0:
+// unknown) carried may count in l's window at now (with a
+// sliding_window's previous one), the clocks' skew apart.
+func carryMatters(l sluice.Limit, born, now, skew int64) bool {
+	if born == 0 {
+		return true
+	}
+	p := l.Period.Microseconds()
+	start := windowStart(now, p)
+	if l.Algorithm == sluice.SlidingWindow {
+		start -= p
+	}
+	return start <= born+skew
+}
+
+// missed reports whether r's i-th key was not asked what was carried of
+// it (want) though it may count (r's incarnation is newer than the one
+// the read was asked by): the reading is then charged the whole limit
+// for it, and the next asks.
+func missed(want []bool, i int, r Reading, l sluice.Limit) bool {
+	if i < len(want) && want[i] {
+		return false
+	}
+	return carryMatters(l, r.Born, r.Now, maxSkew.Microseconds())
 }
 
 // carriedOf returns what r carried of its i-th key, its count clamped as

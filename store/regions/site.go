@@ -18,10 +18,11 @@ type Site interface {
 	// Read returns, in one round trip where it can, the site's clock, what
 	// the limit of each request counts now on its key (a fixed_window: the
 	// hits in the window that holds the site's now; a sliding_window: its
-	// count with the previous window weighted in; Cost is ignored), and
-	// the board: the node records that have not expired. It changes
-	// nothing.
-	Read(ctx context.Context, reqs []sluice.Request) (Reading, error)
+	// count with the previous window weighted in; Cost is ignored), the
+	// board: the node records that have not expired, and what was carried
+	// of the keys whose carried is set (Reading.Carried; carried may be
+	// nil: none). It changes nothing.
+	Read(ctx context.Context, reqs []sluice.Request, carried []bool) (Reading, error)
 	// Beat writes n's record on the board, to expire ttl after the site's
 	// now, and forgets records that have expired. Only a node's home site
 	// is beaten.
@@ -84,10 +85,16 @@ type Reading struct {
 	Incarnation string
 	// Nodes are the records on the board that have not expired.
 	Nodes []Node
+	// Born is when the first beat of the board's incarnation was, µs on
+	// the site's clock, or later (a board of a version before it); 0 when
+	// unknown. No window that began after it holds a count of an earlier
+	// incarnation.
+	Born int64
 	// Carried holds, per request in order, what the site's earlier
 	// incarnations counted of its key, as its nodes carried it (see
-	// Site.Carry); a zero Carried when nothing was. Read after Nodes: a
-	// record whose Inc is Incarnation was beaten after its node carried.
+	// Site.Carry), for the requests Read was asked to; a zero Carried when
+	// nothing was, or it was not asked. Read after Nodes: a record whose
+	// Inc is Incarnation was beaten after its node carried.
 	Carried []Carried
 }
 
