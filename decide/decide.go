@@ -66,6 +66,7 @@ type Service struct {
 	lateMu       sync.Mutex                                             // guards closed, and late's Add against Close's Wait
 	closed       bool                                                   // Close has begun
 	writing      atomic.Bool                                            // a write-back is in flight
+	writeMu      sync.Mutex                                             // one writePending at a time
 	settling     atomic.Int64                                           // µs since the Unix epoch of the Probe that found the store back; 0: none
 	pingOK       atomic.Int64                                           // µs since the Unix epoch of Probe's last ping that succeeded
 	seen         atomic.Int64                                           // µs on the clock when a decision or a Probe last ran (mark)

@@ -627,7 +627,7 @@ func (l *ledger) suspect(now int64) {
 		sh.mu.Lock()
 		for _, e := range sh.m {
 			lim := e.req.Limit
-			if e.lost || e.used <= 0 || now >= e.reset || lim.Algorithm != sluice.FixedWindow {
+			if e.lost || e.used+e.wrote <= 0 || now >= e.reset || lim.Algorithm != sluice.FixedWindow {
 				continue
 			}
 			e.lost = true
@@ -638,7 +638,10 @@ func (l *ledger) suspect(now int64) {
 }
 
 // lostCounts takes out the counts the store lost, as requests of Cost the
-// count to put back, with the start of their windows on the store's clock
+// count to put back (its last count and the hits written back since: a
+// write-back that reached a store back empty before the count was put
+// back is otherwise hidden by the merge by maximum, and lost), with the
+// start of their windows on the store's clock
 // (from when the count resets there, half a period before it, aligned:
 // robust to clocks apart by less than half a period); restored puts back
 // those a restore failed to write.
@@ -662,7 +665,7 @@ func (l *ledger) lostCounts(now int64) (reqs []sluice.Request, windows []int64) 
 			w := e.reset - p/2
 			w -= w % p
 			r := e.req
-			r.Cost = e.used
+			r.Cost = e.used + e.wrote
 			reqs, windows = append(reqs, r), append(windows, w)
 			if !e.restoring {
 				e.restoring = true // until restored: answers until then may lack it

@@ -246,3 +246,24 @@ func TestLedgerSuspect(t *testing.T) {
 		t.Errorf("put back %v, want %v", got, want)
 	}
 }
+
+// TestLedgerPutBackWritten: the count put back is the key's last count and
+// the hits written back since. A write-back that reached a store back
+// empty before the Probe that suspects it (the write-back a local decision
+// kicked, run late on a loaded machine) holds those hits alone; merged by
+// maximum, a put back of the last count alone hid them, and they were
+// lost: TestWeatherRefusedThenEmpty counted 60 of 70 in 1 of about 40
+// runs beside the weather suite.
+func TestLedgerPutBackWritten(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 21, 0, 10, 0, 0, time.UTC).UnixMicro()
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Hour}
+	l := newLedger(1<<20, func() int64 { return 1 })
+	take := []sluice.Request{{Key: "k", Limit: lim, Cost: 1}}
+	l.learn(take, []sluice.Decision{{Allowed: true, Limit: 100, Remaining: 40, ResetAfter: 50 * time.Minute}}, t0, l.epoch.Load(), t0)
+	l.written([]sluice.Request{{Key: "k", Limit: lim, Cost: 10}}, []int64{windowOf(lim, t0)}, t0+1, true)
+	l.suspect(t0 + 2)
+	if reqs, _ := l.lostCounts(t0 + 2); len(reqs) != 1 || reqs[0].Cost != 70 {
+		t.Errorf("put back %v, want a count of 70: 60 and the 10 written back", reqs)
+	}
+}
