@@ -107,7 +107,9 @@ func Servers(reg prometheus.Registerer, servers func() int64) error {
 // Redis that lost them (restarted empty, a failover to a replica that
 // lagged) or may have (it answers again after failing), merged by maximum,
 // sluice_restored_counts_total, by source: "fail_local" (the
-// fail mode local's ledger) and "async" (async mode's last counts). They
+// fail mode local's ledger) and "async" (the local-first layer's: what
+// its async keys, leases and near cache held, once an async sync or a
+// lease key's answer found the loss). They
 // are read at each scrape.
 func WriteBack(reg prometheus.Registerer, hits func() uint64, restored func() (ledger, async uint64)) error {
 	const restoredHelp = "Counts of keys put back in a store that lost them (restarted empty) or may have, merged by maximum, by what knew them."

@@ -248,3 +248,63 @@ func TestLeaseGivenBackNoLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseWroteBeneath: 100 hits written to the store beneath a lease
+// node (decide's ledger writing back what its server admitted while the
+// store did not answer, through store/stack's WriteBack, which tells the
+// node: Wrote) count among the hits the node knows the store holds of its
+// own: when the store then restarts empty, the node's next grant finds the
+// loss and puts them back with the rest. Without Wrote, the node put back
+// only the highest count it had seen (its own 20 and its lease), and the
+// 100 were forgotten.
+func TestLeaseWroteBeneath(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testLeaseWroteBeneath(t, memURL, nil) })
+	t.Run("redis", func(t *testing.T) {
+		srv := testenv.StartRedis(t)
+		testLeaseWroteBeneath(t, "redis://"+srv.Addr+"/0", func() { srv.Kill(); srv.Restart() })
+	})
+}
+
+func testLeaseWroteBeneath(t *testing.T, url string, restart func()) {
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	prefix := fmt.Sprintf("leasewrote:%x:", rand.Uint64())
+	if url == memURL {
+		m, _ := memStores.LoadOrStore(prefix, newMemStore(clk.Now))
+		restart = func() { m.(*memStore).forget() }
+	}
+	node := openLeaseNodes(t, url, prefix, clk.Now, 1, Config{})[0]
+	l := sluice.Limit{Rate: 300, Period: time.Hour}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	take := func(n int) (admitted int64) {
+		for range n {
+			d, err := sluice.Take(ctx, node, "{k}", l, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	take(20)
+	beneath := []sluice.Request{{Key: "{k}", Limit: l, Cost: 100}}
+	windows := []int64{clk.Now().Truncate(time.Hour).UnixMicro()}
+	if _, _, err := node.next.(Syncer).SyncCounts(ctx, beneath, windows); err != nil {
+		t.Fatal(err)
+	}
+	node.Wrote(beneath, windows)
+	restart()
+	waitFor(t, 10*time.Second, "the store answers after the restart", func() bool {
+		_, err := sluice.Take(ctx, node.next, "{other}", l, 0)
+		return err == nil
+	})
+	after := take(400)
+	if after > l.Rate-120 {
+		t.Errorf("admitted %d after the restart, want at most %d: the 20 and the 100 written beneath counted", after, l.Rate-120)
+	}
+	if d, err := sluice.Take(ctx, node.next, "{k}", l, 1); err != nil || d.Allowed {
+		t.Fatalf("the store after the restore: %+v, %v; want the window full", d, err)
+	}
+}
