@@ -74,6 +74,7 @@ type Service struct {
 	maxLate      int                                                    // Config.MaxLateCalls
 	lateN        int                                                    // the store calls in flight of the fail mode local, under lateMu
 	inflight     *storeCall                                             // a list of them, under lateMu, for Close to cut short
+	flights      *flights                                               // the hits of those calls, by key (flight.go)
 	calls        sync.Pool                                              // *storeCall that ended in time
 	base         context.Context                                        // ends when Close cuts the store calls short
 	stop         context.CancelFunc                                     // ends base
@@ -154,6 +155,7 @@ func New(cfg Config) (*Service, error) {
 	// Decisions go back to the store through Probe alone, once every
 	// server has written back (settles).
 	s.br.held = s.fail == FailLocal && s.writeBack != nil && s.ping != nil
+	s.flights = newFlights()
 	s.base, s.stop = context.WithCancel(context.Background())
 	if r, ok := cfg.Store.(Ready); ok {
 		s.ready = r.Ready

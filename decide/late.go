@@ -3,6 +3,7 @@ package decide
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -60,6 +61,8 @@ type storeCall struct {
 	abandoned bool // the decision went on without it
 	settled   bool // the decision decided locally; admitted says how
 	admitted  bool
+	flying    bool  // its hits count in Service.flights
+	seq       int64 // its number there
 }
 
 // Deadline is StoreHardTimeout after the call began.
@@ -234,7 +237,9 @@ func (s *Service) fromStoreLate(ctx, tctx context.Context, resp *Response, reqs 
 	if !c.deadline.After(d) { // the hard timeout comes first: no call shares c yet
 		c.arm()
 	}
+	s.fly(c)
 	if !s.startLate(c) { // Close has begun, or MaxLateCalls are in flight
+		s.land(c)
 		if c.timer != nil {
 			c.timer.Stop()
 		}
@@ -274,8 +279,13 @@ func (s *Service) fromStoreLate(ctx, tctx context.Context, resp *Response, reqs 
 		s.br.failure(probe, context.DeadlineExceeded, true)
 		s.log.Debug("store slow: decided locally", "timeout", s.latency.now())
 	}
-	admitted := s.local(resp, reqs, ds, true) == decided && allAllowed(ds)
+	// Its hits in flight before, in the share after when admitted; else
+	// still in flight, the store may count them.
+	admitted := s.localAfter(resp, reqs, ds, true, c.seq) == decided && allAllowed(ds)
 	c.mu.Lock()
+	if admitted {
+		s.land(c)
+	}
 	c.settled, c.admitted = true, admitted
 	fin := c.finished
 	c.mu.Unlock()
@@ -309,6 +319,7 @@ func (s *Service) finish(c *storeCall, err error, start time.Time) {
 	now := s.br.now()
 	c.mu.Lock()
 	c.err, c.finished = err, true
+	s.land(c)
 	abandoned, settled := c.abandoned, c.settled
 	if c.timer != nil || abandoned { // as context.WithTimeout's cancel, once the call is done
 		if c.timer != nil {
@@ -359,8 +370,18 @@ func (s *Service) ended(c *storeCall) {
 // admitted hit is in flight when inflight (a store call still carries
 // it), else pending for the write-back.
 func (s *Service) local(resp *Response, reqs []sluice.Request, ds []sluice.Decision, inflight bool) outcome {
+	return s.localAfter(resp, reqs, ds, inflight, math.MaxInt64)
+}
+
+// localAfter is local for the requests of the store call numbered seq
+// (flight.go): the hits of calls in flight numbered below it count against
+// the share.
+func (s *Service) localAfter(resp *Response, reqs []sluice.Request, ds []sluice.Decision, inflight bool, seq int64) outcome {
 	resp.Mode = ModeLocal
-	s.ledger.take(reqs, ds, s.br.now().UnixMicro(), inflight, s.writeBack != nil)
+	now := s.br.now().UnixMicro()
+	if s.room(reqs, ds, now, seq) {
+		s.ledger.take(reqs, ds, now, inflight, s.writeBack != nil)
+	}
 	s.kick()
 	return decided
 }
