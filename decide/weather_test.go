@@ -700,6 +700,11 @@ func TestWeatherWriteBackEnvoy(t *testing.T) {
 	if err := s.Probe(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// A write-back begun by a local decision (Service.kick) may still be
+	// in flight: Close waits for it.
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	key := userKey(t, "u")
 	w.mu.Lock()
 	written, envoy := w.written[key], w.envoy[key]
