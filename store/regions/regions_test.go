@@ -328,3 +328,40 @@ func TestHomeFailureDropsCaps(t *testing.T) {
 		t.Errorf("after the empty restart, before a round: %d more admitted, want none", after)
 	}
 }
+
+// TestRestartSeenDropsCaps: a Redis that restarted empty between two of a
+// server's home reads, none failing, is found by the next home read (a
+// board gone, or a new incarnation): the caps on the count it held are
+// dropped there, before the round's peers are read and its caps land, so
+// the key at 1,000 of 1,000 admits none meanwhile. Before, it admitted
+// the whole limit again under its old cap until the round ended.
+func TestRestartSeenDropsCaps(t *testing.T) {
+	w := newWorld(t, 2, 1, nil)
+	warm(w)
+	got := make([]int64, 2)
+	run(w, got, 20*time.Second, []int{0}, nil, 50)
+	if got[0] != perMinute.Rate {
+		t.Fatalf("region 0 admitted %d, want the limit %d", got[0], perMinute.Rate)
+	}
+	w.sites[0].restart()
+	s := w.nodes[0][0]
+	s.roundMu.Lock()
+	p, err := s.begin(ctxBG)
+	if err != nil {
+		s.roundMu.Unlock()
+		t.Fatal(err)
+	}
+	var during int64
+	for range 2000 {
+		if w.take(0, 0, "k", perMinute, 1).Allowed {
+			during++
+		}
+	}
+	if err := s.finish(ctxBG, p); err != nil {
+		t.Error(err)
+	}
+	s.roundMu.Unlock()
+	if during > 0 {
+		t.Errorf("after the empty restart, between the round's home read and its end: %d more admitted, want none", during)
+	}
+}

@@ -192,6 +192,13 @@ func (s *Store) begin(ctx context.Context) (*pending, error) {
 	}
 	p.home = home
 	rs.homeBorn = home.Born
+	if rs.inc != "" && home.Incarnation != rs.inc || !home.Known && rs.home.known {
+		// the Redis restarted empty since the last home read (a new
+		// incarnation, or a board gone) without a read failing: the caps
+		// are on the count it held, dropped as a failed read drops them
+		// before this round's land
+		s.tab.dropGrants()
+	}
 	if home.Incarnation != "" && home.Incarnation != rs.inc {
 		// the home Redis is new (or this node is): what this node knows of
 		// its earlier incarnations goes where every reader finds it, before
