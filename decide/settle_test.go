@@ -107,14 +107,26 @@ func TestWeatherHealSettles(t *testing.T) {
 	}
 	admitted += got
 
-	for range 3 { // every server's Probe, four a second
+	// Every server's Probe, four a second, until both have written back
+	// (a failed call of a's may end late on a loaded machine: its hit is
+	// pending then).
+	testenv.WaitFor(t, "every hit written back", func() bool {
 		for _, s := range []*decide.Service{a, b} {
 			if err := s.Probe(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 		}
+		return w.counted(t, "over") == 100
+	})
+	for range 2 {
 		clk.Advance(250 * time.Millisecond)
+		for _, s := range []*decide.Service{a, b} {
+			if err := s.Probe(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
+	clk.Advance(250 * time.Millisecond)
 	if err := a.Probe(context.Background()); err != nil {
 		t.Fatal(err)
 	}
