@@ -272,11 +272,18 @@ func (s *Service) fromStoreLate(ctx, tctx context.Context, resp *Response, reqs 
 	c.abandoned = true
 	c.arm() // the decision no longer ends it
 	c.mu.Unlock()
+	return s.goOn(ctx, resp, c, reqs, ds)
+}
+
+// goOn decides locally the requests of store call c, which the decision
+// goes on without (it did not end in time), and settles them with c if it
+// has ended meanwhile. c.abandoned is set.
+func (s *Service) goOn(ctx context.Context, resp *Response, c *storeCall, reqs []sluice.Request, ds []sluice.Decision) outcome {
 	switch {
 	case ctx.Err() != nil: // the caller gave up: not the store's fault
-		s.br.cancel(probe)
+		s.br.cancel(c.probe)
 	default:
-		s.br.failure(probe, context.DeadlineExceeded, true)
+		s.br.failure(c.probe, context.DeadlineExceeded, true)
 		s.log.Debug("store slow: decided locally", "timeout", s.latency.now())
 	}
 	// Its hits in flight before, in the share after when admitted; else
