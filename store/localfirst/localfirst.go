@@ -67,6 +67,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,6 +152,10 @@ type Config struct {
 	// requests a layer under this one decides itself (store/regions's
 	// Decides). Default nil: none.
 	Direct func(sluice.Request) bool
+	// Logger says when the layer puts back counts the store lost (an
+	// async sync or a lease key's answer found the loss). Default
+	// slog.Default().
+	Logger *slog.Logger
 
 	// syncByHand leaves async mode's syncs to calls of SyncAsync, for
 	// tests whose injected clock a sync loop on real time would race.
@@ -170,6 +175,7 @@ func DefaultConfig() Config {
 		AsyncNodes:     defaultAsyncNodes,     // no floor beyond the servers counted
 		AsyncShare:     defaultAsyncShare,     // at most 2% over
 		Now:            time.Now,
+		Logger:         slog.Default(),
 		// RequestSync: off; Backend: nil, next; Direct: nil, none
 	}
 }
@@ -216,6 +222,7 @@ type Store struct {
 	lostCounts  atomic.Bool // the store was seen to have lost counts since the last restore
 	restored    atomic.Uint64
 	id          string // this node's ID among the servers that heartbeat
+	log         *slog.Logger
 
 	syncEvery time.Duration
 	asyncHits atomic.Uint64
@@ -265,8 +272,11 @@ func New(next sluice.Store, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = d.Now
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = d.Logger
+	}
 	s := &Store{next: next, now: cfg.Now, sync: cfg.Sync, requestSync: cfg.RequestSync, syncEvery: cfg.SyncInterval,
-		direct: cfg.Direct}
+		direct: cfg.Direct, log: cfg.Logger}
 	backend := cfg.Backend
 	if backend == nil {
 		backend = next

@@ -54,6 +54,7 @@ func (s *Store) restoreIfLost(ctx context.Context) error {
 // what the store kept: nothing after an empty restart.
 func (s *Store) restore(ctx context.Context) error {
 	reqs, windows := s.held()
+	keys := len(reqs)
 	for len(reqs) > 0 {
 		n := min(len(reqs), restoreChunk)
 		s.calls.Add(1)
@@ -63,6 +64,7 @@ func (s *Store) restore(ctx context.Context) error {
 		s.restored.Add(uint64(n))
 		reqs, windows = reqs[n:], windows[n:]
 	}
+	s.log.Info("put back counts the store lost, as this server's local-first layer held them", "keys", keys)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package localfirst
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -174,7 +175,8 @@ func testLeaseRestartEmpty(t *testing.T, url string, restart func()) {
 		m, _ := memStores.LoadOrStore(prefix, newMemStore(clk.Now))
 		restart = func() { m.(*memStore).forget() }
 	}
-	node := openLeaseNodes(t, url, prefix, clk.Now, 1, Config{})[0]
+	logs := &testenv.Logs{}
+	node := openLeaseNodes(t, url, prefix, clk.Now, 1, Config{Logger: slog.New(slog.NewJSONHandler(logs, nil))})[0]
 	l := sluice.Limit{Rate: 300, Period: time.Hour}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -207,6 +209,9 @@ func testLeaseRestartEmpty(t *testing.T, url string, restart func()) {
 	}
 	if d, err := sluice.Take(ctx, node.next, "{k}", l, 1); err != nil || d.Allowed {
 		t.Fatalf("the store after the restore: %+v, %v; want the window full", d, err)
+	}
+	if logs.Find("put back counts the store lost, as this server's local-first layer held them") == nil {
+		t.Errorf("the put back was not logged; the log:\n%s", logs)
 	}
 }
 

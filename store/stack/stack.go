@@ -158,7 +158,8 @@ type Config struct {
 	// of Local. Default none.
 	Watchers []Watcher
 
-	// Logger warns while a Redis does not answer. Default slog.Default().
+	// Logger warns while a Redis does not answer, and says when the
+	// local-first layer puts back counts Redis lost. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock of the stores and layers. Default nil: time.Now,
 	// and Redis's own TIME for the Redis stores' decisions.
@@ -951,7 +952,7 @@ func (s *Stack) redisLayers(cfg Config, p parts, r redisSpec) (sluice.Store, bac
 		NearCacheBytes: cfg.NearCache, Sync: cfg.Sync, RequestSync: true,
 		LeaseLifetime: cfg.LeaseLifetime, MaxLease: cfg.MaxLease,
 		SyncInterval: cfg.SyncInterval, AsyncNodes: cfg.AsyncNodes, Now: cfg.Now,
-		Backend: b,
+		Backend: b, Logger: cfg.Logger,
 	}
 	var next sluice.Store = b
 	if cfg.Region != "" {
