@@ -313,3 +313,70 @@ func testLeaseWroteBeneath(t *testing.T, url string, restart func()) {
 		t.Fatalf("the store after the restore: %+v, %v; want the window full", d, err)
 	}
 }
+
+// TestAsyncWroteDuringSync: hits written beneath an async node (Wrote)
+// after a sync of their key read the store, and before that sync landed,
+// are no sign of a loss: the sync's count predates them. Counted in what
+// the sync's count was checked against, they made it look lost, and the
+// node put back every count it held (43-45 keys after each host stall of
+// the weather suite on one server, where decide's ledger writes back
+// beneath the node while its syncs are in flight), counting them twice.
+// The node's decisions count them once either way.
+func TestAsyncWroteDuringSync(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
+	m := &duringSync{memStore: newMemStore(clk.Now)}
+	node, err := New(m, Config{Sync: Async, Now: clk.Now, syncByHand: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close(context.Background())
+	ctx := context.Background()
+	l := sluice.Limit{Rate: 300, Period: time.Hour}
+	for range 20 {
+		if d, err := sluice.Take(ctx, node, "{k}", l, 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v; want admitted", d, err)
+		}
+	}
+	if err := node.SyncAsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := sluice.Take(ctx, node, "{k}", l, 1); err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v; want admitted", d, err)
+	}
+	beneath := []sluice.Request{{Key: "{k}", Limit: l, Cost: 100}}
+	windows := []int64{clk.Now().Truncate(time.Hour).UnixMicro()}
+	m.during = func() { // the sync has read the store: 100 written beneath now
+		if _, _, err := m.memStore.SyncCounts(ctx, beneath, windows); err != nil {
+			t.Error(err)
+		}
+		node.Wrote(beneath, windows)
+	}
+	if err := node.SyncAsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := node.Stats().Restored; n != 0 {
+		t.Errorf("put back %d counts: hits written beneath during a sync taken for a loss", n)
+	}
+	if d, err := sluice.Take(ctx, m.memStore, "{k}", l, 0); err != nil || d.Remaining != 300-121 {
+		t.Errorf("the store: %+v, %v; want 121 counted, %d remaining", d, err, 300-121)
+	}
+	if d, err := sluice.Take(ctx, node, "{k}", l, 1); err != nil || !d.Allowed || d.Remaining > 300-122 {
+		t.Errorf("the node after: %+v, %v; want admitted, the 100 counted (at most %d remaining)", d, err, 300-122)
+	}
+}
+
+// duringSync is a memStore whose next SyncCounts runs during once it has
+// read its counts, before the node lands them.
+type duringSync struct {
+	*memStore
+	during func()
+}
+
+func (d *duringSync) SyncCounts(ctx context.Context, reqs []sluice.Request, windows []int64) ([]int64, int64, error) {
+	counts, at, err := d.memStore.SyncCounts(ctx, reqs, windows)
+	if f := d.during; f != nil {
+		d.during = nil
+		f()
+	}
+	return counts, at, err
+}
