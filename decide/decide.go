@@ -75,6 +75,7 @@ type Service struct {
 	lateN        int                                                    // the store calls in flight of the fail mode local, under lateMu
 	inflight     *storeCall                                             // a list of them, under lateMu, for Close to cut short
 	flights      *flights                                               // the hits of those calls, by key (flight.go)
+	settleKeys   *keySettles                                            // keys local until the other servers wrote back (settle.go)
 	calls        sync.Pool                                              // *storeCall that ended in time
 	base         context.Context                                        // ends when Close cuts the store calls short
 	stop         context.CancelFunc                                     // ends base
@@ -156,6 +157,9 @@ func New(cfg Config) (*Service, error) {
 	// server has written back (settles).
 	s.br.held = s.fail == FailLocal && s.writeBack != nil && s.ping != nil
 	s.flights = newFlights()
+	if s.fail == FailLocal && s.writeBack != nil {
+		s.settleKeys = newKeySettles()
+	}
 	s.base, s.stop = context.WithCancel(context.Background())
 	if r, ok := cfg.Store.(Ready); ok {
 		s.ready = r.Ready
@@ -197,6 +201,7 @@ const probeTimeout = time.Second
 // back to a store that answers again within that, and so do the hits.
 func (s *Service) Probe(ctx context.Context) error {
 	s.mark(s.br.now().UnixMicro())
+	s.settleKeys.sweep(s.br.now().UnixMicro())
 	if !s.br.open() && (s.ready == nil || s.ready()) {
 		// A store that refused or reset fewer calls than open the
 		// breaker may have restarted empty as well (a restart quicker
@@ -240,6 +245,7 @@ func (s *Service) Probe(ctx context.Context) error {
 		return err
 	}
 	s.br.close()
+	s.settleKeys.clear() // the servers have written back
 	return err
 }
 

@@ -216,7 +216,9 @@ func (s *Service) fromStoreLate(ctx, tctx context.Context, resp *Response, reqs 
 	// A key whose count was read before a pause waits for the store
 	// (pause.go).
 	stale := s.stale(reqs, now)
-	if !stale && (tctx.Err() != nil || s.ledger.busy(reqs)) { // no time left for the store, or hits it must count first
+	if !stale && (tctx.Err() != nil || s.ledger.busy(reqs) || s.settlingKeys(reqs, now)) {
+		// No time left for the store, hits it must count first, or the
+		// other servers' (settle.go).
 		return s.local(resp, reqs, ds, false)
 	}
 	ok, probe := s.br.allow()
@@ -285,6 +287,7 @@ func (s *Service) goOn(ctx context.Context, resp *Response, c *storeCall, reqs [
 	default:
 		s.br.failure(c.probe, context.DeadlineExceeded, true)
 		s.log.Debug("store slow: decided locally", "timeout", s.latency.now())
+		s.settleLocal(reqs, s.br.now().UnixMicro())
 	}
 	// Its hits in flight before, in the share after when admitted; else
 	// still in flight, the store may count them.
@@ -316,6 +319,7 @@ func (s *Service) answered(ctx, tctx context.Context, resp *Response, c *storeCa
 		s.ledger.take(reqs, ds, s.br.now().UnixMicro(), false, false)
 		return decided
 	}
+	s.settleLocal(reqs, s.br.now().UnixMicro())
 	return s.local(resp, reqs, ds, false)
 }
 
@@ -339,6 +343,7 @@ func (s *Service) finish(c *storeCall, err error, start time.Time) {
 	case err == nil:
 		s.latency.observe(now.Sub(start))
 		s.br.success(c.probe && !abandoned)
+		s.settleKeys.answered(c.reqs, now.UnixMicro())
 		if s.learns {
 			s.learn(c.reqs, c.ds, now.UnixMicro(), c.sent, c.start.UnixMicro())
 		}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,5 +144,80 @@ func TestWeatherHealSettles(t *testing.T) {
 	}
 	if n := w.counted(t, "over"); n != 100 {
 		t.Errorf("the store counts %d hits of over, want 100: each server's written back", n)
+	}
+}
+
+// TestWeatherSlowKeySettles: two servers decide a client locally while
+// their store calls fail, the breaker closed (the store slow or failing
+// for less than it takes to open). When the store answers a call of
+// server a again, a decides the client locally half a second longer
+// (settleFor), while b, whose hits the store has not counted yet, writes
+// them back: before, a went back to the store at once and the store,
+// short of b's 40 hits, admitted the client again (decide's
+// TestSlowStoreKeepsLimit: 1,114 of a limit of 1,000, bound 1,053).
+func TestWeatherSlowKeySettles(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	var writes atomic.Bool // write-backs reach the store (b's, say, slower than a's)
+	const servers = 2
+	service := func(writeBack func(context.Context, []sluice.Request, []int64) error) *decide.Service {
+		cfg := decide.DefaultConfig()
+		cfg.Store, cfg.Ping, cfg.WriteBack, cfg.Restore = w, w.ping, writeBack, w.restore
+		cfg.StoreTimeout, cfg.StoreMaxTimeout = 200*time.Millisecond, 200*time.Millisecond
+		cfg.BreakerFailures = 1000 // it stays closed
+		cfg.Servers = func() int64 { return servers }
+		return newService(t, loadRules(t, weatherRules), clk, cfg)
+	}
+	gated := func(ctx context.Context, reqs []sluice.Request, windows []int64) error {
+		if !writes.Load() {
+			return errRefused
+		}
+		return w.writeBack(ctx, reqs, windows)
+	}
+	a, b := service(gated), service(gated)
+
+	admitted := 0
+	for i := range 20 { // both read a count of about 20
+		n, _ := ask(t, []*decide.Service{a, b}[i%2], "over", 1)
+		admitted += n
+	}
+	w.weather.Store(refused)
+	for _, s := range []*decide.Service{b, a} { // each its share: 50 less 10 read
+		n, _ := ask(t, s, "over", 60)
+		admitted += n
+	}
+	if admitted != 100 {
+		t.Fatalf("%d admitted while the store refused, want 100: the store's 20 and each server's share of 40", admitted)
+	}
+
+	w.weather.Store(fine)
+	// The store answers a call of a again (a's own hits may be in a
+	// write-back it kicked meanwhile: local until it ends).
+	testenv.WaitFor(t, "a call of a decided by the store", func() bool {
+		got, modes := ask(t, a, "over", 1)
+		admitted += got
+		return modes[decide.ModeStore] == 1
+	})
+	got, modes := ask(t, a, "over", 10)
+	if got != 0 || modes[decide.ModeLocal] != 10 {
+		t.Errorf("over on a, the store answering again: %d of 10 admitted in modes %v, want none, locally", got, modes)
+	}
+	admitted += got
+
+	writes.Store(true)
+	for _, s := range []*decide.Service{a, b} { // their Probes write back
+		if err := s.Probe(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(500 * time.Millisecond)
+	got, modes = ask(t, a, "over", 10)
+	if got != 0 || modes[decide.ModeStore] != 10 {
+		t.Errorf("over on a, settled: %d of 10 admitted in modes %v, want none, by the store", got, modes)
+	}
+	admitted += got
+	if bound := 100 + 100/20 + servers; admitted > bound {
+		t.Errorf("%d admitted in all, want at most the bound of %d", admitted, bound)
 	}
 }
