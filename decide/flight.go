@@ -1,8 +1,6 @@
 package decide
 
 import (
-	"hash/maphash"
-	"sync"
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice"
@@ -30,14 +28,8 @@ import (
 // admitted, each with its call's sequence number: those the store may
 // count unseen. It is safe for concurrent use.
 type flights struct {
-	shards [ledgerShards]flightShard
-	hash   maphash.Seed
-	seq    atomic.Int64 // the last sequence number given
-}
-
-type flightShard struct {
-	mu sync.Mutex
-	m  map[string]flightList
+	keyShards[flightList]
+	seq atomic.Int64 // the last sequence number given
 }
 
 // flight is the hits of one call of a key; seq 0: none.
@@ -51,15 +43,9 @@ type flightList struct {
 }
 
 func newFlights() *flights {
-	f := &flights{hash: maphash.MakeSeed()}
-	for i := range f.shards {
-		f.shards[i].m = make(map[string]flightList)
-	}
+	f := &flights{}
+	f.init()
 	return f
-}
-
-func (f *flights) shard(key string) *flightShard {
-	return &f.shards[maphash.String(f.hash, key)&(ledgerShards-1)]
 }
 
 // add records the hits of reqs, of the call numbered seq (above 0), as in

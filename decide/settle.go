@@ -1,8 +1,6 @@
 package decide
 
 import (
-	"hash/maphash"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,14 +28,8 @@ import (
 // safe for concurrent use; a nil *keySettles holds none (a Service without
 // a write-back: no server writes back what the store has not counted).
 type keySettles struct {
-	shards [ledgerShards]settleShard
-	hash   maphash.Seed
-	n      atomic.Int64 // keys held
-}
-
-type settleShard struct {
-	mu sync.Mutex
-	m  map[string]keySettle
+	keyShards[keySettle]
+	n atomic.Int64 // keys held
 }
 
 type keySettle struct{ local, answered int64 }
@@ -46,15 +38,9 @@ type keySettle struct{ local, answered int64 }
 const maxSettling = 1 << 16
 
 func newKeySettles() *keySettles {
-	k := &keySettles{hash: maphash.MakeSeed()}
-	for i := range k.shards {
-		k.shards[i].m = make(map[string]keySettle)
-	}
+	k := &keySettles{}
+	k.init()
 	return k
-}
-
-func (k *keySettles) shard(key string) *settleShard {
-	return &k.shards[maphash.String(k.hash, key)&(ledgerShards-1)]
 }
 
 // local records that the keys of reqs were decided locally at now because
