@@ -821,9 +821,10 @@ func (a *asyncTable) land(it syncItem, count, at int64, after time.Time, err err
 // back async keys' counts: 364 admitted of a limit of 300, bound 318).
 // A fixed_window lease key the node holds in that window counts them
 // among the hits the store holds of its own (heldCount), below which a
-// count is a loss. Other keys are left alone. A sync of the key that read the store after the write and landed before
-// this call counted them already: the node then counts them twice until
-// its next sync (a lower allowance), never the store.
+// count is a loss. Other keys are left alone. A sync of the key that
+// read the store after the write and landed before this call counted
+// them already: the node then counts them twice until its next sync (a
+// lower allowance), never the store.
 func (s *Store) Wrote(reqs []sluice.Request, windows []int64) {
 	s.wroteLeases(reqs, windows)
 	a := s.async
