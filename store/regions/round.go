@@ -289,9 +289,10 @@ func (s *Store) boardGrace() time.Duration {
 // gone (a Redis back empty, before any beat) within boardGrace of the
 // round that first found it gone after a reading found it: a region with
 // a live node beats a board again within a round, one without has
-// nothing to carry. Such a reading's keys are charged the whole limit: no reader
-// that never read a key, nor one whose reading of it is old, takes the
-// emptied count for the region's, until every live node has carried.
+// nothing to carry. Such a reading's keys are charged the whole limit:
+// no reader that never read a key, nor one whose reading of it is old,
+// takes the emptied count for the region's, until every live node has
+// carried.
 // roundMu is held.
 func (s *Store) unsettled(r Reading, b *boardSeen, start time.Time) bool {
 	if !r.Known {
