@@ -35,7 +35,13 @@ descriptors:
 			t.Fatal(err)
 		}
 	}
-	body := s.do(t, "GET", "/metrics", "").body
+	// The response time is observed when the call's stats end, which may
+	// come after its answer reached the client: wait for both calls'.
+	var body string
+	eventually(t, "both calls' response times on /metrics", func() bool {
+		body = s.do(t, "GET", "/metrics", "").body
+		return strings.Contains(body, `ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 2`+"\n")
+	})
 	for _, want := range []string{
 		`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 2`,
 		`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 2`,
