@@ -13,16 +13,18 @@ import (
 )
 
 // gateStore is a weatherStore whose calls wait at a gate, while it is
-// shut, before the store counts them; arrived counts those that came.
+// shut, before the store counts them (only those of key, when set);
+// arrived counts those that came.
 type gateStore struct {
 	*weatherStore
 	shut    atomic.Bool
+	key     string
 	gate    chan struct{}
 	arrived atomic.Int64
 }
 
 func (g *gateStore) TakeAll(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
-	if g.shut.Load() {
+	if g.shut.Load() && (g.key == "" || reqs[0].Key == g.key) {
 		g.arrived.Add(1)
 		select {
 		case <-ctx.Done():

@@ -35,6 +35,13 @@ type ledger struct {
 	// a loss.
 	epoch atomic.Int64
 	sync  sluice.Sync // the store's mode for sluice.DefaultSync (Config.Sync)
+
+	// idle is closed when hits in flight or written back end (ended,
+	// written) while waiters wait for a key to be no longer busy
+	// (Service.holdDenial); nil until one waits.
+	idleMu  sync.Mutex
+	idle    chan struct{}
+	waiters atomic.Int64
 }
 
 // ledgerShards is the number of shards of a ledger, a power of two.
@@ -328,6 +335,49 @@ func (l *ledger) busy(reqs []sluice.Request) bool {
 	return false
 }
 
+// idleCh returns a channel that is closed the next time hits in flight or
+// written back end, for a waiter counted in waiters.
+func (l *ledger) idleCh() <-chan struct{} {
+	l.idleMu.Lock()
+	defer l.idleMu.Unlock()
+	if l.idle == nil {
+		l.idle = make(chan struct{})
+	}
+	return l.idle
+}
+
+// wake closes the channel idleCh returned, if anyone waits.
+func (l *ledger) wake() {
+	if l.waiters.Load() == 0 {
+		return
+	}
+	l.idleMu.Lock()
+	if l.idle != nil {
+		close(l.idle)
+		l.idle = nil
+	}
+	l.idleMu.Unlock()
+}
+
+// losing reports whether a key of reqs has a count the store lost, not
+// yet put back (lost, or restoring).
+func (l *ledger) losing(reqs []sluice.Request) bool {
+	if l.lost.Load() == 0 && l.putting.Load() == 0 {
+		return false
+	}
+	for i := range reqs {
+		sh := &l.shards[l.shardOf(reqs[i].Key)]
+		sh.mu.Lock()
+		e := sh.m[reqs[i].Key]
+		b := e != nil && (e.lost || e.restoring)
+		sh.mu.Unlock()
+		if b {
+			return true
+		}
+	}
+	return false
+}
+
 // shareOf returns l over n servers: rate and burst divided, rounded up.
 func shareOf(l sluice.Limit, n int64) sluice.Limit {
 	if n <= 1 {
@@ -486,6 +536,7 @@ func lockShards(l *ledger, idx []int) []int {
 // the store counted what it allowed (ds), and the rest, admitted here, is
 // pending when record; with an error every hit is pending when record.
 func (l *ledger) ended(reqs []sluice.Request, ds []sluice.Decision, err error, now, sent, sentAt int64, record bool) {
+	defer l.wake()
 	stored := err == nil
 	for i := range reqs {
 		stored = stored && ds[i].Allowed
@@ -572,6 +623,7 @@ func (l *ledger) unwritten() (hits, keys int64) {
 // written ends the write-back of the hits drain took out: ok says the
 // store has them; otherwise they are pending again.
 func (l *ledger) written(reqs []sluice.Request, windows []int64, now int64, ok bool) {
+	defer l.wake()
 	for i := range reqs {
 		r := &reqs[i]
 		sh := &l.shards[l.shardOf(r.Key)]

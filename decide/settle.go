@@ -103,6 +103,24 @@ func (k *keySettles) settling(reqs []sluice.Request, now int64) bool {
 	return settling
 }
 
+// end returns when the last key of reqs settling at now stops settling
+// (µs), or 0 when none is.
+func (k *keySettles) end(reqs []sluice.Request, now int64) int64 {
+	if k == nil || k.n.Load() == 0 {
+		return 0
+	}
+	var end int64
+	for i := range reqs {
+		sh := k.shard(reqs[i].Key)
+		sh.mu.Lock()
+		if e, ok := sh.m[reqs[i].Key]; ok && e.answered != 0 && now-e.answered < settleFor.Microseconds() {
+			end = max(end, e.answered+settleFor.Microseconds())
+		}
+		sh.mu.Unlock()
+	}
+	return end
+}
+
 // sweep forgets the keys whose settling ended before now, and those the
 // store has not answered since a decision staleSettle ago: a key not
 // decided again meanwhile. Probe calls it.
