@@ -2,8 +2,10 @@ package decide
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -265,5 +267,31 @@ func TestLedgerPutBackWritten(t *testing.T) {
 	l.suspect(t0 + 2)
 	if reqs, _ := l.lostCounts(t0 + 2); len(reqs) != 1 || reqs[0].Cost != 70 {
 		t.Errorf("put back %v, want a count of 70: 60 and the 10 written back", reqs)
+	}
+}
+
+// TestKeySettlesBoundedInBytes: a flood of long keys decided locally fills
+// a keySettles up to maxSettleBytes, keys included, not past it; a key it
+// holds is still recorded, and forgetting keys gives their bytes back.
+func TestKeySettlesBoundedInBytes(t *testing.T) {
+	k := newKeySettles()
+	long := strings.Repeat("k", 4000)
+	n := 0
+	for i := 0; k.bytes.Load()+settleSize(long+"000000") <= maxSettleBytes; i++ {
+		k.local([]sluice.Request{{Key: fmt.Sprintf("%s%06d", long, i)}}, 1)
+		n++
+	}
+	k.local([]sluice.Request{{Key: long + "full"}}, 1)
+	if b := k.bytes.Load(); b > maxSettleBytes || k.n.Load() != int64(n) {
+		t.Errorf("%d keys, %d bytes after a flood of %d, want %d keys, at most %d bytes", k.n.Load(), b, n+1, n, maxSettleBytes)
+	}
+	first := []sluice.Request{{Key: fmt.Sprintf("%s%06d", long, 0)}}
+	k.answered(first, 2)
+	if !k.settling(first, 3) {
+		t.Error("a key held is not settling after its answer")
+	}
+	k.clear()
+	if k.n.Load() != 0 || k.bytes.Load() != 0 {
+		t.Errorf("%d keys, %d bytes after clear, want none", k.n.Load(), k.bytes.Load())
 	}
 }

@@ -24,18 +24,36 @@ import (
 // keySettles holds, per key that a store call's timeout or failure sent
 // local, when that last happened and when the store answered a call of
 // the key since (µs on the Service's clock; 0: not yet). It holds at most
-// maxSettling keys: beyond, a key goes back to the store as before. It is
+// maxSettleBytes, keys included: beyond, a key goes back to the store as
+// before. It is
 // safe for concurrent use; a nil *keySettles holds none (a Service without
 // a write-back: no server writes back what the store has not counted).
 type keySettles struct {
 	keyShards[keySettle]
-	n atomic.Int64 // keys held
+	n     atomic.Int64 // keys held
+	bytes atomic.Int64 // what they cost (settleSize)
 }
 
 type keySettle struct{ local, answered int64 }
 
-// maxSettling bounds the keys a keySettles holds (about 100 bytes each).
-const maxSettling = 1 << 16
+// maxSettleBytes bounds what the keys a keySettles holds cost, in bytes:
+// 4 MiB, about 40,000 keys of 40 bytes.
+const maxSettleBytes = 4 << 20
+
+// settleOverhead is what a key costs a keySettles besides its bytes,
+// rounded up: its map slot (string header and keySettle) and the map's
+// share of empty slots.
+const settleOverhead = 64
+
+// settleSize returns what key costs a keySettles.
+func settleSize(key string) int64 { return int64(len(key)) + settleOverhead }
+
+// drop forgets key, held in sh. sh.mu is held.
+func (k *keySettles) drop(sh *keyShard[keySettle], key string) {
+	delete(sh.m, key)
+	k.n.Add(-1)
+	k.bytes.Add(-settleSize(key))
+}
 
 func newKeySettles() *keySettles {
 	k := &keySettles{}
@@ -52,11 +70,13 @@ func (k *keySettles) local(reqs []sluice.Request, now int64) {
 	for i := range reqs {
 		sh := k.shard(reqs[i].Key)
 		sh.mu.Lock()
-		if _, ok := sh.m[reqs[i].Key]; ok || k.n.Load() < maxSettling {
+		key := reqs[i].Key
+		if _, ok := sh.m[key]; ok || k.bytes.Load()+settleSize(key) <= maxSettleBytes {
 			if !ok {
 				k.n.Add(1)
+				k.bytes.Add(settleSize(key))
 			}
-			sh.m[reqs[i].Key] = keySettle{local: now}
+			sh.m[key] = keySettle{local: now}
 		}
 		sh.mu.Unlock()
 	}
@@ -94,8 +114,7 @@ func (k *keySettles) settling(reqs []sluice.Request, now int64) bool {
 			if now-e.answered < settleFor.Microseconds() {
 				settling = true
 			} else {
-				delete(sh.m, reqs[i].Key)
-				k.n.Add(-1)
+				k.drop(sh, reqs[i].Key)
 			}
 		}
 		sh.mu.Unlock()
@@ -133,8 +152,7 @@ func (k *keySettles) sweep(now int64) {
 		sh.mu.Lock()
 		for key, e := range sh.m {
 			if (e.answered != 0 && now-e.answered >= settleFor.Microseconds()) || now-e.local >= staleSettle.Microseconds() {
-				delete(sh.m, key)
-				k.n.Add(-1)
+				k.drop(sh, key)
 			}
 		}
 		sh.mu.Unlock()
@@ -150,8 +168,9 @@ func (k *keySettles) clear() {
 	for i := range k.shards {
 		sh := &k.shards[i]
 		sh.mu.Lock()
-		k.n.Add(-int64(len(sh.m)))
-		clear(sh.m)
+		for key := range sh.m {
+			k.drop(sh, key)
+		}
 		sh.mu.Unlock()
 	}
 }
