@@ -157,7 +157,9 @@ func New(cfg Config) (*Service, error) {
 	// Decisions go back to the store through Probe alone, once every
 	// server has written back (settles).
 	s.br.held = s.fail == FailLocal && s.writeBack != nil && s.ping != nil
-	s.flights = newFlights()
+	if s.fail == FailLocal && s.timeout > 0 { // the calls of fromStoreLate only
+		s.flights = newFlights()
+	}
 	if s.fail == FailLocal && s.writeBack != nil {
 		s.settleKeys = newKeySettles()
 	}
