@@ -187,30 +187,12 @@ func summarize(calls []call, m int, name string, n int, mode string, end, total 
 // check asserts the figures of issue 31 on c.
 func check(t *testing.T, c cell) {
 	t.Helper()
-	for i, v := range verdicts(c) {
-		switch {
-		case v.ok || (v.timed && !*fullMatrix):
-		case i == 0 && !*fullMatrix && knownUnder[c.weather+"/"+c.mode]:
-			// Logged, and missed in the table: the full matrix fails it.
-			t.Logf("%s, %d server(s), %s: %s: known, issue 31 (docs/stores.md, Weather)", c.weather, c.servers, c.mode, v.what)
-		default:
+	for _, v := range verdicts(c) {
+		if !v.ok && (!v.timed || *fullMatrix) {
 			t.Errorf("%s, %d server(s), %s: %s", c.weather, c.servers, c.mode, v.what)
 		}
 	}
 }
-
-// knownUnder are the rows ("weather/mode") whose under-limit figure the
-// short matrix reports without failing: known misses of issue 31, which
-// docs/stores.md's Weather names and the full matrix asserts. After a host
-// stall, async and lease deny a few calls of clients under their limit
-// (1-5 of 600 in about one CI run in four): a client's calls queued on the
-// stopped server are decided at once, locally (the key busy with calls in
-// flight), against the server's share of the limit. Lease's other cause,
-// decide's ledger taking a fall in a lease node's answers for a lost
-// count, is gone (0 of 600 in 56 runs on 9cf090b), but on 3cde2d5's tree
-// (a server's calls in flight count against its share) lease denied 2 of
-// 600 in 1 of 18 runs beside race tests, async 1 of 600 in another.
-var knownUnder = map[string]bool{"host stall/async": true, "host stall/lease": true}
 
 // verdict is one figure of a cell, reached or not.
 type verdict struct {
