@@ -72,7 +72,9 @@ type Service struct {
 	seen         atomic.Int64                                           // µs on the clock when a decision or a Probe last ran (mark)
 	resumed      atomic.Int64                                           // µs on the clock when the last pause ended; 0: none (see pause.go)
 	maxLate      int                                                    // Config.MaxLateCalls
-	holding      atomic.Int64                                           // local denials waiting for a key to settle (holdDenial)
+	holding      atomic.Int64                                           // local denials waiting for their keys (holdDenial)
+	heldStore    atomic.Uint64                                          // local denials that waited and went to the store (HeldDenials)
+	heldLocal    atomic.Uint64                                          // local denials that waited and stood
 	lateN        int                                                    // the store calls in flight of the fail mode local, under lateMu
 	inflight     *storeCall                                             // a list of them, under lateMu, for Close to cut short
 	flights      *flights                                               // the hits of those calls, by key (flight.go)

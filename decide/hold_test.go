@@ -203,4 +203,7 @@ func TestWeatherSettlingDenialWaits(t *testing.T) {
 	if resp := <-next; resp.Overall != decide.OK || resp.Mode != decide.ModeStore {
 		t.Errorf("a caller that waits: %v in mode %v, want admitted by the store", resp.Overall, resp.Mode)
 	}
+	if store, local := s.HeldDenials(); store != 1 || local != 1 {
+		t.Errorf("HeldDenials() = %d, %d; want 1 to the store, 1 that stood (the caller that could not wait)", store, local)
+	}
 }

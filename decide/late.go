@@ -318,14 +318,18 @@ func (s *Service) goOn(ctx context.Context, resp *Response, c *storeCall, reqs [
 	admitted := s.localAfter(resp, reqs, ds, true, c.seq) == decided && allAllowed(ds)
 	// After a pause of this server, a denial waits on for the store (see
 	// holdDenial).
-	if !admitted && s.afterPause() && s.mayWait(ctx) && s.waitCall(ctx, c) {
-		// The store answered: its decisions, not the share's denial.
-		copy(ds, c.ds)
-		resp.Mode = ModeStore
-		c.mu.Lock()
-		c.settled = true
-		c.mu.Unlock()
-		return decided
+	if !admitted && s.afterPause() && s.mayWait(ctx) {
+		if s.waitCall(ctx, c) {
+			// The store answered: its decisions, not the share's denial.
+			s.heldStore.Add(1)
+			copy(ds, c.ds)
+			resp.Mode = ModeStore
+			c.mu.Lock()
+			c.settled = true
+			c.mu.Unlock()
+			return decided
+		}
+		s.heldLocal.Add(1)
 	}
 	c.mu.Lock()
 	if admitted {
@@ -730,6 +734,25 @@ func (s *Service) holdDenial(ctx context.Context, reqs []sluice.Request) bool {
 	if !s.mayWait(ctx) {
 		return false
 	}
+	held := s.hold(ctx, reqs)
+	if held {
+		s.heldStore.Add(1)
+	} else {
+		s.heldLocal.Add(1)
+	}
+	return held
+}
+
+// HeldDenials returns how many local denials waited for the store since
+// New, while it answered (holdDenial; after a pause, goOn): those that
+// went to it then (store), and those whose denial stood (local: the wait's
+// bound passed, or the store stopped answering).
+func (s *Service) HeldDenials() (store, local uint64) {
+	return s.heldStore.Load(), s.heldLocal.Load()
+}
+
+// hold is holdDenial once the store answers.
+func (s *Service) hold(ctx context.Context, reqs []sluice.Request) bool {
 	deadline := time.Now().Add(holdFor)
 	if pd, ok := ctx.Deadline(); ok {
 		// The denial reaches a caller with a deadline before it: Envoy's

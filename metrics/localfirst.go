@@ -131,3 +131,26 @@ func WriteBack(reg prometheus.Registerer, hits func() uint64, restored func() (l
 	}
 	return nil
 }
+
+// HeldDenials registers on reg sluice_held_denials_total, read at each
+// scrape from held: the local denials of the fail mode local that waited
+// for the store while it answered (a key kept local by the server's own
+// calls in flight or by its settling, or after a pause a call that timed
+// out; docs/stores.md), by outcome: "store", the store decided them then;
+// "local", the local denial stood.
+func HeldDenials(reg prometheus.Registerer, held func() (store, local uint64)) error {
+	const help = "Local denials (fail mode local) that waited for the store while it answered, by outcome: store (it decided them), local (the denial stood)."
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_held_denials_total", Help: help, ConstLabels: prometheus.Labels{"outcome": "store"},
+		}, func() float64 { st, _ := held(); return float64(st) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_held_denials_total", Help: help, ConstLabels: prometheus.Labels{"outcome": "local"},
+		}, func() float64 { _, l := held(); return float64(l) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register held denials metric: %w", err)
+		}
+	}
+	return nil
+}

@@ -124,3 +124,24 @@ sluice_written_back_hits_total 12
 		t.Fatal("registering twice: no error")
 	}
 }
+
+func TestHeldDenials(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	store, local := uint64(0), uint64(0)
+	if err := metrics.HeldDenials(reg, func() (uint64, uint64) { return store, local }); err != nil {
+		t.Fatal(err)
+	}
+	store, local = 7, 2 // read at the scrape
+	want := `
+# HELP sluice_held_denials_total Local denials (fail mode local) that waited for the store while it answered, by outcome: store (it decided them), local (the denial stood).
+# TYPE sluice_held_denials_total counter
+sluice_held_denials_total{outcome="local"} 2
+sluice_held_denials_total{outcome="store"} 7
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	if err := metrics.HeldDenials(reg, func() (uint64, uint64) { return 0, 0 }); err == nil {
+		t.Fatal("registering twice: no error")
+	}
+}

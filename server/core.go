@@ -196,6 +196,9 @@ func (co *core) wireDecider(c Config) error {
 		return fmt.Errorf("decision service: %w", err)
 	}
 	co.m.WatchMode(co.svc.Mode)
+	if err := metrics.HeldDenials(co.reg, co.svc.HeldDenials); err != nil {
+		return err
+	}
 	co.closers = append(co.closers, func() error {
 		// The store calls still going on end, and the hits admitted
 		// without the store go back to it, before the store closes.

@@ -86,7 +86,10 @@ func TestServeStallDefaults(t *testing.T) {
 	if wb := metricValue(t, s, "sluice_written_back_hits_total"); wb < 1 || wb > under+over {
 		t.Errorf("sluice_written_back_hits_total %d, want 1 to the %d hits admitted while Redis stalled", wb, under+over)
 	}
-	t.Logf("stalled: under %d of 20, over %d of 100 (60 before)", under, over)
+	// The denials that waited for Redis are counted (metricValue fails the
+	// test when a series is missing).
+	held := metricValue(t, s, `sluice_held_denials_total{outcome="store"}`) + metricValue(t, s, `sluice_held_denials_total{outcome="local"}`)
+	t.Logf("stalled: under %d of 20, over %d of 100 (60 before); %d denials waited for Redis", under, over, held)
 }
 
 // TestServeStopStoreDown: a server whose Redis went away, with hits it
