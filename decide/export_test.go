@@ -1,5 +1,5 @@
 package decide
 
-// HoldingDenials returns how many local denials of s wait for their keys to
-// settle (holdDenial), for the tests of package decide_test to wait on.
+// HoldingDenials returns how many local denials of s wait for their keys
+// (holdDenial), for the tests of package decide_test to wait on.
 func HoldingDenials(s *Service) int64 { return s.holding.Load() }

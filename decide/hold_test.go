@@ -11,8 +11,9 @@ import (
 )
 
 // holdService returns a Service with the defaults (fail local) over g,
-// counting three servers (a share of 34 of weatherRules' 100 a minute),
-// with a store timeout of timeout and a breaker that stays closed.
+// counting servers servers (three: a share of 34 of weatherRules' 100 a
+// minute), with a store timeout of timeout and a breaker that stays
+// closed.
 func holdService(t *testing.T, g *gateStore, timeout time.Duration, servers int64) *decide.Service {
 	cfg := decide.DefaultConfig()
 	cfg.Store, cfg.Ping, cfg.WriteBack, cfg.Restore = g, g.ping, g.writeBack, g.restore

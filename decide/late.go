@@ -675,7 +675,7 @@ func (s *Service) Close(ctx context.Context) error {
 // of this server: its answer may come after a stall of the store, while
 // every server has hits it decided locally and not written back, which
 // the store's count lacks (decide's TestSlowStoreKeepsLimit admitted
-// 1,061 of 1,000, bound 1,053, when it was); after a pause, the other
+// 1,061 of 1,000, bound 1,053, when denials waited so); after a pause, the other
 // servers decided on the store meanwhile, as for a stale key (pause.go).
 // Only denials wait: an admission is as quick as before, and a client
 // over its limit is answered by the store. The waits are bounded: by
@@ -707,10 +707,10 @@ func (s *Service) afterPause() bool {
 }
 
 // waitCall waits for store call c, which the decision went on without, up
-// to staleWait from now (or until ctx ends), and reports whether it ended
-// in that time with the store's decisions. It takes c's signal.
+// to holdUntil(ctx, staleWait), and reports whether it ended in that time
+// with the store's decisions. It takes c's signal.
 func (s *Service) waitCall(ctx context.Context, c *storeCall) bool {
-	t := time.NewTimer(time.Until(staleDeadline(ctx, time.Time{})))
+	t := time.NewTimer(time.Until(holdUntil(ctx, staleWait)))
 	defer t.Stop()
 	select {
 	case <-c.sig:
@@ -751,16 +751,23 @@ func (s *Service) HeldDenials() (store, local uint64) {
 	return s.heldStore.Load(), s.heldLocal.Load()
 }
 
-// hold is holdDenial once the store answers.
-func (s *Service) hold(ctx context.Context, reqs []sluice.Request) bool {
-	deadline := time.Now().Add(holdFor)
+// holdUntil returns when a denial that waits at most d stops waiting: d
+// from now, or three quarters of the time to ctx's deadline when that is
+// sooner, so that the denial reaches its caller before it gives up
+// (Envoy's rate limit filter waits 20 ms by default, then admits).
+func holdUntil(ctx context.Context, d time.Duration) time.Time {
+	deadline := time.Now().Add(d)
 	if pd, ok := ctx.Deadline(); ok {
-		// The denial reaches a caller with a deadline before it: Envoy's
-		// rate limit filter waits 20 ms by default, then admits.
 		if pd = time.Now().Add(time.Until(pd) * 3 / 4); pd.Before(deadline) {
 			deadline = pd
 		}
 	}
+	return deadline
+}
+
+// hold is holdDenial once the store answers.
+func (s *Service) hold(ctx context.Context, reqs []sluice.Request) bool {
+	deadline := holdUntil(ctx, holdFor)
 	end := s.settleKeys.end(reqs, s.br.now().UnixMicro())
 	if end != 0 && deadline.Before(time.Now().Add(time.Duration(end-s.br.now().UnixMicro())*time.Microsecond)) {
 		return false

@@ -25,9 +25,9 @@ import (
 // local, when that last happened and when the store answered a call of
 // the key since (µs on the Service's clock; 0: not yet). It holds at most
 // maxSettleBytes, keys included: beyond, a key goes back to the store as
-// before. It is
-// safe for concurrent use; a nil *keySettles holds none (a Service without
-// a write-back: no server writes back what the store has not counted).
+// before. It is safe for concurrent use; a nil *keySettles holds none (a
+// Service without a write-back: no server writes back what the store has
+// not counted).
 type keySettles struct {
 	keyShards[keySettle]
 	n     atomic.Int64 // keys held
