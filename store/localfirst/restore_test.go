@@ -13,6 +13,28 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
+// onMemoryAndRedis runs test on the memory fake and on a real Redis, each
+// with a restart that empties the store: for Redis a kill and a start
+// without persistence; for the fake, the one memRestart makes (restart is
+// nil there).
+func onMemoryAndRedis(t *testing.T, test func(t *testing.T, url string, restart func())) {
+	t.Run("memory", func(t *testing.T) { test(t, memURL, nil) })
+	t.Run("redis", func(t *testing.T) {
+		srv := testenv.StartRedis(t)
+		test(t, "redis://"+srv.Addr+"/0", func() { srv.Kill(); srv.Restart() })
+	})
+}
+
+// memRestart returns restart, or on the memory fake (url memURL) one that
+// forgets what the fake of prefix holds, made now on the clock now.
+func memRestart(url, prefix string, now func() time.Time, restart func()) func() {
+	if url != memURL {
+		return restart
+	}
+	m, _ := memStores.LoadOrStore(prefix, newMemStore(now))
+	return func() { m.(*memStore).forget() }
+}
+
 // TestAsyncRestartEmpty fills a window limit of 1,000 an hour on 3 async
 // nodes with a client at many times it, then has the store forget every
 // key (a real Redis killed and started again without persistence; the
@@ -23,23 +45,13 @@ import (
 // the nodes took the store's empty count at their next sync and admitted
 // the limit a second time. A key no node held (one decided by the store
 // alone) starts from nothing: that is the bound's other part.
-func TestAsyncRestartEmpty(t *testing.T) {
-	t.Run("memory", func(t *testing.T) { testAsyncRestartEmpty(t, memURL, nil) })
-	t.Run("redis", func(t *testing.T) {
-		srv := testenv.StartRedis(t)
-		testAsyncRestartEmpty(t, "redis://"+srv.Addr+"/0", func() { srv.Kill(); srv.Restart() })
-	})
-}
+func TestAsyncRestartEmpty(t *testing.T) { onMemoryAndRedis(t, testAsyncRestartEmpty) }
 
 func testAsyncRestartEmpty(t *testing.T, url string, restart func()) {
 	const interval = 100 * time.Millisecond
 	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
 	prefix := fmt.Sprintf("restart:%x:", rand.Uint64())
-	if url == memURL {
-		// the fake of this prefix, which restart forgets
-		m, _ := memStores.LoadOrStore(prefix, newMemStore(clk.Now))
-		restart = func() { m.(*memStore).forget() }
-	}
+	restart = memRestart(url, prefix, clk.Now, restart)
 	nodes := openAsyncNodes(t, url, prefix, clk.Now, 3, Config{SyncInterval: interval})
 	l := sluice.Limit{Rate: 1000, Period: time.Hour}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -104,21 +116,12 @@ func testAsyncRestartEmpty(t *testing.T, url string, restart func()) {
 // forgotten: the weather suite's restart at once on three servers
 // admitted 364 of a limit of 300 (bound 318) once decide's ledger no
 // longer put back async keys' counts.
-func TestAsyncWroteBeneath(t *testing.T) {
-	t.Run("memory", func(t *testing.T) { testAsyncWroteBeneath(t, memURL, nil) })
-	t.Run("redis", func(t *testing.T) {
-		srv := testenv.StartRedis(t)
-		testAsyncWroteBeneath(t, "redis://"+srv.Addr+"/0", func() { srv.Kill(); srv.Restart() })
-	})
-}
+func TestAsyncWroteBeneath(t *testing.T) { onMemoryAndRedis(t, testAsyncWroteBeneath) }
 
 func testAsyncWroteBeneath(t *testing.T, url string, restart func()) {
 	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
 	prefix := fmt.Sprintf("wrote:%x:", rand.Uint64())
-	if url == memURL {
-		m, _ := memStores.LoadOrStore(prefix, newMemStore(clk.Now))
-		restart = func() { m.(*memStore).forget() }
-	}
+	restart = memRestart(url, prefix, clk.Now, restart)
 	node := openAsyncNodes(t, url, prefix, clk.Now, 1, Config{SyncInterval: 100 * time.Millisecond})[0]
 	l := sluice.Limit{Rate: 300, Period: time.Hour}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -160,21 +163,12 @@ func testAsyncWroteBeneath(t *testing.T, url string, restart func()) {
 // Before, a lease node did not notice (decide's ledger, which no longer
 // takes a fall in lease answers for a loss, did): 300 more were admitted
 // on the empty count.
-func TestLeaseRestartEmpty(t *testing.T) {
-	t.Run("memory", func(t *testing.T) { testLeaseRestartEmpty(t, memURL, nil) })
-	t.Run("redis", func(t *testing.T) {
-		srv := testenv.StartRedis(t)
-		testLeaseRestartEmpty(t, "redis://"+srv.Addr+"/0", func() { srv.Kill(); srv.Restart() })
-	})
-}
+func TestLeaseRestartEmpty(t *testing.T) { onMemoryAndRedis(t, testLeaseRestartEmpty) }
 
 func testLeaseRestartEmpty(t *testing.T, url string, restart func()) {
 	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
 	prefix := fmt.Sprintf("leaserestart:%x:", rand.Uint64())
-	if url == memURL {
-		m, _ := memStores.LoadOrStore(prefix, newMemStore(clk.Now))
-		restart = func() { m.(*memStore).forget() }
-	}
+	restart = memRestart(url, prefix, clk.Now, restart)
 	logs := &testenv.Logs{}
 	node := openLeaseNodes(t, url, prefix, clk.Now, 1, Config{Logger: slog.New(slog.NewJSONHandler(logs, nil))})[0]
 	l := sluice.Limit{Rate: 300, Period: time.Hour}
@@ -262,21 +256,12 @@ func TestLeaseGivenBackNoLoss(t *testing.T) {
 // loss and puts them back with the rest. Without Wrote, the node put back
 // only the highest count it had seen (its own 20 and its lease), and the
 // 100 were forgotten.
-func TestLeaseWroteBeneath(t *testing.T) {
-	t.Run("memory", func(t *testing.T) { testLeaseWroteBeneath(t, memURL, nil) })
-	t.Run("redis", func(t *testing.T) {
-		srv := testenv.StartRedis(t)
-		testLeaseWroteBeneath(t, "redis://"+srv.Addr+"/0", func() { srv.Kill(); srv.Restart() })
-	})
-}
+func TestLeaseWroteBeneath(t *testing.T) { onMemoryAndRedis(t, testLeaseWroteBeneath) }
 
 func testLeaseWroteBeneath(t *testing.T, url string, restart func()) {
 	clk := clocktest.New(time.Date(2026, 3, 14, 12, 0, 1, 0, time.UTC))
 	prefix := fmt.Sprintf("leasewrote:%x:", rand.Uint64())
-	if url == memURL {
-		m, _ := memStores.LoadOrStore(prefix, newMemStore(clk.Now))
-		restart = func() { m.(*memStore).forget() }
-	}
+	restart = memRestart(url, prefix, clk.Now, restart)
 	node := openLeaseNodes(t, url, prefix, clk.Now, 1, Config{})[0]
 	l := sluice.Limit{Rate: 300, Period: time.Hour}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
