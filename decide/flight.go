@@ -51,49 +51,49 @@ func newFlights() *flights {
 // add records the hits of reqs, of the call numbered seq (above 0), as in
 // flight.
 func (f *flights) add(reqs []sluice.Request, seq int64) {
-	for i := range reqs {
-		r := &reqs[i]
-		if r.Cost <= 0 {
-			continue
-		}
-		sh := f.shard(r.Key)
-		sh.mu.Lock()
-		l := sh.m[r.Key]
-		if fl := (flight{seq: seq, cost: r.Cost}); l.first.seq == 0 {
+	f.edit(reqs, func(l flightList, cost int64) flightList {
+		if fl := (flight{seq: seq, cost: cost}); l.first.seq == 0 {
 			l.first = fl
 		} else {
 			l.rest = append(l.rest, fl)
 		}
-		sh.m[r.Key] = l
-		sh.mu.Unlock()
-	}
+		return l
+	})
 }
 
 // remove takes the hits of reqs, of the call numbered seq, out.
 func (f *flights) remove(reqs []sluice.Request, seq int64) {
-	for i := range reqs {
-		r := &reqs[i]
-		if r.Cost <= 0 {
-			continue
-		}
-		sh := f.shard(r.Key)
-		sh.mu.Lock()
-		l := sh.m[r.Key]
+	f.edit(reqs, func(l flightList, _ int64) flightList {
 		if l.first.seq == seq {
 			l.first = flight{}
 			if n := len(l.rest); n > 0 {
 				l.first, l.rest = l.rest[n-1], l.rest[:n-1]
 			}
-		} else {
-			for j := range l.rest {
-				if l.rest[j].seq == seq {
-					l.rest[j] = l.rest[len(l.rest)-1]
-					l.rest = l.rest[:len(l.rest)-1]
-					break
-				}
+			return l
+		}
+		for j := range l.rest {
+			if l.rest[j].seq == seq {
+				l.rest[j] = l.rest[len(l.rest)-1]
+				l.rest = l.rest[:len(l.rest)-1]
+				break
 			}
 		}
-		if l.first.seq == 0 {
+		return l
+	})
+}
+
+// edit replaces the calls in flight of each key of reqs of a positive
+// Cost with what fn makes of them and the request's cost, under the key's
+// shard's lock; a key left with none is forgotten.
+func (f *flights) edit(reqs []sluice.Request, fn func(l flightList, cost int64) flightList) {
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Cost <= 0 {
+			continue
+		}
+		sh := f.shard(r.Key)
+		sh.mu.Lock()
+		if l := fn(sh.m[r.Key], r.Cost); l.first.seq == 0 {
 			delete(sh.m, r.Key)
 		} else {
 			sh.m[r.Key] = l
