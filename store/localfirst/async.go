@@ -792,11 +792,12 @@ func (a *asyncTable) land(it syncItem, count, at int64, after time.Time, err err
 		// held (43-45 keys after each host stall of the weather suite,
 		// one server), counting them twice; they count in what the
 		// node knows the store holds whether the read has them or not.
-		if known := it.counted + it.hits; l.Algorithm == sluice.FixedWindow && at-at%p == it.window && count < known {
+		known := it.counted + it.hits
+		if l.Algorithm == sluice.FixedWindow && at-at%p == it.window && count < known {
 			count, lost = known, true
 		}
 		if since := e.wrote - it.wrote; since > 0 {
-			count = max(count, it.counted+it.hits+since)
+			count = max(count, known+since)
 		}
 		e.counted, e.based = count, after
 		e.allow = max(a.allowance(l, count, e.window, at)-e.pending, 0)
