@@ -205,8 +205,9 @@ const probeTimeout = time.Second
 // calls it every second or so, from a goroutine of its own: decisions go
 // back to a store that answers again within that, and so do the hits.
 func (s *Service) Probe(ctx context.Context) error {
-	s.mark(s.br.now().UnixMicro())
-	s.settleKeys.sweep(s.br.now().UnixMicro())
+	now := s.br.now().UnixMicro()
+	s.mark(now)
+	s.settleKeys.sweep(now)
 	if !s.br.open() && (s.ready == nil || s.ready()) {
 		// A store that refused or reset fewer calls than open the
 		// breaker may have restarted empty as well (a restart quicker
@@ -227,7 +228,7 @@ func (s *Service) Probe(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	err := s.ping(pctx)
 	cancel()
-	now := s.br.now().UnixMicro()
+	now = s.br.now().UnixMicro() // after the ping
 	if err != nil || (s.ready != nil && !s.ready()) {
 		// A ping lost among those that succeed (a loaded machine, a
 		// connection made again) does not start the settling again; a
