@@ -102,10 +102,10 @@ func (m *memSite) Read(ctx context.Context, reqs []sluice.Request, carried []boo
 	}
 	r.Carried = make([]Carried, len(reqs))
 	for i, q := range reqs {
-		if i < len(carried) && carried[i] {
+		if asked(carried, i) {
 			m.asked.Add(1)
 		}
-		if c, ok := m.carried[q.Key]; ok && c.Until > r.Now && i < len(carried) && carried[i] {
+		if c, ok := m.carried[q.Key]; ok && c.Until > r.Now && asked(carried, i) {
 			r.Carried[i] = Carried{Window: c.Window, Count: c.Count}
 		}
 	}

@@ -199,7 +199,7 @@ func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request, carried []
 	apart := false // the carry hash in another cluster slot than the board: read after it
 	var fields []string
 	for i, r := range reqs {
-		if i < len(carried) && carried[i] {
+		if asked(carried, i) {
 			fields = append(fields, r.Key)
 		}
 	}
@@ -228,7 +228,7 @@ func (rs *RedisSite) Read(ctx context.Context, reqs []sluice.Request, carried []
 		}
 		r.Carried = make([]Carried, len(reqs))
 		for i := range reqs {
-			if i < len(carried) && carried[i] {
+			if asked(carried, i) {
 				r.Carried[i], cs = cs[0], cs[1:]
 			}
 		}

@@ -676,7 +676,7 @@ func carryMatters(l sluice.Limit, born, now, skew int64) bool {
 // the read was asked by): the reading is then charged the whole limit
 // for it, and the next asks.
 func missed(want []bool, i int, r Reading, l sluice.Limit) bool {
-	if i < len(want) && want[i] {
+	if asked(want, i) {
 		return false
 	}
 	return carryMatters(l, r.Born, r.Now, maxSkew.Microseconds())

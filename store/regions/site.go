@@ -37,6 +37,10 @@ type Site interface {
 	Carry(ctx context.Context, cs []Carried) error
 }
 
+// asked reports whether a read given carried asks for the carried count of
+// its key of index i: carried may be nil or short, asking for none past it.
+func asked(carried []bool, i int) bool { return i < len(carried) && carried[i] }
+
 // Carried is what the earlier incarnations of a region's data (its Redis
 // before it restarted empty) counted of a key in a window, as a node of
 // the region knew it: put where the new incarnation's readers find it
