@@ -265,6 +265,7 @@ type spec struct {
 	mounts     []string // docker run -v values
 	connect    []string // networks it joins once started, besides network
 	memory     string   // the most memory it may use, swap included (docker run --memory): "256m"; "": no limit
+	sysctls    []string // docker run --sysctl values: its network namespace's kernel settings, "net.ipv4.tcp_syn_retries=1"
 	entrypoint string   // replaces the image's ENTRYPOINT, and drops its CMD as Kubernetes' command does
 	args       []string // after the image name: the command, or the arguments to the entrypoint
 }
@@ -305,6 +306,9 @@ func runAll(t testing.TB, specs ...spec) []*container {
 		}
 		for _, e := range s.env {
 			args = append(args, "-e", e)
+		}
+		for _, k := range s.sysctls {
+			args = append(args, "--sysctl", k)
 		}
 		for _, m := range s.mounts {
 			args = append(args, "-v", m)

@@ -294,8 +294,15 @@ func TestRegionsContainers(t *testing.T) {
 	}
 	cs := runAll(t, spec{name: "regions-eu-redis", image: redisImg, network: eu, aliases: []string{"redis-eu"}},
 		spec{name: "regions-us-redis", image: redisImg, network: us, aliases: []string{"redis-us"}},
+		// Toxiproxy dials a proxy's upstream in its accept loop, with no
+		// timeout: a dial whose SYN the cut by network swallows (the name
+		// resolved a moment before) stops the proxy for the kernel's SYN
+		// retries, over two minutes at Linux's default of 6, and every
+		// client of it waits in the listen backlog, its reads timing out,
+		// after the network is back (region us stayed unreachable a minute
+		// after the reconnect, 1 CI run in 6). One retry gives up in 3 s.
 		spec{name: "regions-wan", image: helpers, network: eu, publish: []int{8474}, entrypoint: "/toxiproxy",
-			args: []string{"-host", "0.0.0.0", "-port", "8474"}})
+			sysctls: []string{"net.ipv4.tcp_syn_retries=1"}, args: []string{"-host", "0.0.0.0", "-port", "8474"}})
 	euRedis, w := cs[0], &wan{c: cs[2], api: cs[2].url(8474)}
 	// The proxies: us's Redis for eu at wan:7001, eu's for us at wan:7002.
 	waitFor(t, "toxiproxy's API", 30*time.Second, func() (bool, string) {

@@ -5,10 +5,8 @@ import (
 	"time"
 )
 
-// TestHungPeerReadGivenUp: a peer's read hangs past its deadline (a
-// connection that ignores it, as one did after `docker network disconnect`
-// and connect in deploy/image: the peer stayed unreachable for over a
-// minute, every round finding the read in flight). Twice
+// TestHungPeerReadGivenUp: a peer's read hangs past its deadline (a Site
+// that ignores it; every round would find the read in flight). Twice
 // MaxPeerTimeout after it began, it is given up on and the peer read
 // anew: live again while the hung read still hangs.
 func TestHungPeerReadGivenUp(t *testing.T) {

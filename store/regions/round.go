@@ -328,12 +328,11 @@ type peerRead struct {
 // Config.MaxPeerTimeout after a round stopped waiting for it, so that a
 // slow peer's round trip is measured; and that measure, which sets how
 // long a round waits for the peer (timeout). A read still in flight twice
-// that long after it began is given up on (a connection that hangs past
-// its deadline: a peer whose network was disconnected and connected again
-// stayed unreachable for over a minute in deploy/image's containers): the
-// next round reads the peer anew, and the read given up on, when it
-// returns, changes nothing. At most maxHung such reads a peer are left
-// running; then the peer waits for one of them.
+// that long after it began is given up on (a Site that does not honour
+// its context's deadline): the next round reads the peer anew, and the
+// read given up on, when it returns, changes nothing. At most maxHung
+// such reads a peer are left running; then the peer waits for one of
+// them.
 type peerClock struct {
 	flying atomic.Int64 // UnixNano when the read in flight began; 0: none
 	hung   atomic.Int32 // reads given up on that have not returned
