@@ -33,14 +33,20 @@ const (
 // admitted beyond it in one window, in mode on servers servers, as
 // docs/stores.md states the bound of the servers deciding without the
 // store: a twentieth of the limit (what a server had not yet learned of a
-// key's count) and one a server (the rounding of their shares), and in
+// key's count) and one a server (the rounding of their shares), in
 // lease mode besides each server's outstanding lease (at most
-// min(--max-lease 1000, limit/16)); on one server never more than a tenth
-// of the limit, issue 31's figure.
+// min(--max-lease 1000, limit/16)), in async mode what each other server
+// admitted since its last sync landed or may still admit from its
+// allowance, which a deciding server's count leaves out (at most two
+// allowances, each at most max(⌊limit/(50 × servers)⌋, 1)); on one server
+// never more than a tenth of the limit, issue 31's figure.
 func overBound(mode string, servers, limit int) int {
 	b := limit/20 + servers
-	if mode == "lease" {
+	switch mode {
+	case "lease":
 		b += servers * min(1000, limit/16)
+	case "async":
+		b += (servers - 1) * 2 * max(limit/(50*servers), 1)
 	}
 	if servers == 1 {
 		b = min(b, limit/10)
