@@ -338,6 +338,33 @@ func TestWeatherServers(t *testing.T) {
 	}
 }
 
+// TestWeatherMovedClient: the bound of docs/stores.md for a client whose
+// calls move while the store fails. Its 100 hits of a limit of 100 all
+// reached one server of three, which read its count; the other two never
+// did, and start their shares from nothing: each admits up to its share
+// (⌈100/3⌉ = 34) once the client's calls reach it, the limit's 100 plus
+// two shares in all, no more.
+func TestWeatherMovedClient(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	w := newWeatherStore(t, clk)
+	const servers, share = 3, 34
+	var svcs [servers]*decide.Service
+	for i := range svcs {
+		svcs[i] = weatherService(t, w, clk, servers)
+	}
+	admitted, _ := ask(t, svcs[0], "moved", 100)
+	w.weather.Store(refused)
+	for i := range 600 {
+		n, _ := ask(t, svcs[i%servers], "moved", 1)
+		admitted += n
+	}
+	if bound := 100 + (servers-1)*share; admitted > bound || admitted < 100 {
+		t.Errorf("admitted %d of a limit of 100, want at least the limit and at most %d (two shares more)", admitted, bound)
+	}
+	t.Logf("admitted %d of a limit of 100 (two servers that never read its count: up to a share more each)", admitted)
+}
+
 // TestWeatherRestartEmpty: the store restarts empty. The first decision
 // after shows the ledger the store forgot the count of a key it holds; the
 // count goes back (merged by maximum), and the key gets only what was left.
