@@ -11,9 +11,11 @@ import (
 // RegionStatus is what the regions layer's last round found
 // (store/regions's Status), as Regions reads it at each scrape.
 type RegionStatus struct {
+	Region                            string // this server's region
 	Regions                           int    // R, the regions alive or cut off, this one included
 	Rounds, Failed, CutRounds, Unseen uint64 // rounds run, failed, cut off; decisions made without a cap
 	Cut                               bool
+	Unsettled                         bool // the last reading of this region's Redis may miss what its earlier incarnations counted
 	Peers                             []RegionPeer
 }
 
@@ -24,6 +26,7 @@ type RegionPeer struct {
 	Errors      uint64        // reads that failed
 	ReadTime    time.Duration // how long its last read that answered took
 	Timeout     time.Duration // how long the last round waited for it at most
+	Unsettled   bool          // its last reading may miss what its Redis's earlier incarnations counted
 }
 
 // Regions registers on reg the metrics of the regions layer, read from
@@ -41,6 +44,7 @@ type RegionPeer struct {
 //	sluice_region_peer_errors_total{peer}          reads of the peer that failed
 //	sluice_region_peer_read_seconds{peer}          how long its last read that answered took
 //	sluice_region_peer_timeout_seconds{peer}       how long a round waits for it (3 × its reads, within bounds)
+//	sluice_region_unsettled{region}                1 while the last reading of the region's Redis (this one's or a peer's) may miss what it counted before it came back empty
 func Regions(reg prometheus.Registerer, status func() RegionStatus, now func() time.Time) error {
 	if err := reg.Register(&regionCollector{status: status, now: now}); err != nil {
 		return fmt.Errorf("register regions metrics: %w", err)
@@ -65,6 +69,7 @@ var (
 	errorsDesc    = prometheus.NewDesc("sluice_region_peer_errors_total", "Reads of the peer's Redis that failed or timed out.", []string{"peer"}, nil)
 	readDesc      = prometheus.NewDesc("sluice_region_peer_read_seconds", "How long the last read of the peer that answered took.", []string{"peer"}, nil)
 	timeoutDesc   = prometheus.NewDesc("sluice_region_peer_timeout_seconds", "How long a round waits for the peer: three times its reads' average, within the configured bounds.", []string{"peer"}, nil)
+	unsettledDesc = prometheus.NewDesc("sluice_region_unsettled", "1 while the last reading of the region's Redis (this one's or a peer's) may miss what it counted before it came back empty: its keys are charged the whole limit for it.", []string{"region"}, nil)
 )
 
 type regionCollector struct {
@@ -73,23 +78,20 @@ type regionCollector struct {
 }
 
 func (c *regionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{regionsDesc, roundsDesc, failedDesc, cutRoundsDesc, cutDesc, unseenDesc, stateDesc, lagDesc, lastDesc, errorsDesc, readDesc, timeoutDesc} {
+	for _, d := range []*prometheus.Desc{regionsDesc, roundsDesc, failedDesc, cutRoundsDesc, cutDesc, unseenDesc, stateDesc, lagDesc, lastDesc, errorsDesc, readDesc, timeoutDesc, unsettledDesc} {
 		ch <- d
 	}
 }
 
 func (c *regionCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.status()
-	cut := 0.0
-	if st.Cut {
-		cut = 1
-	}
 	ch <- prometheus.MustNewConstMetric(regionsDesc, prometheus.GaugeValue, float64(st.Regions))
 	ch <- prometheus.MustNewConstMetric(roundsDesc, prometheus.CounterValue, float64(st.Rounds))
 	ch <- prometheus.MustNewConstMetric(failedDesc, prometheus.CounterValue, float64(st.Failed))
 	ch <- prometheus.MustNewConstMetric(cutRoundsDesc, prometheus.CounterValue, float64(st.CutRounds))
-	ch <- prometheus.MustNewConstMetric(cutDesc, prometheus.GaugeValue, cut)
+	ch <- prometheus.MustNewConstMetric(cutDesc, prometheus.GaugeValue, one(st.Cut))
 	ch <- prometheus.MustNewConstMetric(unseenDesc, prometheus.CounterValue, float64(st.Unseen))
+	ch <- prometheus.MustNewConstMetric(unsettledDesc, prometheus.GaugeValue, one(st.Unsettled), st.Region)
 	now := c.now()
 	for _, p := range st.Peers {
 		for _, s := range peerStates {
@@ -108,5 +110,14 @@ func (c *regionCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(errorsDesc, prometheus.CounterValue, float64(p.Errors), p.Name)
 		ch <- prometheus.MustNewConstMetric(readDesc, prometheus.GaugeValue, p.ReadTime.Seconds(), p.Name)
 		ch <- prometheus.MustNewConstMetric(timeoutDesc, prometheus.GaugeValue, p.Timeout.Seconds(), p.Name)
+		ch <- prometheus.MustNewConstMetric(unsettledDesc, prometheus.GaugeValue, one(p.Unsettled), p.Name)
 	}
+}
+
+// one returns 1 for true, 0 for false: a flag as a gauge.
+func one(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -23,11 +23,11 @@ func regionsMetrics(st *stack.Stack, reg prometheus.Registerer) error {
 	r := st.Regions()
 	return metrics.Regions(reg, func() metrics.RegionStatus {
 		s := r.Status()
-		out := metrics.RegionStatus{Regions: s.Regions, Rounds: s.Rounds, Failed: s.Failed, CutRounds: s.CutRounds,
-			Unseen: s.Unseen, Cut: s.Cut}
+		out := metrics.RegionStatus{Region: s.Region, Regions: s.Regions, Rounds: s.Rounds, Failed: s.Failed, CutRounds: s.CutRounds,
+			Unseen: s.Unseen, Cut: s.Cut, Unsettled: s.Unsettled}
 		for _, p := range s.Peers {
 			out.Peers = append(out.Peers, metrics.RegionPeer{Name: p.Name, State: p.State.String(), LastRead: p.LastRead, Errors: p.Errors,
-				ReadTime: p.ReadTime, Timeout: p.Timeout})
+				ReadTime: p.ReadTime, Timeout: p.Timeout, Unsettled: p.Unsettled})
 		}
 		return out
 	}, time.Now)
@@ -35,12 +35,15 @@ func regionsMetrics(st *stack.Stack, reg prometheus.Registerer) error {
 
 // regionsReady is what /readyz shows under "regions": this server's
 // region, whether it is cut off, each peer's state and the age of its
-// last reading, and the peers it could not read last round by name. A
+// last reading, whether a region's Redis came back empty and is charged
+// the whole limit until its servers carry what they knew (unsettled),
+// and the peers it could not read last round by name. A
 // peer unreachable leaves the server ready: it decides, each region
 // holding to its share.
 type regionsReady struct {
 	Region      string      `json:"region"`
 	Cut         bool        `json:"cut"`
+	Unsettled   bool        `json:"unsettled,omitempty"`
 	Peers       []peerReady `json:"peers"`
 	Unreachable []string    `json:"unreachable,omitempty"`
 }
@@ -52,6 +55,7 @@ type peerReady struct {
 	ReadMS    float64 `json:"read_ms,omitempty"`
 	TimeoutMS float64 `json:"timeout_ms,omitempty"`
 	Error     string  `json:"error,omitempty"`
+	Unsettled bool    `json:"unsettled,omitempty"`
 }
 
 // readyRegions returns the function /readyz shows the regions layer of
@@ -63,9 +67,10 @@ func readyRegions(st *stack.Stack) func() any {
 	r := st.Regions()
 	return func() any {
 		s := r.Status()
-		out := regionsReady{Region: s.Region, Cut: s.Cut, Peers: []peerReady{}}
+		out := regionsReady{Region: s.Region, Cut: s.Cut, Unsettled: s.Unsettled, Peers: []peerReady{}}
 		for _, p := range s.Peers {
-			pr := peerReady{Name: p.Name, State: p.State.String(), ReadMS: ms(p.ReadTime), TimeoutMS: ms(p.Timeout)}
+			pr := peerReady{Name: p.Name, State: p.State.String(), ReadMS: ms(p.ReadTime), TimeoutMS: ms(p.Timeout),
+				Unsettled: p.Unsettled}
 			if !p.LastRead.IsZero() {
 				pr.LagMS = float64(time.Since(p.LastRead).Microseconds()) / 1000
 			}

@@ -12,7 +12,8 @@ import (
 // TestRegions runs two servers, in regions eu and us, each on its own
 // Redis and listing the other: a limit of scope global admits its limit
 // once across both; /v1/keys shows its use by region; /metrics has the
-// peers' lag, errors and last reading; /readyz shows the regions and,
+// peers' lag, errors and last reading, and neither region's Redis
+// unsettled (store/regions' TestEmptyRestartBeforeCarry sets it); /readyz shows the regions and,
 // once one peer's Redis is gone, names it while staying ready.
 func TestRegions(t *testing.T) {
 	t.Parallel()
@@ -54,7 +55,8 @@ descriptors:
 	})
 	m := servers[0].do(t, "GET", "/metrics", "").body
 	for _, name := range []string{`sluice_region_peer_lag_seconds{peer="us"}`, `sluice_region_peer_errors_total{peer="us"}`,
-		`sluice_region_peer_last_sync_timestamp_seconds{peer="us"}`, `sluice_region_peer_state{peer="us",state="live"} 1`, "sluice_regions 2"} {
+		`sluice_region_peer_last_sync_timestamp_seconds{peer="us"}`, `sluice_region_peer_state{peer="us",state="live"} 1`, "sluice_regions 2",
+		`sluice_region_unsettled{region="eu"} 0`, `sluice_region_unsettled{region="us"} 0`} {
 		if !strings.Contains(m, name) {
 			t.Errorf("/metrics has no %s", name)
 		}

@@ -420,8 +420,50 @@ func TestEmptyRestartBeforeCarry(t *testing.T) {
 	runOnly(w, got, 5*time.Second, nil, nil, 0)
 	w.sites[0].restart()
 	runOnly(w, got, time.Second, []int{1}, []int{0}, 1)
+	if st := w.nodes[1][0].Status(); !st.Peers[0].Unsettled {
+		t.Errorf("region 1's status: region 0 not unsettled while its Redis came back empty and nothing was carried: %+v", st.Peers[0])
+	}
 	runOnly(w, got, 30*time.Second, []int{0, 1}, nil, 1)
 	checkBound(t, got, perMinute, defaultShare)
+	if st := w.nodes[1][0].Status(); st.Peers[0].Unsettled {
+		t.Errorf("region 1's status: region 0 still unsettled after its node carried: %+v", st.Peers[0])
+	}
+	if st := w.nodes[0][0].Status(); st.Unsettled {
+		t.Errorf("region 0's status: its own Redis still unsettled after it carried")
+	}
+}
+
+// TestEmptyRestartHomeUnsettled: region 0 has two servers; its Redis
+// restarts empty, then server 1 runs a round (its beat still names the
+// incarnation it carried into before, and it carries into the new one),
+// then server 0 does: its reading of its own Redis finds server 1 not
+// carried yet, and its status says so until server 1's record says it
+// has.
+func TestEmptyRestartHomeUnsettled(t *testing.T) {
+	w := newWorld(t, 2, 2, nil)
+	warm(w)
+	got := make([]int64, 2)
+	runOnly(w, got, 5*time.Second, []int{0}, nil, 2)
+	w.sites[0].restart()
+	sync := func(n int) {
+		t.Helper()
+		w.clock.Advance(100 * time.Millisecond)
+		if err := w.nodes[0][n].Sync(ctxBG); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync(1)
+	sync(0)
+	if st := w.nodes[0][0].Status(); !st.Unsettled {
+		t.Errorf("server 0's status: its own Redis not unsettled while server 1 had not carried into it")
+	}
+	for i := 0; w.nodes[0][0].Status().Unsettled; i++ {
+		if i == 10 {
+			t.Fatalf("server 0's status: its own Redis still unsettled 10 rounds of each server after the restart")
+		}
+		sync(1)
+		sync(0)
+	}
 }
 
 // TestCarriedAskedBeforeBirthOnly: a read asks what was carried of a key

@@ -75,6 +75,9 @@ type peerState struct {
 	errors  uint64        // reads that failed
 	board   boardSeen
 	born    int64 // its board's incarnation's birth as last read (Reading.Born)
+	// unsettled: its last reading that answered may miss what its earlier
+	// incarnations counted (Store.unsettled).
+	unsettled bool
 }
 
 // boardSeen is what rounds keep of a site's board across its readings,
@@ -105,6 +108,9 @@ type roundState struct {
 	inc      string
 	home     boardSeen
 	homeBorn int64 // the home board's incarnation's birth as last read (Reading.Born)
+	// homeUnsettled: the last home reading may miss what the home site's
+	// earlier incarnations counted (Store.unsettled).
+	homeUnsettled bool
 }
 
 // facts are what a round found about the regions, for every key's cap.
@@ -222,6 +228,7 @@ func (s *Store) finish(ctx context.Context, p *pending) error {
 	f := s.account(reads, p.start, s.cfg.Now().UnixMicro()+s.offset.Load())
 	f.now, f.inc, f.since = p.home.Now, p.home.Incarnation, s.rs.beatSince
 	f.homeUnsettled, f.homeWant = s.unsettled(p.home, &s.rs.home, p.start), p.want
+	s.rs.homeUnsettled = f.homeUnsettled
 	s.regions.Store(f.regions)
 	for i, e := range p.keys {
 		g := s.grantFor(e, i, p.home, reads, f)
@@ -449,6 +456,7 @@ func (s *Store) account(reads []peerRead, start time.Time, readHome int64) facts
 			ps.lastOK, ps.err, ps.bounded, ps.okHome, ps.took = start, nil, true, readHome, r.took
 			ps.state = s.judge(r.Reading, seen)
 			f.unsettled[i] = s.unsettled(r.Reading, &ps.board, start)
+			ps.unsettled = f.unsettled[i]
 			ps.born = r.Born
 			if ps.state == Live && r.took > s.cfg.PeerTimeout {
 				ps.state = Lagging

@@ -24,6 +24,11 @@ type Status struct {
 	// had read yet, or whose cap had expired (Config.CapLife) or belonged
 	// to another window.
 	Unseen uint64
+	// Unsettled reports that the last round's reading of this region's
+	// Redis may miss what its earlier incarnations counted (it came back
+	// empty, and a live node has not carried what it knows into it yet):
+	// the keys the round read are charged the whole limit for it.
+	Unsettled bool
 	// Peers are the other regions, as Config.Peers lists them.
 	Peers []PeerStatus
 }
@@ -46,6 +51,10 @@ type PeerStatus struct {
 	// long the last round waited for it at most (three times its reads'
 	// average, within Config.PeerTimeout and Config.MaxPeerTimeout).
 	ReadTime, Timeout time.Duration
+	// Unsettled reports that its last reading that answered may miss what
+	// its Redis's earlier incarnations counted (as Status.Unsettled): the
+	// keys are charged the whole limit for it.
+	Unsettled bool
 }
 
 // Status returns what the last round found. It does not wait for a round
@@ -84,10 +93,11 @@ func (s *Store) publish(cut, failed bool, end time.Time) {
 		rs.cutRounds++
 	}
 	st := &Status{Region: s.cfg.Region, Regions: int(s.regions.Load()), Rounds: rs.rounds, Failed: rs.failed,
-		LastRound: time.UnixMicro(rs.lastStart), Cut: cut, CutRounds: rs.cutRounds, Unseen: s.unseenN.Load()}
+		LastRound: time.UnixMicro(rs.lastStart), Cut: cut, CutRounds: rs.cutRounds, Unseen: s.unseenN.Load(),
+		Unsettled: rs.homeUnsettled}
 	for _, p := range rs.peers {
 		ps := PeerStatus{Name: p.name, State: p.state, Nodes: p.nodes, LastRead: p.lastOK, Err: p.err, Errors: p.errors,
-			ReadTime: p.took, Timeout: p.timeout}
+			ReadTime: p.took, Timeout: p.timeout, Unsettled: p.unsettled}
 		if !p.lastOK.IsZero() {
 			ps.Lag = end.Sub(p.lastOK)
 		}
