@@ -768,8 +768,8 @@ func holdUntil(ctx context.Context, d time.Duration) time.Time {
 // hold is holdDenial once the store answers.
 func (s *Service) hold(ctx context.Context, reqs []sluice.Request) bool {
 	deadline := holdUntil(ctx, holdFor)
-	end := s.settleKeys.end(reqs, s.br.now().UnixMicro())
-	if end != 0 && deadline.Before(time.Now().Add(time.Duration(end-s.br.now().UnixMicro())*time.Microsecond)) {
+	now := s.br.now().UnixMicro()
+	if end := s.settleKeys.end(reqs, now); end != 0 && deadline.Before(time.Now().Add(time.Duration(end-now)*time.Microsecond)) {
 		return false
 	}
 	if s.holding.Add(1) > int64(s.maxLate) {
@@ -783,7 +783,7 @@ func (s *Service) hold(ctx context.Context, reqs []sluice.Request) bool {
 	defer t.Stop()
 	for {
 		idle := s.ledger.idleCh() // before the check: no end is missed
-		now := s.br.now().UnixMicro()
+		now = s.br.now().UnixMicro()
 		if !s.mayWait(ctx) || s.ledger.losing(reqs) {
 			return false
 		}

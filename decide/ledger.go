@@ -322,11 +322,17 @@ func (l *ledger) busy(reqs []sluice.Request) bool {
 	if l.flying.Load() == 0 && l.lost.Load() == 0 && l.putting.Load() == 0 {
 		return false
 	}
+	return l.anyEntry(reqs, func(e *ledgerEntry) bool { return e.inflight != 0 || e.losing() })
+}
+
+// anyEntry reports whether the entry of a key of reqs is one has reports,
+// each read under its shard's lock.
+func (l *ledger) anyEntry(reqs []sluice.Request, has func(e *ledgerEntry) bool) bool {
 	for i := range reqs {
 		sh := &l.shards[l.shardOf(reqs[i].Key)]
 		sh.mu.Lock()
 		e := sh.m[reqs[i].Key]
-		b := e != nil && (e.inflight != 0 || e.lost || e.restoring)
+		b := e != nil && has(e)
 		sh.mu.Unlock()
 		if b {
 			return true
@@ -334,6 +340,9 @@ func (l *ledger) busy(reqs []sluice.Request) bool {
 	}
 	return false
 }
+
+// losing reports whether the store lost e's count, not yet put back.
+func (e *ledgerEntry) losing() bool { return e.lost || e.restoring }
 
 // idleCh returns a channel that is closed the next time hits in flight or
 // written back end, for a waiter counted in waiters.
@@ -365,17 +374,7 @@ func (l *ledger) losing(reqs []sluice.Request) bool {
 	if l.lost.Load() == 0 && l.putting.Load() == 0 {
 		return false
 	}
-	for i := range reqs {
-		sh := &l.shards[l.shardOf(reqs[i].Key)]
-		sh.mu.Lock()
-		e := sh.m[reqs[i].Key]
-		b := e != nil && (e.lost || e.restoring)
-		sh.mu.Unlock()
-		if b {
-			return true
-		}
-	}
-	return false
+	return l.anyEntry(reqs, (*ledgerEntry).losing)
 }
 
 // shareOf returns l over n servers: rate and burst divided, rounded up.

@@ -100,30 +100,11 @@ func (k *keySettles) answered(reqs []sluice.Request, now int64) {
 }
 
 // settling reports whether a key of reqs stays local at now: the store
-// answered it again less than settleFor ago. A key whose settling is over
-// is forgotten.
-func (k *keySettles) settling(reqs []sluice.Request, now int64) bool {
-	if k == nil || k.n.Load() == 0 {
-		return false
-	}
-	settling := false
-	for i := range reqs {
-		sh := k.shard(reqs[i].Key)
-		sh.mu.Lock()
-		if e, ok := sh.m[reqs[i].Key]; ok && e.answered != 0 {
-			if now-e.answered < settleFor.Microseconds() {
-				settling = true
-			} else {
-				k.drop(sh, reqs[i].Key)
-			}
-		}
-		sh.mu.Unlock()
-	}
-	return settling
-}
+// answered it again less than settleFor ago.
+func (k *keySettles) settling(reqs []sluice.Request, now int64) bool { return k.end(reqs, now) != 0 }
 
 // end returns when the last key of reqs settling at now stops settling
-// (µs), or 0 when none is.
+// (µs), or 0 when none is. A key whose settling is over is forgotten.
 func (k *keySettles) end(reqs []sluice.Request, now int64) int64 {
 	if k == nil || k.n.Load() == 0 {
 		return 0
@@ -132,8 +113,12 @@ func (k *keySettles) end(reqs []sluice.Request, now int64) int64 {
 	for i := range reqs {
 		sh := k.shard(reqs[i].Key)
 		sh.mu.Lock()
-		if e, ok := sh.m[reqs[i].Key]; ok && e.answered != 0 && now-e.answered < settleFor.Microseconds() {
-			end = max(end, e.answered+settleFor.Microseconds())
+		if e, ok := sh.m[reqs[i].Key]; ok && e.answered != 0 {
+			if now-e.answered < settleFor.Microseconds() {
+				end = max(end, e.answered+settleFor.Microseconds())
+			} else {
+				k.drop(sh, reqs[i].Key)
+			}
 		}
 		sh.mu.Unlock()
 	}
