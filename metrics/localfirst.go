@@ -11,7 +11,7 @@ import (
 // answered without the store, and sluice_near_cache_misses_total, those
 // it sent on. hits and misses are read at each scrape.
 func NearCache(reg prometheus.Registerer, hits, misses func() uint64) error {
-	for _, c := range []prometheus.Collector{
+	return registerAll(reg, "near cache metrics",
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_near_cache_hits_total",
 			Help: "Requests the near cache answered from a denial the store gave, without a store call.",
@@ -20,12 +20,7 @@ func NearCache(reg prometheus.Registerer, hits, misses func() uint64) error {
 			Name: "sluice_near_cache_misses_total",
 			Help: "Requests the near cache had no denial for and sent to the store.",
 		}, func() float64 { return float64(misses()) }),
-	} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register near cache metrics: %w", err)
-		}
-	}
-	return nil
+	)
 }
 
 // Leases registers on reg the counters of lease mode (store/localfirst):
@@ -34,7 +29,7 @@ func NearCache(reg prometheus.Registerer, hits, misses func() uint64) error {
 // sluice_local_first_store_calls_total, every call the decorator made to
 // its store (decisions, grants, returns). They are read at each scrape.
 func Leases(reg prometheus.Registerer, hits, grants, calls func() uint64) error {
-	for _, c := range []prometheus.Collector{
+	return registerAll(reg, "lease metrics",
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_lease_decisions_total",
 			Help: "Requests admitted from a lease of a key's quota, without a store call.",
@@ -47,12 +42,7 @@ func Leases(reg prometheus.Registerer, hits, grants, calls func() uint64) error 
 			Name: "sluice_local_first_store_calls_total",
 			Help: "Calls the near cache and lease decorator made to the store: decisions, lease grants and returns.",
 		}, func() float64 { return float64(calls()) }),
-	} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register lease metrics: %w", err)
-		}
-	}
-	return nil
+	)
 }
 
 // Async registers on reg the counter of async mode (store/localfirst):
@@ -112,24 +102,16 @@ func Servers(reg prometheus.Registerer, servers func() int64) error {
 // lease key's answer found the loss). They
 // are read at each scrape.
 func WriteBack(reg prometheus.Registerer, hits func() uint64, restored func() (ledger, async uint64)) error {
-	const restoredHelp = "Counts of keys put back in a store that lost them (restarted empty) or may have, merged by maximum, by what knew them."
-	for _, c := range []prometheus.Collector{
+	fromLedger, fromAsync := counterPair("sluice_restored_counts_total",
+		"Counts of keys put back in a store that lost them (restarted empty) or may have, merged by maximum, by what knew them.",
+		"source", "fail_local", "async", restored)
+	return registerAll(reg, "write-back metrics",
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "sluice_written_back_hits_total",
 			Help: "Hits admitted without the store (fail mode local) and written back to it once it answered.",
 		}, func() float64 { return float64(hits()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_restored_counts_total", Help: restoredHelp, ConstLabels: prometheus.Labels{"source": "fail_local"},
-		}, func() float64 { l, _ := restored(); return float64(l) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_restored_counts_total", Help: restoredHelp, ConstLabels: prometheus.Labels{"source": "async"},
-		}, func() float64 { _, a := restored(); return float64(a) }),
-	} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register write-back metrics: %w", err)
-		}
-	}
-	return nil
+		fromLedger, fromAsync,
+	)
 }
 
 // HeldDenials registers on reg sluice_held_denials_total, read at each
@@ -139,17 +121,29 @@ func WriteBack(reg prometheus.Registerer, hits func() uint64, restored func() (l
 // out; docs/stores.md), by outcome: "store", the store decided them then;
 // "local", the local denial stood.
 func HeldDenials(reg prometheus.Registerer, held func() (store, local uint64)) error {
-	const help = "Local denials (fail mode local) that waited for the store while it answered, by outcome: store (it decided them), local (the denial stood)."
-	for _, c := range []prometheus.Collector{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_held_denials_total", Help: help, ConstLabels: prometheus.Labels{"outcome": "store"},
-		}, func() float64 { st, _ := held(); return float64(st) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_held_denials_total", Help: help, ConstLabels: prometheus.Labels{"outcome": "local"},
-		}, func() float64 { _, l := held(); return float64(l) }),
-	} {
+	store, local := counterPair("sluice_held_denials_total",
+		"Local denials (fail mode local) that waited for the store while it answered, by outcome: store (it decided them), local (the denial stood).",
+		"outcome", "store", "local", held)
+	return registerAll(reg, "held denials metric", store, local)
+}
+
+// counterPair returns the two series of the counter name, read at each
+// scrape from values: label a's, the first value, and label b's, the
+// second.
+func counterPair(name, help, label, a, b string, values func() (uint64, uint64)) (prometheus.Collector, prometheus.Collector) {
+	first := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{label: a}},
+		func() float64 { v, _ := values(); return float64(v) })
+	second := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{label: b}},
+		func() float64 { _, v := values(); return float64(v) })
+	return first, second
+}
+
+// registerAll registers cs on reg, and names what (the metrics of a part)
+// in the error of the first that fails.
+func registerAll(reg prometheus.Registerer, what string, cs ...prometheus.Collector) error {
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register held denials metric: %w", err)
+			return fmt.Errorf("register %s: %w", what, err)
 		}
 	}
 	return nil

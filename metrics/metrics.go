@@ -8,7 +8,6 @@
 package metrics
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -94,13 +93,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m.bufs.New = func() any { b := make([]byte, 0, 128); return &b }
 	m.detailed = newDetailed(m)
-	for _, c := range []prometheus.Collector{
-		m.decisions, m.unknownDomain, m.invalid, m.failDecisions,
-		m.storeDuration, m.storeErrors, m.reloads, m.reloadOK, m.mode,
-	} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register metrics: %w", err)
-		}
+	if err := registerAll(reg, "metrics", m.decisions, m.unknownDomain, m.invalid, m.failDecisions,
+		m.storeDuration, m.storeErrors, m.reloads, m.reloadOK, m.mode); err != nil {
+		return nil, err
 	}
 	for mo := decide.ModeOpen; mo <= decide.MaxMode; mo++ {
 		m.failByMode[mo] = m.failDecisions.WithLabelValues(mo.String())

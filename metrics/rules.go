@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/rules"
@@ -41,10 +39,8 @@ func NewRulesSource(reg prometheus.Registerer, current func() *rules.Set) (*Rule
 		Name: "sluice_rules_overrides",
 		Help: "Overrides in force on this node.",
 	}, func() float64 { return float64(current().NumOverrides()) })
-	for _, c := range []prometheus.Collector{m.reloads, m.info, m.gen, overrides} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register rules metrics: %w", err)
-		}
+	if err := registerAll(reg, "rules metrics", m.reloads, m.info, m.gen, overrides); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
